@@ -1,0 +1,53 @@
+"""The resource limits a job puts on its sandbox, shared by every backend.
+
+Each backend enforces them its own way (cgroups/rlimits for `local`, container settings for
+`docker`); this module only says what the limits are and parses the human forms ("512M").
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+
+
+def parse_size(value: object) -> int:
+    """Turn 512M, 2G, 1.5GiB or a plain byte count into bytes."""
+    if isinstance(value, bool):
+        raise ValueError("a size must be a number of bytes or a string like '512M'")
+    if isinstance(value, int):
+        if value <= 0:
+            raise ValueError("a size must be positive")
+        return value
+    if isinstance(value, str):
+        match = _SIZE.match(value)
+        if match:
+            number, unit = match.groups()
+            size = int(float(number) * _UNITS[unit.upper()])
+            if size > 0:
+                return size
+    raise ValueError(f"{value!r} is not a size; use bytes or a string like '512M' or '2G'")
+
+
+ByteSize = Annotated[int, BeforeValidator(parse_size)]
+
+
+class Limits(BaseModel):
+    """What one sandbox may use. Defaults are safe for the analysis of a data file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    timeout: float = Field(default=120.0, gt=0, description="wall-clock seconds per command")
+    memory: ByteSize = Field(default=2 * 1024**3, description="memory for the whole sandbox")
+    cpus: float = Field(default=1.0, gt=0, description="CPU share (docker), cores")
+    cpu_time: int = Field(default=600, gt=0, description="CPU seconds per process (RLIMIT_CPU)")
+    pids: int = Field(default=256, gt=0, description="processes and threads in the sandbox")
+    file_size: ByteSize = Field(default=1024**3, description="largest single file written")
+    workspace_size: ByteSize = Field(default=2 * 1024**3, description="total workspace bytes")
+    tmp_size: ByteSize = Field(default=256 * 1024**2, description="private /tmp tmpfs size")
+    output_bytes: ByteSize = Field(default=1024**2, description="captured stdout/stderr per stream")
+    network: bool = Field(default=False, description="allow network access from the sandbox")
