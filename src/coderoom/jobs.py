@@ -1,0 +1,149 @@
+"""The job: what goes into the workspace, what the agent is asked, what must come out.
+
+A job is given either as a folder with `coderoom.toml` or as command-line flags; both end
+up as the same validated `Job`. Every validation error names the file and the key.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .outputs import UnsafePath, safe_relative_path
+from .sandboxes.spec import SandboxSpec
+
+JOB_FILE = "coderoom.toml"
+
+DEFAULT_INSTRUCTIONS = (
+    "You are a practical data analyst. Use the sandbox workspace to inspect files, write and run "
+    "code when useful, and save clear artifacts. Keep conclusions grounded in computed evidence. "
+    "The sandbox has Python with numpy, scipy, pandas, and matplotlib available."
+)
+
+
+class JobError(ValueError):
+    """A job that cannot run as given; the message names the file and the key."""
+
+
+class OutputSpec(BaseModel):
+    """One required artifact, by its path in the workspace."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str
+    allow_empty: bool = Field(default=False, description="a CSV with a header and no rows is valid")
+
+    @field_validator("path")
+    @classmethod
+    def _under_output(cls, value: str) -> str:
+        rel = _workspace_path(value)
+        if rel.parts[0] != "output" or len(rel.parts) < 2:
+            raise ValueError(f"{value!r} must be a file under output/ (e.g. output/report.md)")
+        return str(rel)
+
+
+class Job(BaseModel):
+    """A validated job. Host paths in `inputs` are absolute and exist."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(default="job", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    instructions: str = DEFAULT_INSTRUCTIONS
+    prompt: str = Field(min_length=1)
+    inputs: dict[str, Path] = Field(default_factory=dict)
+    outputs: list[OutputSpec] = Field(default_factory=list)
+    model: str = Field(default="", description="empty: OpenAI if OPENAI_API_KEY is set, else offline")
+    max_turns: int = Field(default=25, ge=1, le=500)
+    sandbox: SandboxSpec = Field(default_factory=SandboxSpec)
+
+    @field_validator("outputs", mode="before")
+    @classmethod
+    def _paths_as_strings(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [{"path": item} if isinstance(item, str) else item for item in value]
+        return value
+
+    @field_validator("inputs")
+    @classmethod
+    def _inputs_exist(cls, value: dict[str, Path]) -> dict[str, Path]:
+        checked: dict[str, Path] = {}
+        for workspace_path, host_path in value.items():
+            rel = _workspace_path(workspace_path)
+            if rel.parts[0] == "output":
+                raise ValueError(f"{workspace_path!r}: inputs may not be placed under output/")
+            if not host_path.exists():
+                raise ValueError(f"{workspace_path!r}: host file {str(host_path)!r} does not exist")
+            if not (host_path.is_file() or host_path.is_dir()):
+                raise ValueError(f"{workspace_path!r}: {str(host_path)!r} is not a file or folder")
+            checked[str(rel)] = host_path.resolve()
+        return checked
+
+    @model_validator(mode="after")
+    def _distinct_outputs(self) -> Job:
+        paths = [output.path for output in self.outputs]
+        duplicates = sorted({p for p in paths if paths.count(p) > 1})
+        if duplicates:
+            raise ValueError(f"outputs listed twice: {', '.join(duplicates)}")
+        return self
+
+
+def _workspace_path(value: str) -> PurePosixPath:
+    try:
+        return safe_relative_path(value)
+    except UnsafePath as exc:
+        raise ValueError(f"not a workspace path: {exc}") from None
+
+
+def _describe(error: ValidationError, source: str) -> str:
+    lines = [f"{source}: invalid job"]
+    for item in error.errors():
+        key = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            message = "unknown key"
+        lines.append(f"  {key}: {message}")
+    return "\n".join(lines)
+
+
+def load_job(path: Path) -> Job:
+    """Load a job folder (or its coderoom.toml); relative input paths are relative to the folder."""
+    job_file = path / JOB_FILE if path.is_dir() else path
+    if not job_file.is_file():
+        raise JobError(f"{job_file}: no such job file (a job folder holds {JOB_FILE})")
+    try:
+        data = tomllib.loads(job_file.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise JobError(f"{job_file}: not valid TOML: {exc}") from None
+    folder = job_file.parent.resolve()
+    inputs = data.get("inputs")
+    if isinstance(inputs, dict):
+        data["inputs"] = {
+            key: folder / value if isinstance(value, str) else value for key, value in inputs.items()
+        }
+    data.setdefault("name", _default_name(folder.name))
+    return build_job(data, source=str(job_file))
+
+
+def build_job(data: dict[str, Any], *, source: str = "command line") -> Job:
+    """Validate a job given as plain data (from TOML or from flags)."""
+    try:
+        return Job.model_validate(data)
+    except ValidationError as exc:
+        raise JobError(_describe(exc, source)) from None
+
+
+def parse_input_flag(flag: str) -> tuple[str, Path]:
+    """`HOST=WORKSPACE` (as in `--input data/x.csv=input/x.csv`); `HOST` alone goes to input/NAME."""
+    host, sep, workspace = flag.partition("=")
+    if not host:
+        raise JobError(f"--input {flag!r}: expected HOST_PATH=WORKSPACE_PATH")
+    host_path = Path(host).expanduser()
+    return (workspace if sep else f"input/{host_path.name}"), host_path.absolute()
+
+
+def _default_name(text: str) -> str:
+    cleaned = "".join(ch if ch.isalnum() or ch in "_.-" else "-" for ch in text).strip("-.")
+    return cleaned[:64] or "job"

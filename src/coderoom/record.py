@@ -1,0 +1,178 @@
+"""The run record: every model call and tool call of a run, as JSON lines beside the outputs.
+
+`RecordingHooks` turns the SDK's run lifecycle into events; `Recorder` appends each event to
+`run.jsonl` (flushed, so a killed run keeps what happened) and passes it to listeners such as
+the CLI's progress display. `read_record` reads the file back for `show`, `export` and `rerun`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agents import Agent, RunContextWrapper, RunHooks, Tool
+from agents.items import ModelResponse, TResponseInputItem
+
+RECORD_FILE = "run.jsonl"
+MAX_TOOL_OUTPUT_CHARS = 20_000
+
+Event = dict[str, Any]
+Listener = Callable[[Event], None]
+
+
+def bounded(text: str, limit: int = MAX_TOOL_OUTPUT_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[... {len(text) - limit} more characters not recorded ...]"
+
+
+class Recorder:
+    """Appends events to run.jsonl and fans them out to listeners."""
+
+    def __init__(self, run_dir: Path, listeners: list[Listener] | None = None) -> None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = run_dir / RECORD_FILE
+        self._file = self.path.open("a", encoding="utf-8")
+        self._listeners = list(listeners or [])
+        self._start = time.monotonic()
+
+    def emit(self, event_type: str, **fields: Any) -> Event:
+        event = {"type": event_type, "t": round(time.monotonic() - self._start, 4), **fields}
+        self._file.write(json.dumps(event, default=str, ensure_ascii=False) + "\n")
+        self._file.flush()
+        for listener in self._listeners:
+            listener(event)
+        return event
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read_record(run_dir: Path) -> list[Event]:
+    """All events of a run; a truncated last line (a killed run) is ignored."""
+    events = []
+    for line in (run_dir / RECORD_FILE).read_text(encoding="utf-8").splitlines():
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return events
+
+
+def _arguments(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except (TypeError, json.JSONDecodeError):
+        return raw
+
+
+def _output_items(response: ModelResponse) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    for item in response.output:
+        kind = getattr(item, "type", None)
+        if kind == "message":
+            text = "".join(getattr(part, "text", "") or "" for part in item.content)
+            items.append({"kind": "message", "text": text})
+        elif kind == "function_call":
+            items.append(
+                {
+                    "kind": "tool_call",
+                    "call_id": item.call_id,
+                    "name": item.name,
+                    "arguments": _arguments(item.arguments),
+                }
+            )
+        elif kind is not None:
+            items.append({"kind": str(kind)})
+    return items
+
+
+def _usage(usage: Any) -> dict[str, int]:
+    return {
+        "requests": usage.requests,
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "total_tokens": usage.total_tokens,
+    }
+
+
+def tool_output_text(result: object) -> tuple[str, list[str]]:
+    """The text a tool result gave the model, and the workspace paths of any images it showed."""
+    from agents.tool import ToolOutputImage, ToolOutputText
+
+    parts = result if isinstance(result, list) else [result]
+    texts, images = [], []
+    for part in parts:
+        if isinstance(part, ToolOutputText):
+            texts.append(part.text)
+        elif isinstance(part, ToolOutputImage):
+            images.append(getattr(part, "file_id", None) or "(inline image)")
+        else:
+            texts.append(str(part))
+    return "\n".join(texts), images
+
+
+class RecordingHooks(RunHooks[Any]):
+    """Records model calls and tool calls through the SDK's run hooks."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+        self.turn = 0
+        self._llm_started = 0.0
+        self._input: tuple[int, int] = (0, 0)
+        self._tool_started: dict[str, float] = {}
+
+    async def on_llm_start(
+        self,
+        context: RunContextWrapper[Any],
+        agent: Agent[Any],
+        system_prompt: str | None,
+        input_items: list[TResponseInputItem],
+    ) -> None:
+        self.turn += 1
+        chars = len(system_prompt or "") + sum(len(json.dumps(i, default=str)) for i in input_items)
+        self._input = (len(input_items), chars)
+        self._llm_started = time.monotonic()
+        self.recorder.emit("model_start", turn=self.turn)
+
+    async def on_llm_end(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
+    ) -> None:
+        self.recorder.emit(
+            "model_call",
+            turn=self.turn,
+            input_items=self._input[0],
+            input_chars=self._input[1],
+            duration_s=round(time.monotonic() - self._llm_started, 4),
+            usage=_usage(response.usage),
+            output=_output_items(response),
+        )
+
+    async def on_tool_start(self, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool) -> None:
+        call_id = getattr(context, "tool_call_id", None) or tool.name
+        self._tool_started[call_id] = time.monotonic()
+        self.recorder.emit(
+            "tool_start",
+            call_id=call_id,
+            name=tool.name,
+            arguments=_arguments(getattr(context, "tool_arguments", None)),
+        )
+
+    async def on_tool_end(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool, result: object
+    ) -> None:
+        call_id = getattr(context, "tool_call_id", None) or tool.name
+        text, images = tool_output_text(result)
+        started = self._tool_started.pop(call_id, time.monotonic())
+        self.recorder.emit(
+            "tool_result",
+            call_id=call_id,
+            name=tool.name,
+            arguments=_arguments(getattr(context, "tool_arguments", None)),
+            output=bounded(text),
+            images=images,
+            duration_s=round(time.monotonic() - started, 4),
+        )

@@ -1,0 +1,238 @@
+"""One run of a job: sandbox session, agent, output checks with a nudge, artifacts, record.
+
+The session is always closed and deleted (success, error, Ctrl-C): `open_session` owns that.
+Nothing here knows about the terminal; progress reaches the CLI as record events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from agents import RunConfig, Runner
+from agents.exceptions import MaxTurnsExceeded
+from agents.sandbox import LocalDir, LocalFile, Manifest, SandboxAgent, SandboxRunConfig
+from agents.sandbox.capabilities import Capability, Shell
+from agents.sandbox.session.sandbox_session import SandboxSession
+
+from . import __version__
+from .jobs import Job, OutputSpec
+from .models import ResolvedModel, explain_model_error, resolve_model
+from .outputs import OutputCheck, check_output, safe_extract_tar
+from .record import Listener, Recorder, RecordingHooks
+from .sandboxes import open_session
+
+WORKSPACE_ARCHIVE = "workspace.tar"
+MAX_NUDGES = 2
+MAX_OUTPUT_READ = 256 * 1024**2
+
+Status = Literal["ok", "failed", "error", "interrupted"]
+
+
+@dataclass
+class RunResult:
+    status: Status
+    run_dir: Path
+    checks: list[OutputCheck] = field(default_factory=list)
+    final_output: str = ""
+    error: str | None = None
+    usage: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def default_run_dir(job: Job, base: Path = Path("runs")) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    candidate = base / f"{job.name}-{stamp}"
+    suffix = 1
+    while candidate.exists():
+        suffix += 1
+        candidate = base / f"{job.name}-{stamp}-{suffix}"
+    return candidate
+
+
+def build_manifest(job: Job) -> Manifest:
+    entries: dict[str, Any] = {
+        path: LocalDir(src=host) if host.is_dir() else LocalFile(src=host)
+        for path, host in job.inputs.items()
+    }
+    return Manifest(entries=entries)
+
+
+def output_contract(outputs: Sequence[OutputSpec]) -> str:
+    if not outputs:
+        return ""
+    listing = "\n".join(f"- {o.path}" for o in outputs)
+    return (
+        "\n\nThe workspace root is /workspace. Before you finish, these files must exist there "
+        f"and be valid for their type:\n{listing}"
+    )
+
+
+def capabilities(model: ResolvedModel, job: Job) -> list[Capability]:
+    """The tools the model gets. All are plain function tools, so Chat Completions works too."""
+    from .tools.python_kernel import PythonKernel
+    from .tools.view_image import ViewImage
+
+    return [
+        Shell(),
+        ViewImage(),
+        PythonKernel(images=model.accepts_images, timeout=job.sandbox.limits.timeout),
+    ]
+
+
+def nudge_message(problems: Sequence[OutputCheck]) -> str:
+    lines = "\n".join(f"- {c.path}: {c.detail}" for c in problems)
+    return (
+        "The run is not finished: these required outputs are missing or invalid:\n"
+        f"{lines}\nCreate or fix them in the workspace, then reply with a short summary."
+    )
+
+
+async def check_in_session(session: SandboxSession, outputs: Sequence[OutputSpec]) -> list[OutputCheck]:
+    checks = []
+    for spec in outputs:
+        try:
+            data = await session.read_bounded(Path(spec.path), max_bytes=MAX_OUTPUT_READ)
+        except Exception:  # missing, a directory, unreadable: all mean "not there"
+            data = None
+        checks.append(check_output(spec.path, data, allow_empty=spec.allow_empty))
+    return checks
+
+
+def check_on_host(run_dir: Path, outputs: Sequence[OutputSpec]) -> list[OutputCheck]:
+    checks = []
+    for spec in outputs:
+        path = run_dir / spec.path
+        data = path.read_bytes() if path.is_file() and not path.is_symlink() else None
+        checks.append(check_output(spec.path, data, allow_empty=spec.allow_empty))
+    return checks
+
+
+async def save_workspace(session: SandboxSession, run_dir: Path, limit: int) -> list[str]:
+    """Write workspace.tar (bounded) and extract output/ from it. Returns refusal notes."""
+    archive = await session.persist_workspace()
+    target = run_dir / WORKSPACE_ARCHIVE
+    written = 0
+    with target.open("wb") as out:
+        while chunk := archive.read(1024 * 1024):
+            written += len(chunk)
+            if written > limit:
+                out.close()
+                target.unlink()
+                return [f"{WORKSPACE_ARCHIVE}: over {limit} bytes, not saved"]
+            out.write(chunk)
+    report = safe_extract_tar(target, run_dir, members=["output"], max_bytes=limit)
+    return [f"{name}: {reason}" for name, reason in report.refused]
+
+
+async def run_job(
+    job: Job,
+    *,
+    run_dir: Path | None = None,
+    listeners: list[Listener] | None = None,
+    environ: dict[str, str] | None = None,
+    model: ResolvedModel | None = None,
+) -> RunResult:
+    """Run `job` to completion and save its artifacts and record in `run_dir`.
+
+    `model` overrides the job's model spec (tests pass a scripted model this way).
+    """
+    run_dir = run_dir or default_run_dir(job)
+    recorder = Recorder(run_dir, listeners)
+    started = time.monotonic()
+    result = RunResult(status="error", run_dir=run_dir)
+    try:
+        model = model or resolve_model(job.model or None, environ=environ)
+        recorder.emit(
+            "run_start",
+            job=job.model_dump(mode="json"),
+            model=model.label,
+            notice=model.notice,
+            coderoom_version=__version__,
+        )
+        await _run_in_sandbox(job, model, run_dir, recorder, result)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        result.status, result.error = "interrupted", "interrupted by the user"
+        raise
+    except Exception as exc:
+        result.status = "error"
+        result.error = explain_model_error(exc) or f"{type(exc).__name__}: {exc}"
+    finally:
+        recorder.emit(
+            "run_end",
+            status=result.status,
+            final_output=result.final_output,
+            error=result.error,
+            outputs=[vars(c) for c in result.checks],
+            usage=result.usage,
+            duration_s=round(time.monotonic() - started, 3),
+        )
+        recorder.close()
+    return result
+
+
+async def _run_in_sandbox(
+    job: Job, model: ResolvedModel, run_dir: Path, recorder: Recorder, result: RunResult
+) -> None:
+    agent = SandboxAgent(
+        name=job.name,
+        instructions=job.instructions + output_contract(job.outputs),
+        model=model.model,
+        default_manifest=build_manifest(job),
+        capabilities=capabilities(model, job),
+    )
+    hooks = RecordingHooks(recorder)
+    async with open_session(job.sandbox, agent.default_manifest) as session:
+        run_config = RunConfig(
+            sandbox=SandboxRunConfig(session=session),
+            tracing_disabled=model.tracing_disabled,
+        )
+        run_input: str | list[Any] = job.prompt
+        checks: list[OutputCheck] = []
+        try:
+            for attempt in range(MAX_NUDGES + 1):
+                remaining = job.max_turns - hooks.turn
+                if remaining <= 0:
+                    break
+                outcome = await Runner.run(
+                    agent, run_input, max_turns=remaining, hooks=hooks, run_config=run_config
+                )
+                result.final_output = str(outcome.final_output or "")
+                result.usage = _add_usage(result.usage, outcome)
+                checks = await check_in_session(session, job.outputs)
+                problems = [c for c in checks if not c.ok]
+                if not problems or attempt == MAX_NUDGES:
+                    break
+                recorder.emit("nudge", missing=[{"path": c.path, "reason": c.detail} for c in problems])
+                run_input = outcome.to_input_list() + [
+                    {"role": "user", "content": nudge_message(problems)}
+                ]
+        except MaxTurnsExceeded:
+            result.error = f"the agent used all {job.max_turns} turns"
+        finally:
+            # Whatever happened, keep what the agent produced so far.
+            notes = await save_workspace(session, run_dir, job.sandbox.limits.workspace_size)
+            for note in notes:
+                recorder.emit("extract_refused", detail=note)
+    result.checks = check_on_host(run_dir, job.outputs)
+    failed = [c for c in result.checks if not c.ok]
+    result.status = "failed" if failed else "ok"
+    if failed and result.error is None:
+        result.error = "required outputs missing or invalid: " + "; ".join(
+            f"{c.path} ({c.detail})" for c in failed
+        )
+
+
+def _add_usage(total: dict[str, int], outcome: Any) -> dict[str, int]:
+    usage = outcome.context_wrapper.usage
+    fields = ("requests", "input_tokens", "output_tokens", "total_tokens")
+    return {name: total.get(name, 0) + getattr(usage, name) for name in fields}
+
