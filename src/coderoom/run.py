@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from agents import RunConfig, Runner
 from agents.exceptions import MaxTurnsExceeded
-from agents.sandbox import LocalDir, LocalFile, Manifest, SandboxAgent, SandboxRunConfig
+from agents.sandbox import Manifest, SandboxAgent, SandboxRunConfig
 from agents.sandbox.capabilities import Capability, Shell
 from agents.sandbox.session.sandbox_session import SandboxSession
 
@@ -26,6 +26,7 @@ from .models import ResolvedModel, explain_model_error, resolve_model
 from .outputs import OutputCheck, check_output, safe_extract_tar
 from .record import Listener, Recorder, RecordingHooks
 from .sandboxes import open_session
+from .workspace import stage_inputs
 
 WORKSPACE_ARCHIVE = "workspace.tar"
 MAX_NUDGES = 2
@@ -58,14 +59,6 @@ def default_run_dir(job: Job, base: Path = Path("runs")) -> Path:
     return candidate
 
 
-def build_manifest(job: Job) -> Manifest:
-    entries: dict[str, Any] = {
-        path: LocalDir(src=host) if host.is_dir() else LocalFile(src=host)
-        for path, host in job.inputs.items()
-    }
-    return Manifest(entries=entries)
-
-
 def output_contract(outputs: Sequence[OutputSpec]) -> str:
     if not outputs:
         return ""
@@ -78,9 +71,12 @@ def output_contract(outputs: Sequence[OutputSpec]) -> str:
 
 def capabilities(model: ResolvedModel, job: Job) -> list[Capability]:
     """The tools the model gets. All are plain function tools, so Chat Completions works too."""
-    from .tools.python_kernel import PythonKernel
     from .tools.view_image import ViewImage
 
+    try:  # TEMP until the kernel lands
+        from .tools.python_kernel import PythonKernel
+    except ImportError:
+        return [Shell(), ViewImage()]
     return [
         Shell(),
         ViewImage(),
@@ -149,8 +145,9 @@ async def run_job(
     recorder = Recorder(run_dir, listeners)
     started = time.monotonic()
     result = RunResult(status="error", run_dir=run_dir)
+    resolved: ResolvedModel | None = model
     try:
-        model = model or resolve_model(job.model or None, environ=environ)
+        resolved = model = model or resolve_model(job.model or None, environ=environ)
         recorder.emit(
             "run_start",
             job=job.model_dump(mode="json"),
@@ -176,6 +173,8 @@ async def run_job(
             duration_s=round(time.monotonic() - started, 3),
         )
         recorder.close()
+        if resolved is not None:
+            await resolved.aclose()
     return result
 
 
@@ -186,11 +185,12 @@ async def _run_in_sandbox(
         name=job.name,
         instructions=job.instructions + output_contract(job.outputs),
         model=model.model,
-        default_manifest=build_manifest(job),
+        default_manifest=Manifest(),
         capabilities=capabilities(model, job),
     )
     hooks = RecordingHooks(recorder)
     async with open_session(job.sandbox, agent.default_manifest) as session:
+        await stage_inputs(session, job.inputs)
         run_config = RunConfig(
             sandbox=SandboxRunConfig(session=session),
             tracing_disabled=model.tracing_disabled,
