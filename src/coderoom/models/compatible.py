@@ -1,0 +1,62 @@
+"""OpenAI-compatible Chat Completions servers (Ollama, vLLM, llama.cpp, LM Studio): MODEL@BASE_URL.
+
+The key, if the server wants one, comes from OPENAI_COMPATIBLE_API_KEY, never from OPENAI_API_KEY,
+so a host's OpenAI key is not sent to a third-party server. Tracing export is always off: the run's
+data should not travel to OpenAI when the user chose a local model.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+from agents import OpenAIChatCompletionsModel
+from openai import AsyncOpenAI
+
+from .resolved import ResolvedModel, check_base_url, client_settings, images_override
+
+FORM = "openai-compatible:MODEL@BASE_URL, e.g. openai-compatible:llama3.1@http://localhost:11434/v1"
+KEY_VAR = "OPENAI_COMPATIBLE_API_KEY"
+# Servers that ignore auth still get a bearer header; the openai client insists on one.
+NO_KEY = "no-key"
+_VISION = re.compile(r"vision|llava|vl\b|pixtral|gemma3|minicpm-v|moondream|gpt-4o|gpt-4\.1|gpt-5")
+
+
+def resolve(rest: str, environ: Mapping[str, str]) -> ResolvedModel:
+    spec = f"openai-compatible:{rest}"
+    name, at, url = rest.partition("@")
+    name = name.strip()
+    if not at or not name or not url.strip():
+        raise ValueError(f"model {spec!r} is incomplete; expected {FORM}")
+    base_url = check_base_url(url, spec, FORM)
+    max_retries, timeout = client_settings(environ)
+    key = environ.get(KEY_VAR, "").strip() or NO_KEY
+    client = AsyncOpenAI(
+        api_key=key,
+        base_url=base_url,
+        max_retries=max_retries,
+        timeout=timeout,
+        # Explicit, so an Authorization in the host's OPENAI_CUSTOM_HEADERS cannot replace it.
+        default_headers={"Authorization": f"Bearer {key}"},
+    )
+    # The client fills these from the host's OPENAI_ORG_ID / OPENAI_PROJECT_ID; they are OpenAI's.
+    client.organization = None
+    client.project = None
+    override = images_override(environ)
+    notice = None
+    if urlsplit(base_url).path in ("", "/"):
+        notice = (
+            f"{base_url} has no path; OpenAI-compatible servers usually serve under /v1 ({FORM})"
+        )
+    return ResolvedModel(
+        model=OpenAIChatCompletionsModel(
+            model=name, openai_client=client, buffer_streamed_tool_calls=True
+        ),
+        label=f"openai-compatible:{name}@{base_url}",
+        api="chat_completions",
+        accepts_images=bool(_VISION.search(name.lower())) if override is None else override,
+        tracing_disabled=True,
+        notice=notice,
+        client=client,
+    )

@@ -1,0 +1,86 @@
+"""What every provider returns, and the client settings they share.
+
+Retries and timeouts are the `openai` client's own (exponential backoff with jitter on
+408/409/429/5xx, connection errors and timeouts; `Retry-After` honoured); coderoom only picks
+the numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+from urllib.parse import urlsplit
+
+from agents import Model
+from openai import AsyncOpenAI
+
+Api = Literal["responses", "chat_completions", "offline"]
+
+DEFAULT_TIMEOUT_S = 600.0
+DEFAULT_MAX_RETRIES = 5
+
+
+@dataclass
+class ResolvedModel:
+    """An SDK Model plus what the runner needs to know about it."""
+
+    model: Model
+    label: str
+    api: Api
+    accepts_images: bool
+    tracing_disabled: bool
+    notice: str | None = None
+    client: AsyncOpenAI | None = field(default=None, repr=False)
+
+    async def aclose(self) -> None:
+        """Close the HTTP client (the SDK's HTTP models don't own theirs)."""
+        if self.client is not None:
+            await self.client.close()
+
+
+def client_settings(environ: Mapping[str, str]) -> tuple[int, float]:
+    """(max_retries, timeout seconds) from CODEROOM_MODEL_MAX_RETRIES / CODEROOM_MODEL_TIMEOUT."""
+    retries = _number(environ, "CODEROOM_MODEL_MAX_RETRIES", DEFAULT_MAX_RETRIES, int)
+    timeout = _number(environ, "CODEROOM_MODEL_TIMEOUT", DEFAULT_TIMEOUT_S, float)
+    if retries < 0 or timeout <= 0:
+        raise ValueError("CODEROOM_MODEL_MAX_RETRIES must be >= 0 and CODEROOM_MODEL_TIMEOUT > 0")
+    return int(retries), float(timeout)
+
+
+def _number(environ: Mapping[str, str], name: str, default: float, kind: type) -> float:
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return kind(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number") from None
+
+
+def images_override(environ: Mapping[str, str]) -> bool | None:
+    """CODEROOM_MODEL_IMAGES=1/0 overrides the guess of whether the model can look at images."""
+    raw = environ.get("CODEROOM_MODEL_IMAGES", "").strip().lower()
+    if not raw:
+        return None
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"CODEROOM_MODEL_IMAGES={raw!r}: expected 1 or 0")
+
+
+def check_base_url(url: str, spec: str, expected: str) -> str:
+    """An http(s) URL with a host, without its trailing slash; else ValueError naming `spec`."""
+    error = ValueError(
+        f"model {spec!r}: {url.strip()!r} is not an http(s) base URL; expected {expected}"
+    )
+    url = url.strip().rstrip("/")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  (raises ValueError on a bad port)
+    except ValueError:
+        raise error from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        raise error
+    return url

@@ -1,0 +1,219 @@
+"""The real `openai` client and the SDK's own models and Runner against the scripted server.
+
+Round trips in both wire formats (plain and streamed), retries done by the client (429, 5xx,
+timeouts), a bad key stopping at once, and the one-line explanations the runner shows.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import openai
+import pytest
+from agents import (
+    Agent,
+    ModelSettings,
+    RunConfig,
+    Runner,
+    RunResult,
+    RunResultStreaming,
+    function_tool,
+)
+
+from coderoom.models import ResolvedModel, explain_model_error, resolve_model
+from openai_server import SERVER_KEY, Fail, OpenAIServer, Stall, call, say, server_environ, spec_for
+
+APIS = ["chat_completions", "responses"]
+FAST = {"retry-after-ms": "10"}
+
+
+@function_tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+async def run_agent(
+    resolved: ResolvedModel, *, stream: bool = False
+) -> RunResult | RunResultStreaming:
+    # The SDK asks non-OpenAI Chat Completions servers for streamed usage only when told to.
+    settings = ModelSettings(include_usage=True)
+    agent = Agent(
+        name="adder",
+        instructions="Use the add tool.",
+        model=resolved.model,
+        model_settings=settings,
+        tools=[add],
+    )
+    config = RunConfig(tracing_disabled=resolved.tracing_disabled)
+    try:
+        if not stream:
+            return await Runner.run(agent, "What is 2 + 3?", run_config=config)
+        result = Runner.run_streamed(agent, "What is 2 + 3?", run_config=config)
+        async for _ in result.stream_events():
+            pass
+        return result
+    finally:
+        await resolved.aclose()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+@pytest.mark.parametrize("api", APIS)
+async def test_tool_call_round_trip(openai_server: OpenAIServer, api: str, stream: bool) -> None:
+    openai_server.script([call("add", a=2, b=3), say("2 + 3 = 5")])
+    resolved = resolve_model(spec_for(api, openai_server), environ=server_environ(openai_server))
+    assert resolved.api == api
+
+    result = await run_agent(resolved, stream=stream)
+
+    assert result.final_output == "2 + 3 = 5"
+    path = "/v1/chat/completions" if api == "chat_completions" else "/v1/responses"
+    assert openai_server.paths() == [path, path]
+    first, second = openai_server.requests
+    assert first.body["model"] in ("scripted", "gpt-5.4")
+    assert first.body.get("stream", False) is stream
+    assert first.tool_names == ["add"]
+    assert all(tool["type"] == "function" for tool in first.body["tools"])
+    assert first.tool_outputs == [] and second.tool_outputs == ["5"]
+    assert first.headers["authorization"] == f"Bearer {SERVER_KEY}"
+    usage = result.context_wrapper.usage
+    assert usage.requests == 2 and usage.input_tokens > 0 and usage.output_tokens > 0
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_rate_limit_and_server_errors_are_retried(
+    openai_server: OpenAIServer, api: str
+) -> None:
+    openai_server.script([Fail(429, "Rate limit reached", headers=FAST), Fail(500), say("done")])
+    resolved = resolve_model(spec_for(api, openai_server), environ=server_environ(openai_server))
+
+    result = await run_agent(resolved)
+
+    assert result.final_output == "done"
+    assert len(openai_server.requests) == 3
+    bodies = [json.dumps(seen.body, sort_keys=True) for seen in openai_server.requests]
+    assert len(set(bodies)) == 1, "a retry must resend the same request"
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_bad_key_stops_at_once(openai_server: OpenAIServer, api: str) -> None:
+    environ = server_environ(
+        openai_server, OPENAI_API_KEY="sk-wrong-key", OPENAI_COMPATIBLE_API_KEY="sk-wrong-key"
+    )
+    resolved = resolve_model(spec_for(api, openai_server), environ=environ)
+
+    with pytest.raises(openai.AuthenticationError) as caught:
+        await run_agent(resolved)
+
+    assert len(openai_server.requests) == 1
+    message = explain_model_error(caught.value)
+    assert message is not None and "rejected the API key (401)" in message
+    assert openai_server.url in message and "sk-wrong-key" not in message
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_timeout_is_retried(openai_server: OpenAIServer, api: str) -> None:
+    openai_server.script([Stall(30), say("late but fine")])
+    environ = server_environ(openai_server, CODEROOM_MODEL_TIMEOUT="0.5")
+    resolved = resolve_model(spec_for(api, openai_server), environ=environ)
+
+    result = await run_agent(resolved)
+
+    assert result.final_output == "late but fine"
+    assert len(openai_server.requests) == 2
+
+
+async def test_timeouts_exhausted_are_explained(openai_server: OpenAIServer) -> None:
+    openai_server.script([Stall(30), Stall(30)])
+    environ = server_environ(
+        openai_server, CODEROOM_MODEL_TIMEOUT="0.3", CODEROOM_MODEL_MAX_RETRIES="1"
+    )
+    resolved = resolve_model(spec_for("chat_completions", openai_server), environ=environ)
+
+    with pytest.raises(openai.APITimeoutError) as caught:
+        await run_agent(resolved)
+
+    assert len(openai_server.requests) == 2
+    message = explain_model_error(caught.value)
+    assert (
+        message is not None and "did not answer in time" in message and openai_server.url in message
+    )
+
+
+async def test_rate_limit_exhausted_is_explained(openai_server: OpenAIServer) -> None:
+    openai_server.script([Fail(429, "Rate limit reached for requests", headers=FAST)] * 3)
+    environ = server_environ(openai_server, CODEROOM_MODEL_MAX_RETRIES="2")
+    resolved = resolve_model(spec_for("responses", openai_server), environ=environ)
+
+    with pytest.raises(openai.RateLimitError) as caught:
+        await run_agent(resolved)
+
+    assert len(openai_server.requests) == 3
+    message = explain_model_error(caught.value)
+    assert message is not None
+    assert "still rate-limited" in message and "Rate limit reached for requests" in message
+
+
+async def test_unknown_model_is_explained_without_retrying(openai_server: OpenAIServer) -> None:
+    openai_server.script(
+        [Fail(404, 'model "scripted" not found, try pulling it first', code="model_not_found")]
+    )
+    resolved = resolve_model(
+        spec_for("chat_completions", openai_server), environ=server_environ(openai_server)
+    )
+
+    with pytest.raises(openai.NotFoundError) as caught:
+        await run_agent(resolved)
+
+    assert len(openai_server.requests) == 1
+    message = explain_model_error(caught.value)
+    assert message is not None and message.startswith("model 'scripted' was not found at")
+    assert "try pulling it first" in message
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def test_unreachable_server_is_explained_with_its_url() -> None:
+    url = f"http://127.0.0.1:{_closed_port()}/v1"
+    resolved = resolve_model(
+        f"openai-compatible:m@{url}", environ={"CODEROOM_MODEL_MAX_RETRIES": "0"}
+    )
+
+    with pytest.raises(openai.APIConnectionError) as caught:
+        await run_agent(resolved)
+
+    try:
+        raise RuntimeError("run failed") from caught.value
+    except RuntimeError as wrapped:
+        message = explain_model_error(wrapped)
+    assert message is not None and message.startswith(
+        f"cannot reach the model server at {url}/chat/completions"
+    )
+
+
+def test_other_errors_are_not_model_errors() -> None:
+    assert explain_model_error(ValueError("bad job")) is None
+    assert explain_model_error(ExceptionGroup("many", [KeyError("x")])) is None
+
+
+async def test_compatible_server_never_gets_host_openai_credentials(
+    openai_server: OpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    openai_server.api_key = None  # this server, like Ollama, takes any key
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-canary-host-key")
+    monkeypatch.setenv("OPENAI_ORG_ID", "org-canary")
+    monkeypatch.setenv("OPENAI_PROJECT_ID", "proj-canary")
+    monkeypatch.setenv("OPENAI_CUSTOM_HEADERS", "Authorization: Bearer sk-canary-custom-header")
+    openai_server.script([say("hi")])
+    resolved = resolve_model(f"openai-compatible:m@{openai_server.url}", environ=None)
+
+    await run_agent(resolved)
+
+    (seen,) = openai_server.requests
+    assert seen.headers["authorization"] == "Bearer no-key"
+    assert "canary" not in json.dumps(seen.headers) + json.dumps(seen.body)

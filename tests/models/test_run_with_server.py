@@ -1,0 +1,99 @@
+"""A whole `coderoom` run in the default sandbox, driven by a scripted model in both wire formats.
+
+The script has the agent run `env` (and read every visible process environment), write the
+required outputs from the input, and answer. The run must succeed, extract the outputs, record
+the calls, offer only plain function tools (what Chat Completions servers accept), and never let
+the host's OPENAI_API_KEY into the sandbox or into anything sent back to the model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from coderoom.jobs import build_job
+from coderoom.record import read_record
+from coderoom.run import run_job
+from openai_server import OpenAIServer, call, say, spec_for
+
+CANARY = "sk-canary-3f9a1c77e2"
+SHOW_ENV = "env; cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n'"
+WRITE = (
+    "mkdir -p output && cp input/data.csv output/result.csv"
+    " && printf '# Result\\n\\nCopied.\\n' > output/summary.md"
+)
+
+
+@pytest.mark.parametrize("api", ["chat_completions", "responses"])
+async def test_scripted_run(api: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", CANARY)  # the host's key: must stay in this process
+    data = tmp_path / "data.csv"
+    data.write_text("x,y\n1,2\n3,4\n")
+    script = [
+        call("exec_command", cmd=SHOW_ENV),
+        call("exec_command", cmd=WRITE),
+        say("Wrote both outputs."),
+    ]
+    # OpenAI (Responses) is sent the host key as its credential; a compatible server gets none.
+    with OpenAIServer(script, api_key=CANARY if api == "responses" else "no-key") as server:
+        job = build_job(
+            {
+                "name": "scripted",
+                "prompt": "Copy input/data.csv to output/result.csv and write output/summary.md.",
+                "inputs": {"input/data.csv": data},
+                "outputs": ["output/result.csv", "output/summary.md"],
+                "model": spec_for(api, server),
+                "max_turns": 6,
+            }
+        )
+        environ = {**os.environ, "OPENAI_BASE_URL": server.url, "CODEROOM_MODEL_MAX_RETRIES": "1"}
+        result = await run_job(job, run_dir=tmp_path / "run", environ=environ)
+
+    assert not server.errors, server.errors
+    assert result.status == "ok", result.error
+    assert result.final_output == "Wrote both outputs."
+    assert (result.run_dir / "output/result.csv").read_text() == "x,y\n1,2\n3,4\n"
+    assert (result.run_dir / "output/summary.md").read_text().startswith("# Result")
+
+    events = read_record(result.run_dir)
+    label = "openai:gpt-5.4" if api == "responses" else job.model
+    assert (events[0]["type"], events[0]["model"]) == ("run_start", label)
+    assert [e["turn"] for e in events if e["type"] == "model_call"] == [1, 2, 3]
+    tools = [e for e in events if e["type"] == "tool_result"]
+    assert [(t["name"], t["arguments"]["cmd"]) for t in tools] == [
+        ("exec_command", SHOW_ENV),
+        ("exec_command", WRITE),
+    ]
+    assert "PATH=" in tools[0]["output"] and CANARY not in tools[0]["output"]
+    assert events[-1]["type"] == "run_end" and events[-1]["status"] == "ok"
+
+    assert len(server.requests) == 3
+    expected_auth = f"Bearer {CANARY}" if api == "responses" else "Bearer no-key"
+    for seen in server.requests:
+        assert seen.headers["authorization"] == expected_auth
+        assert {tool["type"] for tool in seen.body["tools"]} == {"function"}
+        assert "exec_command" in seen.tool_names
+        assert "context_management" not in seen.body
+        items = seen.body.get("input") if api == "responses" else seen.body["messages"]
+        assert not [i for i in items if isinstance(i, dict) and i.get("type") == "compaction"]
+        assert CANARY not in json.dumps(seen.body)
+    env_output = server.requests[1].tool_outputs[0]
+    assert "PATH=" in env_output and CANARY not in env_output
+
+
+async def test_run_with_a_bad_key_ends_with_one_clear_line(tmp_path: Path) -> None:
+    with OpenAIServer([], api_key="sk-the-right-one") as server:
+        job = build_job({"prompt": "anything", "model": "gpt-5.4"})
+        environ = {"OPENAI_API_KEY": "sk-a-wrong-one", "OPENAI_BASE_URL": server.url}
+        result = await run_job(job, run_dir=tmp_path / "run", environ=environ)
+
+    assert len(server.requests) == 1
+    assert result.status == "error"
+    assert result.error == (
+        f"the model server at {server.url}/responses rejected the API key (401); check "
+        "OPENAI_API_KEY (OpenAI) or OPENAI_COMPATIBLE_API_KEY (openai-compatible servers)"
+    )
+    assert read_record(result.run_dir)[-1]["error"] == result.error
