@@ -1,0 +1,5 @@
+"""`python -m coderoom` is the `coderoom` command."""
+
+from .cli import app
+
+app()

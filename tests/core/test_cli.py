@@ -1,0 +1,101 @@
+"""The `coderoom` command as a user meets it: clear job errors, a run with progress and an artifact
+table, a readable transcript, and Ctrl-C that leaves no sandbox behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import require_backend
+from openai_server import OpenAIServer, call, say
+
+COMMAND = [sys.executable, "-m", "coderoom"]
+
+
+def coderoom(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*COMMAND, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
+
+
+def clean_env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "CODEROOM_MODEL"))}
+    env["TMPDIR"] = str(tmp_path / "tmp")
+    env["CODEROOM_MODEL_MAX_RETRIES"] = "0"
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    return env
+
+
+def test_a_bad_job_file_exits_2_naming_file_and_key(tmp_path: Path) -> None:
+    (tmp_path / "coderoom.toml").write_text('prompt = "p"\nmax_turn = 3\n')
+    result = coderoom("run", str(tmp_path))
+    assert result.returncode == 2
+    assert "coderoom.toml" in result.stderr and "max_turn: unknown key" in result.stderr
+
+
+def test_a_flag_job_runs_shows_artifacts_and_a_transcript(tmp_path: Path) -> None:
+    data = tmp_path / "d.csv"
+    data.write_text("a\n1\n")
+    script = [call("exec_command", cmd="mkdir -p output && cp input/d.csv output/copy.csv"), say("Copied it.")]
+    with OpenAIServer(script) as server:
+        result = coderoom(
+            "run", "--input", f"{data}=input/d.csv", "--output", "output/copy.csv",
+            "--model", f"openai-compatible:scripted@{server.url}", "--out", str(tmp_path / "run"),
+            "Copy the file", env=clean_env(tmp_path),
+        )
+    assert result.returncode == 0, result.stderr
+    assert "exec_command" in result.stderr and "mkdir -p output" in result.stderr
+    assert "output/copy.csv" in result.stdout and "csv: 1 rows, 1 columns" in result.stdout
+    assert "Copied it." in result.stdout
+    shown = coderoom("show", str(tmp_path / "run"))
+    assert shown.returncode == 0
+    assert "cp input/d.csv output/copy.csv" in shown.stdout and "run ok" in shown.stdout
+
+
+def test_missing_outputs_exit_1(tmp_path: Path) -> None:
+    with OpenAIServer([say("I did nothing.")] * 3) as server:
+        result = coderoom(
+            "run", "--output", "output/x.md", "--model", f"openai-compatible:scripted@{server.url}",
+            "--out", str(tmp_path / "run"), "Write output/x.md", env=clean_env(tmp_path),
+        )
+    assert result.returncode == 1
+    assert "output/x.md (missing" in result.stderr
+
+
+def _leftovers(backend: str, tmp: Path) -> list[str]:
+    if backend == "docker":
+        out = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", "label=coderoom.sandbox"], capture_output=True, text=True
+        ).stdout.split()
+        return out
+    procs = subprocess.run(["pgrep", "-af", str(tmp)], capture_output=True, text=True).stdout.splitlines()
+    return [str(p) for p in tmp.iterdir()] + procs
+
+
+@pytest.mark.parametrize("backend", ["local", "docker"])
+def test_ctrl_c_closes_the_sandbox_and_leaves_nothing(backend: str, tmp_path: Path) -> None:
+    require_backend(backend)
+    env = clean_env(tmp_path)
+    before = _leftovers(backend, tmp_path / "tmp")
+    script = [call("exec_command", cmd="sleep 60"), say("never")]
+    with OpenAIServer(script) as server:
+        process = subprocess.Popen(
+            [*COMMAND, "run", "--sandbox", backend, "--output", "output/x.md",
+             "--model", f"openai-compatible:scripted@{server.url}", "--out", str(tmp_path / "run"), "wait"],
+            stderr=subprocess.PIPE, text=True, env=env,
+        )
+        assert process.stderr is not None
+        deadline = time.monotonic() + 60
+        for line in process.stderr:
+            if "sleep 60" in line or time.monotonic() > deadline:
+                break
+        time.sleep(1)
+        process.send_signal(signal.SIGINT)
+        rest = process.communicate(timeout=30)[1]
+    assert process.returncode == 130, rest
+    assert "interrupted" in rest
+    assert _leftovers(backend, tmp_path / "tmp") == before
