@@ -1,0 +1,223 @@
+"""The offline analyst's state machine: list -> profile -> analyse -> verify -> final message.
+
+Each step is one shell command that writes a script from `scripts/` into `.coderoom/` of the
+workspace and runs it, so the workspace archive holds everything needed to reproduce the run. The
+next step is chosen only from the transcript (prompt + earlier tool results), never from hidden
+state. Whatever cannot be done is said plainly in the final message; no output is ever faked.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import shlex
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from .request import Request, parse_request
+from .transcript import Call, Transcript, call_exit, call_text, marker, running_session
+
+SCRIPT_DIR = ".coderoom"
+RUN_YIELD_MS = 120_000  # one-shot backends: the command's timeout; PTY backends clamp and we poll
+MAX_POLLS = 20
+DATA_SUFFIXES = (".csv", ".tsv", ".txt")
+SUPPORTED_OUTPUTS = (".csv", ".png", ".svg", ".pdf", ".jpg", ".md", ".txt", ".json")
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    step: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Final:
+    text: str
+
+
+Action = ToolCall | Final
+
+
+def script(name: str) -> str:
+    return resources.files(__package__).joinpath("scripts", name).read_text(encoding="utf-8")
+
+
+def _heredoc(path: str, text: str, tag: str) -> str:
+    return f"cat > {path} <<'{tag}'\n{text.rstrip()}\n{tag}\n"
+
+
+def install_and_run(name: str, argv: list[str], extra_files: dict[str, str] | None = None) -> str:
+    """A shell command that writes scripts/<name> (and any config) into .coderoom/ and runs it."""
+    parts = [f"mkdir -p {SCRIPT_DIR}\n", _heredoc(f"{SCRIPT_DIR}/{name}", script(name), "CODEROOM_PY")]
+    for path, text in (extra_files or {}).items():
+        parts.append(_heredoc(path, text, "CODEROOM_JSON"))
+    parts.append(" ".join(["python3", f"{SCRIPT_DIR}/{name}", *map(shlex.quote, argv)]))
+    return "".join(parts)
+
+
+def analysis_config(profile: dict[str, Any], outputs: list[str]) -> dict[str, Any]:
+    """The analyse.py config for a profiled CSV: how to read it and what to write."""
+    target = str(profile["target"])
+    return {
+        "csv": profile["path"],
+        "sep": profile["sep"],
+        "decimal": profile["decimal"],
+        "time_col": profile["time_col"],
+        "time_options": profile.get("time_options") or {},
+        "target": target,
+        "target_is_energy": any(h in target.lower() for h in ("kwh", "wh", "energy", "consumption")),
+        "temperature": profile.get("temperature"),
+        "temperature_unit": profile.get("temperature_unit"),
+        "outputs": outputs,
+    }
+
+
+LIST_CMD = (
+    "pwd && find . -path ./" + SCRIPT_DIR + " -prune -o -type f -print | sort | head -n 500"
+)
+
+
+def decide(transcript: Transcript, tool_names: list[str], instructions: str = "") -> Action:
+    """The next action for this transcript."""
+    request = parse_request(transcript.prompt, instructions)
+    if transcript.user_messages > 2:
+        return Final(_give_up(transcript))
+    if "exec_command" not in tool_names:
+        return Final("I cannot act: no `exec_command` tool is available, so I ran nothing and "
+                     "wrote no files.")
+    last = transcript.calls[-1] if transcript.calls else None
+    if last is not None and not last.done:
+        return _poll(last, tool_names)
+    listing = transcript.step("list")
+    if listing is None:
+        return ToolCall("list", "exec_command", {"cmd": LIST_CMD})
+    if call_exit(listing) != 0:
+        return Final(_cannot(request, f"Listing the workspace failed (exit code "
+                                      f"{call_exit(listing)}):\n\n{_tail(listing)}"))
+    data = _pick_data_file(request, call_text(listing))
+    if data is None:
+        return Final(_cannot(request, "I found no CSV file in the workspace to analyse."))
+    prof_call = transcript.step("profile")
+    if prof_call is None:
+        cmd = install_and_run("profile.py", [data])
+        return ToolCall("profile", "exec_command", {"cmd": cmd, "yield_time_ms": RUN_YIELD_MS})
+    profile = marker(call_text(prof_call), "CODEROOM_PROFILE")
+    if profile is None:
+        return Final(_cannot(request, f"Profiling {data} failed:\n\n{_tail(prof_call)}"))
+    problem = _unservable(profile, request)
+    if problem:
+        return Final(_cannot(request, problem, profile))
+    outputs = [o for o in request.outputs if o.lower().endswith(SUPPORTED_OUTPUTS)]
+    analyse = transcript.step("analyse")
+    if analyse is None:
+        config = json.dumps(analysis_config(profile, outputs), indent=2, sort_keys=True)
+        cfg_path = f"{SCRIPT_DIR}/analyse.json"
+        cmd = install_and_run("analyse.py", [cfg_path], {cfg_path: config})
+        return ToolCall("analyse", "exec_command", {"cmd": cmd, "yield_time_ms": RUN_YIELD_MS})
+    result = marker(call_text(analyse), "CODEROOM_RESULT")
+    if result is None:
+        return Final(_cannot(request, f"The analysis script failed (exit code "
+                                      f"{call_exit(analyse)}):\n\n{_tail(analyse)}", profile))
+    verify = transcript.step("verify")
+    if verify is None and request.outputs:
+        cmd = install_and_run("verify.py", list(request.outputs))
+        return ToolCall("verify", "exec_command", {"cmd": cmd, "yield_time_ms": RUN_YIELD_MS})
+    checks = marker(call_text(verify), "CODEROOM_VERIFY") if verify else {}
+    return Final(_summary(request, profile, result, checks or {}))
+
+
+def _poll(call: Call, tool_names: list[str]) -> Action:
+    session = running_session(call.outputs[-1])
+    if "write_stdin" not in tool_names or len(call.outputs) > MAX_POLLS:
+        return Final(f"The `{call.step}` step was still running after {len(call.outputs)} checks "
+                     f"(session {session}); I stopped there and wrote no further files.")
+    return ToolCall(call.step, "write_stdin",
+                    {"session_id": session, "chars": "", "yield_time_ms": 30_000})
+
+
+def _pick_data_file(request: Request, listing: str) -> str | None:
+    """The data file the prompt names if it exists; else the first CSV (input/ first)."""
+    files = [line[2:] for line in listing.splitlines() if line.startswith("./")]
+    files = [f for f in files if not f.startswith(("output/", SCRIPT_DIR + "/"))]
+    for wanted in request.inputs:
+        norm = posixpath.normpath(wanted)
+        if norm in files:
+            return norm
+    data = [f for f in files if f.lower().endswith(DATA_SUFFIXES[:2])]
+    data.sort(key=lambda f: (not f.startswith("input/"), f))
+    return data[0] if data else None
+
+
+def _unservable(profile: dict[str, Any], request: Request) -> str | None:
+    if profile.get("time_col") is None:
+        return (f"{profile['path']} has no column that parses as dates or times, so there is no "
+                "time series to analyse.")
+    if profile.get("target") is None:
+        return f"{profile['path']} has no numeric column to analyse besides time and temperature."
+    if (profile.get("step_seconds") or 0) <= 0 or profile.get("rows", 0) < 48:
+        return f"{profile['path']} has too few timestamped rows for a baseline (need 48 or more)."
+    if not request.wants_anomalies:
+        return ("The request does not ask for anomalies or abnormal events, and that is the only "
+                "analysis the offline analyst performs (it has no language model to improvise).")
+    return None
+
+
+def _profile_lines(profile: dict[str, Any]) -> list[str]:
+    lines = [f"- {profile['path']}: {profile['rows']} rows, columns {', '.join(profile['columns'])}."]
+    if profile.get("time_col"):
+        lines.append(f"- Time column `{profile['time_col']}` from {profile.get('start')} to "
+                     f"{profile.get('end')}; {profile.get('gap_count', 0)} gap(s).")
+    missing = {k: v for k, v in profile.get("missing", {}).items() if v}
+    if missing:
+        lines.append("- Missing values: " + ", ".join(f"{k} {v}" for k, v in sorted(missing.items())))
+    return lines
+
+
+def _cannot(request: Request, reason: str, profile: dict[str, Any] | None = None) -> str:
+    lines = ["I could not complete this request.", "", reason.strip()]
+    if profile:
+        lines += ["", "What I found:", *_profile_lines(profile)]
+    if request.outputs:
+        lines += ["", "I did not create these requested files: " + ", ".join(request.outputs) + "."]
+    return "\n".join(lines)
+
+
+def _summary(request: Request, profile: dict[str, Any], result: dict[str, Any],
+             checks: dict[str, Any]) -> str:
+    n = result["events"]
+    lines = [f"I analysed {profile['path']} ({profile['rows']} rows, {profile.get('start')} to "
+             f"{profile.get('end')}) and found {n} abnormal event(s) in {profile['target']}: "
+             f"{result['high']} higher and {result['low']} lower than expected."]
+    for i, e in enumerate(result["list"]):
+        lines.append(f"{i + 1}. {e['start']} to {e['end']} ({e['hours']:g} h): {e['kind']}, "
+                     f"{e['direction']}, score {e['score']:.1f}")
+    if n > len(result["list"]):
+        lines.append(f"... and {n - len(result['list'])} more (see the table).")
+    tm = result.get("baseline", {}).get("temperature_model")
+    lines.append("")
+    lines.append("Method: expected value from the same hour of the week in surrounding weeks"
+                 + (", adjusted for outdoor temperature" if tm else "")
+                 + "; robust z-scores of the residuals; consecutive abnormal hours grouped into "
+                 "events, small fluctuations ignored.")
+    good = [p for p, c in checks.items() if c.get("ok")]
+    bad = {p: c.get("detail") for p, c in checks.items() if not c.get("ok")}
+    if good:
+        lines += ["", "Files written and checked: " + ", ".join(good) + "."]
+    if bad:
+        lines += ["", "Problems: " + "; ".join(f"{p}: {d}" for p, d in bad.items()) + "."]
+    if result.get("skipped"):
+        lines += ["", "I cannot produce these file types: " + ", ".join(result["skipped"]) + "."]
+    return "\n".join(lines)
+
+
+def _tail(call: Call, lines: int = 15) -> str:
+    return "\n".join(call_text(call).strip().splitlines()[-lines:])
+
+
+def _give_up(transcript: Transcript) -> str:
+    previous = transcript.assistant_texts[-1] if transcript.assistant_texts else ""
+    return ("I already re-ran the analysis once after being told outputs were missing or invalid; "
+            "running it again would give the same result, so I am stopping here.\n\n"
+            "My last report was:\n\n" + previous)

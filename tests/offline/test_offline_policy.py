@@ -1,0 +1,97 @@
+"""The analyst's decisions from a transcript alone (no sandbox): step order, polling a command that
+is still running, failures reported as such, unique call ids, and the event scorer it is judged by."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+from agents.testing import assistant_message, function_call
+
+from coderoom.evaluation import score_events
+from coderoom.models.offline.policy import Final, ToolCall, decide
+from coderoom.models.offline.transcript import read_transcript
+
+PROMPT = "Find anomalies in input/x.csv and save output/anomalies.csv."
+TOOLS = ["exec_command", "write_stdin"]
+
+
+def output(call_id: str, text: str, code: int | None = 0, session: int | None = None) -> dict:
+    head = ["Chunk ID: abc123", "Wall time: 0.1 seconds"]
+    head.append(f"Process exited with code {code}" if code is not None
+                else f"Process running with session ID {session}")
+    return {"type": "function_call_output", "call_id": call_id,
+            "output": "\n".join(head + ["Output:", text])}
+
+
+def call(name: str, call_id: str, **args: object) -> object:
+    return function_call(name, args, call_id=call_id)  # a pydantic item, as the SDK may pass
+
+
+def test_first_step_lists_the_workspace() -> None:
+    action = decide(read_transcript(PROMPT), TOOLS)
+    assert isinstance(action, ToolCall) and action.step == "list"
+    assert "find ." in action.arguments["cmd"]
+
+
+def test_running_command_is_polled_then_the_plan_continues() -> None:
+    items = [
+        {"role": "user", "content": PROMPT},
+        call("exec_command", "cr-list-1", cmd="ls"),
+        output("cr-list-1", "./input/x.csv\n"),
+        call("exec_command", "cr-profile-2", cmd="python3 .coderoom/profile.py input/x.csv"),
+        output("cr-profile-2", "file: input/x.csv\n", code=None, session=1001),
+    ]
+    poll = decide(read_transcript(items), TOOLS)
+    assert isinstance(poll, ToolCall)
+    assert (poll.name, poll.step, poll.arguments["session_id"]) == ("write_stdin", "profile", 1001)
+    profile = {"path": "input/x.csv", "rows": 10, "columns": ["t", "v"], "time_col": None}
+    items += [call("write_stdin", "cr-profile-3", session_id=1001, chars=""),
+              output("cr-profile-3", "CODEROOM_PROFILE " + json.dumps(profile) + "\n")]
+    final = decide(read_transcript(items), TOOLS)
+    assert isinstance(final, Final)
+    assert "no column that parses as dates" in final.text
+    assert "did not create these requested files: output/anomalies.csv" in final.text
+
+
+def test_a_failed_listing_is_not_reported_as_an_empty_workspace() -> None:
+    items = [{"role": "user", "content": PROMPT}, call("exec_command", "cr-list-1", cmd="ls"),
+             output("cr-list-1", "sh: find: not found\n", code=127)]
+    final = decide(read_transcript(items), TOOLS)
+    assert isinstance(final, Final) and "exit code 127" in final.text and "find: not found" in final.text
+
+
+def test_after_a_nudge_it_redoes_the_work_once_then_stops() -> None:
+    first = [{"role": "user", "content": PROMPT}, call("exec_command", "cr-list-1", cmd="ls"),
+             output("cr-list-1", "./notes.json\n"), assistant_message("I could not ...", item_id="m1")]
+    nudged = first + [{"role": "user", "content": "outputs missing: output/anomalies.csv"}]
+    again = decide(read_transcript(nudged), TOOLS)
+    assert isinstance(again, ToolCall) and again.step == "list"
+    assert read_transcript(nudged).total_calls == 1  # the next id is cr-list-2: unique in the run
+    twice = nudged + [call("exec_command", "cr-list-2", cmd="ls"), output("cr-list-2", "./notes.json\n"),
+                      assistant_message("I could not ...", item_id="m2"),
+                      {"role": "user", "content": "outputs missing: output/anomalies.csv"}]
+    stop = decide(read_transcript(twice), TOOLS)
+    assert isinstance(stop, Final) and "re-ran the analysis once" in stop.text
+
+
+def test_without_a_shell_it_says_so() -> None:
+    final = decide(read_transcript(PROMPT), ["view_image"])
+    assert isinstance(final, Final) and "exec_command" in final.text
+
+
+def ts(text: str) -> pd.Timestamp:
+    return pd.Timestamp(text)
+
+
+def test_event_scorer_tolerance_and_counts() -> None:
+    true = [(ts("2024-01-01 10:00"), ts("2024-01-01 12:00")), (ts("2024-01-05 00:00"), ts("2024-01-05 03:00"))]
+    reported = [
+        (ts("2024-01-01 15:00"), ts("2024-01-01 16:00")),  # 3 h after the first: within tolerance
+        (ts("2024-01-04 20:00"), ts("2024-01-04 20:00")),  # 4 h before the second: outside
+        (ts("2024-02-01 00:00"), ts("2024-02-01 05:00")),  # nothing near
+    ]
+    score = score_events(true, reported, tol_hours=3)
+    assert (score.found, score.correct) == (1, 1)
+    assert score.recall == 0.5 and round(score.precision, 3) == 0.333
+    assert score_events(true, reported, tol_hours=4).found == 2
