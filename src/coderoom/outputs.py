@@ -133,6 +133,8 @@ def _extract_one(
     max_files: int,
     max_bytes: int,
 ) -> None:
+    if member.name in (".", "./") and member.isdir():
+        return  # the archive's own root entry
     try:
         rel = safe_relative_path(member.name)
     except UnsafePath as exc:

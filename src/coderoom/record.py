@@ -100,19 +100,18 @@ def _usage(usage: Any) -> dict[str, int]:
 
 
 def tool_output_text(result: object) -> tuple[str, list[str]]:
-    """The text a tool result gave the model, and the workspace paths of any images it showed."""
+    """The text a tool result gave the model, and the workspace paths of the figures it listed."""
     from agents.tool import ToolOutputImage, ToolOutputText
 
+    from .tools.python_kernel import figure_paths
+
     parts = result if isinstance(result, list) else [result]
-    texts, images = [], []
-    for part in parts:
-        if isinstance(part, ToolOutputText):
-            texts.append(part.text)
-        elif isinstance(part, ToolOutputImage):
-            images.append(getattr(part, "file_id", None) or "(inline image)")
-        else:
-            texts.append(str(part))
-    return "\n".join(texts), images
+    text = "\n".join(
+        part.text if isinstance(part, ToolOutputText) else str(part)
+        for part in parts
+        if not isinstance(part, ToolOutputImage)
+    )
+    return text, figure_paths(text)
 
 
 class RecordingHooks(RunHooks[Any]):

@@ -71,17 +71,13 @@ def output_contract(outputs: Sequence[OutputSpec]) -> str:
 
 def capabilities(model: ResolvedModel, job: Job) -> list[Capability]:
     """The tools the model gets. All are plain function tools, so Chat Completions works too."""
+    from .tools.python_kernel import PythonKernel
     from .tools.view_image import ViewImage
 
-    try:  # TEMP until the kernel lands
-        from .tools.python_kernel import PythonKernel
-    except ImportError:
-        return [Shell(), ViewImage()]
-    return [
-        Shell(),
-        ViewImage(),
-        PythonKernel(images=model.accepts_images, timeout=job.sandbox.limits.timeout),
-    ]
+    # The SDK's Chat Completions converter drops image parts from tool messages, so figures go
+    # back as described paths there; the Responses API gets the images themselves.
+    images = model.accepts_images and model.api == "responses"
+    return [Shell(), ViewImage(), PythonKernel(images=images, timeout=job.sandbox.limits.timeout)]
 
 
 def nudge_message(problems: Sequence[OutputCheck]) -> str:

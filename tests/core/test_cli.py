@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import require_backend
+from backends import require_backend
 from openai_server import OpenAIServer, call, say
 
 COMMAND = [sys.executable, "-m", "coderoom"]

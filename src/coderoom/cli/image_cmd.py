@@ -1,1 +1,61 @@
-"""(placeholder: filled in by its owner)"""
+"""`coderoom image build`: the Docker sandbox image, from the Dockerfile shipped in the package."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from ..sandboxes.spec import DEFAULT_IMAGE
+from . import app
+
+image_app = typer.Typer(help="The Docker sandbox image.", no_args_is_help=True)
+app.add_typer(image_app, name="image")
+
+
+@image_app.command("build")
+def build(
+    tag: Annotated[str, typer.Option(help="tag of the image to build")] = DEFAULT_IMAGE,
+    base_image: Annotated[
+        str,
+        typer.Option(help="image to build on: any image with Python 3 and pip or the analysis stack"),
+    ] = "python:3.12-slim",
+    package: Annotated[
+        list[str] | None,
+        typer.Option("--package", help="extra pip package baked into a derived image (repeatable)"),
+    ] = None,
+) -> None:
+    """Build the sandbox image (and, with --package, the derived image a job with those packages uses)."""
+    from ..sandboxes.docker_image import (
+        ImageBuildError,
+        build_image,
+        build_with_packages,
+        docker_client,
+    )
+
+    console = Console(stderr=True)
+    try:
+        client = docker_client()
+        client.ping()
+    except Exception as e:  # ImportError (no docker package) or no engine
+        console.print(f"[red]cannot reach a Docker engine:[/] {e}")
+        raise typer.Exit(1) from None
+
+    with console.status(f"building {tag}") as status:
+
+        def progress(line: str) -> None:
+            first = " ".join(line.split())[:110]
+            if line.startswith(("Step ", "Successfully")):
+                console.print(first, style="dim", highlight=False, markup=False, soft_wrap=True)
+            status.update(f"building {tag}: {first[:70]}")
+
+        try:
+            built = build_image(client, tag=tag, base_image=base_image, progress=progress)
+            if package:
+                built = build_with_packages(client, built, package, progress=progress)
+        except ImageBuildError as e:
+            console.print(f"[red]{e}[/]", highlight=False)
+            raise typer.Exit(1) from None
+    console.print(f"[green]built[/] {built}")
+    typer.echo(built)

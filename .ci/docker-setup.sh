@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Make Docker usable for the sandbox tests: engine installed and running, an offline-built Debian base
+# image (no image registry is reachable here, Debian's mirror is), and the coderoom sandbox image.
+# Idempotent: every step checks first; the rootfs tarball is cached outside the clone so reruns are fast.
+set -euo pipefail
+
+CACHE_DIR="${CODEROOM_CI_CACHE:-/var/cache/coderoom-ci}"
+BASE_IMAGE="${CODEROOM_BASE_IMAGE:-coderoom-base:bookworm}"
+SUITE=bookworm
+# The analysis stack comes from Debian so the image build needs no PyPI; tini/procps for a sane PID 1 and ps/pkill.
+INCLUDE="python3,python3-pip,python3-venv,python3-numpy,python3-scipy,python3-pandas,python3-matplotlib,tini,procps,ca-certificates"
+
+t0=$(date +%s)
+step() { printf '\n== docker-setup: %s (t=%ss)\n' "$1" "$(( $(date +%s) - t0 ))"; }
+die() { echo "docker-setup: ERROR: $*" >&2; exit 1; }
+
+if [ "$(id -u)" != 0 ]; then die "must run as root (installs packages, starts dockerd)"; fi
+
+step "packages"
+missing=()
+command -v dockerd >/dev/null || missing+=(docker.io)
+command -v debootstrap >/dev/null || missing+=(debootstrap)
+if [ ${#missing[@]} -gt 0 ]; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+echo "dockerd: $(command -v dockerd)  debootstrap: $(command -v debootstrap)"
+
+step "engine"
+if ! docker info >/dev/null 2>&1; then
+  mkdir -p "$CACHE_DIR"
+  nohup dockerd >"$CACHE_DIR/dockerd.log" 2>&1 &
+  for _ in $(seq 1 120); do
+    docker info >/dev/null 2>&1 && break
+    sleep 0.5
+  done
+  docker info >/dev/null 2>&1 || { tail -n 30 "$CACHE_DIR/dockerd.log" >&2; die "dockerd did not come up within 60 s"; }
+fi
+docker version --format 'engine {{.Server.Version}}, API {{.Server.APIVersion}}'
+
+debian_mirror() {
+  # The mirror apt already uses (deb822 or one-line format); Debian's own as the fallback.
+  local uri
+  uri=$(grep -hsE '^URIs:' /etc/apt/sources.list.d/*.sources | grep -v security | awk '{print $2}' | head -n1 || true)
+  [ -n "$uri" ] || uri=$(grep -hsE '^deb[[:space:]]' /etc/apt/sources.list /etc/apt/sources.list.d/*.list \
+    | grep -v security | grep -E "[[:space:]]$SUITE[[:space:]]" | awk '{print $2}' | head -n1 || true)
+  echo "${uri:-http://deb.debian.org/debian}"
+}
+
+step "base image $BASE_IMAGE"
+if docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
+  echo "present"
+else
+  key=$(printf '%s %s' "$SUITE" "$INCLUDE" | sha256sum | cut -c1-12)
+  tarball="$CACHE_DIR/rootfs-$SUITE-$key.tar"
+  if [ ! -s "$tarball" ]; then
+    mkdir -p "$CACHE_DIR"
+    root=$(mktemp -d "$CACHE_DIR/rootfs.XXXXXX")
+    trap 'rm -rf "$root"' EXIT
+    mirror=$(debian_mirror)
+    echo "debootstrap $SUITE from $mirror"
+    debootstrap --variant=minbase --include="$INCLUDE" "$SUITE" "$root" "$mirror" >"$CACHE_DIR/debootstrap.log" 2>&1 \
+      || { tail -n 30 "$CACHE_DIR/debootstrap.log" >&2; die "debootstrap failed (log: $CACHE_DIR/debootstrap.log)"; }
+    rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+    tar -C "$root" --numeric-owner -cf "$tarball.tmp" .
+    mv "$tarball.tmp" "$tarball"
+    rm -rf "$root"
+    trap - EXIT
+  fi
+  docker import \
+    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    --change 'ENV LANG=C.UTF-8' \
+    --change 'CMD ["/bin/bash"]' \
+    "$tarball" "$BASE_IMAGE" >/dev/null
+  echo "imported from $tarball ($(du -h "$tarball" | cut -f1))"
+fi
+
+step "sandbox image"
+# Always run: Docker's layer cache makes an unchanged rebuild take about a second, and a changed
+# Dockerfile in this checkout must not be tested against a stale image.
+command -v coderoom >/dev/null || die "coderoom is not installed (pip install -e '.[dev]' first)"
+coderoom image build --base-image "$BASE_IMAGE"
+
+step "done"

@@ -1,0 +1,160 @@
+"""The run record as the ordered list of things the agent did: what the exporters read.
+
+`run.jsonl` is written by coderoom, but a run directory may come from anywhere, so every field is
+checked for its type here and nothing in it is trusted as a path on the host.
+"""
+
+from __future__ import annotations
+
+import re
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+from ..record import read_record
+from ..tools.python_kernel import FIGURES_LINE, figure_paths
+
+WORKSPACE_ARCHIVE = "workspace.tar"
+MAX_IMAGE_BYTES = 10 * 1024 * 1024
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+Kind = Literal["message", "python", "shell", "stdin", "image", "other"]
+
+_EXEC_HEADER = re.compile(
+    r"^Chunk ID: \S*\nWall time: [^\n]*\n(?:Process exited with code (?P<code>-?\d+)\n)?"
+    r"(?:Process running with session ID (?P<session>\d+)\n)?(?:Original token count: \d+\n)?"
+    r"Output:\n",
+)
+_CELL_STATUS = re.compile(r"^\[cell (?P<cell>\d+): (?P<status>[^\]\n]*)\]")
+
+
+@dataclass
+class Step:
+    """One thing the agent did (or said), in order."""
+
+    kind: Kind
+    source: str = ""  # the code, the command, the message text or the image path
+    output: str = ""  # what the tool returned, without transport headers
+    tool: str = ""
+    workdir: str | None = None
+    shell: str | None = None
+    exit_code: int | None = None
+    still_running: bool = False  # a shell command that had not finished when the tool returned
+    cell: int | None = None
+    status: str = ""  # run_python: ok / error / interrupted (timeout) / ...
+    images: list[str] = field(default_factory=list)  # workspace paths
+
+    @property
+    def lost_state(self) -> bool:
+        """After this step the kernel's variables were gone (restart, crash, vanished kernel)."""
+        return self.kind == "python" and "STATE LOST" in self.output
+
+    @property
+    def found_kernel_restarted(self) -> bool:
+        """This cell ran in a fresh kernel because the previous one had stopped."""
+        return self.kind == "python" and "a new one was started" in self.output
+
+    @property
+    def replayable(self) -> bool:
+        """Whether a replay should run this step: not cells that hung or crashed the kernel,
+        not commands that were left running or were fed interactively."""
+        if self.kind == "python":
+            return self.status.startswith(("ok", "error"))
+        if self.kind == "shell":
+            return not self.still_running
+        return False
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _shell_step(arguments: dict[str, Any], output: str) -> Step:
+    step = Step(kind="shell", tool="exec_command", source=_text(arguments.get("cmd")))
+    step.workdir = _text(arguments.get("workdir")) or None
+    step.shell = _text(arguments.get("shell")) or None
+    match = _EXEC_HEADER.match(output)
+    if match:
+        step.output = output[match.end() :]
+        step.exit_code = int(match["code"]) if match["code"] else None
+        step.still_running = match["session"] is not None
+    else:
+        step.output = output
+    return step
+
+
+def _python_step(arguments: dict[str, Any], output: str, images: list[str]) -> Step:
+    step = Step(kind="python", tool="run_python", source=_text(arguments.get("code")), output=output)
+    match = _CELL_STATUS.match(output)
+    if match:
+        step.cell, step.status = int(match["cell"]), match["status"]
+    listed = figure_paths(output)
+    # The recorder may also list them; keep only names of the kernel's figure files.
+    extra = [p for p in images if p not in listed and figure_paths(FIGURES_LINE + p) == [p]]
+    step.images = listed + extra
+    return step
+
+
+def step_of(event: dict[str, Any]) -> Step:
+    """The step of one `tool_result` event."""
+    name = _text(event.get("name"))
+    arguments = event.get("arguments") if isinstance(event.get("arguments"), dict) else {}
+    output = _text(event.get("output"))
+    images = [p for p in event.get("images") or [] if isinstance(p, str)]
+    if name == "exec_command":
+        return _shell_step(arguments, output)
+    if name == "run_python":
+        return _python_step(arguments, output, images)
+    if name == "write_stdin":
+        session = arguments.get("session_id")
+        chars = _text(arguments.get("chars"))
+        return Step(kind="stdin", tool=name, source=f"session {session}: {chars!r}", output=output)
+    if name == "view_image":
+        return Step(kind="image", tool=name, source=_text(arguments.get("path")), output=output)
+    return Step(kind="other", tool=name or "?", source=str(arguments)[:2000], output=output)
+
+
+def load_steps(run_dir: Path) -> tuple[dict[str, Any], list[Step]]:
+    """The run_start event and the steps of a run directory, in order."""
+    events = read_record(run_dir)
+    start = next((e for e in events if e.get("type") == "run_start"), None)
+    if start is None or not isinstance(start.get("job"), dict):
+        raise ValueError(f"{run_dir}: run.jsonl has no run_start event; is this a coderoom run directory?")
+    steps: list[Step] = []
+    for event in events:
+        if event.get("type") == "model_call":
+            for item in event.get("output") or []:
+                if isinstance(item, dict) and item.get("kind") == "message" and _text(item.get("text")).strip():
+                    steps.append(Step(kind="message", source=item["text"]))
+        elif event.get("type") == "tool_result":
+            steps.append(step_of(event))
+    return start, steps
+
+
+class WorkspaceImages:
+    """PNG files read from the run's workspace.tar by member name; never extracted to disk."""
+
+    def __init__(self, run_dir: Path) -> None:
+        archive = run_dir / WORKSPACE_ARCHIVE
+        self._tar = tarfile.open(archive) if archive.is_file() and not archive.is_symlink() else None
+        self._members: dict[str, tarfile.TarInfo] = {}
+        if self._tar is not None:
+            for member in self._tar.getmembers():
+                name = PurePosixPath(member.name.lstrip("/"))
+                if member.isreg() and ".." not in name.parts:
+                    self._members[name.as_posix().removeprefix("./")] = member
+
+    def png(self, path: str) -> bytes | None:
+        """The PNG at workspace path `path` (absolute /workspace/... accepted), if it is one."""
+        key = PurePosixPath(path.removeprefix("/workspace/")).as_posix().removeprefix("./")
+        member = self._members.get(key)
+        if self._tar is None or member is None or member.size > MAX_IMAGE_BYTES:
+            return None
+        handle = self._tar.extractfile(member)
+        data = handle.read(MAX_IMAGE_BYTES + 1) if handle else b""
+        return data if data.startswith(PNG_MAGIC) else None
+
+    def close(self) -> None:
+        if self._tar is not None:
+            self._tar.close()

@@ -1,0 +1,182 @@
+"""The Docker sandbox image: built from the Dockerfile shipped in this package, plus per-job
+derived images for extra pip packages, cached by content so a second job with the same packages
+starts at once.
+
+Builds run with the host's network (`network_mode="host"`): pip and the base-image pull talk to
+their registries exactly as they would from the host, and no bridge network is involved.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from .spec import DEFAULT_IMAGE, SandboxSpec
+
+IMAGE_DIR = Path(__file__).with_name("image")
+DEFAULT_BASE_IMAGE = "python:3.12-slim"
+PACKAGES_LABEL = "org.coderoom.packages"
+
+Progress = Callable[[str], None]
+
+# A PEP 508 name, optional extras, optional comma-separated version specifiers. Nothing else: no
+# URLs, no pip options (a requirements file would honour `--index-url`), no spaces.
+_REQUIREMENT = re.compile(
+    r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
+    r"(?:\[[A-Za-z0-9._-]+(?:,[A-Za-z0-9._-]+)*\])?"
+    r"(?:(?:===|==|!=|~=|<=|>=|<|>)[A-Za-z0-9.*+!_-]+(?:,(?:===|==|!=|~=|<=|>=|<|>)[A-Za-z0-9.*+!_-]+)*)?$"
+)
+
+
+class ImageBuildError(RuntimeError):
+    """An image could not be built or found; the message says what to do."""
+
+
+def docker_client() -> Any:
+    import docker
+
+    return docker.from_env()
+
+
+def image_exists(client: Any, tag: str) -> bool:
+    import docker.errors
+
+    try:
+        client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
+
+
+def normalize_packages(packages: Iterable[str]) -> list[str]:
+    """Sorted, de-duplicated, validated requirement strings."""
+    cleaned = sorted({p.strip() for p in packages if p.strip()})
+    bad = [p for p in cleaned if not _REQUIREMENT.match(p)]
+    if bad:
+        raise ImageBuildError(
+            f"not a plain pip requirement: {', '.join(map(repr, bad))} "
+            "(use a name with optional extras and version specifiers, e.g. 'statsmodels>=0.14')"
+        )
+    return cleaned
+
+
+def build_image(
+    client: Any,
+    *,
+    tag: str = DEFAULT_IMAGE,
+    base_image: str = DEFAULT_BASE_IMAGE,
+    progress: Progress | None = None,
+) -> str:
+    """Build the sandbox image from the shipped Dockerfile on top of `base_image`."""
+    _build(
+        client,
+        context=IMAGE_DIR,
+        dockerfile="Dockerfile",
+        tag=tag,
+        buildargs={"BASE_IMAGE": base_image},
+        labels={},
+        progress=progress,
+        hint="if no registry is reachable, pass --base-image with a local image that has Python 3 "
+        "(see .ci/docker-setup.sh for one built offline)",
+    )
+    return tag
+
+
+def derived_tag(client: Any, base_tag: str, packages: list[str]) -> str:
+    """Content address of `base_tag` + `packages`: the base's image id (so a rebuilt base gives a
+    new tag) and the sorted package list."""
+    base_id = client.images.get(base_tag).id
+    digest = hashlib.sha256(json.dumps([base_id, packages]).encode()).hexdigest()[:16]
+    repository = base_tag.rsplit(":", 1)[0] if ":" in base_tag.rsplit("/", 1)[-1] else base_tag
+    return f"{repository}:pkgs-{digest}"
+
+
+def build_with_packages(
+    client: Any, base_tag: str, packages: Iterable[str], *, progress: Progress | None = None
+) -> str:
+    """The image `base_tag` plus `packages`, built once and then reused."""
+    wanted = normalize_packages(packages)
+    if not wanted:
+        return base_tag
+    tag = derived_tag(client, base_tag, wanted)
+    if image_exists(client, tag):
+        return tag
+    with tempfile.TemporaryDirectory(prefix="coderoom-image-") as tmp:
+        context = Path(tmp)
+        shutil.copy(IMAGE_DIR / "Dockerfile.packages", context / "Dockerfile")
+        (context / "requirements.txt").write_text("\n".join(wanted) + "\n")
+        _build(
+            client,
+            context=context,
+            dockerfile="Dockerfile",
+            tag=tag,
+            buildargs={"BASE_IMAGE": base_tag},
+            labels={PACKAGES_LABEL: " ".join(wanted)},
+            progress=progress,
+            hint="pip needs PyPI (or a configured index) to install extra packages",
+        )
+    return tag
+
+
+def ensure_image(spec: SandboxSpec, progress: Progress | None = None) -> str:
+    """The image a job's sandbox runs: built on first use if it is the default image, with the
+    job's extra packages baked in. Returns its tag."""
+    client = docker_client()
+    if not image_exists(client, spec.image):
+        if spec.image != DEFAULT_IMAGE:
+            raise ImageBuildError(
+                f"Docker image {spec.image!r} not found; build it with "
+                f"`coderoom image build --tag {spec.image}` or pull it"
+            )
+        if progress:
+            progress(f"building the sandbox image {spec.image} (first use)")
+        build_image(client, tag=spec.image, progress=progress)
+    return build_with_packages(client, spec.image, spec.packages, progress=progress)
+
+
+def _build(
+    client: Any,
+    *,
+    context: Path,
+    dockerfile: str,
+    tag: str,
+    buildargs: dict[str, str],
+    labels: dict[str, str],
+    progress: Progress | None,
+    hint: str,
+) -> None:
+    import docker.errors
+
+    recent: list[str] = []
+    try:
+        for chunk in client.api.build(
+            path=str(context),
+            dockerfile=dockerfile,
+            tag=tag,
+            buildargs=buildargs,
+            labels=labels or None,
+            rm=True,
+            forcerm=True,
+            decode=True,
+            network_mode="host",
+        ):
+            if "error" in chunk:
+                detail = "\n".join(recent[-15:])
+                raise ImageBuildError(f"building {tag} failed: {chunk['error'].strip()}\n{detail}\n({hint})")
+            line = (chunk.get("stream") or chunk.get("status") or "").rstrip()
+            if chunk.get("progress"):
+                line = f"{line} {chunk['progress']}"
+            if line:
+                recent.append(line)
+                if progress:
+                    progress(line)
+    except docker.errors.APIError as e:
+        raise ImageBuildError(f"building {tag} failed: {e.explanation or e} ({hint})") from e
+    if not image_exists(client, tag):
+        raise ImageBuildError(f"building {tag} produced no image:\n" + "\n".join(recent[-15:]))

@@ -1,0 +1,388 @@
+"""PID 1 of a coderoom Docker sandbox: reaps every child, exits on SIGTERM, runs commands from stdin.
+
+Why a command server: `docker exec` costs ~50 ms per command (runc joins the namespaces every
+time); a request on the container's attached stdin costs a fork. Each command runs the way a
+one-shot sandbox command runs on the local backend: in its own session, with a wall-clock
+deadline (exit 124), bounded output (first and last halves kept, a marker in between), stdin
+from the request or /dev/null, and when it ends, everything it started is killed.
+
+Protocol: one JSON object per line each way. Request {"id", "argv", "cwd", "timeout", "limit",
+"stdin" (base64 or null)}; reply {"id", "code", "timed_out", "out", "err"} (output base64) or {"id", "error"}.
+Only replies go to stdout. With --exit-on-eof, stdin closing (the host's attach connection
+dropped: it exited or was killed) ends PID 1, so the container stops and auto-removes. Standalone stdlib code run as `python3 -I -S init.py` (or -c), so it
+works in any image with Python 3; it is also the image's ENTRYPOINT for manual `docker run`.
+"""
+
+import base64
+import errno
+import json
+import os
+import select
+import signal
+import sys
+import time
+
+GRACE_S = 0.05  # after the command exits, how long its pipes may stay open before we cut them
+CHUNK = 65536
+OOM_COUNTERS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
+
+
+class Capped:
+    """The first and last `cap/2` bytes of a stream (same format as the local backend)."""
+
+    def __init__(self, cap):
+        self.head_cap, self.tail_cap = cap - cap // 2, cap // 2
+        self.head, self.tail, self.dropped = bytearray(), bytearray(), 0
+
+    def feed(self, data):
+        room = self.head_cap - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail += data
+            over = len(self.tail) - self.tail_cap
+            if over > 0:
+                del self.tail[:over]
+                self.dropped += over
+
+    def value(self):
+        if not self.dropped:
+            return bytes(self.head + self.tail)
+        marker = ("\n[... truncated %d bytes ...]\n" % self.dropped).encode()
+        return bytes(self.head) + marker + bytes(self.tail)
+
+
+class Job:
+    def __init__(self, rid, pid, timeout, limit, fds, stdin_fd, stdin_data):
+        self.rid, self.pid = rid, pid
+        self.deadline = time.monotonic() + timeout
+        self.timeout = timeout
+        self.bufs = {fds[0]: Capped(limit), fds[1]: Capped(limit)}
+        self.out_fd, self.err_fd = fds
+        self.stdin_fd, self.stdin_data = stdin_fd, memoryview(stdin_data or b"")
+        self.status = None
+        self.exited_at = None
+        self.timed_out = False
+        self.oom_before = oom_kills()
+
+
+def oom_kills():
+    """The container's OOM-kill counter (cgroup v2 or v1), or None where it cannot be read."""
+    for path in OOM_COUNTERS:
+        try:
+            with open(path) as f:
+                for line in f:
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def proc_table():
+    """pid -> (ppid, pgid, sid) for every process we can see."""
+    table = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name, "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            table[int(name)] = (int(fields[1]), int(fields[2]), int(fields[3]))
+        except (OSError, IndexError, ValueError):
+            continue
+    return table
+
+
+def kill_job_tree(job, live_sids):
+    """SIGSTOP then SIGKILL the job's session, its descendants, and orphans no live job owns."""
+    me = os.getpid()
+    victims = set()
+    for _ in range(5):
+        table = proc_table()
+        found = set()
+        for pid, (ppid, pgid, sid) in table.items():
+            if pid == me:
+                continue
+            if sid == job.pid or pgid == job.pid or pid == job.pid:
+                found.add(pid)
+            elif ppid == me and sid not in live_sids and pid not in live_sids:
+                found.add(pid)  # reparented to us: a leftover that left its session
+        changed = True
+        while changed:  # descendants that moved to another session or group
+            changed = False
+            for pid, (ppid, _, _) in table.items():
+                if ppid in found and pid not in found and pid != me:
+                    found.add(pid)
+                    changed = True
+        new = found - victims
+        if not new:
+            break
+        for pid in new:
+            signal_quietly(pid, signal.SIGSTOP)
+        victims |= new
+    for pid in victims:
+        signal_quietly(pid, signal.SIGKILL)
+
+
+def signal_quietly(pid, sig):
+    try:
+        os.kill(pid, sig)
+    except OSError:
+        pass
+
+
+def spawn(argv, cwd, stdin_wanted):
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    in_r, in_w = os.pipe() if stdin_wanted else (None, None)
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            os.setsid()
+            for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, signal.SIG_DFL)
+            try:  # if memory runs out, the command is the one to go, not pid 1
+                with open("/proc/self/oom_score_adj", "w") as f:
+                    f.write("1000")
+            except OSError:
+                pass
+            stdin = in_r if in_r is not None else os.open(os.devnull, os.O_RDONLY)
+            os.dup2(stdin, 0)
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            os.closerange(3, 65536)
+            if cwd:
+                os.chdir(cwd)
+            os.execvp(argv[0], argv)
+        except OSError as e:
+            os.write(2, ("coderoom: cannot run %s: %s\n" % (argv[0], e.strerror)).encode())
+            os._exit(127 if e.errno == errno.ENOENT else 126)
+        finally:
+            os._exit(127)
+    for fd in (out_w, err_w, in_r):
+        if fd is not None:
+            os.close(fd)
+    for fd in (out_r, err_r, in_w):
+        if fd is not None:
+            os.set_blocking(fd, False)
+    return pid, (out_r, err_r), in_w
+
+
+def exit_code(job):
+    if job.timed_out:
+        return 124
+    status = job.status
+    if status is None:
+        return 137
+    if os.WIFEXITED(status):
+        return os.WEXITSTATUS(status)
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return 1
+
+
+class Server:
+    def __init__(self, exit_on_eof):
+        self.exit_on_eof = exit_on_eof
+        self.poller = select.poll()
+        self.jobs = {}  # pid -> Job
+        self.fd_job = {}  # pipe fd -> Job
+        self.pending = b""
+        self.out = b""  # replies not yet written
+
+    def run(self):
+        sig_r, sig_w = os.pipe()
+        for fd in (sig_r, sig_w):
+            os.set_blocking(fd, False)
+        signal.set_wakeup_fd(sig_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+        signal.signal(signal.SIGINT, lambda *_: os._exit(0))
+        os.set_blocking(0, False)
+        self.poller.register(0, select.POLLIN)
+        self.poller.register(sig_r, select.POLLIN)
+        while True:
+            for fd, event in self.poller.poll(self.wait_ms()):
+                if fd == 0:
+                    self.read_requests()
+                elif fd == sig_r:
+                    drain(sig_r)
+                elif fd == 1:
+                    self.flush()
+                elif fd in self.fd_job:
+                    self.pump(fd, event)
+            self.reap()
+            self.check_jobs()
+
+    def wait_ms(self):
+        if not self.jobs:
+            return None
+        now = time.monotonic()
+        soonest = min(
+            (job.exited_at + GRACE_S) if job.exited_at else job.deadline for job in self.jobs.values()
+        )
+        return max(0, int((soonest - now) * 1000) + 1)
+
+    def read_requests(self):
+        try:
+            data = os.read(0, 1 << 20)
+        except BlockingIOError:
+            return
+        if not data:  # stdin closed: the host is gone (or there never was one)
+            if self.exit_on_eof:
+                os._exit(0)
+            self.poller.unregister(0)
+            return
+        self.pending += data
+        while b"\n" in self.pending:
+            line, self.pending = self.pending.split(b"\n", 1)
+            if line.strip():
+                self.start(line)
+
+    def start(self, line):
+        rid = None
+        try:
+            req = json.loads(line)
+            rid = req["id"]
+            argv = [str(a) for a in req["argv"]]
+            stdin = base64.b64decode(req["stdin"]) if req.get("stdin") is not None else None
+            pid, fds, in_w = spawn(argv, req.get("cwd"), stdin is not None)
+        except Exception as e:  # a bad request, or fork failed (pids limit)
+            self.reply({"id": rid, "error": "%s: %s" % (type(e).__name__, e)})
+            return
+        job = Job(rid, pid, float(req["timeout"]), int(req["limit"]), fds, in_w, stdin)
+        self.jobs[pid] = job
+        for fd in fds:
+            self.fd_job[fd] = job
+            self.poller.register(fd, select.POLLIN)
+        if in_w is not None:
+            self.fd_job[in_w] = job
+            self.poller.register(in_w, select.POLLOUT)
+
+    def pump(self, fd, event):
+        job = self.fd_job[fd]
+        if fd == job.stdin_fd:
+            try:
+                sent = os.write(fd, job.stdin_data[:CHUNK]) if job.stdin_data else 0
+                job.stdin_data = job.stdin_data[sent:]
+            except BlockingIOError:
+                return
+            except OSError:  # the command closed its stdin
+                job.stdin_data = memoryview(b"")
+            if not job.stdin_data:
+                self.close_fd(fd)
+                job.stdin_fd = None
+            return
+        try:
+            data = os.read(fd, CHUNK)
+        except BlockingIOError:
+            return
+        if data:
+            job.bufs[fd].feed(data)
+        else:
+            self.close_fd(fd)
+
+    def close_fd(self, fd):
+        self.poller.unregister(fd)
+        self.fd_job.pop(fd, None)
+        os.close(fd)
+
+    def reap(self):
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            job = self.jobs.get(pid)
+            if job is not None and job.status is None:
+                job.status = status
+                job.exited_at = time.monotonic()
+
+    def check_jobs(self):
+        now = time.monotonic()
+        for job in list(self.jobs.values()):
+            if job.status is None and now >= job.deadline:
+                job.timed_out = True
+                job.deadline = now + 1.0  # re-kill once a second until it is reaped
+                kill_job_tree(job, self.live_sids(job))
+                continue
+            if job.status is None:
+                continue
+            open_fds = [fd for fd in (job.out_fd, job.err_fd) if fd in self.fd_job]
+            if open_fds and now < job.exited_at + GRACE_S:
+                continue
+            self.finish(job, open_fds)
+
+    def live_sids(self, exclude):
+        return {pid for pid, job in self.jobs.items() if job is not exclude and job.status is None}
+
+    def finish(self, job, open_fds):
+        kill_job_tree(job, self.live_sids(job))
+        for fd in open_fds:
+            self.pump(fd, select.POLLIN)  # what is already in the pipe
+            if fd in self.fd_job:
+                self.close_fd(fd)
+        if job.stdin_fd is not None and job.stdin_fd in self.fd_job:
+            self.close_fd(job.stdin_fd)
+        del self.jobs[job.pid]
+        code = exit_code(job)
+        err = job.bufs[job.err_fd].value()
+        if code == 137 and job.oom_before is not None and (oom_kills() or 0) > job.oom_before:
+            err += b"\n[coderoom: command killed: out of memory]\n"
+        self.reply(
+            {
+                "id": job.rid,
+                "code": code,
+                "timed_out": job.timed_out,
+                "out": base64.b64encode(job.bufs[job.out_fd].value()).decode(),
+                "err": base64.b64encode(err).decode(),
+            }
+        )
+
+    def reply(self, message):
+        self.out += json.dumps(message).encode() + b"\n"
+        self.flush()
+
+    def flush(self):
+        while self.out:
+            try:
+                sent = os.write(1, self.out)
+            except BlockingIOError:
+                break
+            self.out = self.out[sent:]
+        try:
+            if self.out:
+                self.poller.register(1, select.POLLOUT)
+            else:
+                self.poller.unregister(1)
+        except KeyError:
+            pass
+
+
+def drain(fd):
+    try:
+        while os.read(fd, 4096):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def make_undumpable():
+    """Same-uid sandbox code must not reach our stdin/stdout through /proc/1/fd or ptrace."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+    except Exception as e:
+        sys.stderr.write("coderoom init: could not mark pid 1 undumpable: %s\n" % e)
+
+
+if __name__ == "__main__":
+    make_undumpable()
+    os.set_blocking(1, False)
+    Server(exit_on_eof="--exit-on-eof" in sys.argv[1:]).run()

@@ -1,0 +1,489 @@
+"""The `local` backend: every command runs in a fresh bubblewrap sandbox. No daemon, no root.
+
+Why one bwrap per command rather than one per session: a command's namespaces die with it, so
+a timeout kills the whole tree (setsid'd orphans included), nothing runs between commands
+(host-side file operations and archiving cannot race with sandbox code), and no control
+process lives inside the sandbox where the payload could tamper with it.
+
+What persists between commands is /workspace only: a host directory private to the session
+(mode 0700, deleted by `client.delete`). /tmp and /dev/shm are fresh size-capped tmpfs per
+command, and HOME=/tmp, so login-shell or Python start-up files written by one command are
+not read by the next one (catalogue SES-02).
+
+Limits (see `Limits`):
+* timeout: wall clock per command; the sandbox's pid 1 is SIGKILLed, the tree dies with it.
+  The command returns exit code 124 (`EXIT_TIMEOUT`); a shorter caller `timeout=` raises the
+  SDK's ExecTimeoutError instead.
+* memory: RLIMIT_AS per process (no delegated cgroup here): allocation fails with ENOMEM /
+  MemoryError rather than an OOM kill.
+* pids: RLIMIT_NPROC, set inside the new user namespace, so it counts this sandbox's tasks
+  (threads included) and nothing of the host.
+* cpu_time: RLIMIT_CPU per process; file_size: RLIMIT_FSIZE (512-byte granularity).
+* workspace_size: the apparent size (st_size) of /workspace, polled every 0.25 s while a
+  command runs and checked when it ends; over the limit the command is killed and fails with
+  a message. The overshoot is what one command can write in 0.25 s (each file capped by
+  file_size); also capped: 100 000 entries and 256 levels of directories.
+* output_bytes: per stream, head and tail kept, the middle replaced by a truncation marker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import io
+import os
+import stat
+import tempfile
+import uuid
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+from agents.sandbox import Manifest
+from agents.sandbox.errors import (
+    ExecTimeoutError,
+    ExecTransportError,
+    WorkspaceArchiveReadError,
+    WorkspaceArchiveWriteError,
+    WorkspaceReadNotFoundError,
+)
+from agents.sandbox.session import SandboxSession, SandboxSessionState
+from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
+from agents.sandbox.session.sandbox_client import BaseSandboxClient, BaseSandboxClientOptions
+from agents.sandbox.session.workspace_payloads import coerce_write_payload
+from agents.sandbox.snapshot import SnapshotBase, SnapshotSpec, resolve_snapshot
+from agents.sandbox.types import ExecResult, User
+from pydantic import Field
+
+from . import _workspace, bwrap
+from ._process import Outcome, run_bwrap
+from .limits import Limits
+from .oneshot import EXIT_KILLED, EXIT_TIMEOUT
+from .registry import SandboxUnavailable
+from .seccomp import build_filter, host_arch
+from .spec import SandboxSpec
+
+_HOST_DIR_PREFIX = "coderoom-local-"
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+_NOFILE = 512
+
+BASE_ENV = {
+    "PATH": f"{bwrap.RUNTIME_MOUNT}/bin:/usr/local/bin:/usr/bin:/bin",
+    "HOME": "/tmp",
+    "TMPDIR": "/tmp",
+    "USER": "sandbox",
+    "LOGNAME": "sandbox",
+    "SHELL": "/bin/sh",
+    "LANG": "C.UTF-8",
+    "TZ": "UTC",
+    "TERM": "dumb",
+    "MPLBACKEND": "Agg",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONNOUSERSITE": "1",
+}
+
+
+class LocalSandboxSessionState(SandboxSessionState):
+    type: Literal["coderoom_local"] = "coderoom_local"
+    host_dir: str = ""
+    limits: Limits = Field(default_factory=Limits)
+
+
+class LocalSandboxClientOptions(BaseSandboxClientOptions):
+    type: Literal["coderoom_local"] = "coderoom_local"
+
+
+class LocalSandboxSession(BaseSandboxSession):
+    state: LocalSandboxSessionState
+
+    def __init__(self, state: LocalSandboxSessionState, bw: bwrap.Bwrap) -> None:
+        self.state = state
+        self._bwrap = bw
+        arch = host_arch()
+        assert arch is not None  # unavailable_reason() refuses such hosts
+        self._seccomp = build_filter(arch)
+        self._running = False
+        self._active_commands = 0
+        self._archiving = False
+        self._quiet = asyncio.Condition()
+        self._preexec = bwrap.drop_root(self.host_dir / "runtime") if bwrap.host_id() is not None else None
+
+    # ------------------------------------------------------------------ layout
+
+    @property
+    def host_dir(self) -> Path:
+        return Path(self.state.host_dir)
+
+    @property
+    def workspace_dir(self) -> Path:
+        return self.host_dir / "workspace"
+
+    def _rel(self, path: Path | str, *, for_write: bool = False) -> PurePosixPath:
+        """The workspace-relative path for a sandbox path (the SDK validates containment)."""
+        normalized = PurePosixPath(self.normalize_path(path, for_write=for_write).as_posix())
+        return normalized.relative_to(bwrap.WORKSPACE)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def _ensure_backend_started(self) -> None:
+        if not self.workspace_dir.is_dir():
+            raise ExecTransportError(
+                command=("start",), context={"reason": "workspace directory is gone"}
+            )
+
+    async def _after_start(self) -> None:
+        self._running = True
+
+    async def _after_start_failed(self) -> None:
+        self._running = False
+
+    async def _after_shutdown(self) -> None:
+        self._running = False
+
+    async def running(self) -> bool:
+        return self._running
+
+    def supports_pty(self) -> bool:
+        return False
+
+    async def provision_manifest_accounts(self) -> None:
+        if self.state.manifest.users or self.state.manifest.groups:
+            raise ValueError("the local sandbox has one user; manifest users and groups are not supported")
+
+    # ------------------------------------------------------------------ exec
+
+    def _prepare_exec_command(
+        self, *command: str | Path, shell: bool | list[str], user: str | User | None
+    ) -> list[str]:
+        if user is not None:
+            raise ValueError("the local sandbox runs every command as its one sandbox user")
+        # plain `sh -c`: no login-shell start-up files (SES-02)
+        return super()._prepare_exec_command(
+            *command, shell=["sh", "-c"] if shell is True else shell, user=None
+        )
+
+    async def _exec_internal(self, *command: str | Path, timeout: float | None = None) -> ExecResult:
+        limit = self.state.limits.timeout
+        effective = limit if timeout is None else min(timeout, limit)
+        outcome = await self.run_command([str(c) for c in command], timeout=effective)
+        if outcome.timed_out and effective < limit:
+            raise ExecTimeoutError(command=command, timeout_s=timeout)
+        return ExecResult(stdout=outcome.stdout, stderr=outcome.stderr, exit_code=outcome.exit_code)
+
+    async def run_command(
+        self,
+        argv: list[str],
+        *,
+        timeout: float,
+        stdin: bytes | None = None,
+        output_cap: int | None = None,
+    ) -> Outcome:
+        """Run `argv` in a fresh sandbox; timeouts and the workspace limit are reported in-band."""
+        limits = self.state.limits
+        env = dict(BASE_ENV)
+        library_path = bwrap.runtime_library_path()
+        if library_path:
+            env["LD_LIBRARY_PATH"] = library_path
+        env.update(await self.state.manifest.environment.resolve())
+        mounts = bwrap.Mounts(
+            etc_dir=self.host_dir / "etc",
+            workspace_dir=self.workspace_dir,
+            runtime_dir=self.host_dir / "runtime" if self._preexec else bwrap.runtime_dir(),
+            tmp_size=limits.tmp_size,
+            network=limits.network,
+        )
+        args = bwrap.build_args(self._bwrap, mounts, env)
+        async with self._quiet:
+            await self._quiet.wait_for(lambda: not self._archiving)
+            self._active_commands += 1
+        try:
+            outcome = await run_bwrap(
+                self._bwrap.path,
+                args,
+                bwrap.command_argv(self._ulimit(), argv),
+                self._seccomp,
+                env={},  # bwrap's own pid 1 keeps this env, readable from inside (catalogue §3.1)
+                timeout=timeout,
+                output_cap=output_cap or limits.output_bytes,
+                stdin=stdin,
+                watchdog=self._workspace_watchdog,
+                preexec=self._preexec,
+            )
+            if outcome.stopped_by is None:
+                outcome.stopped_by = await self._workspace_watchdog()
+        finally:
+            async with self._quiet:
+                self._active_commands -= 1
+                self._quiet.notify_all()
+        if outcome.timed_out:
+            outcome.exit_code = EXIT_TIMEOUT
+            outcome.stderr += f"\n[coderoom: killed after the {timeout:g} s wall-clock limit]\n".encode()
+        elif outcome.stopped_by:
+            outcome.exit_code = outcome.exit_code or 1
+            if outcome.exit_code == EXIT_KILLED:
+                outcome.exit_code = 1  # we killed it for disk, not memory
+            outcome.stderr += f"\n[coderoom: {outcome.stopped_by}]\n".encode()
+        return outcome
+
+    def _ulimit(self) -> str:
+        limits = self.state.limits
+        settings = {
+            "c": 0,
+            "n": _NOFILE,
+            "t": limits.cpu_time,
+            "f": max(1, limits.file_size // 512),
+            "v": max(1, limits.memory // 1024),
+            "p": limits.pids,
+        }  # dash takes one resource per `ulimit`; with neither -H nor -S it sets both
+        return " && ".join(f"ulimit -{flag} {value}" for flag, value in settings.items())
+
+    async def _workspace_watchdog(self) -> str | None:
+        limit = self.state.limits.workspace_size
+        try:
+            used = await asyncio.to_thread(_workspace.usage, self.workspace_dir)
+        except _workspace.WorkspaceLimitError as exc:
+            return f"workspace over its limits: {exc}"
+        if used > limit:
+            return f"workspace is {used} bytes, over its {limit}-byte limit; command stopped"
+        return None
+
+    # ------------------------------------------------------------------ files
+
+    async def read(self, path: Path, *, user: str | User | None = None) -> io.IOBase:
+        rel = self._rel(path)
+        try:
+            fd = await asyncio.to_thread(_workspace.open_beneath, self.workspace_dir, rel, os.O_RDONLY)
+        except FileNotFoundError as exc:
+            raise WorkspaceReadNotFoundError(path=path, cause=exc) from exc
+        except OSError:
+            return await self._read_in_sandbox(path, rel)
+        return os.fdopen(fd, "rb")
+
+    async def _read_in_sandbox(self, path: Path, rel: PurePosixPath) -> io.IOBase:
+        """Paths through a symlink resolve inside the sandbox, where they cannot reach the host."""
+        cap = self.state.limits.workspace_size
+        target = f"{bwrap.WORKSPACE}/{rel}"
+        outcome = await self.run_command(
+            ["sh", "-c", 'test -f "$1" && exec cat -- "$1"', "sh", target],
+            timeout=self.state.limits.timeout,
+            output_cap=cap + 1,
+        )
+        if outcome.exit_code != 0:
+            raise WorkspaceReadNotFoundError(path=path, context={"stderr": outcome.stderr[:4096]})
+        if len(outcome.stdout) > cap:
+            raise WorkspaceArchiveReadError(path=path, context={"reason": "larger than the workspace limit"})
+        return io.BytesIO(outcome.stdout)
+
+    async def write(self, path: Path, data: io.IOBase, *, user: str | User | None = None) -> None:
+        payload = coerce_write_payload(path=path, data=data)
+        rel = self._rel(path, for_write=True)
+        try:
+            await self._mkdir_host(rel.parent)
+            fd = await asyncio.to_thread(_workspace.open_beneath, self.workspace_dir, rel, _WRITE_FLAGS)
+        except OSError:
+            content = payload.stream.read()
+            outcome = await self.run_command(
+                ["sh", "-c", 'mkdir -p -- "$(dirname -- "$1")" && exec cat > "$1"', "sh",
+                 f"{bwrap.WORKSPACE}/{rel}"],
+                timeout=self.state.limits.timeout,
+                stdin=content,
+            )
+            if outcome.exit_code != 0:
+                raise WorkspaceArchiveWriteError(
+                    path=Path(path), context={"stderr": outcome.stderr[:4096]}
+                ) from None
+            return
+        await asyncio.to_thread(_copy_into, fd, payload.stream, self.state.limits.file_size)
+
+    async def mkdir(self, path: Path | str, *, parents: bool = False, user: str | User | None = None) -> None:
+        rel = self._rel(path, for_write=True)
+        try:
+            await self._mkdir_host(rel, parents=parents)
+        except OSError:
+            await super().mkdir(path, parents=parents)
+
+    async def _mkdir_host(self, rel: PurePosixPath, *, parents: bool = True) -> None:
+        await asyncio.to_thread(_mkdir_beneath, self.workspace_dir, rel, parents)
+
+    # ------------------------------------------------------------------ snapshots
+
+    async def persist_workspace(self) -> io.IOBase:
+        async with self._quiet:
+            await self._quiet.wait_for(lambda: self._active_commands == 0 and not self._archiving)
+            self._archiving = True
+        try:
+            skip = {PurePosixPath(p.as_posix()) for p in self._persist_workspace_skip_relpaths()}
+            return await asyncio.to_thread(
+                _workspace.archive,
+                self.workspace_dir,
+                skip=skip,
+                max_bytes=self.state.limits.workspace_size,
+            )
+        except OSError as exc:
+            raise WorkspaceArchiveReadError(path=Path(bwrap.WORKSPACE), cause=exc) from exc
+        finally:
+            async with self._quiet:
+                self._archiving = False
+                self._quiet.notify_all()
+
+    async def hydrate_workspace(self, data: io.IOBase) -> None:
+        from coderoom.outputs import safe_extract_tar
+
+        limit = self.state.limits.workspace_size
+        try:
+            await asyncio.to_thread(
+                safe_extract_tar, data, self.workspace_dir, max_bytes=limit  # type: ignore[arg-type]
+            )
+            ids = bwrap.host_id()
+            if ids is not None:
+                await asyncio.to_thread(_workspace.chown_tree, self.workspace_dir, ids)
+        except (OSError, ValueError) as exc:
+            raise WorkspaceArchiveWriteError(path=Path(bwrap.WORKSPACE), cause=exc) from exc
+
+
+def _give_to_sandbox(fd: int) -> None:
+    """Files the host (as root) creates in the workspace belong to the sandbox's host uid."""
+    ids = bwrap.host_id()
+    if ids is not None:
+        os.fchown(fd, ids, ids)
+
+
+def _copy_into(fd: int, source: Any, max_bytes: int) -> None:
+    _give_to_sandbox(fd)
+    with os.fdopen(fd, "wb") as out:
+        written = 0
+        while chunk := source.read(1024 * 1024):
+            written += len(chunk)
+            if written > max_bytes:
+                raise OSError(errno.EFBIG, "file larger than the sandbox file_size limit")
+            out.write(chunk)
+
+
+def _mkdir_beneath(root: Path, rel: PurePosixPath, parents: bool) -> None:
+    """mkdir [-p] under root without following symlinks (ELOOP/ENOTDIR: caller falls back)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    dir_fd = os.open(root, flags)
+    try:
+        for index, part in enumerate(rel.parts):
+            last = index == len(rel.parts) - 1
+            try:
+                os.mkdir(part, 0o755, dir_fd=dir_fd)
+                created = True
+            except FileExistsError:
+                if last and not parents:
+                    raise
+                created = False
+            else:
+                if not (parents or last):
+                    raise FileNotFoundError(errno.ENOENT, "missing parent directory")
+            next_fd = os.open(part, flags, dir_fd=dir_fd)
+            os.close(dir_fd)
+            dir_fd = next_fd
+            if created:
+                _give_to_sandbox(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+class LocalSandboxClient(BaseSandboxClient[LocalSandboxClientOptions | None]):
+    """Creates `LocalSandboxSession`s; `delete` removes the session's host directory."""
+
+    backend_id = "coderoom_local"
+    supports_default_options = True
+
+    def __init__(self, limits: Limits, bw: bwrap.Bwrap) -> None:
+        self._limits = limits
+        self._bwrap = bw
+
+    async def create(
+        self,
+        *,
+        snapshot: SnapshotSpec | SnapshotBase | None = None,
+        manifest: Manifest | None = None,
+        options: LocalSandboxClientOptions | None = None,
+    ) -> SandboxSession:
+        manifest = manifest if manifest is not None else Manifest()
+        _check_manifest(manifest)
+        self._validate_manifest_for_create(manifest)
+        session_id = uuid.uuid4()
+        state = LocalSandboxSessionState(
+            session_id=session_id,
+            manifest=manifest,
+            snapshot=resolve_snapshot(snapshot, str(session_id)),
+            host_dir=str(await asyncio.to_thread(_make_host_dir, self._limits.network)),
+            limits=self._limits,
+        )
+        return self._wrap_session(LocalSandboxSession(state, self._bwrap))
+
+    async def delete(self, session: SandboxSession) -> SandboxSession:
+        inner = session._inner
+        if not isinstance(inner, LocalSandboxSession):
+            raise TypeError("LocalSandboxClient.delete expects a LocalSandboxSession")
+        if _owned_host_dir(inner.host_dir):
+            await asyncio.to_thread(_workspace.remove_tree, inner.host_dir)
+        return session
+
+    async def resume(self, state: SandboxSessionState) -> SandboxSession:
+        if not isinstance(state, LocalSandboxSessionState):
+            raise TypeError("LocalSandboxClient.resume expects a LocalSandboxSessionState")
+        _check_manifest(state.manifest)
+        preserved = _owned_host_dir(Path(state.host_dir))
+        if not preserved:  # never trust a path from serialized state: start a fresh directory
+            state.host_dir = str(await asyncio.to_thread(_make_host_dir, self._limits.network))
+            state.workspace_root_ready = False
+        state.limits = self._limits  # limits come from the trusted spec, not from state
+        inner = LocalSandboxSession(state, self._bwrap)
+        inner._set_start_state_preserved(preserved)
+        return self._wrap_session(inner)
+
+    def deserialize_session_state(self, payload: dict[str, object]) -> SandboxSessionState:
+        return self._deserialize_session_state_payload(payload, LocalSandboxSessionState)
+
+
+def _check_manifest(manifest: Manifest) -> None:
+    if manifest.root != bwrap.WORKSPACE:
+        raise ValueError(f"the local sandbox's workspace is {bwrap.WORKSPACE}, not {manifest.root!r}")
+    if manifest.extra_path_grants:
+        raise ValueError("the local sandbox exposes /workspace only; extra path grants are not supported")
+
+
+def _make_host_dir(network: bool) -> Path:
+    host_dir = Path(tempfile.mkdtemp(prefix=_HOST_DIR_PREFIX))  # mode 0700
+    (host_dir / "workspace").mkdir(mode=0o700)
+    bwrap.write_etc(host_dir / "etc", network)
+    ids = bwrap.host_id()
+    if ids is not None:  # bwrap runs as this uid and must reach the workspace
+        (host_dir / "runtime").mkdir(mode=0o755)  # mount point, see bwrap.drop_root
+        os.chown(host_dir, ids, ids)
+        os.chown(host_dir / "workspace", ids, ids)
+    return host_dir
+
+
+def _owned_host_dir(path: Path) -> bool:
+    """Only a directory we made (our prefix, in the temp dir, ours, private) is reused or deleted."""
+    if path.parent != Path(tempfile.gettempdir()) or not path.name.startswith(_HOST_DIR_PREFIX):
+        return False
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    owner = bwrap.host_id()
+    owner = os.getuid() if owner is None else owner
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == owner and stat.S_IMODE(st.st_mode) == 0o700
+
+
+class LocalBackend:
+    """Registry entry: `sandbox = "local"`."""
+
+    name = "local"
+
+    def unavailable_reason(self, spec: SandboxSpec) -> str | None:
+        return bwrap.probe()[1]
+
+    def client(self, spec: SandboxSpec) -> tuple[LocalSandboxClient, None]:
+        bw, reason = bwrap.probe()
+        if bw is None:  # fail closed: never run unsandboxed
+            raise SandboxUnavailable(reason)
+        return LocalSandboxClient(spec.limits, bw), None
+
+
+backend = LocalBackend()

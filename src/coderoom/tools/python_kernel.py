@@ -1,0 +1,392 @@
+"""`run_python`: a persistent Python kernel per sandbox session, so an analysis step does not pay
+for a new interpreter, the imports and the data load every time.
+
+The kernel (`kernel_server.py`) runs inside the sandbox and is reached only through the session
+API, so it works the same on every backend. The tool result is text (stdout, stderr, the last
+value, the traceback, what happened to the kernel) plus one image per matplotlib figure when the
+model accepts images. Its last line, `figures: a.png, b.png`, lists the saved figures for the run
+record: read it with `figure_paths`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+import os
+import re
+import weakref
+from dataclasses import dataclass, field
+from importlib.resources import files
+from pathlib import Path
+from typing import Any, Literal
+
+from agents.sandbox.capabilities import Capability
+from agents.sandbox.errors import ExecTimeoutError
+from agents.sandbox.manifest import Manifest
+from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
+from agents.tool import FunctionTool, Tool, ToolOutputImage, ToolOutputText
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from . import kernel_server
+
+TOOL_NAME = "run_python"
+KERNEL_DIR = kernel_server.KERNEL_DIR
+MAX_CODE_BYTES = 4 * 1024 * 1024
+MAX_ARGV_PAYLOAD = 100_000  # bytes; Linux allows 128 KiB per argument, larger requests go by file
+MAX_IMAGE_BYTES = 5 * 1024 * 1024
+START_WAIT_S = 30.0
+FIGURES_LINE = "figures: "
+_FIGURE_PATH = re.compile(r"^\.coderoom/figures/cell-\d+-\d+\.png$")
+
+# One bash process per cell: ~2 ms, where `python3 -c` to relay would cost ~12 ms. After the ack
+# the client reads through a read-only descriptor, so the supervisor's death shows as EOF at once.
+# Exit 3: no kernel answers (start one); 4: request not written; 5: no reply in time; 6: the
+# kernel went away during the cell.
+CLIENT = r"""
+d=.coderoom/kernel
+own=
+fail() { [ -z "$own" ] || rm -f "$d/req-$1.json"; exit "$2"; }
+[ -p "$d/req" ] && [ -p "$d/resp" ] || exit 3
+if [ -n "$2" ]; then own=1; printf '%s' "$2" > "$d/req-$1.json" || fail "$1" 4; fi
+exec 3<>"$d/req" 4<>"$d/resp" || fail "$1" 3
+printf 'run %s\n' "$1" >&3
+line=
+while IFS= read -r -t 3 line <&4; do [ "$line" = "ack $1" ] && break; done
+[ "$line" = "ack $1" ] || fail "$1" 3
+exec 5<"$d/resp" 4<&- 3>&-
+while :; do
+  IFS= read -r -t "$3" line <&5
+  rc=$?
+  [ "$rc" -gt 128 ] && exit 5
+  [ "$rc" -eq 0 ] || exit 6
+  [ "$line" = "done $1" ] && exec cat "$d/resp-$1.json"
+done
+"""
+
+LOST = (
+    "the Python kernel had stopped, so a new one was started: variables from earlier cells are "
+    "gone (re-run imports and data loading)"
+)
+NO_PROCESSES = (
+    "this sandbox backend cannot keep a process running between commands (its session has no "
+    "pty_exec_start), so run_python is unavailable here: use exec_command"
+)
+VANISHED = (
+    "the kernel went away during this cell (was it killed from the shell?); a new one starts "
+    "on the next call"
+)
+START = 'rm -f .coderoom/kernel/req .coderoom/kernel/resp; exec "$@"'
+
+DESCRIPTION = (
+    "Run Python code in a persistent kernel inside the sandbox (working directory: the workspace "
+    "root). Variables, imports and loaded data persist between calls, like notebook cells: load "
+    "data once, then explore it in later calls. Returns stdout, stderr, the value of the last "
+    "expression (a DataFrame as a table preview) and the traceback on error. Every open "
+    "matplotlib figure is shown to you after the cell and then closed; save a figure you need "
+    "as a file with fig.savefig('output/....png'). A call is interrupted after {timeout:g} s. "
+    "The shell (exec_command) stays available."
+)
+
+INSTRUCTIONS = (
+    "Use `run_python` for data analysis: it keeps a live Python session, so load the data once "
+    "and reuse the variables in later calls instead of re-running scripts."
+)
+
+
+def kernel_source() -> str:
+    """The in-sandbox program, as shipped in the package."""
+    return files("coderoom.tools").joinpath("kernel_server.py").read_text(encoding="utf-8")
+
+
+def keeps_processes(session: BaseSandboxSession) -> bool:
+    """Whether the backend can keep a process alive between commands (implements the PTY API)."""
+    inner = getattr(session, "_inner", session)
+    return type(inner).pty_exec_start is not BaseSandboxSession.pty_exec_start
+
+
+def figure_paths(text: str) -> list[str]:
+    """Workspace paths of the figures a `run_python` result listed in its final line."""
+    last = text.rstrip("\n").rpartition("\n")[2]
+    if not last.startswith(FIGURES_LINE):
+        return []
+    paths = [p.strip() for p in last[len(FIGURES_LINE) :].split(",")]
+    return [p for p in paths if _FIGURE_PATH.match(p)]
+
+
+class RunPythonArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    code: str = Field(description="Python source to run in the kernel.")
+
+
+class Figure(BaseModel):
+    path: str
+    width: int = 0
+    height: int = 0
+    description: str = ""
+
+
+class CellReply(BaseModel):
+    """What the supervisor wrote: untrusted (the sandbox can write anything), so validated."""
+
+    model_config = ConfigDict(extra="ignore")
+    status: Literal["ok", "error", "interrupted", "restarted", "crashed", "bad_request"]
+    cell: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    value: str | None = None
+    error: str | None = None
+    figures: list[Figure] = Field(default_factory=list)
+    duration_s: float | None = None
+    timed_out: float | None = None
+    state_lost: bool = False
+    detail: str = ""
+
+
+class KernelError(RuntimeError):
+    """The kernel could not be reached or started; the message says what happened."""
+
+
+@dataclass
+class CellResult:
+    """One executed cell, as the tool saw it."""
+
+    reply: CellReply
+    cell: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def state_lost(self) -> bool:
+        return self.reply.state_lost or LOST in self.notes
+
+    @property
+    def figures(self) -> list[Figure]:
+        return [f for f in self.reply.figures if _FIGURE_PATH.match(f.path)]
+
+
+@dataclass
+class _KernelState:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    started: bool = False
+    loss_reported: bool = False
+    cells: int = 0
+
+
+_STATES: weakref.WeakKeyDictionary[Any, _KernelState] = weakref.WeakKeyDictionary()
+
+
+class KernelClient:
+    """Talks to the kernel of one session; starts it on first use and after it died."""
+
+    def __init__(self, session: BaseSandboxSession, *, python: str = "python3") -> None:
+        self.session = session
+        self.python = python
+        self.state = _STATES.setdefault(session, _KernelState())
+
+    async def run(self, code: str, timeout: float) -> CellResult:
+        async with self.state.lock:
+            self.state.cells += 1
+            cell = self.state.cells
+            notes: list[str] = []
+            fresh = False
+            if not self.state.started:
+                if cell > 1 and not self.state.loss_reported:
+                    notes.append(LOST)
+                await self._start()
+                fresh = True
+            request = {"code": code, "cell": cell, "timeout": timeout}
+            reply = await self._send(request, timeout, notes, fresh)
+            return CellResult(reply=reply, cell=cell, notes=notes)
+
+    async def _start(self) -> None:
+        command = [self.python, "-I", "-c", kernel_server.BOOT, kernel_source(), "serve"]
+        try:
+            self.session.register_persist_workspace_skip_path(KERNEL_DIR)
+        except Exception:  # a mount at that path: the FIFOs are simply archived
+            pass
+        try:
+            update = await self.session.pty_exec_start(
+                "sh", "-c", START, "kernel", *command, shell=False, tty=False, yield_time_s=0.25
+            )
+        except NotImplementedError:
+            raise KernelError(NO_PROCESSES) from None
+        if update.exit_code is not None:
+            output = update.output.decode("utf-8", "replace")[-2000:]
+            raise KernelError(f"the Python kernel exited at start (code {update.exit_code}): {output}")
+        self.state.started, self.state.loss_reported = True, False
+
+    async def _send(
+        self, request: dict[str, Any], timeout: float, notes: list[str], fresh: bool
+    ) -> CellReply:
+        """Deliver one cell. A kernel that does not answer is started (once), then waited for."""
+        ident = os.urandom(8).hex()
+        payload = json.dumps(request, ensure_ascii=False)
+        argument = payload
+        if len(payload.encode("utf-8")) > MAX_ARGV_PAYLOAD:
+            await self.session.mkdir(Path(KERNEL_DIR), parents=True)
+            await self.session.write(
+                Path(KERNEL_DIR) / f"req-{ident}.json", io.BytesIO(payload.encode("utf-8"))
+            )
+            argument = ""
+        wait = timeout + kernel_server.GRACE_S + 10
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + START_WAIT_S
+        while True:
+            try:
+                result = await self.session.exec(
+                    "bash", "-c", CLIENT, "client", ident, argument, f"{wait:.0f}",
+                    shell=False, timeout=wait + 10,
+                )  # fmt: skip
+            except (ExecTimeoutError, TimeoutError):
+                self.state.started = False
+                raise KernelError(
+                    f"the kernel did not answer within {wait + 10:.0f} s; a new one will be "
+                    "started on the next call"
+                ) from None
+            if result.exit_code == 3 and loop.time() < give_up:
+                if not fresh:  # it was running and has gone away
+                    notes.append(LOST)
+                    await self._start()
+                    fresh = True
+                    give_up = loop.time() + START_WAIT_S
+                await asyncio.sleep(0.05)
+                continue
+            if result.exit_code == 6:
+                self.state.started, self.state.loss_reported = False, True
+                return CellReply(status="crashed", state_lost=True, detail=VANISHED)
+            if result.exit_code != 0:
+                self.state.started = False
+                detail = (result.stderr or result.stdout).decode("utf-8", "replace")[-1000:]
+                raise KernelError(f"could not reach the kernel (exit {result.exit_code}): {detail}")
+            try:
+                return CellReply.model_validate_json(result.stdout)
+            except ValidationError as exc:
+                raise KernelError(f"the kernel sent an unreadable reply: {exc.errors()[:1]}") from None
+
+
+def format_result(result: CellResult, *, images: bool, timeout: float) -> str:
+    """The text the model reads. User output comes first; the figures line is always last."""
+    reply = result.reply
+    lines = [f"[cell {result.cell}: {_status(reply)}]"]
+    lines += [f"[kernel] {note}" for note in result.notes]
+    for header, body in (("stdout", reply.stdout), ("stderr", reply.stderr)):
+        if body:
+            lines += [f"[{header}]", body.rstrip("\n")]
+    if reply.value is not None:
+        lines += [f"[Out {result.cell}]", reply.value]
+    if reply.error:
+        lines += ["[error]", reply.error.rstrip("\n")]
+    if reply.status == "interrupted":
+        lines.append(
+            f"[kernel] interrupted after {reply.timed_out or timeout:g} s (the per-call limit): "
+            "the kernel is still running and your variables are kept"
+        )
+    elif reply.state_lost:
+        lines.append(
+            f"[kernel] {reply.detail}. STATE LOST: all variables and imports are gone; re-run "
+            "imports and data loading"
+        )
+    elif reply.detail:
+        lines.append(f"[kernel] {reply.detail}")
+    figures = result.figures
+    for fig in figures:
+        shown = "shown below" if images else "not shown: this model reads text only"
+        lines.append(
+            f"[figure] {fig.path}: {fig.width}x{fig.height} px PNG ({shown}); {fig.description}"
+        )
+    if figures:
+        lines.append(FIGURES_LINE + ", ".join(f.path for f in figures))
+    return "\n".join(lines)
+
+
+def _status(reply: CellReply) -> str:
+    took = f" in {reply.duration_s:.3f} s" if reply.duration_s is not None else ""
+    return {
+        "ok": f"ok{took}",
+        "error": f"error{took}",
+        "interrupted": "interrupted (timeout)",
+        "restarted": "timeout, kernel restarted",
+        "crashed": "kernel crashed and was restarted",
+        "bad_request": "not run",
+    }[reply.status]
+
+
+@dataclass(init=False)
+class RunPythonTool(FunctionTool):
+    """The `run_python` function tool: strict schema {"code": string}, plain function tool, so
+    Responses and Chat Completions models both accept it."""
+
+    client: KernelClient = field(init=False, repr=False, compare=False)
+    images: bool = field(init=False, default=True, compare=False)
+    timeout: float = field(init=False, default=60.0, compare=False)
+
+    def __init__(self, session: BaseSandboxSession, *, images: bool, timeout: float) -> None:
+        self.client = KernelClient(session)
+        self.images = images
+        self.timeout = timeout
+        super().__init__(
+            name=TOOL_NAME,
+            description=DESCRIPTION.format(timeout=timeout),
+            params_json_schema={
+                "type": "object",
+                "properties": {"code": {"type": "string", "description": "Python source to run."}},
+                "required": ["code"],
+                "additionalProperties": False,
+            },
+            on_invoke_tool=self._invoke,
+            strict_json_schema=True,
+        )
+
+    async def _invoke(self, _: object, raw_input: str) -> str | list[ToolOutputText | ToolOutputImage]:
+        try:
+            args = RunPythonArgs.model_validate_json(raw_input)
+        except ValidationError:
+            return 'run_python needs JSON arguments like {"code": "print(1)"}'
+        return await self.run(args.code)
+
+    async def run(self, code: str) -> str | list[ToolOutputText | ToolOutputImage]:
+        """Run one cell; the text result, plus the figures as images when the model sees images."""
+        if len(code.encode("utf-8")) > MAX_CODE_BYTES:
+            return f"the code is over {MAX_CODE_BYTES // 1024**2} MiB; write it to a file and run that"
+        try:
+            result = await self.client.run(code, self.timeout)
+        except KernelError as exc:
+            return f"[kernel] {exc}"
+        text = format_result(result, images=self.images, timeout=self.timeout)
+        if not (self.images and result.figures):
+            return text
+        parts: list[ToolOutputText | ToolOutputImage] = [ToolOutputText(text=text)]
+        for fig in result.figures:
+            image = await self._image(fig.path)
+            parts.append(image if image is not None else ToolOutputText(text=f"({fig.path}: unreadable or too large to show)"))
+        return parts
+
+    async def _image(self, path: str) -> ToolOutputImage | None:
+        try:
+            data = await self.client.session.read_bounded(Path(path), max_bytes=MAX_IMAGE_BYTES + 1)
+        except Exception:  # removed by a later command, or not readable
+            return None
+        if len(data) > MAX_IMAGE_BYTES or not data.startswith(b"\x89PNG\r\n\x1a\n"):
+            return None
+        return ToolOutputImage(image_url="data:image/png;base64," + base64.b64encode(data).decode())
+
+
+class PythonKernel(Capability):
+    """Gives the model `run_python`, a live Python session in the sandbox, beside the shell."""
+
+    type: Literal["python_kernel"] = "python_kernel"
+    images: bool = True
+    timeout: float = Field(default=60.0, gt=0)
+
+    def tools(self) -> list[Tool]:
+        if self.session is None:
+            raise ValueError("PythonKernel capability is not bound to a SandboxSession")
+        if not keeps_processes(self.session):
+            return []  # offering a tool that can only fail would waste the model's turns
+        return [RunPythonTool(self.session, images=self.images, timeout=self.timeout)]
+
+    async def instructions(self, manifest: Manifest) -> str | None:
+        if self.session is not None and not keeps_processes(self.session):
+            return None
+        return INSTRUCTIONS

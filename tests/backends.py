@@ -1,0 +1,21 @@
+"""Which sandbox backends a test may use here. Docker is skipped only where no engine runs; with
+CODEROOM_REQUIRE_DOCKER=1 (as in CI) a missing engine fails instead, so CI never skips silently."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from coderoom.sandboxes import SandboxSpec, get_backend
+
+BACKENDS = ["local", "docker"]
+
+
+def require_backend(name: str) -> None:
+    reason = get_backend(name).unavailable_reason(SandboxSpec(backend=name))
+    if reason is None:
+        return
+    if name == "docker" and os.environ.get("CODEROOM_REQUIRE_DOCKER") != "1":
+        pytest.skip(f"docker backend unavailable: {reason}")
+    pytest.fail(f"{name} backend unavailable: {reason}")

@@ -1,0 +1,113 @@
+"""A run directory made without a model: the real tools (run_python, exec_command, view_image) driven
+in order in a real sandbox session, recorded with coderoom's own Recorder, the workspace saved as a
+run saves it. The exporters' input is this file format, so the steps are scripted, the outputs real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents.sandbox import Manifest
+from agents.sandbox.capabilities.tools import ExecCommandTool, ViewImageTool
+
+from coderoom.jobs import build_job
+from coderoom.record import Recorder, bounded, tool_output_text
+from coderoom.run import save_workspace
+from coderoom.sandboxes import open_session
+from coderoom.tools.python_kernel import RunPythonTool
+from coderoom.workspace import stage_inputs
+
+OUTPUTS = ["output/anomalies.csv", "output/plot.png", "output/report.md", "output/state.txt"]
+
+ANALYSIS = (
+    "threshold = df['energy_kwh'].mean() + 2 * df['energy_kwh'].std()\n"
+    "anomalies = df[df['energy_kwh'] > threshold]\n"
+    "anomalies.to_csv('output/anomalies.csv', index=False)\n"
+    "fig, ax = plt.subplots(figsize=(6, 3))\n"
+    "ax.plot(df['energy_kwh'].to_numpy())\n"
+    "ax.set_title('energy')\n"
+    "fig.savefig('output/plot.png')\n"
+    "len(anomalies)"
+)
+
+
+def write_energy_csv(path: Path, *, spikes: list[int], hours: int = 24 * 14) -> Path:
+    """An hourly series with a daily cycle and spikes at the given hours."""
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["timestamp", "energy_kwh", "outdoor_temp_c"])
+        for hour in range(hours):
+            energy = 50 + 10 * math.sin(2 * math.pi * hour / 24) + (80 if hour in spikes else 0)
+            stamp = f"2024-03-{1 + hour // 24:02d} {hour % 24:02d}:00:00"
+            writer.writerow([stamp, f"{energy:.2f}", f"{10 + 5 * math.cos(hour / 7):.1f}"])
+    return path
+
+
+async def record_session(run_dir: Path, data: Path) -> None:
+    job = build_job(
+        {
+            "name": "kernel_showcase",
+            "prompt": "Find the spikes in input/energy.csv.",
+            "inputs": {"input/energy.csv": data},
+            "outputs": OUTPUTS,
+            "model": "offline",
+            "sandbox": {"backend": "unix_local"},
+        }
+    )
+    recorder = Recorder(run_dir)
+    recorder.emit("run_start", job=job.model_dump(mode="json"), model="scripted", coderoom_version="test")
+    async with open_session(job.sandbox, Manifest()) as session:
+        await stage_inputs(session, job.inputs)
+        tools: dict[str, Any] = {
+            "run_python": RunPythonTool(session, images=True, timeout=20),
+            "quick_python": RunPythonTool(session, images=True, timeout=1),
+            "exec_command": ExecCommandTool(session=session),
+            "view_image": ViewImageTool(session=session),
+        }
+        calls: list[tuple[str, dict[str, Any]]] = [
+            ("exec_command", {"cmd": "mkdir -p output && wc -l input/energy.csv"}),
+            ("run_python", {"code": "import pandas as pd\nimport matplotlib.pyplot as plt\n"
+                            "df = pd.read_csv('input/energy.csv')\ndf.shape"}),
+            ("run_python", {"code": "df['missing_column']"}),
+            ("run_python", {"code": ANALYSIS}),
+            ("exec_command", {"cmd": "printf 'spikes: %s\\n' $(($(wc -l < anomalies.csv) - 1)) "
+                              "> report.md", "workdir": "output"}),
+            ("quick_python", {"code": "import time\nwhile True:\n    time.sleep(0.05)"}),
+            ("view_image", {"path": "output/plot.png"}),
+            ("run_python", {"code": "import os\nos.abort()"}),
+            ("run_python", {"code": "open('output/state.txt', 'w').write(str('df' in globals()))"}),
+        ]
+        for number, (name, arguments) in enumerate(calls, 1):
+            call_id = f"call-{number}"
+            tool = tools[name]
+            recorder.emit(
+                "model_call", turn=number, output=[
+                    {"kind": "message", "text": f"Step {number}: using {tool.name}."},
+                    {"kind": "tool_call", "call_id": call_id, "name": tool.name, "arguments": arguments},
+                ],
+            )  # fmt: skip
+            result = await tool.on_invoke_tool(None, json.dumps(arguments))
+            text, images = tool_output_text(result)
+            recorder.emit(
+                "tool_result", call_id=call_id, name=tool.name, arguments=arguments,
+                output=bounded(text), images=images, duration_s=0.0,
+            )  # fmt: skip
+        notes = await save_workspace(session, run_dir, job.sandbox.limits.workspace_size)
+    recorder.emit("run_end", status="ok", final_output="done", error=None, outputs=[], notes=notes)
+    recorder.close()
+
+
+@pytest.fixture(scope="session")
+def kernel_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A recorded run that used every tool; its inputs live beside it."""
+    base = tmp_path_factory.mktemp("kernel_run")
+    data = write_energy_csv(base / "energy.csv", spikes=[30, 100, 200])
+    run_dir = base / "run"
+    asyncio.run(record_session(run_dir, data))
+    return run_dir

@@ -1,0 +1,146 @@
+"""Export a recorded run as a notebook and as a model-free script; rerun it on new data."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+import pytest
+from PIL import Image
+from recorded_run import ANALYSIS, OUTPUTS, kernel_run, write_energy_csv  # noqa: F401 (fixture)
+from typer.testing import CliRunner
+
+from coderoom.cli import app
+from coderoom.export.rerun import rerun
+from coderoom.export.script import export_script, literal
+from coderoom.export.steps import load_steps
+
+
+def tar_member(run_dir: Path, name: str) -> bytes:
+    with tarfile.open(run_dir / "workspace.tar") as archive:
+        for member in archive.getmembers():
+            if member.name.removeprefix("./") == name:
+                handle = archive.extractfile(member)
+                assert handle is not None
+                return handle.read()
+    raise KeyError(name)
+
+
+def test_notebook_is_valid_and_in_order(kernel_run: Path, tmp_path: Path) -> None:
+    target = tmp_path / "run.ipynb"
+    result = CliRunner().invoke(app, ["export", str(kernel_run), "--notebook", str(target)])
+    assert result.exit_code == 0, result.output
+    notebook = nbformat.read(str(target), as_version=4)
+    nbformat.validate(notebook)
+
+    _, steps = load_steps(kernel_run)
+    code_cells = [c for c in notebook.cells if c.cell_type == "code"]
+    expected = [s for s in steps if s.kind in ("python", "shell")]
+    assert len(code_cells) == len(expected) == 8
+    for cell, step in zip(code_cells, expected):
+        assert step.source in cell.source
+    assert code_cells[0].source.startswith("%%bash\nmkdir -p output")
+    assert code_cells[4].source.startswith("%%bash\ncd 'output' || exit\nprintf")
+
+    load, missing, analysis = code_cells[1:4]
+    assert [c.execution_count for c in (load, missing, analysis)] == [1, 2, 3]
+    assert load.outputs[0].output_type == "execute_result"
+    assert load.outputs[0].data["text/plain"] == "(336, 3)"
+    error = next(o for o in missing.outputs if o.output_type == "error")
+    assert error.ename == "KeyError" and "'missing_column'" in error.evalue
+
+    figure = next(o for o in analysis.outputs if o.output_type == "display_data")
+    png = base64.b64decode(figure.data["image/png"])
+    assert png == tar_member(kernel_run, ".coderoom/figures/cell-3-1.png")
+    assert Image.open(io.BytesIO(png)).size == (600, 300)
+
+    messages = [c.source for c in notebook.cells if c.metadata.get("coderoom", {}).get("kind") == "message"]
+    assert messages == [f"Step {n}: using {name}." for n, name in enumerate(
+        ["exec_command", "run_python", "run_python", "run_python", "exec_command", "run_python",
+         "view_image", "run_python", "run_python"], 1)]  # fmt: skip
+    viewed = next(c for c in notebook.cells if c.metadata.get("coderoom", {}).get("tool") == "view_image")
+    assert base64.b64decode(viewed.attachments["image.png"]["image/png"]) == (kernel_run / "output/plot.png").read_bytes()
+    crashed = code_cells[-2]
+    assert "STATE LOST" in "".join(o.get("text", "") for o in crashed.outputs)
+
+
+def replay_in(workspace: Path, script: Path, data: Path) -> subprocess.CompletedProcess[str]:
+    (workspace / "input").mkdir(parents=True)
+    shutil.copy(data, workspace / "input" / "energy.csv")
+    return subprocess.run(
+        [sys.executable, str(script)], check=False, cwd=workspace, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_script_reproduces_the_outputs(kernel_run: Path, tmp_path: Path) -> None:
+    script = export_script(kernel_run, tmp_path / "replay.py")
+    source = script.read_text()
+    assert "# cell 4 not replayed: in the original run it interrupted (timeout)" in source
+    assert "# cell 5 not replayed" in source and "reset()  # the kernel lost its variables here" in source
+    done = replay_in(tmp_path / "ws", script, kernel_run.parent / "energy.csv")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "KeyError" in done.stderr  # the failing cell fails again, and the replay goes on
+    for path in ("output/anomalies.csv", "output/report.md", "output/state.txt"):
+        assert (tmp_path / "ws" / path).read_bytes() == (kernel_run / path).read_bytes(), path
+    assert (tmp_path / "ws/output/state.txt").read_text() == "False"  # variables lost, as in the run
+    replayed = Image.open(tmp_path / "ws/output/plot.png")
+    assert replayed.size == Image.open(kernel_run / "output/plot.png").size
+
+
+def test_script_literals_round_trip() -> None:
+    for text in ["plain", "ends with quote'", "has ''' inside", "back\\slash\\", "cr\r\nlf", "tab\tand\x00nul", "é ✓"]:
+        assert eval(literal(text)) == text
+
+
+def test_rerun_applies_the_analysis_to_new_data(kernel_run: Path, tmp_path: Path) -> None:
+    new = write_energy_csv(tmp_path / "new.csv", spikes=[5, 50, 90, 150, 250])
+    out = tmp_path / "rerun"
+    result = CliRunner().invoke(
+        app,
+        ["rerun", str(kernel_run), "--input", f"{new}=input/energy.csv", "--out", str(out), "--sandbox", "unix_local"],
+    )
+    assert result.exit_code == 0, result.output
+    frame = pd.read_csv(new)
+    expected = frame[frame["energy_kwh"] > frame["energy_kwh"].mean() + 2 * frame["energy_kwh"].std()]
+    got = pd.read_csv(out / "output/anomalies.csv")
+    assert got["timestamp"].tolist() == expected["timestamp"].tolist() and len(got) == 5
+    assert (out / "output/report.md").read_text() == "spikes: 5\n"
+    assert sorted(p.relative_to(out).as_posix() for p in (out / "output").iterdir()) == sorted(OUTPUTS)
+    assert "threshold" in ANALYSIS and (out / "replay.log").is_file()
+
+
+def test_rerun_reports_a_missing_input_and_a_foreign_directory(kernel_run: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    missing = runner.invoke(app, ["rerun", str(kernel_run), "--input", f"{tmp_path}/nope.csv=input/energy.csv"])
+    assert missing.exit_code == 1 and "does not exist" in missing.output
+    foreign = runner.invoke(app, ["export", str(tmp_path), "--script", str(tmp_path / "x.py")])
+    assert foreign.exit_code == 2 and "no run.jsonl" in foreign.output
+
+
+@pytest.mark.slow
+def test_showcase_rerun_reproduces_its_outputs(tmp_path: Path) -> None:
+    """The showcase, run by the offline analyst, then replayed without a model: same artifacts."""
+    from coderoom.jobs import load_job
+    from coderoom.run import run_job
+    from coderoom.sandboxes import SandboxSpec
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "building_energy"
+    job = load_job(example).model_copy(update={"model": "offline", "sandbox": SandboxSpec(backend="unix_local")})
+    run_dir = tmp_path / "run"
+    assert asyncio.run(run_job(job, run_dir=run_dir)).ok
+    replay = asyncio.run(rerun(run_dir, tmp_path / "rerun", backend="unix_local", timeout=300))
+    assert replay.ok, (replay.out_dir / "replay.log").read_text()
+    for spec in job.outputs:
+        original, again = run_dir / spec.path, tmp_path / "rerun" / spec.path
+        if spec.path.endswith(".png"):
+            assert Image.open(again).size == Image.open(original).size
+        else:
+            assert again.read_bytes() == original.read_bytes(), spec.path

@@ -1,0 +1,43 @@
+"""Fixtures for the kernel tests: a real sandbox session per test, with the kernel tool bound to it.
+
+The kernel suite runs on the SDK's `unix_local` (always there) and on every coderoom backend
+that can keep a process alive between commands; a backend that cannot is skipped with the reason
+(run_python is then not offered there at all, see `test_capability_hides_tool_without_processes`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from agents.sandbox import Manifest
+from agents.sandbox.session.sandbox_session import SandboxSession
+
+from backends import require_backend
+from coderoom.sandboxes import SandboxSpec, open_session
+from coderoom.tools.python_kernel import RunPythonTool, keeps_processes
+
+
+@pytest.fixture(params=["unix_local", "local", "docker"])
+def kernel_backend(request: pytest.FixtureRequest) -> str:
+    require_backend(request.param)
+    return request.param
+
+
+@pytest.fixture
+async def session(kernel_backend: str) -> AsyncIterator[SandboxSession]:
+    async with open_session(SandboxSpec(backend=kernel_backend), Manifest()) as live:
+        if not keeps_processes(live):
+            pytest.skip(f"{kernel_backend}: the session cannot keep a process between commands")
+        yield live
+
+
+@pytest.fixture
+def tool(session: SandboxSession) -> RunPythonTool:
+    return RunPythonTool(session, images=True, timeout=20)
+
+
+@pytest.fixture
+def quick_tool(session: SandboxSession) -> RunPythonTool:
+    """A short per-call limit, for the timeout tests."""
+    return RunPythonTool(session, images=True, timeout=1)

@@ -1,0 +1,241 @@
+"""run_python against a real sandbox session: state, values, output bounds, figures, timeouts,
+crashes, and what the kernel can see of the host."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+from agents.tool import ToolOutputImage, ToolOutputText
+from kernel_fixtures import kernel_backend, quick_tool, session, tool  # noqa: F401 (fixtures)
+from PIL import Image
+
+from coderoom.tools import kernel_server
+from coderoom.tools.python_kernel import (
+    LOST,
+    PythonKernel,
+    RunPythonTool,
+    figure_paths,
+    keeps_processes,
+)
+
+
+def text_of(result: object) -> str:
+    if isinstance(result, str):
+        return result
+    assert isinstance(result, list)
+    return "\n".join(part.text for part in result if isinstance(part, ToolOutputText))
+
+
+async def test_state_persists_and_last_value_is_shown(tool: RunPythonTool) -> None:
+    first = await tool.run("x = 40\nx + 1")
+    assert "[cell 1: ok" in first and "[Out 1]\n41" in first
+    second = await tool.run("x += 2\nprint('x is', x)\nx")
+    assert "[stdout]\nx is 42" in second and "[Out 2]\n42" in second
+    assert "[Out 3]" not in await tool.run("y = x * 2")  # an assignment shows no value
+    assert "[Out 4]\n84" in await tool.run("y")
+
+
+async def test_dataframe_and_series_render_as_compact_tables(tool: RunPythonTool) -> None:
+    out = await tool.run(
+        "import pandas as pd\n"
+        "df = pd.DataFrame({'hour': [i % 24 for i in range(8760)], 'kwh': [float(i) for i in range(8760)]})\n"
+        "df"
+    )
+    assert "DataFrame: 8760 rows x 2 columns (hour: int64, kwh: float64)" in out
+    assert "..." in out and len(out) < 3000  # head and tail rows, not 8760 lines
+    series = await tool.run("df.groupby('hour')['kwh'].mean()")
+    assert "Series 'kwh': 24 rows, dtype float64" in series
+    assert "display" in await tool.run("display(df.head(2)); 'display'")
+
+
+async def test_stdout_stderr_and_subprocess_output_are_captured(tool: RunPythonTool) -> None:
+    out = await tool.run(
+        "import sys, subprocess\nprint('to out')\nprint('to err', file=sys.stderr)\n"
+        "subprocess.run(['echo', 'from a child'])"
+    )
+    stdout = out.split("[stdout]\n")[1].split("[stderr]")[0]
+    assert "to out" in stdout and "from a child" in stdout
+    assert "to err" in out.split("[stderr]\n")[1]
+
+
+async def test_outputs_and_tracebacks_are_bounded(tool: RunPythonTool) -> None:
+    flood = await tool.run("print('a' * 500_000)\nprint('THE END')")
+    assert "bytes of output omitted" in flood and "THE END" in flood
+    assert len(flood) < kernel_server.STREAM_HEAD + kernel_server.STREAM_TAIL + 500
+    value = await tool.run("'v' * 100_000")
+    assert "characters omitted" in value and len(value) < kernel_server.MAX_VALUE + 500
+    error = await tool.run("def f():\n    raise ValueError('e' * 100_000)\nf()")
+    assert "[cell 3: error" in error and "ValueError" in error
+    assert len(error) < kernel_server.MAX_TRACEBACK + 500
+    assert 'File "<cell-3>", line 3' in error and "kernel_server" not in error
+
+
+async def test_syntax_error_is_reported(tool: RunPythonTool) -> None:
+    out = await tool.run("def broken(:\n    pass")
+    assert "[error]" in out and "SyntaxError" in out
+    assert "[Out 2]\n2" in await tool.run("1 + 1")  # the kernel is fine
+
+
+async def test_figure_is_returned_as_an_image(tool: RunPythonTool, session) -> None:
+    result = await tool.run(
+        "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([1, 3, 2])\n"
+        "ax.set_title('Energy')\nax.set_xlabel('hour')\nplt.show()"
+    )
+    assert isinstance(result, list)
+    text, image = result
+    assert isinstance(text, ToolOutputText) and isinstance(image, ToolOutputImage)
+    assert figure_paths(text.text) == [".coderoom/figures/cell-1-1.png"]
+    assert "title 'Energy'" in text.text and "x 'hour'" in text.text and "1 lines" in text.text
+    assert image.image_url is not None and image.image_url.startswith("data:image/png;base64,")
+    png = base64.b64decode(image.image_url.split(",", 1)[1])
+    assert Image.open(io.BytesIO(png)).size == (640, 480)
+    saved = await session.read_bounded(Path(".coderoom/figures/cell-1-1.png"), max_bytes=10**7)
+    assert saved == png
+    assert "UserWarning" not in text.text  # plt.show() under Agg stays quiet
+    # the figure was closed after its cell: nothing is shown again
+    assert isinstance(await tool.run("len(plt.get_fignums())"), str)
+
+
+async def test_figure_is_described_in_text_without_images(session) -> None:
+    tool = RunPythonTool(session, images=False, timeout=20)
+    result = await tool.run(
+        "import matplotlib.pyplot as plt\nplt.figure(); plt.bar(['a', 'b'], [1, 2]); "
+        "plt.figure(); plt.scatter([1], [2]); None"
+    )
+    assert isinstance(result, str)
+    assert figure_paths(result) == [
+        ".coderoom/figures/cell-1-1.png",
+        ".coderoom/figures/cell-1-2.png",
+    ]
+    assert "2 bars/patches" in result and "1 scatter/collections" in result
+    assert "not shown: this model reads text only" in result
+
+
+async def test_figures_line_cannot_be_forged_by_cell_output(tool: RunPythonTool) -> None:
+    out = await tool.run("print('figures: ../../etc/passwd')")
+    assert figure_paths(out) == []
+
+
+async def test_timeout_interrupts_and_keeps_state(quick_tool: RunPythonTool) -> None:
+    await quick_tool.run("kept = 'yes'")
+    out = await quick_tool.run("import time\nwhile True:\n    time.sleep(0.05)")
+    assert "[cell 2: interrupted (timeout)]" in out and "KeyboardInterrupt" in out
+    assert "your variables are kept" in out and "STATE LOST" not in out
+    assert "'yes'" in await quick_tool.run("kept")
+
+
+@pytest.mark.parametrize(
+    "stubborn",
+    [
+        "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(60)",
+        "import itertools\nsum(itertools.repeat(1, 10**13))",  # a C loop never checks signals
+    ],
+    ids=["sigint-ignored", "c-loop"],
+)
+async def test_timeout_kills_a_cell_that_will_not_stop(quick_tool: RunPythonTool, stubborn: str) -> None:
+    await quick_tool.run("kept = 'yes'")
+    out = await quick_tool.run(stubborn)
+    assert "[cell 2: timeout, kernel restarted]" in out and "STATE LOST" in out
+    after = await quick_tool.run("kept")
+    assert "NameError" in after
+    assert "[Out 4]\n3" in await quick_tool.run("1 + 2")
+
+
+@pytest.mark.parametrize(
+    ("crash", "signal_name"),
+    [("import os\nos.abort()", "SIGABRT"), ("import os\nos.kill(os.getpid(), 9)", "SIGKILL")],
+)
+async def test_crash_is_reported_and_the_next_call_works(
+    tool: RunPythonTool, crash: str, signal_name: str
+) -> None:
+    await tool.run("kept = 1")
+    out = await tool.run(crash)
+    assert "[cell 2: kernel crashed and was restarted]" in out
+    assert f"killed by {signal_name}" in out and "STATE LOST" in out
+    assert "NameError" in await tool.run("kept")
+    assert "[Out 4]\n2" in await tool.run("1 + 1")
+
+
+async def test_killed_supervisor_is_replaced(tool: RunPythonTool) -> None:
+    await tool.run("kept = 1")
+    gone = await tool.run("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nimport time; time.sleep(5)")
+    assert "went away during this cell" in gone and "STATE LOST" in gone
+    # a cell too large for one argument travels as a file, and survives the restart in between
+    big = "numbers = [" + ",".join(str(i) for i in range(40_000)) + "]\n'kept' in globals()"
+    after = await tool.run(big)
+    assert "[Out 3]\nFalse" in after and LOST not in after  # the loss was reported once, above
+    assert "[Out 4]\n5" in await tool.run("2 + 3")
+
+
+async def test_kernel_environment_holds_no_host_secrets(
+    kernel_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agents.sandbox import Manifest
+
+    from coderoom.sandboxes import SandboxSpec, open_session
+
+    secret = "sk-coderoom-test-secret-0451"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    async with open_session(SandboxSpec(backend=kernel_backend), Manifest()) as live:
+        if not keeps_processes(live):
+            pytest.skip(f"{kernel_backend}: the session cannot keep a process between commands")
+        tool = RunPythonTool(live, images=False, timeout=20)
+        out = await tool.run(
+            "import os\n"
+            "own = open('/proc/self/environ', 'rb').read()\n"
+            "parent = open(f'/proc/{os.getppid()}/environ', 'rb').read()\n"
+            f"[k for k in os.environ if 'SECRET' in k or 'KEY' in k], {secret!r}.encode() in own + parent"
+        )
+    assert "[Out 1]\n([], False)" in out
+
+
+async def test_large_cells_go_through_a_file(tool: RunPythonTool) -> None:
+    code = "numbers = [" + ",".join(str(i) for i in range(40_000)) + "]\nlen(numbers)"
+    assert len(code) > 200_000
+    assert "[Out 1]\n40000" in await tool.run(code)
+
+
+async def test_tool_schema_and_invocation(tool: RunPythonTool) -> None:
+    assert tool.name == "run_python" and tool.strict_json_schema
+    assert tool.params_json_schema == {
+        "type": "object",
+        "properties": {"code": {"type": "string", "description": "Python source to run."}},
+        "required": ["code"],
+        "additionalProperties": False,
+    }
+    out = await tool.on_invoke_tool(None, json.dumps({"code": "6 * 7"}))  # type: ignore[arg-type]
+    assert "[Out 1]\n42" in out
+    assert "needs JSON arguments" in await tool.on_invoke_tool(None, "not json")  # type: ignore[arg-type]
+
+
+async def test_capability_binds_to_the_session(session) -> None:
+    capability = PythonKernel(images=False, timeout=5)
+    capability.bind(session)
+    (tool,) = capability.tools()
+    assert isinstance(tool, RunPythonTool) and tool.timeout == 5 and tool.images is False
+    assert "run_python" in (await capability.instructions(session.state.manifest) or "")
+    assert re.search(r"interrupted after 5 s", tool.description)
+
+
+async def test_capability_hides_tool_without_processes() -> None:
+    """On a backend whose commands cannot outlive themselves, the model is not offered a tool
+    that could only fail."""
+    from agents.sandbox import Manifest
+
+    from coderoom.sandboxes import SandboxSpec, get_backend, open_session
+
+    if get_backend("local").unavailable_reason(SandboxSpec(backend="local")) is not None:
+        pytest.skip("the local backend is unavailable here")
+    async with open_session(SandboxSpec(backend="local"), Manifest()) as live:
+        if keeps_processes(live):
+            pytest.skip("the local backend keeps processes now; the tool is offered there")
+        capability = PythonKernel()
+        capability.bind(live)
+        assert capability.tools() == []
+        assert await capability.instructions(live.state.manifest) is None
