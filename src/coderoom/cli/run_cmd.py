@@ -162,11 +162,11 @@ def run(
 
 
 def _ensure_docker_image(job: Job) -> None:
-    from ..sandboxes.docker import ensure_image
+    from ..sandboxes.docker_image import ImageBuildError, ensure_image
 
     try:
         ensure_image(job.sandbox, progress=lambda line: console.print(f"[dim]image:[/] {line}"))
-    except SandboxUnavailable as exc:
+    except (ImageBuildError, SandboxUnavailable) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
 
