@@ -79,9 +79,10 @@ PROBES: list[Probe] = [
     Probe("SEC-02", "/proc/self/environ", 'print(b"sk-" in open("/proc/self/environ", "rb").read())',
           "False", baseline=True),
     Probe("SEC-03", "/proc/1 environ and cmdline",
-          'env = open("/proc/1/environ", "rb").read()\n'
+          'try:\n    env = open("/proc/1/environ", "rb").read()\nexcept PermissionError:\n    env = b""\n'
           'head = open("/proc/1/cmdline", "rb").read().split(b"\\0--\\0")[0]  # bwrap\'s own options\n'
-          'print(b"sk-" + b"canary" in env, b"/" in head)', "False False"),
+          'print(b"sk-" + b"canary" in env, b"/" in head)', "False False",
+          docker_expect="False (True|False)"),  # container paths in pid 1's argv are not host paths
     Probe("SEC-04", "environ of host processes",
           'print(tr(lambda: open("/proc/@HOST_PID@/environ", "rb").read()))', "(ENOENT|EACCES)",
           baseline=True),
@@ -135,7 +136,8 @@ PROBES: list[Probe] = [
           ' len(open("/proc/net/route").read().splitlines()) - 1)', r"\['lo'\] 0", baseline=True),
     Probe("NET-03", "DNS: no resolver",
           'print(os.path.exists("/etc/resolv.conf"),'
-          ' tr(lambda: socket.getaddrinfo("sk-canary.example", 80)))', "False EAI"),
+          ' tr(lambda: socket.getaddrinfo("sk-canary.example", 80)))', "False EAI",
+          docker_expect="(True|False) EAI"),  # docker writes a resolv.conf even with no network
     Probe("NET-05", "host loopback service",
           'print(tr(lambda: socket.create_connection(("127.0.0.1", @PORT@), 2).recv(100)))',
           "(ECONNREFUSED|ENETUNREACH)", baseline=True),
@@ -167,7 +169,7 @@ PROBES: list[Probe] = [
           "EPERM EPERM EPERM", docker_expect="(EPERM|ENOTTY) (EPERM|ENOTTY) (EPERM|ENOTTY)"),
     Probe("PROC-09", "privilege escalation inside",
           'nnp = [l.split()[1] for l in open("/proc/self/status") if l.startswith("NoNewPrivs")]\n'
-          'print(tr(lambda: os.setuid(0)), *nnp)', "EPERM 1"),
+          'print(tr(lambda: os.setuid(0)), *nnp)', "(EPERM|EINVAL) 1"),
     Probe("PROC-10", "no control daemon listening inside",
           'print(sum(l.split()[3] == "0A" for f in ("/proc/net/tcp", "/proc/net/tcp6")'
           ' for l in open(f).readlines()[1:]))', "0"),
@@ -180,7 +182,7 @@ PROBES: list[Probe] = [
     Probe("RES-02", "thread bomb stops at the pids limit",
           'import threading, time\nn = 0\ntry:\n    while n < 1000:\n'
           '        threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n        n += 1\n'
-          'except RuntimeError:\n    print("RuntimeError", n < 32)\nos._exit(0)',
+          'except RuntimeError:\n    print("RuntimeError", n < 32, flush=True)\nos._exit(0)',
           "RuntimeError True", limits={"pids": 32}),
     Probe("RES-03", "memory bomb",
           'try:\n    x = bytearray(512 * 1024**2)\n    print("allocated")\nexcept MemoryError:\n'
@@ -214,7 +216,7 @@ PROBES: list[Probe] = [
           'ctypes.CDLL(None).system(b"cat @HOME@/.ssh/id_rsa 2>/dev/null || echo contained")',
           "contained", baseline=True),
     Probe("AST-04", "allowed libraries doing I/O",
-          'import numpy\nprint(tr(lambda: numpy.load("@HOME@/x.npy", allow_pickle=True)))', "ENOENT",
+          'import pandas\nprint(tr(lambda: pandas.read_csv("@HOME@/.ssh/id_rsa")))', "ENOENT",
           baseline=True),
     # ---------------------------------------------------------------- KERN
     Probe("KERN-01", "create a user namespace (covers KERN-02)", "print(sc(272, 0x10000000))", "EPERM",

@@ -208,8 +208,8 @@ class LocalSandboxSession(BaseSandboxSession):
                 watchdog=self._workspace_watchdog,
                 preexec=self._preexec,
             )
-            if outcome.stopped_by is None:
-                outcome.stopped_by = await self._workspace_watchdog()
+            if outcome.stopped_by is None:  # inline: a thread hop costs more than a usual walk
+                outcome.stopped_by = self._workspace_over_limit()
         finally:
             async with self._quiet:
                 self._active_commands -= 1
@@ -237,9 +237,12 @@ class LocalSandboxSession(BaseSandboxSession):
         return " && ".join(f"ulimit -{flag} {value}" for flag, value in settings.items())
 
     async def _workspace_watchdog(self) -> str | None:
+        return await asyncio.to_thread(self._workspace_over_limit)
+
+    def _workspace_over_limit(self) -> str | None:
         limit = self.state.limits.workspace_size
         try:
-            used = await asyncio.to_thread(_workspace.usage, self.workspace_dir)
+            used = _workspace.usage(self.workspace_dir)
         except _workspace.WorkspaceLimitError as exc:
             return f"workspace over its limits: {exc}"
         if used > limit:

@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Sandbox backends side by side: start, exec round trip, a pandas step, close.
+
+Every backend is one entry in BACKENDS (a label and a function returning a client and its
+options, or None when it cannot run here). All entries are measured in the same run, on the
+host, through the SDK session API:
+
+* start: create -> start -> first exec("true") returns
+* exec: exec("true") round trip on a started session
+* pandas: exec(python3 -c 'import pandas; ...') round trip
+* close: aclose() + client.delete()
+
+    python benchmarks/sandbox_bench.py [--n 30] [--n-python 5] [--write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from agents.sandbox import Manifest
+
+from coderoom.sandboxes import DEFAULT_IMAGE, SandboxSpec, get_backend
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs" / "benchmarks.md"
+SECTION = "## Sandbox backends: start, exec, close"
+PANDAS = "import pandas as pd; print(pd.DataFrame({'x': range(1000)}).x.sum())"
+
+ClientFactory = Callable[[], tuple[Any, Any] | None]
+
+
+def _coderoom(name: str) -> ClientFactory:
+    def make() -> tuple[Any, Any] | None:
+        spec = SandboxSpec(backend=name)
+        try:
+            backend = get_backend(name)
+        except Exception:  # module not there yet
+            return None
+        return None if backend.unavailable_reason(spec) else backend.client(spec)
+
+    return make
+
+
+def _sdk_docker() -> tuple[Any, Any] | None:
+    try:
+        import docker
+        from agents.sandbox.sandboxes.docker import DockerSandboxClient, DockerSandboxClientOptions
+
+        engine = docker.from_env()
+        engine.images.get(DEFAULT_IMAGE)
+    except Exception:
+        return None
+    return DockerSandboxClient(engine), DockerSandboxClientOptions(image=DEFAULT_IMAGE, network_mode="none")
+
+
+BACKENDS: list[tuple[str, ClientFactory]] = [
+    ("coderoom local (bwrap)", _coderoom("local")),
+    ("SDK unix_local (no isolation)", _coderoom("unix_local")),
+    ("SDK docker", _sdk_docker),
+    ("coderoom docker", _coderoom("docker")),
+]
+
+
+def percentiles(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return statistics.median(ordered) * 1000, p95 * 1000
+
+
+async def measure(client: Any, options: Any, n: int, n_python: int) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {"start": [], "exec": [], "pandas": [], "close": []}
+    for index in range(n):
+        began = time.perf_counter()
+        session = await client.create(manifest=Manifest(), options=options)
+        await session.start()
+        await session.exec("true", shell=False)
+        times["start"].append(time.perf_counter() - began)
+        for _ in range(3):
+            began = time.perf_counter()
+            result = await session.exec("true", shell=False)
+            times["exec"].append(time.perf_counter() - began)
+            assert result.exit_code == 0
+        if index < n_python:
+            began = time.perf_counter()
+            result = await session.exec("python3", "-c", PANDAS, shell=False)
+            times["pandas"].append(time.perf_counter() - began)
+            assert result.exit_code == 0, result.stderr
+        began = time.perf_counter()
+        await session.aclose()
+        await client.delete(session)
+        times["close"].append(time.perf_counter() - began)
+    return times
+
+
+def table(results: dict[str, dict[str, list[float]]]) -> str:
+    rows = [
+        "| backend | start p50 | start p95 | exec p50 | exec p95 | pandas p50 | pandas p95 | close p50 | close p95 |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for label, times in results.items():
+        cells = []
+        for key in ("start", "exec", "pandas", "close"):
+            p50, p95 = percentiles(times[key])
+            cells += [f"{p50:.1f}", f"{p95:.1f}"]
+        rows.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def machine() -> str:
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+         if line.startswith("model name")),
+        platform.processor(),
+    )  # fmt: skip
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, Linux {platform.release()}"
+
+
+def write_docs(text: str) -> None:
+    current = DOCS.read_text() if DOCS.exists() else ""
+    start = current.find(SECTION)
+    if start == -1:
+        updated = current.rstrip("\n") + "\n\n" + text
+    else:
+        end = current.find("\n## ", start + len(SECTION))
+        updated = current[:start] + text + (current[end:] if end != -1 else "")
+    DOCS.write_text(updated)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=30, help="sessions per backend")
+    parser.add_argument("--n-python", type=int, default=5, help="pandas steps per backend")
+    parser.add_argument("--write", action="store_true", help=f"update the section in {DOCS}")
+    args = parser.parse_args()
+    results: dict[str, dict[str, list[float]]] = {}
+    skipped: list[str] = []
+    for label, factory in BACKENDS:
+        made = factory()
+        if made is None:
+            skipped.append(label)
+            continue
+        client, options = made
+        try:
+            await measure(client, options, 2, 1)  # warm-up: imports, caches, first image use
+            results[label] = await measure(client, options, args.n, args.n_python)
+        except Exception as exc:  # report it and measure the others
+            skipped.append(f"{label} (failed: {type(exc).__name__}: {str(exc)[:120]})")
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    text = (
+        f"{SECTION} ({stamp})\n\n"
+        f"Machine: {machine()}. Milliseconds, host-side wall time through the SDK session API; "
+        f"{args.n} sessions per backend (exec: 3 per session; pandas: {args.n_python}). "
+        "coderoom local runs every command in a fresh bubblewrap sandbox with all namespaces, "
+        "seccomp, no network and rlimits. "
+        f"Targets for coderoom local: start p50 <= 25, exec p50 <= 5, close p50 <= 10. "
+        + (
+            "This run was as root: each local command then also drops to uid 65534 with the "
+            "runtime bound in a private mount namespace (bwrap.drop_root), which makes Python "
+            "fork() the host process instead of vfork(). "
+            if os.geteuid() == 0
+            else ""
+        )
+        + f"Made by `python benchmarks/sandbox_bench.py --n {args.n} --write`.\n\n"
+        + table(results)
+        + ("\n\nNot measured (unavailable here): " + ", ".join(skipped) if skipped else "")
+        + "\n"
+    )
+    print(text)
+    if args.write:
+        write_docs(text)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
