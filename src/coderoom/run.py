@@ -35,6 +35,10 @@ MAX_OUTPUT_READ = 256 * 1024**2
 Status = Literal["ok", "failed", "error", "interrupted"]
 
 
+class RunDirInUse(ValueError):
+    """The run folder holds something already; a run never writes over earlier results."""
+
+
 @dataclass
 class RunResult:
     status: Status
@@ -138,6 +142,9 @@ async def run_job(
     `model` overrides the job's model spec (tests pass a scripted model this way).
     """
     run_dir = run_dir or default_run_dir(job)
+    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+        # Old artifacts there could pass the output checks for this run.
+        raise RunDirInUse(f"{run_dir} already exists and is not empty; choose a new --out folder")
     recorder = Recorder(run_dir, listeners)
     started = time.monotonic()
     result = RunResult(status="error", run_dir=run_dir)

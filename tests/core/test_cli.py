@@ -65,10 +65,11 @@ def test_missing_outputs_exit_1(tmp_path: Path) -> None:
     assert "output/x.md (missing" in result.stderr
 
 
-def _leftovers(backend: str) -> set[str]:
-    """Containers, or local sandbox host folders and the bwrap processes using them."""
+def _leftovers(backend: str, host_pid: int | None = None) -> set[str]:
+    """The run's containers, or local sandbox host folders and the bwrap processes using them."""
     if backend == "docker":
-        listing = ["docker", "ps", "-aq", "--filter", "label=coderoom.sandbox"]
+        label = f"coderoom.host-pid={host_pid}" if host_pid else "coderoom.sandbox"
+        listing = ["docker", "ps", "-aq", "--filter", f"label={label}"]
         return set(subprocess.run(listing, capture_output=True, text=True).stdout.split())
     folders = {str(p) for p in Path(tempfile.gettempdir()).glob("coderoom-local-*")}
     processes = subprocess.run(["pgrep", "-af", "coderoom-local-"], capture_output=True, text=True)
@@ -95,8 +96,10 @@ def test_ctrl_c_closes_the_sandbox_and_leaves_nothing(backend: str, tmp_path: Pa
             if "sleep 60" in line or time.monotonic() > deadline:
                 break
         time.sleep(1)
+        during = _leftovers(backend, process.pid)
+        assert during - before, "the probe must see the live sandbox, or its later silence proves nothing"
         process.send_signal(signal.SIGINT)
         rest = process.communicate(timeout=30)[1]
     assert process.returncode == 130, "".join(seen) + rest
     assert "interrupted" in rest
-    assert _leftovers(backend) <= before
+    assert _leftovers(backend, process.pid) <= (set() if backend == "docker" else before)

@@ -136,3 +136,14 @@ async def test_cancellation_closes_the_session(job, tmp_path: Path, monkeypatch)
         await task
     assert closed == [True]
     assert read_record(tmp_path / "run")[-1]["status"] == "interrupted"
+
+
+async def test_a_run_never_writes_into_a_folder_with_earlier_results(job, tmp_path: Path) -> None:
+    from coderoom.run import RunDirInUse
+
+    stale = tmp_path / "run" / "output" / "copy.csv"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("a,b\n1,2\n")
+    with pytest.raises(RunDirInUse, match="not empty"):
+        await run_job(job, run_dir=tmp_path / "run", model=scripted([assistant_message("hi")]))
+    assert stale.read_text() == "a,b\n1,2\n"

@@ -134,7 +134,7 @@ def run(
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="where to save outputs and the record")] = None,
 ) -> None:
     """Run a job: the agent writes and runs code in a sandbox; validated artifacts come back."""
-    from ..run import default_run_dir, run_job
+    from ..run import RunDirInUse, default_run_dir, run_job
 
     try:
         job = _job_from_flags(target, prompt, inputs, outputs)
@@ -155,6 +155,9 @@ def run(
     except KeyboardInterrupt:
         console.print(f"[red]interrupted[/]; the sandbox was closed. Partial record: {run_dir}")
         raise typer.Exit(130) from None
+    except RunDirInUse as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
     _print_summary(result.checks, result.final_output, run_dir)
     if result.error:
         console.print(f"[red]{result.status}:[/] {result.error}")
