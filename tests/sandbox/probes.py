@@ -81,8 +81,7 @@ PROBES: list[Probe] = [
     Probe("SEC-03", "/proc/1 environ and cmdline",
           'try:\n    env = open("/proc/1/environ", "rb").read()\nexcept PermissionError:\n    env = b""\n'
           'head = open("/proc/1/cmdline", "rb").read().split(b"\\0--\\0")[0]  # bwrap\'s own options\n'
-          'print(b"sk-" + b"canary" in env, b"/" in head)', "False False",
-          docker_expect="False (True|False)"),  # container paths in pid 1's argv are not host paths
+          'print(b"sk-" + b"canary" in env, b"/" in head)', "False False"),
     Probe("SEC-04", "environ of host processes",
           'print(tr(lambda: open("/proc/@HOST_PID@/environ", "rb").read()))', "(ENOENT|EACCES)",
           baseline=True),
@@ -134,10 +133,10 @@ PROBES: list[Probe] = [
     Probe("NET-01", "only lo, no route (covers NET-02, NET-04: nothing is sent)",
           'print(sorted(l.split(":")[0].strip() for l in open("/proc/net/dev").readlines()[2:]),'
           ' len(open("/proc/net/route").read().splitlines()) - 1)', r"\['lo'\] 0", baseline=True),
-    Probe("NET-03", "DNS: no resolver",
-          'print(os.path.exists("/etc/resolv.conf"),'
-          ' tr(lambda: socket.getaddrinfo("sk-canary.example", 80)))', "False EAI",
-          docker_expect="(True|False) EAI"),  # docker writes a resolv.conf even with no network
+    Probe("NET-03", "DNS: no resolver configured (docker mounts an empty resolv.conf)",
+          'conf = open("/etc/resolv.conf").read() if os.path.exists("/etc/resolv.conf") else ""\n'
+          'print(any(l.split()[:1] == ["nameserver"] for l in conf.splitlines()),'
+          ' tr(lambda: socket.getaddrinfo("sk-canary.example", 80)))', "False EAI"),
     Probe("NET-05", "host loopback service",
           'print(tr(lambda: socket.create_connection(("127.0.0.1", @PORT@), 2).recv(100)))',
           "(ECONNREFUSED|ENETUNREACH)", baseline=True),
@@ -166,7 +165,7 @@ PROBES: list[Probe] = [
     Probe("PROC-08", "TIOCSTI, also with high bits set (CVE-2019-10063)",
           'print(sc(16, 0, 0x5412, b"x"), sc(16, 0, ctypes.c_ulong(0x100005412), b"x"),'
           ' sc(16, 0, 0x541C, b"x"))',
-          "EPERM EPERM EPERM", docker_expect="(EPERM|ENOTTY) (EPERM|ENOTTY) (EPERM|ENOTTY)"),
+          "EPERM EPERM EPERM"),
     Probe("PROC-09", "privilege escalation inside",
           'nnp = [l.split()[1] for l in open("/proc/self/status") if l.startswith("NoNewPrivs")]\n'
           'print(tr(lambda: os.setuid(0)), *nnp)', "(EPERM|EINVAL) 1"),
@@ -235,8 +234,7 @@ PROBES: list[Probe] = [
     Probe("KERN-08", "perf_event_open", "print(sc(298, None, 0, -1, -1, 0))", "EPERM", baseline=True),
     Probe("KERN-09", "clone with namespace flags, clone3",
           "print(sc(56, 0x10000000 | 17, 0, 0, 0, 0), sc(435, None, 88))", "EPERM ENOSYS"),
-    Probe("KERN-10", "i386 syscall via int 0x80 (ptrace)", I386_PTRACE, "-31",
-          docker_expect="(-31|0 -1)"),
+    Probe("KERN-10", "i386 syscall via int 0x80 (ptrace)", I386_PTRACE, "-31"),
     Probe("KERN-11", "socket families with a bug history",
           'print(*(tr(lambda f=f: socket.socket(f, socket.SOCK_SEQPACKET if f == 38 else'
           ' socket.SOCK_STREAM)) for f in (38, 40, 17)))',

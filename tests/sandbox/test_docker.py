@@ -58,7 +58,9 @@ async def test_container_settings_are_hardened(session: Any, client: Any) -> Non
     assert config["User"] == "1000:1000"
     assert host["ReadonlyRootfs"] is True
     assert host["CapDrop"] == ["ALL"] and not host["CapAdd"]
-    assert host["SecurityOpt"] == ["no-new-privileges"]  # and so Docker's default seccomp profile
+    from coderoom.sandboxes.docker_seccomp import profile_json
+
+    assert host["SecurityOpt"] == ["no-new-privileges", f"seccomp={profile_json()}"]
     assert host["Privileged"] is False
     assert host["NetworkMode"] == "none"
     assert host["Memory"] == LIMITS.memory == host["MemorySwap"]
@@ -242,3 +244,25 @@ async def test_files_survive_a_persist_and_hydrate(session: Any) -> None:
         ".", "./input", "./input/data.csv", "./output", "./output/copy.csv", "./output/l",
         "copy.csv", "a,b", "1,2", "",
     ]
+
+
+async def test_each_command_gets_a_fresh_home_that_is_removed(session: Any) -> None:
+    first = await session.exec("echo $HOME; mkdir -p ~/.cache/x && touch ~/.cache/x/f && chmod 000 ~/.cache/x ~/.cache")
+    second = await session.exec("echo $HOME; ls -A $HOME; ls -d /tmp/home-*")
+    home = first.stdout.decode().strip()
+    assert home.startswith("/tmp/home-")
+    lines = second.stdout.decode().split()
+    assert lines[0] != home and lines[0].startswith("/tmp/home-")
+    assert lines[1:] == [lines[0]]  # the new HOME is empty, the old one is gone
+
+
+async def test_archive_reads_what_sandbox_code_locked(session: Any) -> None:
+    """ART-11: a `chmod 000` directory and a mode-000 file are archived with their contents."""
+    await session.exec("mkdir -p locked/deep && echo one > locked/deep/f && echo two > secret"
+                       " && chmod 000 locked/deep secret locked")
+    archive = await session.persist_workspace()
+    import tarfile
+
+    with tarfile.open(fileobj=archive) as tar:
+        assert tar.extractfile("locked/deep/f").read() == b"one\n"  # type: ignore[union-attr]
+        assert tar.extractfile("secret").read() == b"two\n"  # type: ignore[union-attr]

@@ -1,8 +1,9 @@
 """Fixtures for the kernel tests: a real sandbox session per test, with the kernel tool bound to it.
 
-The kernel suite runs on the SDK's `unix_local` (always there) and on every coderoom backend
-that can keep a process alive between commands; a backend that cannot is skipped with the reason
-(run_python is then not offered there at all, see `test_capability_hides_tool_without_processes`).
+The kernel suite runs on the SDK's `unix_local` (always there) and on every coderoom backend; all
+of them keep a process alive between commands, so a session that cannot fails the test rather
+than skipping it (a backend without processes is not offered run_python at all, see
+`test_capability_hides_tool_without_processes`).
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ def kernel_backend(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 async def session(kernel_backend: str) -> AsyncIterator[SandboxSession]:
     async with open_session(SandboxSpec(backend=kernel_backend), Manifest()) as live:
-        if not keeps_processes(live):
-            pytest.skip(f"{kernel_backend}: the session cannot keep a process between commands")
+        if not keeps_processes(live):  # every backend here keeps one: losing it is a regression
+            pytest.fail(f"{kernel_backend}: the session cannot keep a process between commands")
         yield live
 
 

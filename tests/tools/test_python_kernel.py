@@ -184,7 +184,7 @@ async def test_kernel_environment_holds_no_host_secrets(
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
     async with open_session(SandboxSpec(backend=kernel_backend), Manifest()) as live:
         if not keeps_processes(live):
-            pytest.skip(f"{kernel_backend}: the session cannot keep a process between commands")
+            pytest.fail(f"{kernel_backend}: the session cannot keep a process between commands")
         tool = RunPythonTool(live, images=False, timeout=20)
         out = await tool.run(
             "import os\n"

@@ -17,6 +17,8 @@ import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from .bwrap import Launch
+
 _CHUNK = 65536
 _KILL_GRACE_S = 5.0
 
@@ -70,21 +72,16 @@ def _memfd(name: str, data: bytes) -> int:
     return fd
 
 
-async def run_bwrap(
-    bwrap: str,
+async def spawn_bwrap(
+    launch: Launch,
     args: list[str],
     command: list[str],
     seccomp_program: bytes,
     *,
-    env: dict[str, str],
-    timeout: float,
-    output_cap: int,
-    stdin: bytes | None = None,
-    watchdog: Watchdog | None = None,
-    watch_interval: float = 0.25,
-    preexec: Callable[[], None] | None = None,
-) -> Outcome:
-    """Run `bwrap --args FD <command>` with options `args` and `seccomp_program`; see module doc."""
+    stdin: bool,
+) -> tuple[asyncio.subprocess.Process, int]:
+    """Start `bwrap --args FD <command>`: the process (stdout, stderr and, with `stdin`, stdin
+    piped) and the read end of its status pipe, for `kill_tree`. The caller closes that fd."""
     seccomp_fd = _memfd("seccomp", seccomp_program)
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
     args_fd = _memfd("args", b"")
@@ -93,17 +90,17 @@ async def run_bwrap(
         os.write(args_fd, b"\0".join(a.encode() for a in full) + b"\0")
         os.lseek(args_fd, 0, os.SEEK_SET)
         proc = await asyncio.create_subprocess_exec(
-            "bwrap",  # argv[0], visible in /proc/1/cmdline: no host path
+            *launch.argv,
             "--args",
             str(args_fd),
             *command,
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            env=env,
+            env=launch.env,  # bwrap's own pid 1 keeps it, readable from inside (catalogue §3.1)
             pass_fds=(seccomp_fd, status_w, args_fd),
-            executable=bwrap,
-            preexec_fn=preexec,
+            executable=launch.executable,
+            preexec_fn=launch.preexec,
         )
     except BaseException:
         os.close(status_r)
@@ -111,13 +108,28 @@ async def run_bwrap(
     finally:
         for fd in (seccomp_fd, status_w, args_fd):
             os.close(fd)
+    return proc, status_r
+
+
+async def run_bwrap(
+    launch: Launch,
+    args: list[str],
+    command: list[str],
+    seccomp_program: bytes,
+    *,
+    timeout: float,
+    output_cap: int,
+    stdin: bytes | None = None,
+    watchdog: Watchdog | None = None,
+    watch_interval: float = 0.25,
+) -> Outcome:
+    """Run `bwrap --args FD <command>` with options `args` and `seccomp_program`; see module doc."""
+    proc, status_r = await spawn_bwrap(launch, args, command, seccomp_program, stdin=stdin is not None)
     try:
         return await _supervise(proc, status_r, stdin, timeout, output_cap, watchdog, watch_interval)
     finally:
         if proc.returncode is None:  # cancelled: never leave a sandbox behind
-            _kill_tree(proc, status_r)
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(proc.wait(), _KILL_GRACE_S)
+            await kill_tree(proc, status_r)
         os.close(status_r)
 
 
@@ -183,6 +195,18 @@ async def _feed(proc: asyncio.subprocess.Process, data: bytes) -> None:
         proc.stdin.write(data)
         await proc.stdin.drain()
     proc.stdin.close()
+
+
+async def kill_tree(proc: asyncio.subprocess.Process, status_r: int) -> None:
+    """`_kill_tree`, then wait (bounded) until bwrap has exited, which means the tree is gone."""
+    _kill_tree(proc, status_r)
+    with contextlib.suppress(BaseException):
+        await asyncio.wait_for(proc.wait(), _KILL_GRACE_S)
+    if proc.returncode is None:  # bwrap did not follow its init: take it down too
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(proc.wait(), _KILL_GRACE_S)
 
 
 def _kill_tree(proc: asyncio.subprocess.Process, status_r: int) -> None:

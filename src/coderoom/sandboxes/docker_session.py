@@ -1,7 +1,7 @@
 """The SDK's Docker client and session, subclassed: hardened container, fast commands, fast close.
 
 * Container: non-root, read-only root, tmpfs /tmp and workspace (sizes from Limits), all
-  capabilities dropped, no-new-privileges, Docker's default seccomp profile, `network none`
+  capabilities dropped, no-new-privileges, coderoom's seccomp profile (docker_seccomp.py), `network none`
   unless allowed, memory/CPU/pids/rlimits from Limits, no host environment, no logging of
   command output, labels for `coderoom sandbox prune`.
 * PID 1 is image/init.py (passed as the command, so any image with Python 3 works): it reaps,
@@ -51,6 +51,7 @@ from docker.types import Mount as DockerMount
 from docker.utils.socket import frames_iter
 
 from .docker import CREATED_LABEL, HOST_PID_LABEL, LABEL, SESSION_LABEL
+from .docker_seccomp import profile_json
 from .limits import Limits
 
 logger = logging.getLogger(__name__)
@@ -187,7 +188,7 @@ class CoderoomDockerSession(DockerSandboxSession):
     ) -> list[str]:
         if user is not None:
             raise ValueError("the docker sandbox runs every command as its one sandbox user")
-        # plain `sh -c`: /tmp (HOME) lives as long as the session, so no login start-up files (SES-02)
+        # plain `sh -c`: no login start-up files (init.py also gives each command a fresh HOME: SES-02)
         return super()._prepare_exec_command(
             *command, shell=["sh", "-c"] if shell is True else shell, user=None
         )
@@ -304,12 +305,16 @@ class CoderoomDockerSession(DockerSandboxSession):
         on the host the way the local backend archives: relative names, no root entry, only
         directories, regular files and symlinks, plain modes, bounded by Limits.workspace_size.
 
+        The sandbox user owns every entry but has no capability to read past its own modes, so
+        first it gives itself read access where sandbox code took it away (a `chmod 000` directory,
+        catalogue ART-11), as the local backend's host-side archiver reads everything.
         (The SDK copies to /tmp and uses Docker's archive API, which cannot see tmpfs mounts.)"""
         root = self._workspace_root_path()
         excludes = [
             f"--exclude={root.name}/{rel.as_posix()}" for rel in sorted(self._persist_workspace_skip_relpaths())
         ]
-        cmd = ["tar", "-c", "-C", str(root.parent), "--anchored", "--no-wildcards", *excludes, root.name]
+        tar = ["tar", "-c", "-C", str(root.parent), "--anchored", "--no-wildcards", *excludes, root.name]
+        cmd = ["sh", "-c", _READABLE_THEN_EXEC, "sh", str(root), *tar]
         try:
             raw = await asyncio.to_thread(self._exec_to_file, cmd)
         except docker.errors.APIError as e:  # the container is gone, or the engine is
@@ -349,6 +354,15 @@ class CoderoomDockerSession(DockerSandboxSession):
         if self._channel is not None:
             self._channel.close()
         await asyncio.to_thread(_remove_container, self._docker_client, self.state.container_id)
+
+
+# `sh -c` script: $1 is the workspace, the rest the command to run after. find's `-exec ... \;`
+# runs before find reads the directory, so it descends into what it has just unlocked; links are
+# neither followed nor changed.
+_READABLE_THEN_EXEC = (
+    'root=$1; shift; find "$root" \\( -type d ! -perm -u=rx -exec chmod u+rx {} \\; \\)'
+    ' -o \\( -type f ! -perm -u=r -exec chmod u+r {} \\; \\); exec "$@"'
+)
 
 
 def _relative_archive(raw: IO[bytes], prefix: str, max_bytes: int) -> IO[bytes]:
@@ -463,7 +477,7 @@ class CoderoomDockerClient(DockerSandboxClient):
                 f"uid={SANDBOX_UID},gid={SANDBOX_UID},mode=0755",
             },
             "cap_drop": ["ALL"],
-            "security_opt": ["no-new-privileges"],
+            "security_opt": ["no-new-privileges", f"seccomp={profile_json()}"],
             "network_mode": network_mode or "bridge",
             "mem_limit": limits.memory,
             "memswap_limit": limits.memory,

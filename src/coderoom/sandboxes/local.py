@@ -42,6 +42,7 @@ from agents.sandbox import Manifest
 from agents.sandbox.errors import (
     ExecTimeoutError,
     ExecTransportError,
+    PtySessionNotFoundError,
     WorkspaceArchiveReadError,
     WorkspaceArchiveWriteError,
     WorkspaceReadNotFoundError,
@@ -49,13 +50,20 @@ from agents.sandbox.errors import (
 from agents.sandbox.session import SandboxSession, SandboxSessionState
 from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
 from agents.sandbox.session.sandbox_client import BaseSandboxClient, BaseSandboxClientOptions
+from agents.sandbox.session.pty_types import (
+    PtyExecUpdate,
+    allocate_pty_process_id,
+    clamp_pty_yield_time_ms,
+    resolve_pty_write_yield_time_ms,
+)
 from agents.sandbox.session.workspace_payloads import coerce_write_payload
 from agents.sandbox.snapshot import SnapshotBase, SnapshotSpec, resolve_snapshot
 from agents.sandbox.types import ExecResult, User
 from pydantic import Field
 
 from . import _workspace, bwrap
-from ._process import Outcome, run_bwrap
+from ._longlived import LongLived
+from ._process import Outcome, run_bwrap, spawn_bwrap
 from .limits import Limits
 from .oneshot import EXIT_KILLED, EXIT_TIMEOUT
 from .registry import SandboxUnavailable
@@ -65,9 +73,12 @@ from .spec import SandboxSpec
 _HOST_DIR_PREFIX = "coderoom-local-"
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
 _NOFILE = 512
+_LONG_LIVED_MAX = 8
 
 BASE_ENV = {
-    "PATH": f"{bwrap.RUNTIME_MOUNT}/bin:/usr/local/bin:/usr/bin:/bin",
+    "PATH": ":".join(
+        dict.fromkeys([bwrap.runtime().bin_dir, f"{bwrap.RUNTIME_MOUNT}/bin", "/usr/local/bin", "/usr/bin", "/bin"])
+    ),
     "HOME": "/tmp",
     "TMPDIR": "/tmp",
     "USER": "sandbox",
@@ -105,7 +116,11 @@ class LocalSandboxSession(BaseSandboxSession):
         self._active_commands = 0
         self._archiving = False
         self._quiet = asyncio.Condition()
-        self._preexec = bwrap.drop_root(self.host_dir / "runtime") if bwrap.host_id() is not None else None
+        self._python, self._views = _python_mounts(self.host_dir)
+        self._launch: bwrap.Launch | None = None
+        self._namespace_fd = -1
+        self._long_lived: dict[int, LongLived] = {}
+        self._long_lived_watch: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ layout
 
@@ -138,6 +153,23 @@ class LocalSandboxSession(BaseSandboxSession):
 
     async def _after_shutdown(self) -> None:
         self._running = False
+        self._release_launcher()
+
+    def _launcher(self) -> bwrap.Launch:
+        """Made on first use: as root, the mount namespace with the runtime views (see bwrap)."""
+        if self._launch is None:
+            if bwrap.host_id() is None:
+                self._launch = bwrap.direct(self._bwrap)
+            else:
+                self._namespace_fd = bwrap.views_namespace(self._views)
+                self._launch = bwrap.as_unprivileged(self._bwrap, self._namespace_fd)
+        return self._launch
+
+    def _release_launcher(self) -> None:
+        self._launch = None
+        if self._namespace_fd >= 0:
+            os.close(self._namespace_fd)
+            self._namespace_fd = -1
 
     async def running(self) -> bool:
         return self._running
@@ -179,34 +211,20 @@ class LocalSandboxSession(BaseSandboxSession):
     ) -> Outcome:
         """Run `argv` in a fresh sandbox; timeouts and the workspace limit are reported in-band."""
         limits = self.state.limits
-        env = dict(BASE_ENV)
-        library_path = bwrap.runtime_library_path()
-        if library_path:
-            env["LD_LIBRARY_PATH"] = library_path
-        env.update(await self.state.manifest.environment.resolve())
-        mounts = bwrap.Mounts(
-            etc_dir=self.host_dir / "etc",
-            workspace_dir=self.workspace_dir,
-            runtime_dir=self.host_dir / "runtime" if self._preexec else bwrap.runtime_dir(),
-            tmp_size=limits.tmp_size,
-            network=limits.network,
-        )
-        args = bwrap.build_args(self._bwrap, mounts, env)
+        args = await self._bwrap_args()
         async with self._quiet:
             await self._quiet.wait_for(lambda: not self._archiving)
             self._active_commands += 1
         try:
             outcome = await run_bwrap(
-                self._bwrap.path,
+                self._launcher(),
                 args,
                 bwrap.command_argv(self._ulimit(), argv),
                 self._seccomp,
-                env={},  # bwrap's own pid 1 keeps this env, readable from inside (catalogue §3.1)
                 timeout=timeout,
                 output_cap=output_cap or limits.output_bytes,
                 stdin=stdin,
                 watchdog=self._workspace_watchdog,
-                preexec=self._preexec,
             )
             if outcome.stopped_by is None:  # inline: a thread hop costs more than a usual walk
                 outcome.stopped_by = self._workspace_over_limit()
@@ -223,6 +241,22 @@ class LocalSandboxSession(BaseSandboxSession):
                 outcome.exit_code = 1  # we killed it for disk, not memory
             outcome.stderr += f"\n[coderoom: {outcome.stopped_by}]\n".encode()
         return outcome
+
+    async def _bwrap_args(self) -> list[str]:
+        limits = self.state.limits
+        env = dict(BASE_ENV)
+        library_path = bwrap.runtime_library_path()
+        if library_path:
+            env["LD_LIBRARY_PATH"] = library_path
+        env.update(await self.state.manifest.environment.resolve())
+        mounts = bwrap.Mounts(
+            etc_dir=self.host_dir / "etc",
+            workspace_dir=self.workspace_dir,
+            python=self._python,
+            tmp_size=limits.tmp_size,
+            network=limits.network,
+        )
+        return bwrap.build_args(self._bwrap, mounts, env)
 
     def _ulimit(self) -> str:
         limits = self.state.limits
@@ -248,6 +282,104 @@ class LocalSandboxSession(BaseSandboxSession):
         if used > limit:
             return f"workspace is {used} bytes, over its {limit}-byte limit; command stopped"
         return None
+
+    # ------------------------------------------------------------------ long-lived processes
+
+    async def pty_exec_start(
+        self,
+        *command: str | Path,
+        timeout: float | None = None,
+        shell: bool | list[str] = True,
+        user: str | User | None = None,
+        tty: bool = False,
+        yield_time_s: float | None = None,
+        max_output_tokens: int | None = None,
+    ) -> PtyExecUpdate:
+        """Start a process that outlives this call (the run_python kernel): see `_longlived`.
+
+        No terminal (tty=True is refused, and `supports_pty()` stays False, so the SDK's shell
+        tool keeps running one-shot commands under the wall clock). `timeout` is not a lifetime:
+        the process runs until it exits, `pty_terminate_all()` or the session closes. It is not
+        counted in `_active_commands`, so it never holds up `persist_workspace`.
+        """
+        if tty:
+            raise ValueError("the local sandbox has no terminal: start processes with tty=False")
+        argv = self._prepare_exec_command(*command, shell=shell, user=user)
+        args = await self._bwrap_args()
+        live = [pid for pid, entry in self._long_lived.items() if entry.alive]
+        if len(live) >= _LONG_LIVED_MAX:
+            raise ExecTransportError(
+                command=tuple(argv), context={"reason": f"{_LONG_LIVED_MAX} long-lived processes already run"}
+            )
+        for pid in [pid for pid in self._long_lived if pid not in live]:  # ended, never read again
+            await self._long_lived.pop(pid).kill()
+        proc, status_r = await spawn_bwrap(
+            self._launcher(), args, bwrap.command_argv(self._ulimit(), argv), self._seccomp, stdin=True
+        )
+        entry = LongLived(proc, status_r, self.state.limits.output_bytes)
+        process_id = allocate_pty_process_id(set(self._long_lived))
+        self._long_lived[process_id] = entry
+        if self._long_lived_watch is None or self._long_lived_watch.done():
+            self._long_lived_watch = asyncio.ensure_future(self._watch_long_lived())
+        yield_ms = 10_000 if yield_time_s is None else int(yield_time_s * 1000)
+        return await self._pty_update(process_id, entry, clamp_pty_yield_time_ms(yield_ms), max_output_tokens)
+
+    async def pty_write_stdin(
+        self,
+        *,
+        session_id: int,
+        chars: str,
+        yield_time_s: float | None = None,
+        max_output_tokens: int | None = None,
+    ) -> PtyExecUpdate:
+        entry = self._long_lived.get(session_id)
+        if entry is None:
+            raise PtySessionNotFoundError(session_id=session_id)
+        if chars:
+            await entry.write(chars.encode())
+        yield_ms = 250 if yield_time_s is None else int(yield_time_s * 1000)
+        yield_ms = resolve_pty_write_yield_time_ms(yield_time_ms=yield_ms, input_empty=not chars)
+        return await self._pty_update(session_id, entry, yield_ms, max_output_tokens)
+
+    async def pty_terminate_all(self) -> None:
+        entries = list(self._long_lived.values())
+        self._long_lived.clear()
+        await asyncio.gather(*(entry.kill() for entry in entries), return_exceptions=True)
+        if self._long_lived_watch is not None:
+            self._long_lived_watch.cancel()
+            self._long_lived_watch = None
+
+    async def _pty_update(
+        self, process_id: int, entry: LongLived, yield_ms: int, max_output_tokens: int | None
+    ) -> PtyExecUpdate:
+        output, token_count, closed = await entry.collect(yield_ms, max_output_tokens)
+        exit_code = entry.exit_code if closed else None
+        if exit_code is not None:  # the SDK contract: an ended process is reported once, then gone
+            if self._long_lived.get(process_id) is entry:
+                del self._long_lived[process_id]
+            await entry.kill()
+        return PtyExecUpdate(
+            process_id=None if exit_code is not None else process_id,
+            output=output,
+            exit_code=exit_code,
+            original_token_count=token_count,
+        )
+
+    async def _watch_long_lived(self) -> None:
+        """The workspace limit while long-lived processes run (commands have their own watchdog).
+
+        Polls at most every second, and less often when a walk is slow, so an idle kernel costs
+        little; over the limit, every long-lived process is killed with a note in its output.
+        """
+        loop = asyncio.get_running_loop()
+        while any(entry.alive for entry in self._long_lived.values()):
+            started = loop.time()
+            reason = await asyncio.to_thread(self._workspace_over_limit)
+            if reason:
+                entries = list(self._long_lived.values())
+                await asyncio.gather(*(e.kill(reason) for e in entries), return_exceptions=True)
+                return
+            await asyncio.sleep(max(1.0, 20 * (loop.time() - started)))
 
     # ------------------------------------------------------------------ files
 
@@ -421,6 +553,8 @@ class LocalSandboxClient(BaseSandboxClient[LocalSandboxClientOptions | None]):
         inner = session._inner
         if not isinstance(inner, LocalSandboxSession):
             raise TypeError("LocalSandboxClient.delete expects a LocalSandboxSession")
+        await inner.pty_terminate_all()  # shutdown did already, unless it never ran
+        inner._release_launcher()
         if _owned_host_dir(inner.host_dir):
             await asyncio.to_thread(_workspace.remove_tree, inner.host_dir)
         return session
@@ -449,21 +583,84 @@ def _check_manifest(manifest: Manifest) -> None:
         raise ValueError("the local sandbox exposes /workspace only; extra path grants are not supported")
 
 
+def _python_mounts(host_dir: Path) -> tuple[list[tuple[Path, str]], list[tuple[Path, Path]]]:
+    """The runtime binds as bwrap will see them, and (as root) the host source -> view binds
+    that make them reachable for uid 65534 (see `bwrap.views_namespace`)."""
+    rt = bwrap.runtime()
+    binds = rt.binds()
+    views: list[tuple[Path, Path]] = []
+    if bwrap.host_id() is not None:
+        views = [(source, host_dir / f"python-{index}") for index, (source, _) in enumerate(binds)]
+        binds = [(view, dest) for (_, view), (_, dest) in zip(views, binds)]
+    if rt.venv_sites:  # the skeleton goes on top of nothing, the site-packages on top of it
+        binds.insert(1, (host_dir / "venv", bwrap.VENV_MOUNT))
+    return binds, views
+
+
 def _make_host_dir(network: bool) -> Path:
-    host_dir = Path(tempfile.mkdtemp(prefix=_HOST_DIR_PREFIX))  # mode 0700
+    host_dir = Path(tempfile.mkdtemp(prefix=_HOST_DIR_PREFIX, dir=_host_parent()))  # mode 0700
     (host_dir / "workspace").mkdir(mode=0o700)
     bwrap.write_etc(host_dir / "etc", network)
+    rt = bwrap.runtime()
+    if rt.venv_sites:
+        bwrap.write_venv(host_dir / "venv", rt)
     ids = bwrap.host_id()
     if ids is not None:  # bwrap runs as this uid and must reach the workspace
-        (host_dir / "runtime").mkdir(mode=0o755)  # mount point, see bwrap.drop_root
+        for index in range(len(rt.binds())):
+            (host_dir / f"python-{index}").mkdir(mode=0o755)  # mount points, see bwrap.views_namespace
         os.chown(host_dir, ids, ids)
         os.chown(host_dir / "workspace", ids, ids)
     return host_dir
 
 
+def _host_parent() -> Path:
+    """Where session directories go: the temp dir, unless (as root) bwrap's uid cannot walk to it.
+
+    A TMPDIR inside a private folder (pytest's /tmp/pytest-of-root/..., a 0700 home) would make
+    bwrap fail with "Can't find source path": then the first system temp dir it can reach.
+    """
+    temp = Path(tempfile.gettempdir())
+    ids = bwrap.host_id()
+    if ids is None:
+        return temp
+    for candidate in (temp, Path("/tmp"), Path("/var/tmp"), Path("/dev/shm")):
+        if _walkable(candidate, ids):
+            return candidate
+    raise SandboxUnavailable(
+        f"the local sandbox needs a temp directory that uid {ids} can reach; "
+        f"{temp}, /tmp, /var/tmp and /dev/shm are not. Set TMPDIR to one."
+    )
+
+
+def _walkable(path: Path, uid: int) -> bool:
+    """Whether `uid` (= gid, no other groups) may search every directory from / down to `path`."""
+    try:
+        real = path.resolve(strict=True)
+        chain = [real, *real.parents]
+        stats = [os.stat(p) for p in chain]
+    except OSError:
+        return False
+    for st in stats:
+        if not stat.S_ISDIR(st.st_mode):
+            return False
+        if st.st_uid == uid:
+            bit = stat.S_IXUSR
+        elif st.st_gid == uid:
+            bit = stat.S_IXGRP
+        else:
+            bit = stat.S_IXOTH
+        if not st.st_mode & bit:
+            return False
+    return True
+
+
 def _owned_host_dir(path: Path) -> bool:
     """Only a directory we made (our prefix, in the temp dir, ours, private) is reused or deleted."""
-    if path.parent != Path(tempfile.gettempdir()) or not path.name.startswith(_HOST_DIR_PREFIX):
+    try:
+        parent = _host_parent()
+    except SandboxUnavailable:
+        return False
+    if path.parent != parent or not path.name.startswith(_HOST_DIR_PREFIX):
         return False
     try:
         st = os.lstat(path)

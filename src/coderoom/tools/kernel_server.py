@@ -39,6 +39,7 @@ ENV_ALLOWED = {
     "PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "USER", "LOGNAME", "SHELL", "TERM",
     "MPLBACKEND", "MPLCONFIGDIR", "VIRTUAL_ENV", "CONDA_PREFIX", "OMP_NUM_THREADS",
     "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_MAX_THREADS",
+    "LD_LIBRARY_PATH",  # the local sandbox's relocated Python finds its libpython by it
 }  # fmt: skip
 ENV_CLEAN_MARK = "CODEROOM_KERNEL"
 GRACE_S = 3.0  # after SIGINT, before the worker is killed

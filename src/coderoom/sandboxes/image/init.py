@@ -4,7 +4,9 @@ Why a command server: `docker exec` costs ~50 ms per command (runc joins the nam
 time); a request on the container's attached stdin costs a fork. Each command runs the way a
 one-shot sandbox command runs on the local backend: in its own session, with a wall-clock
 deadline (exit 124), bounded output (first and last halves kept, a marker in between), stdin
-from the request or /dev/null, and when it ends, everything it started is killed.
+from the request or /dev/null, a fresh empty HOME deleted afterwards (so login-shell and other
+start-up files one command writes never run in the next: catalogue SES-02), and when it ends,
+everything it started is killed.
 
 Protocol: one JSON object per line each way. Request {"id", "argv", "cwd", "timeout", "limit",
 "stdin" (base64 or null)}; reply {"id", "code", "timed_out", "out", "err"} (output base64) or {"id", "error"}.
@@ -18,13 +20,16 @@ import errno
 import json
 import os
 import select
+import shutil
 import signal
 import sys
+import tempfile
 import time
 
 GRACE_S = 0.05  # after the command exits, how long its pipes may stay open before we cut them
 CHUNK = 65536
 OOM_COUNTERS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
+NO_HOME = "/nonexistent"  # HOME when /tmp is too full for a fresh one: nothing there to run
 
 
 class Capped:
@@ -54,8 +59,8 @@ class Capped:
 
 
 class Job:
-    def __init__(self, rid, pid, timeout, limit, fds, stdin_fd, stdin_data):
-        self.rid, self.pid = rid, pid
+    def __init__(self, rid, pid, home, timeout, limit, fds, stdin_fd, stdin_data):
+        self.rid, self.pid, self.home = rid, pid, home
         self.deadline = time.monotonic() + timeout
         self.timeout = timeout
         self.bufs = {fds[0]: Capped(limit), fds[1]: Capped(limit)}
@@ -134,7 +139,33 @@ def signal_quietly(pid, sig):
         pass
 
 
-def spawn(argv, cwd, stdin_wanted):
+def fresh_home():
+    try:
+        return tempfile.mkdtemp(prefix="home-", dir="/tmp")
+    except OSError:
+        return NO_HOME
+
+
+def remove_home(path):
+    """Delete a command's HOME whatever it left there, unreadable directories included."""
+    if path == NO_HOME:
+        return
+    try:
+        os.chmod(path, 0o700)
+    except OSError:
+        return
+    for root, dirs, _ in os.walk(path):  # top-down: each directory is opened after its chmod
+        for name in dirs:
+            child = os.path.join(root, name)
+            if not os.path.islink(child):
+                try:
+                    os.chmod(child, 0o700)
+                except OSError:
+                    pass
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def spawn(argv, cwd, home, stdin_wanted):
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     in_r, in_w = os.pipe() if stdin_wanted else (None, None)
@@ -156,7 +187,7 @@ def spawn(argv, cwd, stdin_wanted):
             os.closerange(3, 65536)
             if cwd:
                 os.chdir(cwd)
-            os.execvp(argv[0], argv)
+            os.execvpe(argv[0], argv, dict(os.environ, HOME=home))
         except OSError as e:
             os.write(2, ("coderoom: cannot run %s: %s\n" % (argv[0], e.strerror)).encode())
             os._exit(127 if e.errno == errno.ENOENT else 126)
@@ -243,17 +274,20 @@ class Server:
                 self.start(line)
 
     def start(self, line):
-        rid = None
+        rid = home = None
         try:
             req = json.loads(line)
             rid = req["id"]
             argv = [str(a) for a in req["argv"]]
             stdin = base64.b64decode(req["stdin"]) if req.get("stdin") is not None else None
-            pid, fds, in_w = spawn(argv, req.get("cwd"), stdin is not None)
+            home = fresh_home()
+            pid, fds, in_w = spawn(argv, req.get("cwd"), home, stdin is not None)
         except Exception as e:  # a bad request, or fork failed (pids limit)
+            if home is not None:
+                remove_home(home)
             self.reply({"id": rid, "error": "%s: %s" % (type(e).__name__, e)})
             return
-        job = Job(rid, pid, float(req["timeout"]), int(req["limit"]), fds, in_w, stdin)
+        job = Job(rid, pid, home, float(req["timeout"]), int(req["limit"]), fds, in_w, stdin)
         self.jobs[pid] = job
         for fd in fds:
             self.fd_job[fd] = job
@@ -330,6 +364,7 @@ class Server:
         if job.stdin_fd is not None and job.stdin_fd in self.fd_job:
             self.close_fd(job.stdin_fd)
         del self.jobs[job.pid]
+        remove_home(job.home)
         code = exit_code(job)
         err = job.bufs[job.err_fd].value()
         if code == 137 and job.oom_before is not None and (oom_kills() or 0) > job.oom_before:

@@ -30,6 +30,9 @@ import numpy as np
 import pandas as pd
 
 MARK = "CODEROOM_RESULT"
+# pandas 1.x (Debian 12's, e.g. in a docker sandbox image built from Debian) has no format="mixed";
+# without a format it already parses each value on its own.
+MIXED_FORMAT = {"format": "mixed"} if int(pd.__version__.split(".")[0]) >= 2 else {}
 DEFAULTS = {
     "window_periods": 4,  # rolling baseline: this many weeks (or days) either side
     "refine_passes": 1,  # refits of the baseline with flagged hours left out
@@ -65,7 +68,7 @@ def parse_times(col: pd.Series, options: dict) -> pd.Series:
             col.astype("string").str.strip(),
             errors="coerce",
             dayfirst=bool(options.get("dayfirst")),
-            format="mixed",
+            **MIXED_FORMAT,
         )
     if getattr(parsed.dt, "tz", None) is not None:
         parsed = parsed.dt.tz_localize(None)

@@ -20,6 +20,9 @@ import numpy as np
 import pandas as pd
 
 MARK = "CODEROOM_PROFILE"
+# pandas 1.x (Debian 12's, e.g. in a docker sandbox image built from Debian) has no format="mixed";
+# without a format it already parses each value on its own.
+MIXED_FORMAT = {"format": "mixed"} if int(pd.__version__.split(".")[0]) >= 2 else {}
 TARGET_HINTS = ("energy", "kwh", "load", "power", "consumption", "demand", "usage", "value", "kw")
 TEMP_HINTS = ("temp", "oat", "drybulb", "dry_bulb")
 TIME_HINTS = ("time", "date", "stamp", "datetime", "ts", "hour", "period")
@@ -63,7 +66,7 @@ def parse_time(col: pd.Series) -> tuple[pd.Series | None, dict]:
     for dayfirst in (False, True):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            parsed = pd.to_datetime(text, errors="coerce", dayfirst=dayfirst, format="mixed")
+            parsed = pd.to_datetime(text, errors="coerce", dayfirst=dayfirst, **MIXED_FORMAT)
         if getattr(parsed.dt, "tz", None) is not None:
             parsed = parsed.dt.tz_localize(None)
         score = time_score(parsed)

@@ -1,0 +1,125 @@
+"""Local backend: processes that outlive one command (what run_python's kernel needs), and that
+they never outlive the session, its limits or the host process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from agents.sandbox.errors import PtySessionNotFoundError
+
+from backends import require_backend
+from coderoom.sandboxes import Limits, SandboxSpec, open_session
+
+
+@pytest.fixture(autouse=True)
+def _local() -> None:
+    require_backend("local")
+
+
+def host_processes_with(marker: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def wait_until(condition, seconds: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+async def test_a_process_serves_later_commands_through_a_fifo_and_dies_with_the_session() -> None:
+    marker = f"cr-longlived-{uuid.uuid4().hex[:8]}"
+    server = (
+        'mkfifo q && echo ready && while :; do read line < q; echo "served $line" > answer; done'
+    )
+    async with open_session(SandboxSpec(backend="local")) as session:
+        assert not session.supports_pty()  # no terminal: the shell tool keeps one-shot commands
+        started = await session.pty_exec_start("sh", "-c", server, marker, shell=False, yield_time_s=0.5)
+        assert started.exit_code is None and started.process_id is not None
+        assert started.output == b"ready\n"
+        first = await session.exec("echo one > q; sleep 0.2; cat answer")
+        second = await session.exec("echo two > q; sleep 0.2; cat answer")
+        assert (first.stdout, second.stdout) == (b"served one\n", b"served two\n")
+        archive = await asyncio.wait_for(session.persist_workspace(), 5)  # not held up by it
+        archive.close()
+        assert host_processes_with(marker)
+    assert wait_until(lambda: not host_processes_with(marker)), "the process survived the session"
+
+
+async def test_terminate_all_kills_the_whole_pid_namespace() -> None:
+    marker = f"cr-longlived-{uuid.uuid4().hex[:8]}"
+    daemon = f"(setsid sh -c 'sleep 1000; : {marker}-child' &); exec sleep 1000"
+    async with open_session(SandboxSpec(backend="local")) as session:
+        started = await session.pty_exec_start("sh", "-c", daemon, marker, shell=False, yield_time_s=0.3)
+        assert wait_until(lambda: len(host_processes_with(marker)) >= 2)
+        await session.pty_terminate_all()
+        assert wait_until(lambda: not host_processes_with(marker)), "an orphan outlived the kill"
+        with pytest.raises(PtySessionNotFoundError):
+            await session.pty_write_stdin(session_id=started.process_id or 0, chars="")
+
+
+async def test_exit_code_stdin_and_bounded_output() -> None:
+    async with open_session(SandboxSpec(backend="local", limits=Limits(output_bytes="4K"))) as session:
+        done = await session.pty_exec_start("sh -c 'echo bye; exit 3'", yield_time_s=2)
+        assert (done.process_id, done.exit_code, done.output) == (None, 3, b"bye\n")
+        echo = await session.pty_exec_start("cat", yield_time_s=0.3)
+        assert echo.process_id is not None
+        reply = await session.pty_write_stdin(session_id=echo.process_id, chars="hi\n", yield_time_s=0.5)
+        assert reply.output == b"hi\n"
+        flood = await session.pty_exec_start("head -c 1000000 /dev/zero | tr '\\0' a; sleep 1000", yield_time_s=1)
+        assert flood.process_id is not None
+        later = await session.pty_write_stdin(session_id=flood.process_id, chars="", yield_time_s=0.3)
+        assert b"bytes of output dropped" in flood.output + later.output
+        assert len(flood.output) + len(later.output) < 10_000 + 200
+        with pytest.raises(ValueError, match="no terminal"):
+            await session.pty_exec_start("true", tty=True)
+
+
+async def test_the_workspace_limit_stops_a_long_lived_writer() -> None:
+    limits = Limits(workspace_size="2M", file_size="64M")
+    async with open_session(SandboxSpec(backend="local", limits=limits)) as session:
+        writer = "echo go; sleep 0.3; head -c 8000000 /dev/zero > big; sleep 1000"
+        started = await session.pty_exec_start(writer, yield_time_s=0.25)
+        assert started.process_id is not None
+        update = await session.pty_write_stdin(session_id=started.process_id, chars="", yield_time_s=6)
+        assert update.exit_code is not None, "still running over the workspace limit"
+        assert b"workspace is" in update.output and b"limit" in update.output
+
+
+def test_a_long_lived_process_dies_with_its_host(tmp_path: Path) -> None:
+    """SIGKILL the host process: --die-with-parent takes the sandbox down, nothing is left."""
+    marker = f"cr-longlived-{uuid.uuid4().hex[:8]}"
+    script = (
+        "import asyncio, sys\nfrom coderoom.sandboxes import SandboxSpec, open_session\n"
+        "async def main():\n"
+        "    async with open_session(SandboxSpec(backend='local')) as s:\n"
+        f"        await s.pty_exec_start('sh', '-c', 'sleep 1000', '{marker}', shell=False, yield_time_s=0.3)\n"
+        "        print('up', flush=True)\n"
+        "        await asyncio.sleep(1000)\n"
+        "asyncio.run(main())\n"
+    )
+    host = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert host.stdout is not None and host.stdout.readline() == "up\n"
+        assert host_processes_with(marker)
+    finally:
+        host.send_signal(signal.SIGKILL)
+        host.wait()
+    assert wait_until(lambda: not host_processes_with(marker)), "the sandbox outlived its host"
