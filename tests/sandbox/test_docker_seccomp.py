@@ -7,7 +7,12 @@ from __future__ import annotations
 import json
 import random
 
-from coderoom.sandboxes.docker_seccomp import UPSTREAM, build_profile, patterns_avoiding, profile_json
+from coderoom.sandboxes.docker_seccomp import (
+    UPSTREAM,
+    build_profile,
+    patterns_avoiding,
+    profile_json,
+)
 from coderoom.sandboxes.seccomp import (
     _DENY,
     ALLOWED_PERSONALITIES,

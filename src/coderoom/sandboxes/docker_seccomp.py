@@ -8,7 +8,7 @@ deny the same calls from one list:
 
 * native architecture only: archMap entries lose their sub-architectures, so i386 and x32
   syscalls hit libseccomp's bad-architecture action, which kills the process;
-* every call in seccomp.DENIED_SYSCALLS is removed from every allow rule (the default action
+* every call in seccomp.py's deny list is removed from every allow rule (the default action
   answers EPERM);
 * rules that only apply when the container holds a capability are dropped: it holds none, and
   granting one later must not reopen a call;
