@@ -163,9 +163,9 @@ async def main() -> None:
         "seccomp, no network and rlimits. "
         f"Targets for coderoom local: start p50 <= 25, exec p50 <= 5, close p50 <= 10. "
         + (
-            "This run was as root: each local command then also drops to uid 65534 with the "
-            "runtime bound in a private mount namespace (bwrap.drop_root), which makes Python "
-            "fork() the host process instead of vfork(). "
+            "This run was as root: each local command then also starts bwrap as uid 65534 "
+            "through `nsenter` into a per-session mount namespace that makes the runtime "
+            "reachable (bwrap.views_namespace), one exec more than as a normal user. "
             if os.geteuid() == 0
             else ""
         )

@@ -1,98 +1,136 @@
-"""The docker sandbox's seccomp profile as data: derived from upstream's default profile by the
-local filter's lists (seccomp.py). What it does to real syscalls is the attack catalogue's job
-(KERN-07, KERN-10, KERN-11, PROC-08 on the docker backend); these tests need no engine."""
+"""The docker sandbox's seccomp: Docker's default profile, with the local backend's filter
+(seccomp.py) stacked on it inside the container, for commands (children of init.py) and for
+processes the SDK starts with `docker exec` (the Python kernel, through pty_exec_start).
+
+The catalogue's outcomes (KERN-07, KERN-10, KERN-11, PROC-08, ...) are checked on every backend
+by test_attack_catalogue.py; these tests check the mechanism, against a control container that
+has Docker's profile alone.
+"""
 
 from __future__ import annotations
 
-import json
-import random
+from collections.abc import AsyncIterator
+from typing import Any
 
-from coderoom.sandboxes.docker_seccomp import (
-    UPSTREAM,
-    build_profile,
-    patterns_avoiding,
-    profile_json,
-)
-from coderoom.sandboxes.seccomp import (
-    _DENY,
-    ALLOWED_PERSONALITIES,
-    ALLOWED_SOCKET_FAMILIES,
-    CLONE_NEW_MASK,
-    DENIED_IOCTLS,
-)
+import pytest
+from backends import require_backend
 
-UPSTREAM_PROFILE = json.loads(UPSTREAM.read_text())
-PROFILE = json.loads(profile_json())
+from coderoom.sandboxes import Limits, SandboxSpec, open_session
+from coderoom.sandboxes.seccomp import DENIED_SYSCALLS, host_arch
 
+pytestmark = pytest.mark.docker
 
-def _allowed_unconditionally(profile: dict) -> set[str]:
-    return {
-        name
-        for rule in profile["syscalls"]
-        if rule["action"] == "SCMP_ACT_ALLOW" and not rule.get("args") and not rule.get("includes")
-        for name in rule["names"]
-    }
+LIMITS = Limits(timeout=30)
+ARCH = host_arch()
+# x32 getpid: Docker's profile allows x32 (a sub-architecture of amd64); coderoom's filter kills it
+X32_GETPID = 0x40000000 + 39 if ARCH is not None and ARCH.x32_bit else 0
 
-
-def _matching(profile: dict, name: str) -> list[dict]:
-    return [rule for rule in profile["syscalls"] if name in rule["names"]]
-
-
-def test_upstream_allowed_what_coderoom_denies() -> None:
-    """Otherwise the derivation below proves nothing."""
-    assert {"ioctl", "name_to_handle_at", "adjtimex"} <= _allowed_unconditionally(UPSTREAM_PROFILE)
-    assert any(rule.get("includes", {}).get("caps") for rule in UPSTREAM_PROFILE["syscalls"])
-    assert any(entry["subArchitectures"] for entry in UPSTREAM_PROFILE["archMap"])
-
-
-def test_native_architecture_only() -> None:
-    assert all(entry["subArchitectures"] is None for entry in PROFILE["archMap"])
-    assert "architectures" not in PROFILE
+# argv: x32 call number (0: skip), then the numbers to call with all-zero arguments, each in a
+# forked child (where a call gets through, e.g. ptrace(TRACEME), its effect dies with the child).
+PROBE = r"""
+import ctypes, errno, os, socket, subprocess, sys
+libc = ctypes.CDLL(None, use_errno=True)
+def sc(nr):
+    pid = os.fork()
+    if pid == 0:
+        r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(0)] * 6)
+        os._exit(0 if r >= 0 else ctypes.get_errno())
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    return "OK" if code == 0 else errno.errorcode.get(code, str(code))
+status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
+print("nnp", status["NoNewPrivs"].strip(), "filters", status["Seccomp_filters"].strip())
+print("denied", *sorted({sc(int(nr)) for nr in sys.argv[2:]}))
+try:
+    socket.socket(40, socket.SOCK_STREAM)  # AF_VSOCK
+    print("vsock OK")
+except OSError as e:
+    print("vsock", errno.errorcode[e.errno])
+if sys.argv[1] != "0":
+    code = "import ctypes; ctypes.CDLL(None).syscall(%s)" % sys.argv[1]
+    print("x32", subprocess.run([sys.executable, "-c", code]).returncode)
+"""
 
 
-def test_denied_calls_are_allowed_nowhere() -> None:
-    allowed = {name for rule in PROFILE["syscalls"] if rule["action"] == "SCMP_ACT_ALLOW" for name in rule["names"]}
-    assert not allowed & set(_DENY)
-    assert PROFILE["defaultAction"] == "SCMP_ACT_ERRNO" and PROFILE["defaultErrnoRet"] == 1
+def _argv() -> list[str]:
+    assert ARCH is not None
+    numbers = [ARCH.table[name] for name in DENIED_SYSCALLS if name in ARCH.table]
+    return ["python3", "-c", PROBE, str(X32_GETPID), *map(str, numbers)]
 
 
-def test_no_rule_depends_on_a_capability() -> None:
-    assert not [rule for rule in PROFILE["syscalls"] if rule.get("includes", {}).get("caps")]
+STACKED = ["nnp 1 filters 2", "denied EPERM", "vsock EAFNOSUPPORT"] + (["x32 -31"] if X32_GETPID else [])
 
 
-def test_socket_and_personality_allow_only_the_local_lists() -> None:
-    for name, values in (("socket", ALLOWED_SOCKET_FAMILIES), ("personality", ALLOWED_PERSONALITIES)):
-        conditions = [rule["args"] for rule in _matching(PROFILE, name)]
-        assert all(rule["action"] == "SCMP_ACT_ALLOW" for rule in _matching(PROFILE, name))
-        assert sorted(c[0]["valueTwo"] for c in conditions) == sorted(values)
-        assert all(len(c) == 1 and c[0]["value"] == 0xFFFFFFFF and c[0]["index"] == 0 for c in conditions)
+@pytest.fixture(autouse=True)
+def _engine() -> None:
+    require_backend("docker")
+    if ARCH is None:
+        pytest.skip("no seccomp syscall table for this CPU")
 
 
-def test_clone_rules_match_the_local_filter() -> None:
-    clone = [r for r in _matching(PROFILE, "clone") if "s390" not in r.get("includes", {}).get("arches", [])]
-    assert [r["args"] for r in clone] == [[{"index": 0, "value": CLONE_NEW_MASK, "op": "SCMP_CMP_MASKED_EQ"}]]
-    assert [(r["action"], r["errnoRet"]) for r in _matching(PROFILE, "clone3")] == [("SCMP_ACT_ERRNO", 38)]
+@pytest.fixture
+async def session() -> AsyncIterator[Any]:
+    async with open_session(SandboxSpec(backend="docker", limits=LIMITS)) as s:
+        yield s
 
 
-def test_ioctl_patterns_cover_every_request_but_the_denied() -> None:
-    rules = _matching(PROFILE, "ioctl")
-    patterns = [(r["args"][0]["value"], r["args"][0]["valueTwo"]) for r in rules]
-    assert all(r["args"][0]["index"] == 1 for r in rules)
-    rng = random.Random(7)
-    samples = [rng.getrandbits(32) for _ in range(20_000)] + list(range(0x5400, 0x5500)) + [0, 0xFFFFFFFF]
-    for request in samples:
-        assert any(request & mask == value for mask, value in patterns) == (request not in DENIED_IOCTLS)
+async def test_container_uses_dockers_default_profile(session: Any) -> None:
+    from coderoom.sandboxes.docker_image import docker_client
+
+    host = docker_client().api.inspect_container(session.state.container_id)["HostConfig"]
+    assert host["SecurityOpt"] == ["no-new-privileges"]  # no `seccomp=`: Docker's default
 
 
-def test_patterns_avoiding_edge_cases() -> None:
-    assert patterns_avoiding(set()) == [(0, 0)]  # nothing denied: one pattern matching everything
-    for denied in ({0}, {0xFFFFFFFF}, {0, 0xFFFFFFFF}):
-        patterns = patterns_avoiding(denied)
-        for x in (0, 1, 0x80000000, 0xFFFFFFFE, 0xFFFFFFFF):
-            assert any(x & mask == value for mask, value in patterns) == (x not in denied), (denied, hex(x))
+async def test_commands_run_under_both_filters(session: Any) -> None:
+    result = await session.exec(*_argv(), shell=False)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.decode().splitlines() == STACKED
 
 
-def test_upstream_is_not_changed() -> None:
-    before = json.dumps(UPSTREAM_PROFILE)
-    build_profile(UPSTREAM_PROFILE)
-    assert json.dumps(UPSTREAM_PROFILE) == before
+async def test_docker_exec_processes_run_under_both_filters(session: Any) -> None:
+    """The kernel's way in (pty_exec_start = `docker exec`). A login profile that sandbox code
+    left in /tmp (the image's HOME) must not run unfiltered in the SDK's `sh -l` wrapper."""
+    await session.exec("echo 'echo PROFILE-RAN' > /tmp/.profile")
+    update = await session.pty_exec_start(*_argv(), shell=False, tty=False, yield_time_s=20)
+    assert update.exit_code == 0, update.output
+    assert update.output.decode().splitlines() == STACKED
+
+
+def test_dockers_profile_alone_lets_these_calls_through() -> None:
+    """Control: the same probe in a container with only Docker's profile gives other answers, so
+    the two tests above see coderoom's filter, not Docker's."""
+    from coderoom.sandboxes.docker_image import docker_client
+
+    out = docker_client().containers.run(
+        SandboxSpec().image, _argv(), remove=True, network_mode="none", user="1000:1000",
+        cap_drop=["ALL"], security_opt=["no-new-privileges"], entrypoint=[],
+    ).decode().splitlines()  # fmt: skip
+    assert out[0] == "nnp 1 filters 1"
+    assert out[1] != "denied EPERM"  # some of the deny list reaches the kernel
+    if X32_GETPID:
+        assert out[-1] == "x32 0"
+
+
+async def test_no_filter_no_session(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A program the kernel rejects: PID 1 refuses every command, so the session does not open."""
+    from agents.sandbox.errors import ExecNonZeroError
+
+    from coderoom.sandboxes import docker_session
+
+    monkeypatch.setattr(docker_session, "build_filter", lambda arch: b"\xff" * 8)
+    with pytest.raises(ExecNonZeroError, match="seccomp filter could not be installed"):
+        async with open_session(SandboxSpec(backend="docker", limits=LIMITS)):
+            pass
+
+
+@pytest.mark.parametrize("program", ["", "not base64", "//////////8="])  # none, garbage, rejected
+async def test_launcher_without_a_filter_runs_nothing(session: Any, program: str) -> None:
+    from coderoom.sandboxes.docker_image import docker_client
+    from coderoom.sandboxes.docker_session import _FILTERED_EXEC, _SECCOMP_ENV
+
+    api = docker_client().api
+    exec_id = api.exec_create(
+        session.state.container_id, [*_FILTERED_EXEC, "echo", "ran"], environment={_SECCOMP_ENV: program}
+    )["Id"]
+    output = api.exec_start(exec_id)
+    assert api.exec_inspect(exec_id)["ExitCode"] == 126
+    assert b"ran\n" not in output and b"not running the command without its seccomp filter" in output

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 from agents.sandbox.errors import PtySessionNotFoundError
-
 from backends import require_backend
+
 from coderoom.sandboxes import Limits, SandboxSpec, open_session
 
 
@@ -83,7 +83,8 @@ async def test_exit_code_stdin_and_bounded_output() -> None:
         assert echo.process_id is not None
         reply = await session.pty_write_stdin(session_id=echo.process_id, chars="hi\n", yield_time_s=0.5)
         assert reply.output == b"hi\n"
-        flood = await session.pty_exec_start("head -c 1000000 /dev/zero | tr '\\0' a; sleep 1000", yield_time_s=1)
+        flooder = "head -c 1000000 /dev/zero | tr '\\0' a; sleep 1000"
+        flood = await session.pty_exec_start(flooder, yield_time_s=1)
         assert flood.process_id is not None
         later = await session.pty_write_stdin(session_id=flood.process_id, chars="", yield_time_s=0.3)
         assert b"bytes of output dropped" in flood.output + later.output
@@ -103,14 +104,15 @@ async def test_the_workspace_limit_stops_a_long_lived_writer() -> None:
         assert b"workspace is" in update.output and b"limit" in update.output
 
 
-def test_a_long_lived_process_dies_with_its_host(tmp_path: Path) -> None:
+def test_a_long_lived_process_dies_with_its_host() -> None:
     """SIGKILL the host process: --die-with-parent takes the sandbox down, nothing is left."""
     marker = f"cr-longlived-{uuid.uuid4().hex[:8]}"
     script = (
         "import asyncio, sys\nfrom coderoom.sandboxes import SandboxSpec, open_session\n"
         "async def main():\n"
         "    async with open_session(SandboxSpec(backend='local')) as s:\n"
-        f"        await s.pty_exec_start('sh', '-c', 'sleep 1000', '{marker}', shell=False, yield_time_s=0.3)\n"
+        f"        await s.pty_exec_start('sh', '-c', 'sleep 1000', '{marker}', shell=False,\n"
+        "                               yield_time_s=0.3)\n"
         "        print('up', flush=True)\n"
         "        await asyncio.sleep(1000)\n"
         "asyncio.run(main())\n"
@@ -123,3 +125,25 @@ def test_a_long_lived_process_dies_with_its_host(tmp_path: Path) -> None:
         host.send_signal(signal.SIGKILL)
         host.wait()
     assert wait_until(lambda: not host_processes_with(marker)), "the sandbox outlived its host"
+
+
+async def test_host_walks_survive_a_tree_changing_under_them() -> None:
+    """The archiver and the workspace watchdog walk the workspace while sandbox processes change
+    it: entries that vanish or turn into links mid-walk are skipped, never an error or followed."""
+    churn = (
+        "import os, shutil\n"
+        "while True:\n"
+        "    for i in range(20):\n"
+        "        os.makedirs(f'd{i}/a/b', exist_ok=True); open(f'd{i}/a/f', 'w').close()\n"
+        "    for i in range(20):\n"
+        "        shutil.rmtree(f'd{i}'); os.symlink('/etc', f'd{i}')\n"
+        "    for i in range(20):\n"
+        "        os.unlink(f'd{i}')\n"
+    )
+    async with open_session(SandboxSpec(backend="local")) as session:
+        await session.pty_exec_start("python3", "-c", churn, shell=False, yield_time_s=0.25)
+        for _ in range(40):
+            archive = await session.persist_workspace()
+            archive.close()
+        result = await session.exec("sleep 1; echo survived")  # the watchdog walks meanwhile
+        assert result.stdout == b"survived\n", result.stderr

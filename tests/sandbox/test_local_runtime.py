@@ -16,7 +16,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from backends import require_backend
 
 # Runs in the venv's interpreter: one local session, the same probe through `python3`, `python`
@@ -59,7 +58,8 @@ def run_in(python: Path, modules: list[str], env: dict[str, str] | None = None) 
 
 def make_venv(base_python: str, where: Path, extra_path: list[str]) -> Path:
     """A venv seeing the base's packages, plus a module only it has."""
-    subprocess.run([base_python, "-m", "venv", "--system-site-packages", "--without-pip", str(where)], check=True)
+    venv = [base_python, "-m", "venv", "--system-site-packages", "--without-pip", str(where)]
+    subprocess.run(venv, check=True)
     site = next(where.glob("lib/python3*/site-packages"))
     (site / "venv_only_probe.py").write_text("VALUE = 'from the venv'\n")
     if extra_path:  # for an interpreter that does not have coderoom's dependencies itself
@@ -146,7 +146,9 @@ def test_root_with_a_private_tmpdir(tmp_path: Path) -> None:
             "        print(s._inner.host_dir)\n"
             "asyncio.run(main())\n"
         )
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         result, host_dir = done.stdout.splitlines()
         assert result.startswith("0 ['hi', '2']"), result

@@ -61,7 +61,9 @@ class LongLived:
         await asyncio.gather(*self._pumps, return_exceptions=True)
         self._closed.set()
 
-    async def collect(self, yield_time_ms: int, max_output_tokens: int | None) -> tuple[bytes, int | None, bool]:
+    async def collect(
+        self, yield_time_ms: int, max_output_tokens: int | None
+    ) -> tuple[bytes, int | None, bool]:
         """Output since the last call, after `yield_time_ms` or when the process ends.
 
         Waits first and drains after, so the output stays within `cap` however much arrives

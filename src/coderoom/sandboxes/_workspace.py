@@ -3,12 +3,14 @@
 Everything here walks with directory fds and O_NOFOLLOW, iteratively (a 1100-level tree makes
 `shutil.rmtree`, `copytree` and `tarfile.add` raise RecursionError on 3.11: catalogue ART-06),
 never opens a FIFO or device for reading, and never follows a symlink the sandbox planted.
-Callers run these only while no sandbox process is alive (each command has its own pid
-namespace that is gone when the command returns), so there is nothing to race with.
+Sandbox processes may change the tree during a walk (the workspace watchdog runs beside a
+command; a long-lived process such as the run_python kernel may run at any time): an entry that
+vanishes or turns into a link between listing and opening is skipped, and nothing is followed.
 """
 
 from __future__ import annotations
 
+import errno
 import io
 import itertools
 import os
@@ -22,6 +24,9 @@ MAX_DEPTH = 256
 MAX_ENTRIES = 100_000
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _CHUNK = 1024 * 1024
+# an entry removed or replaced (by a link, a file) between listing and opening: a live process
+# (a command, while the watchdog walks; the run_python kernel, at any time) changed the tree
+_GONE = {errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EINVAL}  # EINVAL: readlink of a non-link
 
 
 def _show(rel: object) -> str:
@@ -65,7 +70,12 @@ def walk(root: Path, *, max_depth: int = MAX_DEPTH) -> Iterator[Entry]:
             if stat.S_ISDIR(st.st_mode):
                 if len(stack) >= max_depth:
                     raise WorkspaceLimitError(f"{_show(entry.rel)}: deeper than {max_depth} levels")
-                child = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+                try:
+                    child = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+                except OSError as exc:
+                    if exc.errno in _GONE:
+                        continue
+                    raise
                 stack.append((child, entry.rel, iter(sorted(os.listdir(child)))))
     finally:
         for dir_fd, _, _ in stack:
@@ -111,8 +121,13 @@ def archive(
                 info.type, info.mode = tarfile.DIRTYPE, mode | 0o700
                 tar.addfile(info)
             elif stat.S_ISLNK(entry.st.st_mode):
+                try:
+                    info.linkname = os.readlink(entry.name, dir_fd=entry.dir_fd)
+                except OSError as exc:
+                    if exc.errno in _GONE:
+                        continue
+                    raise
                 info.type, info.mode = tarfile.SYMTYPE, 0o777
-                info.linkname = os.readlink(entry.name, dir_fd=entry.dir_fd)
                 tar.addfile(info)
             elif stat.S_ISREG(entry.st.st_mode):
                 total += _add_file(tar, info, entry, mode, max_bytes - total)
@@ -122,7 +137,12 @@ def archive(
 
 def _add_file(tar: tarfile.TarFile, info: tarfile.TarInfo, entry: Entry, mode: int, budget: int) -> int:
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    fd = os.open(entry.name, flags, dir_fd=entry.dir_fd)
+    try:
+        fd = os.open(entry.name, flags, dir_fd=entry.dir_fd)
+    except OSError as exc:
+        if exc.errno in _GONE:
+            return 0
+        raise
     with os.fdopen(fd, "rb") as source:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

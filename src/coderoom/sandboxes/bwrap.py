@@ -233,7 +233,8 @@ def _nsenter() -> str | None:
         done = subprocess.run(argv, capture_output=True, env={}, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
-    fields = dict(line.split(":", 1) for line in done.stdout.decode(errors="replace").splitlines() if ":" in line)
+    lines = done.stdout.decode(errors="replace").splitlines()
+    fields = dict(line.split(":", 1) for line in lines if ":" in line)
     want = {"Uid": [ids] * 4, "Gid": [ids] * 4, "Groups": []}
     if done.returncode != 0 or any(fields.get(k, "?").split() != v for k, v in want.items()):
         return None
@@ -354,6 +355,17 @@ def command_argv(rlimits: str, argv: list[str]) -> list[str]:
     process of the host uid).
     """
     return ["--", "/bin/sh", "-c", rlimits + ' && exec "$@"', "sh", *argv]
+
+
+@functools.lru_cache(maxsize=1)
+def nproc_flag() -> str:
+    """/bin/sh's `ulimit` flag for RLIMIT_NPROC: dash says -p, bash (Fedora's sh) says -u and
+    takes -p for the pipe size, which it cannot set (every command would then fail)."""
+    try:
+        done = subprocess.run(["/bin/sh", "-c", "ulimit -u"], capture_output=True, env={}, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "p"
+    return "u" if done.returncode == 0 else "p"
 
 
 def host_etc_binds(network: bool) -> list[str]:

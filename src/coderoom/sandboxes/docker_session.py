@@ -1,9 +1,16 @@
 """The SDK's Docker client and session, subclassed: hardened container, fast commands, fast close.
 
 * Container: non-root, read-only root, tmpfs /tmp and workspace (sizes from Limits), all
-  capabilities dropped, no-new-privileges, coderoom's seccomp profile (docker_seccomp.py), `network none`
+  capabilities dropped, no-new-privileges, Docker's default seccomp profile, `network none`
   unless allowed, memory/CPU/pids/rlimits from Limits, no host environment, no logging of
   command output, labels for `coderoom sandbox prune`.
+* Seccomp: Docker's default profile misses what the local backend's filter catches (io_uring,
+  exotic socket families, i386/x32 calls, TIOCSTI), so init.py stacks that very filter
+  (seccomp.py's program, passed in the environment) on PID 1 before it runs anything; processes
+  the SDK starts with `docker exec` for the model (the Python kernel, via pty_exec_start) go
+  through init.py's `--exec` launcher, which does the same. Host-side `docker exec`s (archives,
+  large uploads) run unfiltered but only run tar/find/cat/head, which interpret no workspace
+  content; HOME points nowhere so the SDK's `sh -l` wrappers read no sandbox-written profile.
 * PID 1 is image/init.py (passed as the command, so any image with Python 3 works): it reaps,
   exits on SIGTERM, and runs commands sent over the container's attached stdin. Commands then
   cost a fork instead of a `docker exec` (~50 ms of runc per call), and get the local backend's
@@ -43,6 +50,7 @@ from agents.sandbox.sandboxes.docker import (
 )
 from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
 from agents.sandbox.session.manager import Instrumentation
+from agents.sandbox.session.pty_types import PtyExecUpdate
 from agents.sandbox.session.sandbox_session import SandboxSession
 from agents.sandbox.types import ExecResult, User
 from docker.models.containers import Container
@@ -51,8 +59,8 @@ from docker.types import Mount as DockerMount
 from docker.utils.socket import frames_iter
 
 from .docker import CREATED_LABEL, HOST_PID_LABEL, LABEL, SESSION_LABEL
-from .docker_seccomp import profile_json
 from .limits import Limits
+from .seccomp import arch_named, build_filter
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +68,10 @@ SANDBOX_UID = 1000
 INIT_SOURCE = (Path(__file__).with_name("image") / "init.py").read_text()
 _INIT_ENV = "CODEROOM_INIT"
 _INIT_BOOTSTRAP = f"import os; exec(compile(os.environ.pop({_INIT_ENV!r}), 'coderoom-init', 'exec'))"
+_SECCOMP_ENV = "CODEROOM_SECCOMP"  # init.py's SECCOMP_ENV
+# `docker exec` processes get the container's environment, so init.py is there for them too
+_FILTERED_EXEC = ("python3", "-I", "-S", "-c", _INIT_BOOTSTRAP, "--exec")
+_NO_HOME = "/nonexistent"
 _INLINE_STDIN_MAX = 64 * 1024 * 1024  # larger uploads go through `docker exec` streaming
 _FILE_OP_TIMEOUT_S = 600.0  # reads, uploads and archives: bounded by size, not by Limits.timeout
 _NOFILE = 1024
@@ -171,6 +183,24 @@ class CoderoomDockerSession(DockerSandboxSession):
         # PTY processes would run through `docker exec`, outside the timeout and output rules;
         # the SDK's shell tool falls back to one-shot commands.
         return False
+
+    async def pty_exec_start(
+        self,
+        *command: str | Path,
+        timeout: float | None = None,
+        shell: bool | list[str] = True,
+        user: str | User | None = None,
+        tty: bool = False,
+        yield_time_s: float | None = None,
+        max_output_tokens: int | None = None,
+    ) -> PtyExecUpdate:
+        """The SDK's `docker exec` process (no child of init.py), started through init.py's
+        `--exec` launcher so it runs under the same stacked seccomp filter as every command."""
+        argv = self._prepare_exec_command(*command, shell=shell, user=user)
+        return await super().pty_exec_start(
+            *_FILTERED_EXEC, *argv, timeout=timeout, shell=False, user=None, tty=tty,
+            yield_time_s=yield_time_s, max_output_tokens=max_output_tokens,
+        )  # fmt: skip
 
     def _connected(self) -> _Channel:
         channel = self._channel
@@ -416,6 +446,17 @@ class CoderoomDockerClient(DockerSandboxClient):
     ) -> None:
         super().__init__(docker_client, instrumentation=instrumentation)
         self._limits = limits
+        self._seccomp_program: bytes | None = None
+
+    def seccomp_program(self) -> bytes:
+        """seccomp.py's program for the engine's CPU (DOCKER_HOST may be another machine)."""
+        if self._seccomp_program is None:
+            machine = str(self.docker_client.version().get("Arch", ""))
+            arch = arch_named(machine)
+            if arch is None:
+                raise ValueError(f"no seccomp syscall table for the Docker engine's CPU ({machine!r})")
+            self._seccomp_program = build_filter(arch)
+        return self._seccomp_program
 
     def _wrap_session(
         self, inner: BaseSandboxSession, *, instrumentation: Instrumentation | None = None
@@ -447,6 +488,7 @@ class CoderoomDockerClient(DockerSandboxClient):
             raise ValueError("coderoom's docker sandbox publishes no ports")
         if not self.image_exists(image):
             raise ValueError(f"Docker image {image!r} not found; run `coderoom image build`")
+        program = self.seccomp_program()
         limits = self._limits
         session = session_id or uuid.uuid4()
         environment = await manifest.environment.resolve()
@@ -456,7 +498,7 @@ class CoderoomDockerClient(DockerSandboxClient):
             # The source travels in the environment so `ps` in the sandbox shows a short PID 1;
             # init.py drops the variable before it starts any command.
             "entrypoint": ["python3", "-I", "-S", "-c", _INIT_BOOTSTRAP],
-            "command": ["--exit-on-eof"],
+            "command": ["--exit-on-eof", "--seccomp"],
             "name": f"coderoom-{session.hex[:12]}",
             "hostname": "sandbox",
             # stdin closes when the host's attach connection drops, init.py then exits and the
@@ -469,7 +511,13 @@ class CoderoomDockerClient(DockerSandboxClient):
             "tty": False,
             "init": False,
             "user": f"{SANDBOX_UID}:{SANDBOX_UID}",
-            "environment": {**environment, "PYTHONNOUSERSITE": "1", _INIT_ENV: INIT_SOURCE},
+            "environment": {
+                **environment,
+                "PYTHONNOUSERSITE": "1",
+                "HOME": _NO_HOME,  # init.py gives each command its own
+                _INIT_ENV: INIT_SOURCE,
+                _SECCOMP_ENV: base64.b64encode(program).decode(),
+            },
             "read_only": True,
             "tmpfs": {
                 "/tmp": f"{mount_opts},size={limits.tmp_size},mode=1777",
@@ -477,7 +525,7 @@ class CoderoomDockerClient(DockerSandboxClient):
                 f"uid={SANDBOX_UID},gid={SANDBOX_UID},mode=0755",
             },
             "cap_drop": ["ALL"],
-            "security_opt": ["no-new-privileges", f"seccomp={profile_json()}"],
+            "security_opt": ["no-new-privileges"],  # and Docker's default seccomp profile
             "network_mode": network_mode or "bridge",
             "mem_limit": limits.memory,
             "memswap_limit": limits.memory,

@@ -5,6 +5,15 @@ a timeout kills the whole tree (setsid'd orphans included), nothing runs between
 (host-side file operations and archiving cannot race with sandbox code), and no control
 process lives inside the sandbox where the payload could tamper with it.
 
+The one exception is `pty_exec_start`, for the run_python kernel: a long-lived bwrap built the
+same way but without the wall clock, killed by `pty_terminate_all()`, on close, over the
+workspace limit, or when this process dies (see `_longlived`). Host-side walks of the workspace
+tolerate it changing the tree meanwhile (`_workspace`).
+
+The sandbox's Python is the host interpreter's (`bwrap.Runtime`): its base installation at
+/opt/coderoom/python and, from a venv, a venv of its own at /opt/coderoom/venv with the host
+venv's site-packages, all read-only; nothing else of the host's folders is visible.
+
 What persists between commands is /workspace only: a host directory private to the session
 (mode 0700, deleted by `client.delete`). /tmp and /dev/shm are fresh size-capped tmpfs per
 command, and HOME=/tmp, so login-shell or Python start-up files written by one command are
@@ -49,12 +58,15 @@ from agents.sandbox.errors import (
 )
 from agents.sandbox.session import SandboxSession, SandboxSessionState
 from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
-from agents.sandbox.session.sandbox_client import BaseSandboxClient, BaseSandboxClientOptions
 from agents.sandbox.session.pty_types import (
     PtyExecUpdate,
     allocate_pty_process_id,
     clamp_pty_yield_time_ms,
     resolve_pty_write_yield_time_ms,
+)
+from agents.sandbox.session.sandbox_client import (
+    BaseSandboxClient,
+    BaseSandboxClientOptions,
 )
 from agents.sandbox.session.workspace_payloads import coerce_write_payload
 from agents.sandbox.snapshot import SnapshotBase, SnapshotSpec, resolve_snapshot
@@ -77,7 +89,9 @@ _LONG_LIVED_MAX = 8
 
 BASE_ENV = {
     "PATH": ":".join(
-        dict.fromkeys([bwrap.runtime().bin_dir, f"{bwrap.RUNTIME_MOUNT}/bin", "/usr/local/bin", "/usr/bin", "/bin"])
+        dict.fromkeys(
+            [bwrap.runtime().bin_dir, f"{bwrap.RUNTIME_MOUNT}/bin", "/usr/local/bin", "/usr/bin", "/bin"]
+        )
     ),
     "HOME": "/tmp",
     "TMPDIR": "/tmp",
@@ -266,7 +280,7 @@ class LocalSandboxSession(BaseSandboxSession):
             "t": limits.cpu_time,
             "f": max(1, limits.file_size // 512),
             "v": max(1, limits.memory // 1024),
-            "p": limits.pids,
+            bwrap.nproc_flag(): limits.pids,
         }  # dash takes one resource per `ulimit`; with neither -H nor -S it sets both
         return " && ".join(f"ulimit -{flag} {value}" for flag, value in settings.items())
 
@@ -302,15 +316,15 @@ class LocalSandboxSession(BaseSandboxSession):
         the process runs until it exits, `pty_terminate_all()` or the session closes. It is not
         counted in `_active_commands`, so it never holds up `persist_workspace`.
         """
+        _ = timeout
         if tty:
             raise ValueError("the local sandbox has no terminal: start processes with tty=False")
         argv = self._prepare_exec_command(*command, shell=shell, user=user)
         args = await self._bwrap_args()
         live = [pid for pid, entry in self._long_lived.items() if entry.alive]
         if len(live) >= _LONG_LIVED_MAX:
-            raise ExecTransportError(
-                command=tuple(argv), context={"reason": f"{_LONG_LIVED_MAX} long-lived processes already run"}
-            )
+            reason = f"{_LONG_LIVED_MAX} long-lived processes already run"
+            raise ExecTransportError(command=tuple(argv), context={"reason": reason})
         for pid in [pid for pid in self._long_lived if pid not in live]:  # ended, never read again
             await self._long_lived.pop(pid).kill()
         proc, status_r = await spawn_bwrap(

@@ -1,13 +1,14 @@
-"""A classic-BPF seccomp denylist for the local sandbox, assembled here (no libseccomp needed).
+"""A classic-BPF seccomp denylist for both sandboxes, assembled here (no libseccomp needed).
 
 bubblewrap installs no syscall filter of its own; it loads the program we hand it with
-`--seccomp FD` right before it executes the payload (with no_new_privs set). The policy follows
+`--seccomp FD` right before it executes the payload (with no_new_privs set). The docker sandbox
+stacks the same program on Docker's default profile (image/init.py installs it). The policy follows
 Docker's default profile plus what the attack catalogue adds (io_uring, TIOCSTI/TIOCLINUX,
 exotic socket families, namespace flags on clone):
 
 * a foreign architecture (i386 `int 0x80`, x32 numbers) kills the process: the syscall numbers
   below mean nothing there, so the only safe answer is no answer;
-* kernel-facing calls an analysis script never needs fail with EPERM (`_DENY`);
+* kernel-facing calls an analysis script never needs fail with EPERM (`DENIED_SYSCALLS`);
 * `clone` with any CLONE_NEW* flag fails with EPERM; `clone3` fails with ENOSYS, so libc falls
   back to `clone`, whose flags (unlike clone3's struct) can be inspected;
 * `socket` is allowed for AF_UNIX, AF_INET, AF_INET6 and AF_NETLINK only (else EAFNOSUPPORT);
@@ -49,7 +50,7 @@ DENIED_IOCTLS = (0x5412, 0x541C)  # TIOCSTI, TIOCLINUX
 ALLOWED_PERSONALITIES = (0x0, 0x8, 0x20000, 0x20008, 0xFFFFFFFF)
 
 # Calls that fail with EPERM. Names are the kernel's; numbers per architecture below.
-_DENY = (
+DENIED_SYSCALLS = (
     "ptrace process_vm_readv process_vm_writev kcmp pidfd_getfd "
     "mount umount2 pivot_root chroot open_tree move_mount fsopen fsconfig fsmount fspick "
     "mount_setattr unshare setns "
@@ -109,10 +110,15 @@ ARCHES = {
 }
 
 
+def arch_named(machine: str) -> Arch | None:
+    """The Arch for a machine name as `uname -m` or Docker's Go names put it, or None."""
+    machine = machine.lower()
+    return ARCHES.get({"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine))
+
+
 def host_arch() -> Arch | None:
     """The filter's view of this machine, or None where we have no syscall table."""
-    machine = platform.machine().lower()
-    return ARCHES.get({"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine))
+    return arch_named(platform.machine())
 
 
 class _Program:
@@ -170,7 +176,7 @@ def build_filter(arch: Arch) -> bytes:
     if arch.x32_bit:
         p.jump(_JGE_K, _X32_SYSCALL_BIT, jf=1)
         p.ret(RET_KILL_PROCESS)
-    for name in _DENY:
+    for name in DENIED_SYSCALLS:
         if name in arch.table:
             p.jump(_JEQ_K, arch.table[name], jf=1)
             p.ret(errno_ret(errno.EPERM))

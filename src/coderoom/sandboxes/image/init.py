@@ -11,8 +11,16 @@ everything it started is killed.
 Protocol: one JSON object per line each way. Request {"id", "argv", "cwd", "timeout", "limit",
 "stdin" (base64 or null)}; reply {"id", "code", "timed_out", "out", "err"} (output base64) or {"id", "error"}.
 Only replies go to stdout. With --exit-on-eof, stdin closing (the host's attach connection
-dropped: it exited or was killed) ends PID 1, so the container stops and auto-removes. Standalone stdlib code run as `python3 -I -S init.py` (or -c), so it
-works in any image with Python 3; it is also the image's ENTRYPOINT for manual `docker run`.
+dropped: it exited or was killed) ends PID 1, so the container stops and auto-removes.
+
+Seccomp: Docker's default profile lets io_uring, AF_VSOCK/AF_ALG sockets, i386 `int 0x80` and x32
+calls through (catalogue KERN-07, KERN-10, KERN-11). With --seccomp, PID 1 first stacks the local
+backend's BPF program (seccomp.py, base64 in $CODEROOM_SECCOMP) on Docker's filter, so every command
+inherits both; if that fails it refuses every command. `init.py --exec CMD...` is the same for a
+process the host starts with `docker exec` (the Python kernel): install the filter, then exec CMD.
+
+Standalone stdlib code run as `python3 -I -S init.py` (or -c), so it works in any image with
+Python 3; it is also the image's CMD for manual `docker run`.
 """
 
 import base64
@@ -30,6 +38,8 @@ GRACE_S = 0.05  # after the command exits, how long its pipes may stay open befo
 CHUNK = 65536
 OOM_COUNTERS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
 NO_HOME = "/nonexistent"  # HOME when /tmp is too full for a fresh one: nothing there to run
+SECCOMP_ENV = "CODEROOM_SECCOMP"
+PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS, SECCOMP_MODE_FILTER = 22, 38, 2
 
 
 class Capped:
@@ -216,8 +226,9 @@ def exit_code(job):
 
 
 class Server:
-    def __init__(self, exit_on_eof):
+    def __init__(self, exit_on_eof, refusal=None):
         self.exit_on_eof = exit_on_eof
+        self.refusal = refusal  # why no command may run (the seccomp filter is missing)
         self.poller = select.poll()
         self.jobs = {}  # pid -> Job
         self.fd_job = {}  # pipe fd -> Job
@@ -278,6 +289,8 @@ class Server:
         try:
             req = json.loads(line)
             rid = req["id"]
+            if self.refusal:
+                raise RuntimeError(self.refusal)
             argv = [str(a) for a in req["argv"]]
             stdin = base64.b64decode(req["stdin"]) if req.get("stdin") is not None else None
             home = fresh_home()
@@ -417,7 +430,56 @@ def make_undumpable():
         sys.stderr.write("coderoom init: could not mark pid 1 undumpable: %s\n" % e)
 
 
+def install_filter():
+    """Stack the BPF program from $SECCOMP_ENV on this process (and so on all it starts later);
+    the variable is removed so commands do not inherit it. Returns None, or why it failed."""
+    encoded = os.environ.pop(SECCOMP_ENV, "")
+    try:
+        import ctypes
+
+        program = base64.b64decode(encoded, validate=True)
+        if not program or len(program) % 8 or len(program) // 8 > 4096:
+            return "no valid BPF program in $%s" % SECCOMP_ENV
+
+        class SockFprog(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+        code = ctypes.create_string_buffer(program, len(program))
+        fprog = SockFprog(len(program) // 8, ctypes.addressof(code))
+        libc = ctypes.CDLL(None, use_errno=True)
+        ulong = ctypes.c_ulong
+        if libc.prctl(PR_SET_NO_NEW_PRIVS, ulong(1), ulong(0), ulong(0), ulong(0)) != 0 or libc.prctl(
+            PR_SET_SECCOMP, ulong(SECCOMP_MODE_FILTER), ctypes.byref(fprog), ulong(0), ulong(0)
+        ):
+            return "prctl: %s" % os.strerror(ctypes.get_errno())
+    except Exception as e:
+        return "%s: %s" % (type(e).__name__, e)
+    return None
+
+
+def exec_filtered(argv):
+    """`--exec` mode: run argv under the filter, with a fresh HOME like a command of PID 1."""
+    problem = install_filter() if argv else "--exec needs a command"
+    if problem:
+        os.write(2, ("coderoom: not running the command without its seccomp filter: %s\n" % problem).encode())
+        os._exit(126)
+    try:
+        os.execvpe(argv[0], argv, dict(os.environ, HOME=fresh_home()))
+    except OSError as e:
+        os.write(2, ("coderoom: cannot run %s: %s\n" % (argv[0], e.strerror)).encode())
+        os._exit(127 if e.errno == errno.ENOENT else 126)
+
+
 if __name__ == "__main__":
+    args = sys.argv[1:]
+    if args[:1] == ["--exec"]:
+        exec_filtered(args[1:])
+    refusal = None
+    if "--seccomp" in args:
+        problem = install_filter()
+        if problem:
+            refusal = "the sandbox's seccomp filter could not be installed (%s)" % problem
+            sys.stderr.write("coderoom init: %s\n" % refusal)
     make_undumpable()
     os.set_blocking(1, False)
-    Server(exit_on_eof="--exit-on-eof" in sys.argv[1:]).run()
+    Server(exit_on_eof="--exit-on-eof" in args, refusal=refusal).run()
