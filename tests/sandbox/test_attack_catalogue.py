@@ -275,12 +275,12 @@ async def test_ses03_workspace_code_runs_only_inside_the_filter(backend: str) ->
             assert line.split()[1] == "2", "workspace code ran before the seccomp filter"
 
 
-def test_ses04_sandbox_dies_with_its_harness(backend: str, tmp_path: Path) -> None:
+def test_ses04_sandbox_dies_with_its_harness(backend: str, harness_tmpdir: Path) -> None:
     marker = f"cr-ses04-{os.getpid()}"
     harness = subprocess.Popen(
         [sys.executable, "-c", "from coderoom.cli import app; app()", "sandbox", "run", "--sandbox", backend,
          "--timeout", "60", "--", "sh", "-c", "sleep 1000; :", marker],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "TMPDIR": str(harness_tmpdir)},
     )  # fmt: skip
     deadline = time.monotonic() + 20
     while not _host_processes_with(marker) and time.monotonic() < deadline:

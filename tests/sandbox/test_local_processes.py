@@ -86,7 +86,7 @@ async def test_exit_code_stdin_and_bounded_output() -> None:
         flooder = "head -c 1000000 /dev/zero | tr '\\0' a; sleep 1000"
         flood = await session.pty_exec_start(flooder, yield_time_s=1)
         assert flood.process_id is not None
-        later = await session.pty_write_stdin(session_id=flood.process_id, chars="", yield_time_s=0.3)
+        later = await session.pty_write_stdin(session_id=flood.process_id, chars="\n", yield_time_s=0.3)
         assert b"bytes of output dropped" in flood.output + later.output
         assert len(flood.output) + len(later.output) < 10_000 + 200
         with pytest.raises(ValueError, match="no terminal"):
@@ -104,7 +104,7 @@ async def test_the_workspace_limit_stops_a_long_lived_writer() -> None:
         assert b"workspace is" in update.output and b"limit" in update.output
 
 
-def test_a_long_lived_process_dies_with_its_host() -> None:
+def test_a_long_lived_process_dies_with_its_host(harness_tmpdir: Path) -> None:
     """SIGKILL the host process: --die-with-parent takes the sandbox down, nothing is left."""
     marker = f"cr-longlived-{uuid.uuid4().hex[:8]}"
     script = (
@@ -117,7 +117,8 @@ def test_a_long_lived_process_dies_with_its_host() -> None:
         "        await asyncio.sleep(1000)\n"
         "asyncio.run(main())\n"
     )
-    host = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    env = {**os.environ, "TMPDIR": str(harness_tmpdir)}
+    host = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert host.stdout is not None and host.stdout.readline() == "up\n"
         assert host_processes_with(marker)

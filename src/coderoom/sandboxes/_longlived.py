@@ -51,10 +51,14 @@ class LongLived:
             async with self._lock:
                 self._chunks.append(chunk)
                 self._size += len(chunk)
-                while self._size > self._cap and len(self._chunks) > 1:
-                    dropped = self._chunks.popleft()
-                    self._size -= len(dropped)
-                    self._dropped += len(dropped)
+                while self._size > self._cap:  # keep the newest `cap` bytes
+                    excess = self._size - self._cap
+                    oldest = self._chunks.popleft()
+                    if len(oldest) > excess:
+                        self._chunks.appendleft(oldest[excess:])
+                    cut = min(excess, len(oldest))
+                    self._size -= cut
+                    self._dropped += cut
 
     async def _watch(self) -> None:
         await self.proc.wait()
