@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import platform
 import statistics
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 from agents.sandbox import Manifest
+from docs_table import DOCS, machine, write_section
 
 from coderoom.sandboxes import SandboxSpec, get_backend, open_session
 from coderoom.tools.python_kernel import RunPythonTool, keeps_processes
@@ -28,7 +27,6 @@ from coderoom.workspace import stage_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "examples" / "building_energy" / "data" / "building_energy.csv"
-DOCS = ROOT / "docs" / "benchmarks.md"
 LOAD = (
     "import pandas as pd\n"
     "df = pd.read_csv('input/building_energy.csv', parse_dates=['timestamp'], index_col='timestamp')\n"
@@ -90,24 +88,12 @@ async def measure(backend: str, warm_runs: int, fresh_runs: int) -> list[str] | 
         return rows
 
 
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", action="append", help="default: unix_local, local, docker")
     parser.add_argument("--warm-runs", type=int, default=100)
     parser.add_argument("--fresh-runs", type=int, default=20)
-    parser.add_argument("--write-docs", action="store_true", help=f"append the table to {DOCS}")
+    parser.add_argument("--write-docs", action="store_true", help=f"update the section in {DOCS}")
     args = parser.parse_args()
     backends = args.backend or ["unix_local", "local", "docker"]
     table = ["| backend | step | runs | p50 ms | p95 ms |", "|---|---|---|---|---|"]
@@ -130,10 +116,8 @@ def main() -> None:
             "call to result, through the session API. Made by `python benchmarks/kernel_bench.py "
             "--write-docs`.\n\n" + text + "\n"
         )
-        DOCS.parent.mkdir(parents=True, exist_ok=True)
-        with DOCS.open("a", encoding="utf-8") as handle:  # append-only: other sections are not ours
-            handle.write(section)
-        print(f"\nappended to {DOCS}")
+        write_section("## run_python: warm kernel cell", section)
+        print(f"\nupdated {DOCS}")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import platform
 import statistics
 import time
 from collections.abc import Callable
@@ -27,11 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from agents.sandbox import Manifest
+from docs_table import DOCS, machine, write_section
 
 from coderoom.sandboxes import DEFAULT_IMAGE, SandboxSpec, get_backend
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ROOT / "docs" / "benchmarks.md"
 SECTION = "## Sandbox backends: start, exec, close"
 PANDAS = "import pandas as pd; print(pd.DataFrame({'x': range(1000)}).x.sum())"
 
@@ -115,26 +114,6 @@ def table(results: dict[str, dict[str, list[float]]]) -> str:
     return "\n".join(rows)
 
 
-def machine() -> str:
-    cpu = next(
-        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-         if line.startswith("model name")),
-        platform.processor(),
-    )  # fmt: skip
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, Linux {platform.release()}"
-
-
-def write_docs(text: str) -> None:
-    current = DOCS.read_text() if DOCS.exists() else ""
-    start = current.find(SECTION)
-    if start == -1:
-        updated = current.rstrip("\n") + "\n\n" + text
-    else:
-        end = current.find("\n## ", start + len(SECTION))
-        updated = current[:start] + text + (current[end:] if end != -1 else "")
-    DOCS.write_text(updated)
-
-
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=30, help="sessions per backend")
@@ -176,7 +155,7 @@ async def main() -> None:
     )
     print(text)
     if args.write:
-        write_docs(text)
+        write_section(SECTION, text)
 
 
 if __name__ == "__main__":

@@ -114,6 +114,7 @@ def check_on_host(run_dir: Path, outputs: Sequence[OutputSpec]) -> list[OutputCh
 
 async def save_workspace(session: SandboxSession, run_dir: Path, limit: int) -> list[str]:
     """Write workspace.tar (bounded) and extract output/ from it. Returns refusal notes."""
+    await session.pty_terminate_all()  # a live kernel must not change files while they are archived
     archive = await session.persist_workspace()
     target = run_dir / WORKSPACE_ARCHIVE
     written = 0

@@ -223,19 +223,18 @@ async def test_capability_binds_to_the_session(session) -> None:
     assert re.search(r"interrupted after 5 s", tool.description)
 
 
-async def test_capability_hides_tool_without_processes() -> None:
-    """On a backend whose commands cannot outlive themselves, the model is not offered a tool
-    that could only fail."""
+@pytest.mark.parametrize("backend_name", ["local", "docker"])
+async def test_every_coderoom_backend_offers_run_python(backend_name: str) -> None:
+    """Both coderoom backends keep a process between commands, so the model gets the kernel."""
     from agents.sandbox import Manifest
 
-    from coderoom.sandboxes import SandboxSpec, get_backend, open_session
+    from backends import require_backend
+    from coderoom.sandboxes import SandboxSpec, open_session
 
-    if get_backend("local").unavailable_reason(SandboxSpec(backend="local")) is not None:
-        pytest.skip("the local backend is unavailable here")
-    async with open_session(SandboxSpec(backend="local"), Manifest()) as live:
-        if keeps_processes(live):
-            pytest.skip("the local backend keeps processes now; the tool is offered there")
+    require_backend(backend_name)
+    async with open_session(SandboxSpec(backend=backend_name), Manifest()) as live:
+        assert keeps_processes(live)
         capability = PythonKernel()
         capability.bind(live)
-        assert capability.tools() == []
-        assert await capability.instructions(live.state.manifest) is None
+        assert [tool.name for tool in capability.tools()] == ["run_python"]
+        assert await capability.instructions(live.state.manifest)
