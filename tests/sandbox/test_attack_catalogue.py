@@ -26,6 +26,7 @@ from agents.sandbox.errors import (
 
 from coderoom.sandboxes import Limits, SandboxSpec, SandboxUnavailable, open_session
 
+from .hostside import host_processes_with
 from .probes import BY_ID, PROBES, Canaries, run_probe
 
 MARK = Canaries.MARK
@@ -75,17 +76,6 @@ def _spec(backend: str, **limits: object) -> SandboxSpec:
     return SandboxSpec(backend=backend, limits=Limits(**limits))  # type: ignore[arg-type]
 
 
-def _host_processes_with(marker: str) -> list[int]:
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-                found.append(int(pid))
-        except OSError:
-            continue
-    return found
-
-
 async def test_sec16_no_residue_between_sessions(backend: str) -> None:
     async with open_session(_spec(backend)) as a:
         await a.exec("echo sk-canary-A > /tmp/x; echo sk-canary-A > /dev/shm/x; (sleep 60 &)")
@@ -118,7 +108,7 @@ async def test_proc05_daemonised_orphan_dies_with_its_command(backend: str) -> N
         await asyncio.sleep(0.5)
         after = (await session.read(Path("hb"))).read()
     assert before == after, "the orphan kept writing after its command returned"
-    assert _host_processes_with(marker) == []
+    assert host_processes_with(marker) == []
 
 
 @pytest.mark.parametrize(
@@ -138,7 +128,7 @@ async def test_wall_clock_kills_the_whole_tree(backend: str, case: str, code: st
         elapsed = time.monotonic() - started
     assert result.exit_code == 124
     assert elapsed < 1.5 + 3
-    assert _host_processes_with(marker) == []
+    assert host_processes_with(marker) == []
 
 
 async def test_res08_disk_filling_is_stopped(backend: str) -> None:
@@ -283,15 +273,15 @@ def test_ses04_sandbox_dies_with_its_harness(backend: str, harness_tmpdir: Path)
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "TMPDIR": str(harness_tmpdir)},
     )  # fmt: skip
     deadline = time.monotonic() + 20
-    while not _host_processes_with(marker) and time.monotonic() < deadline:
+    while not host_processes_with(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _host_processes_with(marker), "the sandboxed command never started"
+    assert host_processes_with(marker), "the sandboxed command never started"
     harness.send_signal(signal.SIGKILL)
     harness.wait()
     deadline = time.monotonic() + 10
-    while _host_processes_with(marker) and time.monotonic() < deadline:
+    while host_processes_with(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _host_processes_with(marker) == []
+    assert host_processes_with(marker) == []
 
 
 def test_ses05_fails_closed_without_bubblewrap(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from agents.sandbox.errors import PtySessionNotFoundError
 from backends import require_backend
 
 from coderoom.sandboxes import Limits, SandboxSpec, open_session
+from .hostside import host_processes_with
 
 
 @pytest.fixture(autouse=True)
@@ -24,15 +25,6 @@ def _local() -> None:
     require_backend("local")
 
 
-def host_processes_with(marker: str) -> list[int]:
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-                found.append(int(pid))
-        except OSError:
-            continue
-    return found
 
 
 def wait_until(condition, seconds: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
