@@ -59,6 +59,7 @@ from docker.types import Mount as DockerMount
 from docker.utils.socket import frames_iter
 
 from .docker import CREATED_LABEL, HOST_PID_LABEL, LABEL, SESSION_LABEL
+from .one_user import plain_shell, refuse_manifest_accounts
 from .limits import Limits
 from .seccomp import arch_named, build_filter
 
@@ -210,17 +211,13 @@ class CoderoomDockerSession(DockerSandboxSession):
         return channel
 
     async def provision_manifest_accounts(self) -> None:
-        if self.state.manifest.users or self.state.manifest.groups:
-            raise ValueError("the docker sandbox has one user; manifest users and groups are not supported")
+        refuse_manifest_accounts(self.state.manifest, "docker")
 
     def _prepare_exec_command(
         self, *command: str | Path, shell: bool | list[str], user: str | User | None
     ) -> list[str]:
-        if user is not None:
-            raise ValueError("the docker sandbox runs every command as its one sandbox user")
-        # plain `sh -c`: no login start-up files (init.py also gives each command a fresh HOME: SES-02)
         return super()._prepare_exec_command(
-            *command, shell=["sh", "-c"] if shell is True else shell, user=None
+            *command, shell=plain_shell(shell, user, "docker"), user=None
         )
 
     async def _exec_run(

@@ -77,6 +77,7 @@ from . import _workspace, bwrap
 from ._longlived import LongLived
 from ._process import Outcome, run_bwrap, spawn_bwrap
 from .limits import Limits
+from .one_user import plain_shell, refuse_manifest_accounts
 from .oneshot import EXIT_KILLED, EXIT_TIMEOUT
 from .registry import SandboxUnavailable
 from .seccomp import build_filter, host_arch
@@ -192,19 +193,15 @@ class LocalSandboxSession(BaseSandboxSession):
         return False
 
     async def provision_manifest_accounts(self) -> None:
-        if self.state.manifest.users or self.state.manifest.groups:
-            raise ValueError("the local sandbox has one user; manifest users and groups are not supported")
+        refuse_manifest_accounts(self.state.manifest, "local")
 
     # ------------------------------------------------------------------ exec
 
     def _prepare_exec_command(
         self, *command: str | Path, shell: bool | list[str], user: str | User | None
     ) -> list[str]:
-        if user is not None:
-            raise ValueError("the local sandbox runs every command as its one sandbox user")
-        # plain `sh -c`: no login-shell start-up files (SES-02)
         return super()._prepare_exec_command(
-            *command, shell=["sh", "-c"] if shell is True else shell, user=None
+            *command, shell=plain_shell(shell, user, "local"), user=None
         )
 
     async def _exec_internal(self, *command: str | Path, timeout: float | None = None) -> ExecResult:
