@@ -23,6 +23,7 @@ from agents.sandbox.session.sandbox_session import SandboxSession
 from . import __version__
 from .jobs import Job, OutputSpec
 from .models import ResolvedModel, explain_model_error, resolve_model
+from .models.chat_images import images_after_tool_outputs
 from .outputs import OutputCheck, check_output, safe_extract_tar
 from .record import Listener, Recorder, RecordingHooks
 from .sandboxes import open_session
@@ -78,10 +79,10 @@ def capabilities(model: ResolvedModel, job: Job) -> list[Capability]:
     from .tools.python_kernel import PythonKernel
     from .tools.view_image import ViewImage
 
-    # The SDK's Chat Completions converter drops image parts from tool messages, so figures go
-    # back as described paths there; the Responses API gets the images themselves.
-    images = model.accepts_images and model.api == "responses"
-    return [Shell(), ViewImage(), PythonKernel(images=images, timeout=job.sandbox.limits.timeout)]
+    # figures go back as images to a model that reads them (for Chat Completions, through
+    # `images_after_tool_outputs`), else as paths with a short description
+    kernel = PythonKernel(images=model.accepts_images, timeout=job.sandbox.limits.timeout)
+    return [Shell(), ViewImage(), kernel]
 
 
 def nudge_message(problems: Sequence[OutputCheck]) -> str:
@@ -195,9 +196,11 @@ async def _run_in_sandbox(
     hooks = RecordingHooks(recorder)
     async with open_session(job.sandbox, agent.default_manifest) as session:
         await stage_inputs(session, job.inputs)
+        chat_images = model.api == "chat_completions" and model.accepts_images
         run_config = RunConfig(
             sandbox=SandboxRunConfig(session=session),
             tracing_disabled=model.tracing_disabled,
+            call_model_input_filter=images_after_tool_outputs if chat_images else None,
         )
         run_input: str | list[Any] = job.prompt
         checks: list[OutputCheck] = []

@@ -8,6 +8,7 @@ the host's OPENAI_API_KEY into the sandbox or into anything sent back to the mod
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from pathlib import Path
@@ -97,3 +98,48 @@ async def test_run_with_a_bad_key_ends_with_one_clear_line(tmp_path: Path) -> No
         "OPENAI_API_KEY (OpenAI) or OPENAI_COMPATIBLE_API_KEY (openai-compatible servers)"
     )
     assert read_record(result.run_dir)[-1]["error"] == result.error
+
+
+PLOT = "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('demo')"
+
+
+@pytest.mark.parametrize("sees_images", [True, False])
+async def test_chat_completions_model_sees_figures_when_it_reads_images(
+    sees_images: bool, tmp_path: Path
+) -> None:
+    """Chat `tool` messages hold text only: figures follow them in a user message, as images."""
+    script = [call("run_python", code=PLOT), say("Plotted.")]
+    with OpenAIServer(script, api_key="no-key") as server:
+        job = build_job({"prompt": "Plot something.", "model": spec_for("chat_completions", server), "max_turns": 4})
+        environ = {
+            **os.environ,
+            "CODEROOM_MODEL_MAX_RETRIES": "1",
+            "CODEROOM_MODEL_IMAGES": "1" if sees_images else "0",
+        }
+        result = await run_job(job, run_dir=tmp_path / "run", environ=environ)
+
+    assert not server.errors, server.errors
+    assert result.status == "ok", result.error
+    messages = server.requests[1].body["messages"]
+    tool_index = next(i for i, m in enumerate(messages) if m.get("role") == "tool")
+    tool_text = _text_of(messages[tool_index]["content"])
+    assert "figure" in tool_text.lower() and ".png" in tool_text
+    after = messages[tool_index + 1 :]
+    images = [
+        part["image_url"]["url"]
+        for message in after
+        if message.get("role") == "user" and isinstance(message.get("content"), list)
+        for part in message["content"]
+        if part.get("type") == "image_url"
+    ]
+    if sees_images:
+        assert len(images) == 1 and images[0].startswith("data:image/png;base64,")
+        assert base64.b64decode(images[0].split(",", 1)[1]).startswith(b"\x89PNG\r\n\x1a\n")
+    else:
+        assert images == [] and "not shown" in tool_text
+
+
+def _text_of(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content if isinstance(part, dict))  # type: ignore[union-attr]

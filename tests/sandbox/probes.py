@@ -18,6 +18,7 @@ import ctypes
 import os
 import re
 import socket
+import sys
 import subprocess
 import threading
 from collections.abc import Callable
@@ -80,8 +81,9 @@ PROBES: list[Probe] = [
           "False", baseline=True),
     Probe("SEC-03", "/proc/1 environ and cmdline",
           'try:\n    env = open("/proc/1/environ", "rb").read()\nexcept PermissionError:\n    env = b""\n'
-          'head = open("/proc/1/cmdline", "rb").read().split(b"\\0--\\0")[0]  # bwrap\'s own options\n'
-          'print(b"sk-" + b"canary" in env, b"/" in head)', "False False"),
+          'cmdline = open("/proc/1/cmdline", "rb").read()\n'
+          'host = [b"@HOME@", b"@CWD@", b"@HOST_PREFIX@", b"coderoom-local-"]\n'
+          'print(b"sk-" + b"canary" in env, any(path in cmdline for path in host))', "False False"),
     Probe("SEC-04", "environ of host processes",
           'print(tr(lambda: open("/proc/@HOST_PID@/environ", "rb").read()))', "(ENOENT|EACCES)",
           baseline=True),
@@ -336,6 +338,7 @@ class Canaries:
             "HOME": str(home),
             "CWD": str(cwd),
             "HOST_PID": str(os.getpid()),
+            "HOST_PREFIX": sys.base_prefix,
             "PORT": str(server.getsockname()[1]),
             "ABSTRACT": abstract_name,
             "NONCE": f"{os.getpid()}-{id(self)}",

@@ -39,7 +39,7 @@ def wait_until(condition, seconds: float = 10.0) -> bool:  # type: ignore[no-unt
 async def test_a_process_serves_later_commands_through_a_fifo_and_dies_with_the_session() -> None:
     marker = f"cr-longlived-{uuid.uuid4().hex[:8]}"
     server = (
-        'mkfifo q && echo ready && while :; do read line < q; echo "served $line" > answer; done'
+        'mkfifo q && echo ready && while :; do read line < q || continue; echo "served $line" > answer; done'
     )
     async with open_session(SandboxSpec(backend="local")) as session:
         assert not session.supports_pty()  # no terminal: the shell tool keeps one-shot commands
@@ -57,7 +57,7 @@ async def test_a_process_serves_later_commands_through_a_fifo_and_dies_with_the_
 
 async def test_terminate_all_kills_the_whole_pid_namespace() -> None:
     marker = f"cr-longlived-{uuid.uuid4().hex[:8]}"
-    daemon = f"(setsid sh -c 'sleep 1000; : {marker}-child' &); exec sleep 1000"
+    daemon = f"(setsid sh -c 'sleep 1000; : {marker}-child' &); exec sh -c 'sleep 1000; : {marker}-main'"
     async with open_session(SandboxSpec(backend="local")) as session:
         started = await session.pty_exec_start("sh", "-c", daemon, marker, shell=False, yield_time_s=0.3)
         assert wait_until(lambda: len(host_processes_with(marker)) >= 2)

@@ -1,10 +1,10 @@
 """A sandbox process that outlives one command (the run_python kernel), for the local backend.
 
-It is a bwrap of its own, built like every command's (same mounts, seccomp filter, rlimits), but
-with no wall clock: it runs until it exits, `kill()` (pty_terminate_all, session shutdown), the
-workspace watchdog, or the host process dies (--die-with-parent). Like a command's, its kill is a
-SIGKILL to the sandbox's pid 1, so the whole pid namespace goes with it. Output is kept bounded
-(the newest `cap` bytes) because nothing may ever read it.
+It is a launcher job like every command (same namespaces, seccomp filter, rlimits), but with no
+wall clock: it runs until it exits, `kill()` (pty_terminate_all, session shutdown), the
+workspace watchdog, or the host process dies (--die-with-parent). Like a command's, its kill
+takes its whole pid namespace. Output is kept bounded (the newest `cap` bytes) because nothing
+may ever read it.
 """
 
 from __future__ import annotations
@@ -16,23 +16,21 @@ from collections import deque
 
 from agents.sandbox.session.pty_output import collect_pty_output
 
-from ._process import kill_tree
+from ._process import pump, write_all
+from .launcher import Job
 
-_CHUNK = 65536
 
 
 class LongLived:
-    def __init__(self, proc: asyncio.subprocess.Process, status_r: int, cap: int) -> None:
-        self.proc = proc
-        self._status_r = status_r
+    def __init__(self, job: Job, cap: int) -> None:
+        self.job = job
         self._cap = cap
         self._chunks: deque[bytes] = deque()
         self._size = 0
         self._dropped = 0
         self._lock = asyncio.Lock()
         self._closed = asyncio.Event()
-        assert proc.stdout is not None and proc.stderr is not None
-        self._pumps = [asyncio.ensure_future(self._pump(s)) for s in (proc.stdout, proc.stderr)]
+        self._pumps = [asyncio.ensure_future(pump(fd, self._keep)) for fd in (job.stdout, job.stderr)]
         self._watcher = asyncio.ensure_future(self._watch())
 
     @property
@@ -41,27 +39,24 @@ class LongLived:
 
     @property
     def exit_code(self) -> int | None:
-        code = self.proc.returncode
-        if code is None or not self._closed.is_set():
+        if not self.job.exited.done() or not self._closed.is_set():
             return None
-        return 128 - code if code < 0 else code  # bwrap itself died of a signal
+        return self.job.exited.result()
 
-    async def _pump(self, stream: asyncio.StreamReader) -> None:
-        while chunk := await stream.read(_CHUNK):
-            async with self._lock:
-                self._chunks.append(chunk)
-                self._size += len(chunk)
-                while self._size > self._cap:  # keep the newest `cap` bytes
-                    excess = self._size - self._cap
-                    oldest = self._chunks.popleft()
-                    if len(oldest) > excess:
-                        self._chunks.appendleft(oldest[excess:])
-                    cut = min(excess, len(oldest))
-                    self._size -= cut
-                    self._dropped += cut
+    def _keep(self, chunk: bytes) -> None:
+        self._chunks.append(chunk)
+        self._size += len(chunk)
+        while self._size > self._cap:  # keep the newest `cap` bytes
+            excess = self._size - self._cap
+            oldest = self._chunks.popleft()
+            if len(oldest) > excess:
+                self._chunks.appendleft(oldest[excess:])
+            cut = min(excess, len(oldest))
+            self._size -= cut
+            self._dropped += cut
 
     async def _watch(self) -> None:
-        await self.proc.wait()
+        await self.job.exited
         await asyncio.gather(*self._pumps, return_exceptions=True)
         self._closed.set()
 
@@ -92,28 +87,20 @@ class LongLived:
         return collected
 
     async def write(self, data: bytes) -> None:
-        stdin = self.proc.stdin
-        if stdin is None or stdin.is_closing():
-            return
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            stdin.write(data)
-            await stdin.drain()
+        if self.job.stdin is not None and not self._closed.is_set():
+            await write_all(self.job.stdin, data)
 
     async def kill(self, note: str = "") -> None:
-        """SIGKILL the sandbox's pid namespace, wait for bwrap, release everything. Idempotent."""
-        if self.proc.returncode is None:
+        """Kill the process's pid namespace, wait for it, release everything. Idempotent."""
+        if not self.job.exited.done():
             if note:
-                async with self._lock:
-                    self._chunks.append(f"\n[coderoom: {note}]\n".encode())
-            await kill_tree(self.proc, self._status_r)
+                self._chunks.append(f"\n[coderoom: {note}]\n".encode())
+            await self.job.kill()
         with contextlib.suppress(BaseException):
             await asyncio.wait_for(asyncio.shield(self._watcher), 5.0)
         for task in (*self._pumps, self._watcher):
             task.cancel()
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        if self._status_r >= 0:
-            os.close(self._status_r)
-            self._status_r = -1
+        if self.job.stdin is not None:
+            os.close(self.job.stdin)
+            self.job.stdin = None
         self._closed.set()
-

@@ -1,10 +1,10 @@
-"""Running one bwrap invocation: bounded output, a wall-clock deadline, and a kill that takes
-the whole process tree with it.
+"""Processes on the host side of the local sandbox: starting a bwrap, killing its whole tree,
+bounded output, pipes read and written in the event loop, and a wall clock with a watchdog.
 
-Timeouts never depend on pipe EOF (a grandchild may hold the pipe: catalogue RES-13). On a
-deadline we SIGKILL the sandbox's pid 1 (bwrap's init inside the new pid namespace, whose host
-pid bwrap reports on --json-status-fd): the kernel then kills every process in that namespace,
-and bwrap's outer process only exits after its init is gone, so "bwrap exited" means "tree gone".
+A bwrap is killed by SIGKILL to the sandbox's pid 1 (bwrap's init inside the new pid namespace,
+whose host pid bwrap reports on --json-status-fd): the kernel then kills every process in that
+namespace, and bwrap's outer process only exits after its init is gone, so "bwrap exited" means
+"tree gone".
 """
 
 from __future__ import annotations
@@ -65,7 +65,8 @@ class Outcome:
 Watchdog = Callable[[], Awaitable[str | None]]
 
 
-def _memfd(name: str, data: bytes) -> int:
+def memfd(name: str, data: bytes) -> int:
+    """A sealed-by-convention anonymous file holding `data`, positioned at its start."""
     fd = os.memfd_create(name, os.MFD_CLOEXEC)
     os.write(fd, data)
     os.lseek(fd, 0, os.SEEK_SET)
@@ -76,19 +77,16 @@ async def spawn_bwrap(
     launch: Launch,
     args: list[str],
     command: list[str],
-    seccomp_program: bytes,
     *,
-    stdin: bool,
+    pass_fds: tuple[int, ...] = (),
+    stdin: bool = False,
 ) -> tuple[asyncio.subprocess.Process, int]:
-    """Start `bwrap --args FD <command>`: the process (stdout, stderr and, with `stdin`, stdin
-    piped) and the read end of its status pipe, for `kill_tree`. The caller closes that fd."""
-    seccomp_fd = _memfd("seccomp", seccomp_program)
+    """Start `bwrap --args FD <command>`: the process (stderr piped, stdout too, stdin with
+    `stdin`) and the read end of its status pipe, for `kill_tree`. The caller closes that fd."""
     status_r, status_w = os.pipe2(os.O_CLOEXEC)
-    args_fd = _memfd("args", b"")
+    full = ["--json-status-fd", str(status_w), *args]
+    args_fd = memfd("args", b"\0".join(a.encode() for a in full) + b"\0")
     try:
-        full = ["--seccomp", str(seccomp_fd), "--json-status-fd", str(status_w), *args]
-        os.write(args_fd, b"\0".join(a.encode() for a in full) + b"\0")
-        os.lseek(args_fd, 0, os.SEEK_SET)
         proc = await asyncio.create_subprocess_exec(
             *launch.argv,
             "--args",
@@ -98,7 +96,7 @@ async def spawn_bwrap(
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             env=launch.env,  # bwrap's own pid 1 keeps it, readable from inside (catalogue §3.1)
-            pass_fds=(seccomp_fd, status_w, args_fd),
+            pass_fds=(status_w, args_fd, *pass_fds),
             executable=launch.executable,
             preexec_fn=launch.preexec,
         )
@@ -106,95 +104,94 @@ async def spawn_bwrap(
         os.close(status_r)
         raise
     finally:
-        for fd in (seccomp_fd, status_w, args_fd):
+        for fd in (status_w, args_fd):
             os.close(fd)
     return proc, status_r
 
 
-async def run_bwrap(
-    launch: Launch,
-    args: list[str],
-    command: list[str],
-    seccomp_program: bytes,
+async def supervise(
+    exited: asyncio.Future[int],
+    kill: Callable[[], Awaitable[None]],
     *,
     timeout: float,
-    output_cap: int,
-    stdin: bytes | None = None,
     watchdog: Watchdog | None = None,
     watch_interval: float = 0.25,
-) -> Outcome:
-    """Run `bwrap --args FD <command>` with options `args` and `seccomp_program`; see module doc."""
-    proc, status_r = await spawn_bwrap(launch, args, command, seccomp_program, stdin=stdin is not None)
-    try:
-        return await _supervise(proc, status_r, stdin, timeout, output_cap, watchdog, watch_interval)
-    finally:
-        if proc.returncode is None:  # cancelled: never leave a sandbox behind
-            await kill_tree(proc, status_r)
-        os.close(status_r)
+) -> tuple[bool, str | None]:
+    """Wait for `exited` until the deadline or the watchdog objects, then `kill`.
 
-
-async def _supervise(
-    proc: asyncio.subprocess.Process,
-    status_r: int,
-    stdin: bytes | None,
-    timeout: float,
-    output_cap: int,
-    watchdog: Watchdog | None,
-    watch_interval: float,
-) -> Outcome:
-    out, err = CappedBuffer(output_cap), CappedBuffer(output_cap)
-    assert proc.stdout is not None and proc.stderr is not None
-    tasks = [
-        asyncio.ensure_future(_pump(proc.stdout, out)),
-        asyncio.ensure_future(_pump(proc.stderr, err)),
-    ]
-    if stdin is not None:
-        tasks.append(asyncio.ensure_future(_feed(proc, stdin)))
-    waiter = asyncio.ensure_future(proc.wait())
+    Returns (timed_out, watchdog's reason). Timeouts never depend on pipe EOF (a grandchild
+    may hold the pipe: catalogue RES-13).
+    """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     timed_out, stopped_by = False, None
-    try:
-        while not waiter.done():
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                timed_out = True
+    while not exited.done():
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            timed_out = True
+            break
+        step = min(remaining, watch_interval) if watchdog else remaining
+        await asyncio.wait({exited}, timeout=step)
+        if watchdog and not exited.done():
+            stopped_by = await watchdog()
+            if stopped_by:
                 break
-            step = min(remaining, watch_interval) if watchdog else remaining
-            await asyncio.wait({waiter}, timeout=step)
-            if watchdog and not waiter.done():
-                stopped_by = await watchdog()
-                if stopped_by:
-                    break
-        if not waiter.done():
-            _kill_tree(proc, status_r)
-            await asyncio.wait({waiter}, timeout=_KILL_GRACE_S)
-        if not waiter.done():  # bwrap did not follow its init: take it down too
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await asyncio.wait({waiter}, timeout=_KILL_GRACE_S)
-        # the namespace is gone, so the pipes reach EOF promptly; bound it anyway
-        await asyncio.wait(tasks, timeout=_KILL_GRACE_S)
+    if not exited.done():
+        await kill()
+    return timed_out, stopped_by
+
+
+async def pump(fd: int, feed: Callable[[bytes], None]) -> None:
+    """Read a pipe to EOF in the event loop, handing each chunk to `feed`; closes `fd`."""
+    loop = asyncio.get_running_loop()
+    eof = loop.create_future()
+
+    def on_readable() -> None:
+        try:
+            chunk = os.read(fd, _CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if chunk:
+            feed(chunk)
+        elif not eof.done():
+            eof.set_result(None)
+
+    os.set_blocking(fd, False)
+    loop.add_reader(fd, on_readable)
+    try:
+        await eof
     finally:
-        for task in (*tasks, waiter):
-            task.cancel()
-    code = proc.returncode if proc.returncode is not None else -signal.SIGKILL
-    if code < 0:  # bwrap itself died of a signal
-        code = 128 - code
-    return Outcome(code, out.value(), err.value(), timed_out=timed_out, stopped_by=stopped_by)
+        loop.remove_reader(fd)
+        os.close(fd)
 
 
-async def _pump(stream: asyncio.StreamReader, sink: CappedBuffer) -> None:
-    while chunk := await stream.read(_CHUNK):
-        sink.feed(chunk)
+async def write_all(fd: int, data: bytes) -> None:
+    """Write `data` to a pipe without blocking the loop; a reader that went away ends it."""
+    loop = asyncio.get_running_loop()
+    view = memoryview(data)
+    done = loop.create_future()
 
+    def on_writable() -> None:
+        nonlocal view
+        try:
+            view = view[os.write(fd, view[:_CHUNK]):]
+        except BlockingIOError:
+            return
+        except OSError:  # EPIPE: the reader is gone
+            view = view[:0]
+        if not view and not done.done():
+            done.set_result(None)
 
-async def _feed(proc: asyncio.subprocess.Process, data: bytes) -> None:
-    assert proc.stdin is not None
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        proc.stdin.write(data)
-        await proc.stdin.drain()
-    proc.stdin.close()
+    if not view:
+        return
+    os.set_blocking(fd, False)
+    loop.add_writer(fd, on_writable)
+    try:
+        await done
+    finally:
+        loop.remove_writer(fd)
 
 
 async def kill_tree(proc: asyncio.subprocess.Process, status_r: int) -> None:

@@ -26,7 +26,7 @@ WORKSPACE = "/workspace"
 RUNTIME_MOUNT = "/opt/coderoom/python"
 VENV_MOUNT = "/opt/coderoom/venv"
 # bwrap must have these; a build without them is refused rather than run with less isolation.
-_REQUIRED = ("--size", "--args", "--json-status-fd", "--seccomp", "--new-session")
+_REQUIRED = ("--size", "--args", "--json-status-fd", "--ro-bind-data", "--new-session", "--cap-add")
 # When coderoom runs as root, bwrap runs as this host uid/gid instead: the sandbox user maps to
 # it, so nothing inside is host root (as kuid 0 it could write /proc/sys/kernel/core_pattern:
 # sysctl permission checks compare the euid with host root and need no capability).
@@ -115,7 +115,7 @@ def _check(path: str) -> str | None:
     missing = [opt for opt in _REQUIRED if opt not in help_text]
     if missing:
         return f"too old (lacks {', '.join(missing)})"
-    smoke = [path, "--unshare-all", "--unshare-user", "--die-with-parent", *_system_binds()]
+    smoke = [path, "--unshare-all", "--unshare-user", "--die-with-parent", "--cap-add", "ALL", *_system_binds()]
     smoke += ["--proc", "/proc", "--dev", "/dev", "--", "/bin/sh", "-c", "exit 0"]
     ids = host_id()
     try:
@@ -168,7 +168,7 @@ def views_namespace(binds: list[tuple[Path, Path]]) -> int:
     view is an empty directory it can reach. The namespace is made by a short-lived thread that
     stops sharing filesystem state with the process (unshare CLONE_FS|CLONE_NEWNS), so neither
     the host's mounts nor the rest of this process see it, and no process is forked; the fd
-    keeps it alive after the thread has ended. Each command then enters it (`as_unprivileged`).
+    keeps it alive after the thread has ended. The session's bwrap then starts in it (`as_unprivileged`).
     """
     outcome: list[int | BaseException] = []
 
@@ -197,7 +197,7 @@ def as_unprivileged(bw: Bwrap, namespace_fd: int) -> Launch:
     """Start bwrap in the views namespace as uid/gid 65534 with no other groups.
 
     Through util-linux `nsenter`, spawned without a pre-exec hook, so Python can vfork() rather
-    than fork() a large host process (about 6 ms saved per command). Without nsenter, the same
+    than fork() a large host process (about 6 ms saved per session start). Without nsenter, the same
     steps run in a pre-exec hook.
     """
     ids = str(UNPRIVILEGED_HOST_ID)
@@ -263,6 +263,11 @@ class Runtime:
         return [(self.base, RUNTIME_MOUNT)] + [(site, f"{VENV_MOUNT}/{rel}") for site, rel in self.venv_sites]
 
     @property
+    def sandbox_interpreter(self) -> str:
+        """The base interpreter's path inside the sandbox."""
+        return f"{RUNTIME_MOUNT}/{self.interpreter}"
+
+    @property
     def bin_dir(self) -> str:
         """The sandbox directory whose `python`/`python3` is the host's interpreter."""
         return f"{VENV_MOUNT}/bin" if self.venv_sites else f"{RUNTIME_MOUNT}/bin"
@@ -323,13 +328,16 @@ def runtime_library_path() -> str | None:
 
 
 def build_args(bw: Bwrap, mounts: Mounts, env: dict[str, str]) -> list[str]:
-    """bwrap's options, passed via --args FD so /proc/1/cmdline shows no host paths or env."""
+    """bwrap's options for a session's launcher, passed via --args FD so /proc/1/cmdline shows
+    no host paths; `env` is the launcher's (each command gets its own)."""
     args = ["--unshare-all", "--unshare-user", "--die-with-parent", "--new-session"]
     if bw.disable_userns:
         args.append("--disable-userns")
     if mounts.network:
         args.append("--share-net")
-    args += ["--cap-drop", "ALL", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+    # capabilities within the sandbox's own user namespace, for the launcher to build each
+    # command's namespaces; every command drops them all (see launcher_inner)
+    args += ["--cap-add", "ALL", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
     args += ["--hostname", "sandbox"]
     args += _system_binds()
     args += ["--ro-bind", str(mounts.etc_dir), "/etc"]
@@ -345,27 +353,6 @@ def build_args(bw: Bwrap, mounts: Mounts, env: dict[str, str]) -> list[str]:
     for key, value in env.items():
         args += ["--setenv", key, value]
     return args
-
-
-def command_argv(rlimits: str, argv: list[str]) -> list[str]:
-    """What follows bwrap's options on its real command line (bwrap takes no command via --args).
-
-    `rlimits` is a `ulimit` line run by /bin/sh inside the namespaces before the payload: set
-    there, RLIMIT_NPROC counts this sandbox's tasks only (set outside, it would count every
-    process of the host uid).
-    """
-    return ["--", "/bin/sh", "-c", rlimits + ' && exec "$@"', "sh", *argv]
-
-
-@functools.lru_cache(maxsize=1)
-def nproc_flag() -> str:
-    """/bin/sh's `ulimit` flag for RLIMIT_NPROC: dash says -p, bash (Fedora's sh) says -u and
-    takes -p for the pipe size, which it cannot set (every command would then fail)."""
-    try:
-        done = subprocess.run(["/bin/sh", "-c", "ulimit -u"], capture_output=True, env={}, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return "p"
-    return "u" if done.returncode == 0 else "p"
 
 
 def host_etc_binds(network: bool) -> list[str]:

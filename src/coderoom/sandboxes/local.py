@@ -1,14 +1,18 @@
-"""The `local` backend: every command runs in a fresh bubblewrap sandbox. No daemon, no root.
+"""The `local` backend: bubblewrap isolation with no daemon and no root.
 
-Why one bwrap per command rather than one per session: a command's namespaces die with it, so
-a timeout kills the whole tree (setsid'd orphans included), nothing runs between commands
-(host-side file operations and archiving cannot race with sandbox code), and no control
-process lives inside the sandbox where the payload could tamper with it.
+One bwrap per session runs a small launcher (`launcher_inner`) inside the session's user,
+network, UTS and cgroup namespaces. Every command gets fresh PID, mount and IPC namespaces of
+its own, forked by the launcher from a slot it prepared in advance, with no capabilities, the
+seccomp filter and the rlimits: about 6 ms less per command than a bwrap each. A command's
+namespaces die with it, so a timeout kills its whole tree (setsid'd orphans included) and
+nothing of it runs between commands (host-side file operations and archiving cannot race with
+it). The launcher is out of the payload's reach (see `launcher_inner`); the host keeps its
+control socket and every command's pipes (`launcher`).
 
-The one exception is `pty_exec_start`, for the run_python kernel: a long-lived bwrap built the
-same way but without the wall clock, killed by `pty_terminate_all()`, on close, over the
-workspace limit, or when this process dies (see `_longlived`). Host-side walks of the workspace
-tolerate it changing the tree meanwhile (`_workspace`).
+`pty_exec_start` (the run_python kernel) runs the same way but without the wall clock, killed
+by `pty_terminate_all()`, on close, over the workspace limit, or when this process dies (see
+`_longlived`). Host-side walks of the workspace tolerate it changing the tree meanwhile
+(`_workspace`).
 
 The sandbox's Python is the host interpreter's (`bwrap.Runtime`): its base installation at
 /opt/coderoom/python and, from a venv, a venv of its own at /opt/coderoom/venv with the host
@@ -25,9 +29,10 @@ Limits (see `Limits`):
   SDK's ExecTimeoutError instead.
 * memory: RLIMIT_AS per process (no delegated cgroup here): allocation fails with ENOMEM /
   MemoryError rather than an OOM kill.
-* pids: RLIMIT_NPROC, set inside the new user namespace, so it counts this sandbox's tasks
-  (threads included) and nothing of the host.
-* cpu_time: RLIMIT_CPU per process; file_size: RLIMIT_FSIZE (512-byte granularity).
+* pids: RLIMIT_NPROC, set inside the session's user namespace, so it counts the session's
+  tasks (threads included; the launcher and each running command's init count too) and
+  nothing of the host.
+* cpu_time: RLIMIT_CPU per process; file_size: RLIMIT_FSIZE.
 * workspace_size: the apparent size (st_size) of /workspace, polled every 0.25 s while a
   command runs and checked when it ends; over the limit the command is killed and fails with
   a message. The overshoot is what one command can write in 0.25 s (each file capped by
@@ -41,6 +46,7 @@ import asyncio
 import errno
 import io
 import os
+import resource
 import stat
 import tempfile
 import uuid
@@ -75,7 +81,8 @@ from pydantic import Field
 
 from . import _workspace, bwrap
 from ._longlived import LongLived
-from ._process import Outcome, run_bwrap, spawn_bwrap
+from ._process import CappedBuffer, Outcome, pump, supervise, write_all
+from .launcher import Job, Launcher, LauncherError, Settings
 from .limits import Limits
 from .one_user import plain_shell, refuse_manifest_accounts
 from .oneshot import EXIT_KILLED, EXIT_TIMEOUT
@@ -87,6 +94,7 @@ _HOST_DIR_PREFIX = "coderoom-local-"
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
 _NOFILE = 512
 _LONG_LIVED_MAX = 8
+_PIPE_GRACE_S = 5.0
 
 BASE_ENV = {
     "PATH": ":".join(
@@ -127,13 +135,16 @@ class LocalSandboxSession(BaseSandboxSession):
         arch = host_arch()
         assert arch is not None  # unavailable_reason() refuses such hosts
         self._seccomp = build_filter(arch)
+        self._clone_nr = arch.table["clone"]
         self._running = False
         self._active_commands = 0
         self._archiving = False
         self._quiet = asyncio.Condition()
         self._python, self._views = _python_mounts(self.host_dir)
-        self._launch: bwrap.Launch | None = None
+        self._launch_cache: bwrap.Launch | None = None
         self._namespace_fd = -1
+        self._launcher: Launcher | None = None
+        self._launcher_lock = asyncio.Lock()
         self._long_lived: dict[int, LongLived] = {}
         self._long_lived_watch: asyncio.Task[None] | None = None
 
@@ -168,20 +179,26 @@ class LocalSandboxSession(BaseSandboxSession):
 
     async def _after_shutdown(self) -> None:
         self._running = False
-        self._release_launcher()
+        await self.stop_launcher()
 
-    def _launcher(self) -> bwrap.Launch:
+    def _launch(self) -> bwrap.Launch:
         """Made on first use: as root, the mount namespace with the runtime views (see bwrap)."""
-        if self._launch is None:
+        if self._launch_cache is None:
             if bwrap.host_id() is None:
-                self._launch = bwrap.direct(self._bwrap)
+                self._launch_cache = bwrap.direct(self._bwrap)
             else:
                 self._namespace_fd = bwrap.views_namespace(self._views)
-                self._launch = bwrap.as_unprivileged(self._bwrap, self._namespace_fd)
-        return self._launch
+                self._launch_cache = bwrap.as_unprivileged(self._bwrap, self._namespace_fd)
+        return self._launch_cache
 
-    def _release_launcher(self) -> None:
-        self._launch = None
+    async def stop_launcher(self) -> None:
+        """Stop the launcher (every command and long-lived process dies with it)."""
+        await self.pty_terminate_all()
+        async with self._launcher_lock:
+            if self._launcher is not None:
+                await self._launcher.close()
+                self._launcher = None
+        self._launch_cache = None
         if self._namespace_fd >= 0:
             os.close(self._namespace_fd)
             self._namespace_fd = -1
@@ -220,29 +237,35 @@ class LocalSandboxSession(BaseSandboxSession):
         stdin: bytes | None = None,
         output_cap: int | None = None,
     ) -> Outcome:
-        """Run `argv` in a fresh sandbox; timeouts and the workspace limit are reported in-band."""
-        limits = self.state.limits
-        args = await self._bwrap_args()
+        """Run `argv` in fresh namespaces; timeouts and the workspace limit are reported in-band."""
+        cap = output_cap or self.state.limits.output_bytes
+        out, err = CappedBuffer(cap), CappedBuffer(cap)
         async with self._quiet:
             await self._quiet.wait_for(lambda: not self._archiving)
             self._active_commands += 1
         try:
-            outcome = await run_bwrap(
-                self._launcher(),
-                args,
-                bwrap.command_argv(self._ulimit(), argv),
-                self._seccomp,
-                timeout=timeout,
-                output_cap=output_cap or limits.output_bytes,
-                stdin=stdin,
-                watchdog=self._workspace_watchdog,
-            )
-            if outcome.stopped_by is None:  # inline: a thread hop costs more than a usual walk
-                outcome.stopped_by = self._workspace_over_limit()
+            job = await self._start_job(argv, stdin=stdin is not None)
+            pumps = [asyncio.ensure_future(pump(job.stdout, out.feed)), asyncio.ensure_future(pump(job.stderr, err.feed))]
+            if job.stdin is not None:
+                pumps.append(asyncio.ensure_future(_feed_and_close(job.stdin, stdin or b"")))
+            try:
+                timed_out, stopped_by = await supervise(
+                    job.exited, job.kill, timeout=timeout, watchdog=self._workspace_watchdog
+                )
+                # the namespace is gone, so the pipes reach EOF promptly; bound it anyway
+                await asyncio.wait(pumps, timeout=_PIPE_GRACE_S)
+            finally:
+                if not job.exited.done():  # cancelled: never leave a command behind
+                    await asyncio.shield(job.kill())
+                for task in pumps:
+                    task.cancel()
+            if stopped_by is None:  # inline: a thread hop costs more than a usual walk
+                stopped_by = self._workspace_over_limit()
         finally:
             async with self._quiet:
                 self._active_commands -= 1
                 self._quiet.notify_all()
+        outcome = Outcome(job.exited.result(), out.value(), err.value(), timed_out, stopped_by)
         if outcome.timed_out:
             outcome.exit_code = EXIT_TIMEOUT
             outcome.stderr += f"\n[coderoom: killed after the {timeout:g} s wall-clock limit]\n".encode()
@@ -253,13 +276,36 @@ class LocalSandboxSession(BaseSandboxSession):
             outcome.stderr += f"\n[coderoom: {outcome.stopped_by}]\n".encode()
         return outcome
 
-    async def _bwrap_args(self) -> list[str]:
-        limits = self.state.limits
+    async def _start_job(self, argv: list[str], *, stdin: bool) -> Job:
+        """Hand `argv` to the session's launcher, starting the launcher first if needed."""
+        env = await self._command_env()
+        async with self._launcher_lock:
+            if self._launcher is None or not self._launcher.alive:
+                if self._launcher is not None:
+                    await self._launcher.close()
+                self._launcher = None
+                try:
+                    self._launcher = await Launcher.start(
+                        self._launch(), self._bwrap_args(), bwrap.runtime().sandbox_interpreter, self._settings()
+                    )
+                except LauncherError as exc:
+                    raise ExecTransportError(command=tuple(argv), context={"reason": str(exc)}) from exc
+            try:
+                return self._launcher.start_job(argv, env, stdin=stdin)
+            except LauncherError as exc:
+                await self._launcher.close()
+                raise ExecTransportError(command=tuple(argv), context={"reason": str(exc)}) from exc
+
+    async def _command_env(self) -> dict[str, str]:
         env = dict(BASE_ENV)
         library_path = bwrap.runtime_library_path()
         if library_path:
             env["LD_LIBRARY_PATH"] = library_path
         env.update(await self.state.manifest.environment.resolve())
+        return env
+
+    def _bwrap_args(self) -> list[str]:
+        limits = self.state.limits
         mounts = bwrap.Mounts(
             etc_dir=self.host_dir / "etc",
             workspace_dir=self.workspace_dir,
@@ -267,19 +313,23 @@ class LocalSandboxSession(BaseSandboxSession):
             tmp_size=limits.tmp_size,
             network=limits.network,
         )
-        return bwrap.build_args(self._bwrap, mounts, env)
+        launcher_env = {"PATH": BASE_ENV["PATH"], "LANG": "C.UTF-8"}
+        library_path = bwrap.runtime_library_path()
+        if library_path:
+            launcher_env["LD_LIBRARY_PATH"] = library_path
+        return bwrap.build_args(self._bwrap, mounts, launcher_env)
 
-    def _ulimit(self) -> str:
+    def _settings(self) -> Settings:
         limits = self.state.limits
-        settings = {
-            "c": 0,
-            "n": _NOFILE,
-            "t": limits.cpu_time,
-            "f": max(1, limits.file_size // 512),
-            "v": max(1, limits.memory // 1024),
-            bwrap.nproc_flag(): limits.pids,
-        }  # dash takes one resource per `ulimit`; with neither -H nor -S it sets both
-        return " && ".join(f"ulimit -{flag} {value}" for flag, value in settings.items())
+        rlimits = [
+            (resource.RLIMIT_CORE, 0),
+            (resource.RLIMIT_NOFILE, _NOFILE),
+            (resource.RLIMIT_CPU, limits.cpu_time),
+            (resource.RLIMIT_FSIZE, limits.file_size),
+            (resource.RLIMIT_AS, limits.memory),
+            (resource.RLIMIT_NPROC, limits.pids),
+        ]
+        return Settings(self._seccomp, self._clone_nr, rlimits, limits.tmp_size)
 
     async def _workspace_watchdog(self) -> str | None:
         return await asyncio.to_thread(self._workspace_over_limit)
@@ -317,17 +367,14 @@ class LocalSandboxSession(BaseSandboxSession):
         if tty:
             raise ValueError("the local sandbox has no terminal: start processes with tty=False")
         argv = self._prepare_exec_command(*command, shell=shell, user=user)
-        args = await self._bwrap_args()
         live = [pid for pid, entry in self._long_lived.items() if entry.alive]
         if len(live) >= _LONG_LIVED_MAX:
             reason = f"{_LONG_LIVED_MAX} long-lived processes already run"
             raise ExecTransportError(command=tuple(argv), context={"reason": reason})
         for pid in [pid for pid in self._long_lived if pid not in live]:  # ended, never read again
             await self._long_lived.pop(pid).kill()
-        proc, status_r = await spawn_bwrap(
-            self._launcher(), args, bwrap.command_argv(self._ulimit(), argv), self._seccomp, stdin=True
-        )
-        entry = LongLived(proc, status_r, self.state.limits.output_bytes)
+        job = await self._start_job(argv, stdin=True)
+        entry = LongLived(job, self.state.limits.output_bytes)
         process_id = allocate_pty_process_id(set(self._long_lived))
         self._long_lived[process_id] = entry
         if self._long_lived_watch is None or self._long_lived_watch.done():
@@ -486,6 +533,13 @@ class LocalSandboxSession(BaseSandboxSession):
             raise WorkspaceArchiveWriteError(path=Path(bwrap.WORKSPACE), cause=exc) from exc
 
 
+async def _feed_and_close(fd: int, data: bytes) -> None:
+    try:
+        await write_all(fd, data)
+    finally:
+        os.close(fd)
+
+
 def _give_to_sandbox(fd: int) -> None:
     """Files the host (as root) creates in the workspace belong to the sandbox's host uid."""
     ids = bwrap.host_id()
@@ -564,8 +618,7 @@ class LocalSandboxClient(BaseSandboxClient[LocalSandboxClientOptions | None]):
         inner = session._inner
         if not isinstance(inner, LocalSandboxSession):
             raise TypeError("LocalSandboxClient.delete expects a LocalSandboxSession")
-        await inner.pty_terminate_all()  # shutdown did already, unless it never ran
-        inner._release_launcher()
+        await inner.stop_launcher()  # shutdown did already, unless it never ran
         if _owned_host_dir(inner.host_dir):
             await asyncio.to_thread(_workspace.remove_tree, inner.host_dir)
         return session

@@ -1,7 +1,7 @@
 """A classic-BPF seccomp denylist for both sandboxes, assembled here (no libseccomp needed).
 
-bubblewrap installs no syscall filter of its own; it loads the program we hand it with
-`--seccomp FD` right before it executes the payload (with no_new_privs set). The docker sandbox
+bubblewrap installs no syscall filter of its own; the local sandbox's launcher installs this
+program in every command right before it executes it (with no_new_privs set). The docker sandbox
 stacks the same program on Docker's default profile (image/init.py installs it). The policy follows
 Docker's default profile plus what the attack catalogue adds (io_uring, TIOCSTI/TIOCLINUX,
 exotic socket families, namespace flags on clone):
@@ -167,7 +167,7 @@ def errno_ret(code: int) -> int:
 
 
 def build_filter(arch: Arch) -> bytes:
-    """The BPF program (struct sock_filter[]) for `arch`, as bwrap's --seccomp expects it."""
+    """The BPF program (struct sock_filter[]) for `arch`, as prctl(PR_SET_SECCOMP) takes it."""
     p = _Program()
     p.load(_OFF_ARCH)
     p.jump(_JEQ_K, arch.audit, jt=1)

@@ -1,0 +1,219 @@
+"""Host side of the local sandbox's per-session launcher (the program is `launcher_inner`).
+
+One bwrap per session runs the launcher; each command is a `Job` it forks into fresh PID, mount
+and IPC namespaces. The host keeps the pipes of every job and the launcher's control socket;
+nothing in the sandbox can reach either.
+
+If the launcher dies or stops answering, its bwrap is killed (taking every job with it), pending
+jobs end with `LAUNCHER_LOST`, and the session starts a new launcher for its next command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+from dataclasses import dataclass, field
+from importlib import resources
+
+from . import bwrap
+from ._process import CappedBuffer, kill_tree, memfd, spawn_bwrap
+
+LAUNCHER_PATH = "/opt/coderoom/launcher.py"
+SECCOMP_PATH = "/opt/coderoom/seccomp.bpf"
+SETTINGS_PATH = "/opt/coderoom/launcher.json"
+LAUNCHER_LOST = 125  # the job's exit code when its launcher died under it
+_READY_TIMEOUT_S = 10.0
+_KILL_TIMEOUT_S = 5.0
+_STDERR_CAP = 16384
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What every command of a session gets (see launcher_inner)."""
+
+    seccomp: bytes  # the BPF program
+    clone_nr: int  # clone(2)'s number on this architecture
+    rlimits: list[tuple[int, int]]  # (resource.RLIMIT_*, limit), soft = hard
+    tmp_size: int  # bytes, for each command's /tmp and /dev/shm
+
+
+class LauncherError(RuntimeError):
+    """The launcher could not start or stopped answering."""
+
+
+@dataclass
+class Job:
+    """One command started by the launcher: the host ends of its pipes and its exit status."""
+
+    id: int
+    launcher: Launcher
+    stdin: int | None  # write end, or None when the command reads /dev/null
+    stdout: int
+    stderr: int
+    exited: asyncio.Future[int] = field(repr=False)
+
+    async def kill(self) -> None:
+        """SIGKILL the job's whole PID namespace and wait until it is gone (bounded)."""
+        if self.exited.done():
+            return
+        self.launcher.send_kill(self.id)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.exited), _KILL_TIMEOUT_S)
+        if not self.exited.done():  # the launcher is stuck: take it and every job down
+            await self.launcher.close()
+
+
+class Launcher:
+    def __init__(self, proc: asyncio.subprocess.Process, status_r: int, sock: socket.socket) -> None:
+        self._proc = proc
+        self._status_r = status_r
+        self._sock = sock
+        self._jobs: dict[int, asyncio.Future[int]] = {}
+        self._next_id = 0
+        self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._stderr = CappedBuffer(_STDERR_CAP)
+        assert proc.stderr is not None
+        self._stderr_task = asyncio.ensure_future(_drain(proc.stderr, self._stderr))
+        self._closed = False
+        asyncio.get_running_loop().add_reader(sock.fileno(), self._on_readable)
+
+    @classmethod
+    async def start(cls, launch: bwrap.Launch, args: list[str], python: str, settings: Settings) -> Launcher:
+        """Start bwrap with `args` running the launcher under `python`; wait until it is ready."""
+        host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        source = resources.files("coderoom.sandboxes").joinpath("launcher_inner.py").read_bytes()
+        config = json.dumps(
+            {"clone_nr": settings.clone_nr, "rlimits": settings.rlimits, "tmp_size": settings.tmp_size}
+        )
+        files = {
+            LAUNCHER_PATH: memfd("launcher", source),
+            SECCOMP_PATH: memfd("seccomp", settings.seccomp),
+            SETTINGS_PATH: memfd("settings", config.encode()),
+        }
+        try:
+            host_end.setblocking(False)
+            data_binds = [arg for path, fd in files.items() for arg in ("--ro-bind-data", str(fd), path)]
+            argv = [python, "-I", "-S", LAUNCHER_PATH, str(child_end.fileno()), SECCOMP_PATH, SETTINGS_PATH]
+            proc, status_r = await spawn_bwrap(
+                launch, data_binds + args, ["--", *argv], pass_fds=(child_end.fileno(), *files.values())
+            )
+        except BaseException:
+            host_end.close()
+            raise
+        finally:
+            child_end.close()
+            for fd in files.values():
+                os.close(fd)
+        launcher = cls(proc, status_r, host_end)
+        try:
+            await asyncio.wait_for(asyncio.shield(launcher._ready), _READY_TIMEOUT_S)
+        except (asyncio.TimeoutError, LauncherError) as exc:
+            await launcher.close()
+            detail = launcher._stderr.value().decode(errors="replace").strip()
+            raise LauncherError(f"the sandbox launcher did not start: {detail or exc}") from None
+        except BaseException:
+            await launcher.close()
+            raise
+        return launcher
+
+    @property
+    def alive(self) -> bool:
+        return not self._closed
+
+    def start_job(self, argv: list[str], env: dict[str, str], *, stdin: bool) -> Job:
+        """Send one command; its pipes come back in the Job."""
+        if self._closed:
+            raise LauncherError("the sandbox launcher has stopped")
+        self._next_id += 1
+        job_id = self._next_id
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        if stdin:
+            in_r, in_w = os.pipe2(os.O_CLOEXEC)
+        else:
+            in_r, in_w = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC), None
+        body = memfd("request", json.dumps({"argv": argv, "env": env}).encode())
+        theirs = [in_r, out_w, err_w, body]
+        exited: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        try:
+            socket.send_fds(self._sock, [json.dumps({"op": "run", "id": job_id}).encode()], theirs)
+        except OSError as exc:
+            for fd in (out_r, err_r, in_w):
+                if fd is not None:
+                    os.close(fd)
+            raise LauncherError(f"the sandbox launcher is not answering ({exc})") from exc
+        finally:
+            for fd in theirs:
+                os.close(fd)
+        self._jobs[job_id] = exited
+        return Job(job_id, self, in_w, out_r, err_r, exited)
+
+    def send_kill(self, job_id: int) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.send(json.dumps({"op": "kill", "id": job_id}).encode())
+
+    def _on_readable(self) -> None:
+        while True:
+            try:
+                data = self._sock.recv(65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:  # the launcher is gone
+                self._lost()
+                return
+            self._dispatch(data)
+
+    def _dispatch(self, data: bytes) -> None:
+        try:
+            message = json.loads(data)
+        except ValueError:
+            return
+        if not isinstance(message, dict):
+            return
+        if message.get("ready") is True and not self._ready.done():
+            self._ready.set_result(None)
+        exited = self._jobs.pop(message.get("id"), None) if isinstance(message.get("id"), int) else None
+        code = message.get("exit")
+        if exited is not None and not exited.done():
+            exited.set_result(code if isinstance(code, int) else LAUNCHER_LOST)
+
+    def _lost(self) -> None:
+        asyncio.get_running_loop().remove_reader(self._sock.fileno())
+        if not self._ready.done():
+            self._ready.set_exception(LauncherError("the launcher exited"))
+        for exited in self._jobs.values():
+            if not exited.done():
+                exited.set_result(LAUNCHER_LOST)
+        self._jobs.clear()
+        self._closed = True
+
+    async def close(self) -> None:
+        """Stop the launcher and every job: its bwrap's pid 1 is killed, then we wait for bwrap."""
+        if self._sock.fileno() >= 0:
+            if not self._closed:
+                asyncio.get_running_loop().remove_reader(self._sock.fileno())
+            self._sock.close()
+        self._closed = True
+        if self._proc.returncode is None:
+            await kill_tree(self._proc, self._status_r)
+        if self._status_r >= 0:
+            os.close(self._status_r)
+            self._status_r = -1
+        for exited in self._jobs.values():
+            if not exited.done():
+                exited.set_result(LAUNCHER_LOST)
+        self._jobs.clear()
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(self._stderr_task, _KILL_TIMEOUT_S)
+
+
+async def _drain(stream: asyncio.StreamReader, sink: CappedBuffer) -> None:
+    while chunk := await stream.read(4096):
+        sink.feed(chunk)
+
+

@@ -1,0 +1,312 @@
+"""The local sandbox's launcher: runs INSIDE the session's bubblewrap, standard library only.
+
+bwrap starts this program once per session, with the session's namespaces (user, network, UTS,
+cgroup), its mounts, and capabilities within its own user namespace. Each command then runs in
+fresh PID, mount and IPC namespaces with a fresh /proc, /tmp and /dev/shm, no capabilities,
+the session's rlimits and the seccomp filter. A bwrap per command cost about 6 ms here; this
+costs about 2, because the launcher prepares the next command's sandbox before it is asked for:
+
+    launcher --clone(NEWPID|NEWNS|NEWIPC)--> init (pid 1) --fork--> stub
+
+* init: pid 1 of the command's namespace; mounts /proc, /tmp, /dev/shm, forks the stub, reaps
+  orphans and exits with the command's status, which makes the kernel kill everything left in
+  the namespace. The launcher reaps init only after that, so "exit reported" means "the whole
+  tree is gone"; a kill is a SIGKILL to init, with the same effect.
+* stub: drops every capability (effective, permitted, inheritable; the launcher has already
+  emptied the bounding and ambient sets), sets the rlimits, installs the seccomp filter, starts
+  a new session, then waits on its socket. Given a command, it takes the stdio pipes, closes
+  everything else and executes the command.
+
+Such a prepared pair is a slot; the launcher keeps one ready and prepares the next while a
+command runs. The payload cannot reach the launcher: it is outside the command's PID namespace
+(no pid to signal or ptrace), non-dumpable, holds capabilities the payload lacks, and its
+sockets are anonymous socketpairs closed before the payload starts.
+
+Configuration, from files bwrap provides: the seccomp program, and JSON with clone(2)'s number
+here, the rlimits ([[resource, limit], ...]) and the tmpfs size in bytes.
+
+Protocol on the SOCK_SEQPACKET control socket, one JSON object per message:
+    launcher -> host   {"ready": true}
+    host -> launcher   {"op": "run", "id": N} with SCM_RIGHTS fds [stdin, stdout, stderr,
+                       request], request being a memfd with {"argv": [...], "env": {...}}
+    host -> launcher   {"op": "kill", "id": N}
+    launcher -> host   {"id": N, "exit": CODE}
+The host closing the socket stops the launcher, which kills every running command first.
+"""
+
+import ctypes
+import json
+import os
+import resource
+import select
+import signal
+import socket
+import sys
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID = 0x20000, 0x08000000, 0x20000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 1, 4, 24
+PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+# bwrap's read-only covers over the kernel knobs in /proc
+_PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus")
+_MAX_MESSAGE = 65536
+_STUB_FAILED = 127
+
+
+def _check(result, what):
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _c_string(text):
+    return text.encode() if text else None
+
+
+def _mount(source, target, fstype, flags, data=None):
+    result = _libc.mount(_c_string(source), _c_string(target), _c_string(fstype), flags, _c_string(data))
+    _check(result, f"mount {target}")
+
+
+def _prctl(option, arg=0):
+    _check(_libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0), f"prctl {option}")
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def _limit_future_capabilities():
+    """Empty the bounding and ambient sets: the launcher keeps the capabilities it has (it
+    needs them to build namespaces) but no process it starts can ever gain one back."""
+    with open("/proc/sys/kernel/cap_last_cap") as handle:
+        last_cap = int(handle.read())
+    for cap in range(last_cap + 1):
+        _prctl(PR_CAPBSET_DROP, cap)
+    _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient capabilities")
+
+
+def _drop_capabilities():
+    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+    _check(_libc.capset(ctypes.byref(header), (_CapData * 2)()), "capset")
+
+
+def _install_seccomp(program):
+    buffer = ctypes.create_string_buffer(program, len(program))
+    fprog = _SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+    _prctl(PR_SET_NO_NEW_PRIVS, 1)
+    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
+
+
+def _resolve(name, env):
+    """argv[0] on the command's PATH, found with access() (execvpe's failed execs are slow)."""
+    if "/" in name:
+        return name
+    for directory in env.get("PATH", "/usr/bin:/bin").split(":"):
+        path = os.path.join(directory or ".", name)
+        if os.access(path, os.X_OK) and not os.path.isdir(path):
+            return path
+    return name
+
+
+def _exit_code(status):
+    code = os.waitstatus_to_exitcode(status)
+    return 128 - code if code < 0 else code
+
+
+class Config:
+    """What every command of the session gets."""
+
+    def __init__(self, seccomp, settings):
+        self.seccomp = seccomp  # the BPF program, as the host built it
+        self.clone_nr = settings["clone_nr"]  # this architecture's clone(2) number
+        self.rlimits = settings["rlimits"]
+        self.tmp_size = settings["tmp_size"]
+
+
+def _stub(sock, config):
+    """Become the command's process, ready but for the command itself; then wait for it."""
+    try:
+        os.setsid()
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_DFL)  # Python ignores some; exec keeps ignored ones
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        os.umask(0o022)
+        for res, value in config.rlimits:
+            hard = resource.getrlimit(res)[1]
+            value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.setrlimit(res, (value, value))
+        _drop_capabilities()
+        _install_seccomp(config.seccomp)
+    except OSError as exc:
+        sys.stderr.write(f"coderoom: cannot prepare a command: {exc}\n")
+        os._exit(_STUB_FAILED)
+    try:
+        _, fds, _, _ = socket.recv_fds(sock, _MAX_MESSAGE, 4, socket.MSG_CMSG_CLOEXEC)
+    except OSError:
+        fds = []
+    if len(fds) != 4:  # the launcher discarded this slot
+        os._exit(_STUB_FAILED)
+    with os.fdopen(fds.pop(), "rb") as body:
+        request = json.loads(body.read())
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)  # dup2 clears close-on-exec on the copy
+    os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    argv, env = request["argv"], request["env"]
+    try:
+        os.chdir("/workspace")
+        os.execve(_resolve(argv[0], env), argv, env)
+    except OSError as exc:
+        os.write(2, f"coderoom: cannot run {argv[0]!r}: {exc}\n".encode())
+    os._exit(_STUB_FAILED)
+
+
+def _init(sock, config):
+    """pid 1 of the command's PID namespace."""
+    try:
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        _mount(None, "/", None, MS_REC | MS_PRIVATE)
+        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        for name in _PROC_READ_ONLY:
+            path = "/proc/" + name
+            if os.path.exists(path):
+                _mount(path, path, None, MS_BIND | MS_REC)
+                _mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        for path in ("/tmp", "/dev/shm"):
+            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={config.tmp_size},mode=1777")
+    except OSError as exc:
+        sys.stderr.write(f"coderoom: cannot set up a command's namespaces: {exc}\n")
+        os._exit(_STUB_FAILED)
+    child = os.fork()
+    if child == 0:
+        _stub(sock, config)
+    sock.close()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # pid 1: signals without a handler are ignored
+    while True:
+        pid, status = os.wait()
+        if pid == child:
+            os._exit(_exit_code(status))
+
+
+class Slot:
+    """A prepared command sandbox: its init's pid and pidfd, and the socket to its stub."""
+
+    def __init__(self, pid, sock):
+        self.pid = pid
+        self.pidfd = os.pidfd_open(pid)
+        self.sock = sock
+
+
+class Launcher:
+    def __init__(self, sock, config):
+        self.sock = sock
+        self.config = config
+        self.ready = None  # the next command's Slot
+        self.running = {}  # pidfd -> (command id, Slot)
+
+    def serve(self):
+        self.ready = self._prepare()
+        self._send({"ready": True})
+        while True:
+            if self.ready is None:
+                self.ready = self._prepare()
+            readable, _, _ = select.select([self.sock, *self.running], [], [])
+            for fd in readable:
+                if fd is self.sock:
+                    if not self._receive():
+                        self._stop_all()
+                        return
+                else:
+                    self._reap(fd)
+
+    def _prepare(self):
+        """Clone an init straight into new PID, mount and IPC namespaces (fork() plus flags)."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | signal.SIGCHLD
+        pid = _libc.syscall(self.config.clone_nr, flags, 0, 0, 0, 0)
+        if pid == 0:
+            self.sock.close()
+            ours.close()
+            for slot in [self.ready, *(slot for _, slot in self.running.values())]:
+                if slot is not None:
+                    os.close(slot.pidfd)
+                    slot.sock.close()
+            _init(theirs, self.config)
+        theirs.close()
+        if pid < 0:
+            ours.close()
+            raise OSError(ctypes.get_errno(), "cannot create a command's namespaces")
+        return Slot(pid, ours)
+
+    def _send(self, message):
+        self.sock.send(json.dumps(message).encode())
+
+    def _receive(self):
+        try:
+            data, fds, _, _ = socket.recv_fds(self.sock, _MAX_MESSAGE, 4, socket.MSG_CMSG_CLOEXEC)
+        except ConnectionResetError:
+            return False
+        if not data:
+            return False
+        message = json.loads(data)
+        if message.get("op") == "run" and len(fds) == 4:
+            self._start(message["id"], fds)
+        elif message.get("op") == "kill":
+            for command_id, slot in self.running.values():
+                if command_id == message["id"]:
+                    os.kill(slot.pid, signal.SIGKILL)  # init: everything in its namespace dies
+        for fd in fds:
+            os.close(fd)
+        return True
+
+    def _start(self, command_id, fds):
+        slot, self.ready = self.ready, None
+        try:
+            socket.send_fds(slot.sock, [b"run"], fds)
+        except OSError:  # the stub is gone; its init's exit status says why
+            pass
+        slot.sock.close()
+        self.running[slot.pidfd] = (command_id, slot)
+
+    def _reap(self, pidfd):
+        command_id, slot = self.running.pop(pidfd)
+        os.close(pidfd)
+        _, status = os.waitpid(slot.pid, 0)
+        self._send({"id": command_id, "exit": _exit_code(status)})
+
+    def _stop_all(self):
+        slots = [slot for _, slot in self.running.values()] + ([self.ready] if self.ready else [])
+        for slot in slots:
+            os.kill(slot.pid, signal.SIGKILL)
+        for slot in slots:
+            os.waitpid(slot.pid, 0)
+
+
+def main():
+    """argv: the control socket's fd, the seccomp program's path, the settings' path."""
+    _prctl(PR_SET_DUMPABLE, 0)
+    _limit_future_capabilities()
+    with open(sys.argv[2], "rb") as handle:
+        seccomp = handle.read()
+    with open(sys.argv[3], "rb") as handle:
+        settings = json.load(handle)
+    fd = int(sys.argv[1])
+    os.set_inheritable(fd, False)
+    Launcher(socket.socket(fileno=fd), Config(seccomp, settings)).serve()
+
+
+if __name__ == "__main__":
+    main()
