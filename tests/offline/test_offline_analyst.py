@@ -85,11 +85,12 @@ def test_showcase_is_deterministic(showcase: tuple[Path, Path]) -> None:
     assert finals[0] == finals[1]
 
 
-def test_analyst_acts_only_through_the_shell_and_leaves_its_code(showcase: tuple[Path, Path]) -> None:
+def test_analyst_acts_only_through_the_sandbox_tools_and_leaves_its_code(showcase: tuple[Path, Path]) -> None:
     run_dir = showcase[0]
     calls = tool_calls(run_dir)
-    assert {c["name"] for c in calls} == {"exec_command"}
-    assert [c["call_id"].split("-")[1] for c in calls] == ["list", "profile", "analyse", "verify"]
+    steps = [(c["call_id"].split("-")[1], c["name"]) for c in calls]
+    assert steps == [("list", "exec_command"), ("install", "exec_command"), ("profile", "run_python"),
+                     ("analyse", "run_python"), ("verify", "run_python")]
     with tarfile.open(run_dir / "workspace.tar") as tar:
         for name in ("profile.py", "analyse.py", "verify.py"):
             names = {n.removeprefix("./"): n for n in tar.getnames()}

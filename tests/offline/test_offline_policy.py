@@ -3,6 +3,7 @@ is still running, failures reported as such, unique call ids, and the event scor
 
 from __future__ import annotations
 
+import ast
 import json
 
 import pandas as pd
@@ -39,15 +40,17 @@ def test_running_command_is_polled_then_the_plan_continues() -> None:
         {"role": "user", "content": PROMPT},
         call("exec_command", "cr-list-1", cmd="ls"),
         output("cr-list-1", "./input/x.csv\n"),
-        call("exec_command", "cr-profile-2", cmd="python3 .coderoom/profile.py input/x.csv"),
-        output("cr-profile-2", "file: input/x.csv\n", code=None, session=1001),
+        call("exec_command", "cr-install-2", cmd="mkdir -p .coderoom ..."),
+        output("cr-install-2", "profile.py\n"),
+        call("exec_command", "cr-profile-3", cmd="python3 .coderoom/profile.py input/x.csv"),
+        output("cr-profile-3", "file: input/x.csv\n", code=None, session=1001),
     ]
     poll = decide(read_transcript(items), TOOLS)
     assert isinstance(poll, ToolCall)
     assert (poll.name, poll.step, poll.arguments["session_id"]) == ("write_stdin", "profile", 1001)
     profile = {"path": "input/x.csv", "rows": 10, "columns": ["t", "v"], "time_col": None}
-    items += [call("write_stdin", "cr-profile-3", session_id=1001, chars=""),
-              output("cr-profile-3", "CODEROOM_PROFILE " + json.dumps(profile) + "\n")]
+    items += [call("write_stdin", "cr-profile-4", session_id=1001, chars=""),
+              output("cr-profile-4", "CODEROOM_PROFILE " + json.dumps(profile) + "\n")]
     final = decide(read_transcript(items), TOOLS)
     assert isinstance(final, Final)
     assert "no column that parses as dates" in final.text
@@ -73,6 +76,35 @@ def test_after_a_nudge_it_redoes_the_work_once_then_stops() -> None:
                       {"role": "user", "content": "outputs missing: output/anomalies.csv"}]
     stop = decide(read_transcript(twice), TOOLS)
     assert isinstance(stop, Final) and "re-ran the analysis once" in stop.text
+
+
+def test_with_a_kernel_the_scripts_run_as_python_cells() -> None:
+    items = [{"role": "user", "content": PROMPT}, call("exec_command", "cr-list-1", cmd="ls"),
+             output("cr-list-1", "./input/x.csv\n")]
+    tools = [*TOOLS, "run_python"]
+    install = decide(read_transcript(items), tools)
+    assert isinstance(install, ToolCall) and (install.name, install.step) == ("exec_command", "install")
+    for name in ("profile.py", "analyse.py", "verify.py"):
+        assert f"cat > .coderoom/{name} <<'CODEROOM_PY'" in install.arguments["cmd"]
+    items += [call("exec_command", "cr-install-2", cmd="..."), output("cr-install-2", "profile.py\n")]
+    profile = decide(read_transcript(items), tools)
+    assert isinstance(profile, ToolCall) and (profile.name, profile.step) == ("run_python", "profile")
+    code = profile.arguments["code"]
+    argv = next(ast.literal_eval(node.value) for node in ast.parse(code).body
+                if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "sys.argv")
+    assert argv == [".coderoom/profile.py", "input/x.csv"]
+    assert "runpy.run_path(sys.argv[0], run_name='__main__')" in code
+
+
+def test_a_failed_kernel_step_is_reported_with_its_traceback() -> None:
+    items = [{"role": "user", "content": PROMPT}, call("exec_command", "cr-list-1", cmd="ls"),
+             output("cr-list-1", "./input/x.csv\n"), call("exec_command", "cr-install-2", cmd="..."),
+             output("cr-install-2", "profile.py\n"), call("run_python", "cr-profile-3", code="..."),
+             {"type": "function_call_output", "call_id": "cr-profile-3",
+              "output": "[cell 1: error in 0.2 s]\n[error]\nSystemExit: usage: profile.py CSV"}]
+    final = decide(read_transcript(items), [*TOOLS, "run_python"])
+    assert isinstance(final, Final) and "Profiling input/x.csv failed" in final.text
+    assert "SystemExit: usage: profile.py CSV" in final.text
 
 
 def test_without_a_shell_it_says_so() -> None:

@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -73,40 +74,90 @@ def memfd(name: str, data: bytes) -> int:
     return fd
 
 
-async def spawn_bwrap(
-    launch: Launch,
-    args: list[str],
-    command: list[str],
-    *,
-    pass_fds: tuple[int, ...] = (),
-    stdin: bool = False,
-) -> tuple[asyncio.subprocess.Process, int]:
-    """Start `bwrap --args FD <command>`: the process (stderr piped, stdout too, stdin with
-    `stdin`) and the read end of its status pipe, for `kill_tree`. The caller closes that fd."""
-    status_r, status_w = os.pipe2(os.O_CLOEXEC)
-    full = ["--json-status-fd", str(status_w), *args]
-    args_fd = memfd("args", b"\0".join(a.encode() for a in full) + b"\0")
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *launch.argv,
-            "--args",
-            str(args_fd),
-            *command,
-            stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=launch.env,  # bwrap's own pid 1 keeps it, readable from inside (catalogue §3.1)
-            pass_fds=(status_w, args_fd, *pass_fds),
-            executable=launch.executable,
-            preexec_fn=launch.preexec,
-        )
-    except BaseException:
-        os.close(status_r)
-        raise
-    finally:
-        for fd in (status_w, args_fd):
-            os.close(fd)
-    return proc, status_r
+class BwrapProcess:
+    """A running `bwrap --args FD <command>`, its exit watched through a pidfd in the event loop.
+
+    Started with a plain `subprocess.Popen` (Python can vfork() it): asyncio's subprocess
+    machinery would add pipe transports and a child-watcher thread to every session start.
+    bwrap's stdin and stdout are /dev/null; `stderr` is the read end of its stderr pipe.
+    """
+
+    def __init__(self, launch: Launch, args: list[str], command: list[str], pass_fds: tuple[int, ...]) -> None:
+        status_r, status_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        full = ["--json-status-fd", str(status_w), *args]
+        args_fd = memfd("args", b"\0".join(a.encode() for a in full) + b"\0")
+        try:
+            self.popen = subprocess.Popen(
+                [*launch.argv, "--args", str(args_fd), *command],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err_w,
+                env=launch.env,  # bwrap's own pid 1 keeps it, readable from inside (catalogue §3.1)
+                pass_fds=(status_w, args_fd, *pass_fds),
+                executable=launch.executable,
+                preexec_fn=launch.preexec,
+            )
+        except BaseException:
+            os.close(status_r)
+            os.close(err_r)
+            raise
+        finally:
+            for fd in (status_w, args_fd, err_w):
+                os.close(fd)
+        self.stderr = err_r
+        self._status_r = status_r
+        loop = asyncio.get_running_loop()
+        self.exited: asyncio.Future[int] = loop.create_future()
+        self._pidfd = os.pidfd_open(self.popen.pid)
+        loop.add_reader(self._pidfd, self._on_exit)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def _on_exit(self) -> None:
+        asyncio.get_running_loop().remove_reader(self._pidfd)
+        os.close(self._pidfd)
+        self._pidfd = -1
+        code = self.popen.wait()
+        if not self.exited.done():
+            self.exited.set_result(128 - code if code < 0 else code)
+
+    async def kill(self) -> None:
+        """SIGKILL the sandbox's pid 1 and wait (bounded) until bwrap has exited, which means
+        the whole tree is gone; bwrap itself goes too if it does not follow. Idempotent."""
+        if not self.exited.done():
+            self._kill_tree()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.exited), _KILL_GRACE_S)
+        if not self.exited.done():
+            with contextlib.suppress(ProcessLookupError):
+                self.popen.kill()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.exited), _KILL_GRACE_S)
+        if self._status_r >= 0:
+            os.close(self._status_r)
+            self._status_r = -1
+
+    def _kill_tree(self) -> None:
+        """SIGKILL the sandbox's pid 1: the kernel kills its namespace, then bwrap exits.
+
+        Without a known pid 1 (bwrap has not reported it yet), kill bwrap: --die-with-parent
+        takes its init down with it.
+        """
+        child = _child_pid(self._status_r)
+        try:
+            if child is None:
+                raise ProcessLookupError
+            pidfd = os.pidfd_open(child)
+            try:
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            finally:
+                os.close(pidfd)
+        except OSError:
+            with contextlib.suppress(ProcessLookupError):
+                self.popen.kill()
 
 
 async def supervise(
@@ -192,38 +243,6 @@ async def write_all(fd: int, data: bytes) -> None:
         await done
     finally:
         loop.remove_writer(fd)
-
-
-async def kill_tree(proc: asyncio.subprocess.Process, status_r: int) -> None:
-    """`_kill_tree`, then wait (bounded) until bwrap has exited, which means the tree is gone."""
-    _kill_tree(proc, status_r)
-    with contextlib.suppress(BaseException):
-        await asyncio.wait_for(proc.wait(), _KILL_GRACE_S)
-    if proc.returncode is None:  # bwrap did not follow its init: take it down too
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        with contextlib.suppress(BaseException):
-            await asyncio.wait_for(proc.wait(), _KILL_GRACE_S)
-
-
-def _kill_tree(proc: asyncio.subprocess.Process, status_r: int) -> None:
-    """SIGKILL the sandbox's pid 1: the kernel kills its namespace, then bwrap exits.
-
-    Without a known pid 1 (bwrap has not reported it yet), kill bwrap: --die-with-parent
-    takes its init down with it.
-    """
-    child = _child_pid(status_r)
-    try:
-        if child is None:
-            raise ProcessLookupError
-        pidfd = os.pidfd_open(child)
-        try:
-            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-        finally:
-            os.close(pidfd)
-    except OSError:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
 
 
 def _child_pid(status_r: int) -> int | None:

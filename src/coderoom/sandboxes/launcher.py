@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import functools
+import importlib.util
+import marshal
 import os
 import socket
 from dataclasses import dataclass, field
 from importlib import resources
 
 from . import bwrap
-from ._process import CappedBuffer, kill_tree, memfd, spawn_bwrap
+from ._process import BwrapProcess, CappedBuffer, memfd, pump
 
-LAUNCHER_PATH = "/opt/coderoom/launcher.py"
+LAUNCHER_PATH = "/opt/coderoom/launcher.pyc"
 SECCOMP_PATH = "/opt/coderoom/seccomp.bpf"
-SETTINGS_PATH = "/opt/coderoom/launcher.json"
+SETTINGS_PATH = "/opt/coderoom/launcher.settings"
 LAUNCHER_LOST = 125  # the job's exit code when its launcher died under it
 _READY_TIMEOUT_S = 10.0
 _KILL_TIMEOUT_S = 5.0
@@ -67,39 +69,45 @@ class Job:
 
 
 class Launcher:
-    def __init__(self, proc: asyncio.subprocess.Process, status_r: int, sock: socket.socket) -> None:
-        self._proc = proc
-        self._status_r = status_r
+    def __init__(self, bwrap_process: BwrapProcess, sock: socket.socket) -> None:
+        self._bwrap = bwrap_process
         self._sock = sock
         self._jobs: dict[int, asyncio.Future[int]] = {}
         self._next_id = 0
         self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._stderr = CappedBuffer(_STDERR_CAP)
-        assert proc.stderr is not None
-        self._stderr_task = asyncio.ensure_future(_drain(proc.stderr, self._stderr))
+        self._stderr_task = asyncio.ensure_future(pump(bwrap_process.stderr, self._stderr.feed))
         self._closed = False
         asyncio.get_running_loop().add_reader(sock.fileno(), self._on_readable)
 
+    @property
+    def pid(self) -> int:
+        """bwrap's host pid."""
+        return self._bwrap.pid
+
+    def kill_bwrap(self) -> None:
+        """SIGKILL bwrap itself, as the host's OOM killer might (for tests of recovery)."""
+        self._bwrap.popen.kill()
+
     @classmethod
-    async def start(cls, launch: bwrap.Launch, args: list[str], python: str, settings: Settings) -> Launcher:
-        """Start bwrap with `args` running the launcher under `python`; wait until it is ready."""
+    def spawn(cls, launch: bwrap.Launch, args: list[str], python: str, settings: Settings) -> Launcher:
+        """Start bwrap with `args` running the launcher under `python`. Jobs may be sent at once
+        (they queue on the socket); if the launcher is not ready within 10 s, or exits first,
+        they end with LAUNCHER_LOST and `failure()` says why."""
         host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        source = resources.files("coderoom.sandboxes").joinpath("launcher_inner.py").read_bytes()
-        config = json.dumps(
+        config = marshal.dumps(
             {"clone_nr": settings.clone_nr, "rlimits": settings.rlimits, "tmp_size": settings.tmp_size}
         )
         files = {
-            LAUNCHER_PATH: memfd("launcher", source),
+            LAUNCHER_PATH: memfd("launcher", _compiled_launcher()),
             SECCOMP_PATH: memfd("seccomp", settings.seccomp),
-            SETTINGS_PATH: memfd("settings", config.encode()),
+            SETTINGS_PATH: memfd("settings", config),
         }
         try:
             host_end.setblocking(False)
             data_binds = [arg for path, fd in files.items() for arg in ("--ro-bind-data", str(fd), path)]
             argv = [python, "-I", "-S", LAUNCHER_PATH, str(child_end.fileno()), SECCOMP_PATH, SETTINGS_PATH]
-            proc, status_r = await spawn_bwrap(
-                launch, data_binds + args, ["--", *argv], pass_fds=(child_end.fileno(), *files.values())
-            )
+            process = BwrapProcess(launch, data_binds + args, ["--", *argv], (child_end.fileno(), *files.values()))
         except BaseException:
             host_end.close()
             raise
@@ -107,17 +115,29 @@ class Launcher:
             child_end.close()
             for fd in files.values():
                 os.close(fd)
-        launcher = cls(proc, status_r, host_end)
-        try:
-            await asyncio.wait_for(asyncio.shield(launcher._ready), _READY_TIMEOUT_S)
-        except (asyncio.TimeoutError, LauncherError) as exc:
-            await launcher.close()
-            detail = launcher._stderr.value().decode(errors="replace").strip()
-            raise LauncherError(f"the sandbox launcher did not start: {detail or exc}") from None
-        except BaseException:
-            await launcher.close()
-            raise
+        launcher = cls(process, host_end)
+        timer = asyncio.get_running_loop().call_later(_READY_TIMEOUT_S, launcher._not_ready)
+        launcher._ready.add_done_callback(lambda _: timer.cancel())
         return launcher
+
+    def failure(self) -> str:
+        """Why the launcher stopped, for error messages."""
+        detail = self._stderr.value().decode(errors="replace").strip()
+        if self.started:
+            return f"the sandbox launcher stopped{': ' + detail if detail else ''}"
+        reason = self._ready.exception() if self._ready.done() else None
+        return f"the sandbox launcher did not start: {detail or reason or 'no reason given'}"
+
+    @property
+    def started(self) -> bool:
+        """Whether the launcher ever said it was ready."""
+        return self._ready.done() and self._ready.exception() is None
+
+    def _not_ready(self) -> None:
+        if not self._ready.done():
+            self._ready.set_exception(LauncherError(f"not ready after {_READY_TIMEOUT_S:g} s"))
+            self._ready.exception()  # retrieved: `failure()` reports it
+            asyncio.ensure_future(self.close())
 
     @property
     def alive(self) -> bool:
@@ -135,11 +155,11 @@ class Launcher:
             in_r, in_w = os.pipe2(os.O_CLOEXEC)
         else:
             in_r, in_w = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC), None
-        body = memfd("request", json.dumps({"argv": argv, "env": env}).encode())
+        body = memfd("request", marshal.dumps({"argv": argv, "env": env}))
         theirs = [in_r, out_w, err_w, body]
         exited: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         try:
-            socket.send_fds(self._sock, [json.dumps({"op": "run", "id": job_id}).encode()], theirs)
+            socket.send_fds(self._sock, [marshal.dumps({"op": "run", "id": job_id})], theirs)
         except OSError as exc:
             for fd in (out_r, err_r, in_w):
                 if fd is not None:
@@ -153,7 +173,7 @@ class Launcher:
 
     def send_kill(self, job_id: int) -> None:
         with contextlib.suppress(OSError):
-            self._sock.send(json.dumps({"op": "kill", "id": job_id}).encode())
+            self._sock.send(marshal.dumps({"op": "kill", "id": job_id}))
 
     def _on_readable(self) -> None:
         while True:
@@ -169,23 +189,21 @@ class Launcher:
             self._dispatch(data)
 
     def _dispatch(self, data: bytes) -> None:
-        try:
-            message = json.loads(data)
-        except ValueError:
-            return
-        if not isinstance(message, dict):
-            return
-        if message.get("ready") is True and not self._ready.done():
+        """`ready` or `exit ID CODE`; anything else from inside the sandbox is ignored."""
+        words = data.split()
+        if words == [b"ready"] and not self._ready.done():
             self._ready.set_result(None)
-        exited = self._jobs.pop(message.get("id"), None) if isinstance(message.get("id"), int) else None
-        code = message.get("exit")
-        if exited is not None and not exited.done():
-            exited.set_result(code if isinstance(code, int) else LAUNCHER_LOST)
+        elif len(words) == 3 and words[0] == b"exit" and words[1].isdigit():
+            exited = self._jobs.pop(int(words[1]), None)
+            if exited is not None and not exited.done():
+                code = words[2]
+                exited.set_result(int(code) if code.isdigit() and len(code) <= 3 else LAUNCHER_LOST)
 
     def _lost(self) -> None:
         asyncio.get_running_loop().remove_reader(self._sock.fileno())
         if not self._ready.done():
             self._ready.set_exception(LauncherError("the launcher exited"))
+            self._ready.exception()  # retrieved: `failure()` reports it
         for exited in self._jobs.values():
             if not exited.done():
                 exited.set_result(LAUNCHER_LOST)
@@ -199,11 +217,7 @@ class Launcher:
                 asyncio.get_running_loop().remove_reader(self._sock.fileno())
             self._sock.close()
         self._closed = True
-        if self._proc.returncode is None:
-            await kill_tree(self._proc, self._status_r)
-        if self._status_r >= 0:
-            os.close(self._status_r)
-            self._status_r = -1
+        await self._bwrap.kill()
         for exited in self._jobs.values():
             if not exited.done():
                 exited.set_result(LAUNCHER_LOST)
@@ -212,8 +226,10 @@ class Launcher:
             await asyncio.wait_for(self._stderr_task, _KILL_TIMEOUT_S)
 
 
-async def _drain(stream: asyncio.StreamReader, sink: CappedBuffer) -> None:
-    while chunk := await stream.read(4096):
-        sink.feed(chunk)
-
-
+@functools.cache
+def _compiled_launcher() -> bytes:
+    """launcher_inner as a .pyc the sandbox runs directly: compiling it there took 2 ms of every
+    session start. The sandbox runs this same interpreter, so the bytecode fits."""
+    source = resources.files("coderoom.sandboxes").joinpath("launcher_inner.py").read_text()
+    code = compile(source, "launcher_inner.py", "exec", dont_inherit=True)
+    return importlib.util.MAGIC_NUMBER + bytes(12) + marshal.dumps(code)  # flags, mtime, size: 0

@@ -82,7 +82,7 @@ from pydantic import Field
 from . import _workspace, bwrap
 from ._longlived import LongLived
 from ._process import CappedBuffer, Outcome, pump, supervise, write_all
-from .launcher import Job, Launcher, LauncherError, Settings
+from .launcher import LAUNCHER_LOST, Job, Launcher, LauncherError, Settings
 from .limits import Limits
 from .one_user import plain_shell, refuse_manifest_accounts
 from .oneshot import EXIT_KILLED, EXIT_TIMEOUT
@@ -170,6 +170,23 @@ class LocalSandboxSession(BaseSandboxSession):
             raise ExecTransportError(
                 command=("start",), context={"reason": "workspace directory is gone"}
             )
+        await self._ensure_launcher()  # it starts while the SDK applies the manifest
+
+    async def _ensure_launcher(self) -> Launcher:
+        """The session's launcher, (re)started if it is not running."""
+        async with self._launcher_lock:
+            if self._launcher is None or not self._launcher.alive:
+                if self._launcher is not None:
+                    await self._launcher.close()
+                self._launcher = None
+                try:
+                    self._launcher = Launcher.spawn(
+                        self._launch(), self._bwrap_args(), bwrap.runtime().sandbox_interpreter, self._settings()
+                    )
+                except OSError as exc:
+                    reason = f"cannot start bubblewrap: {exc}"
+                    raise ExecTransportError(command=("start",), context={"reason": reason}) from exc
+            return self._launcher
 
     async def _after_start(self) -> None:
         self._running = True
@@ -265,6 +282,8 @@ class LocalSandboxSession(BaseSandboxSession):
             async with self._quiet:
                 self._active_commands -= 1
                 self._quiet.notify_all()
+        if job.exited.result() == LAUNCHER_LOST and not job.launcher.started:
+            raise ExecTransportError(command=tuple(argv), context={"reason": job.launcher.failure()})
         outcome = Outcome(job.exited.result(), out.value(), err.value(), timed_out, stopped_by)
         if outcome.timed_out:
             outcome.exit_code = EXIT_TIMEOUT
@@ -279,22 +298,12 @@ class LocalSandboxSession(BaseSandboxSession):
     async def _start_job(self, argv: list[str], *, stdin: bool) -> Job:
         """Hand `argv` to the session's launcher, starting the launcher first if needed."""
         env = await self._command_env()
-        async with self._launcher_lock:
-            if self._launcher is None or not self._launcher.alive:
-                if self._launcher is not None:
-                    await self._launcher.close()
-                self._launcher = None
-                try:
-                    self._launcher = await Launcher.start(
-                        self._launch(), self._bwrap_args(), bwrap.runtime().sandbox_interpreter, self._settings()
-                    )
-                except LauncherError as exc:
-                    raise ExecTransportError(command=tuple(argv), context={"reason": str(exc)}) from exc
-            try:
-                return self._launcher.start_job(argv, env, stdin=stdin)
-            except LauncherError as exc:
-                await self._launcher.close()
-                raise ExecTransportError(command=tuple(argv), context={"reason": str(exc)}) from exc
+        launcher = await self._ensure_launcher()
+        try:
+            return launcher.start_job(argv, env, stdin=stdin)
+        except LauncherError as exc:
+            await launcher.close()
+            raise ExecTransportError(command=tuple(argv), context={"reason": str(exc)}) from exc
 
     async def _command_env(self) -> dict[str, str]:
         env = dict(BASE_ENV)

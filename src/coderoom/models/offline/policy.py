@@ -1,9 +1,12 @@
-"""The offline analyst's state machine: list -> profile -> analyse -> verify -> final message.
+"""The offline analyst's state machine: list -> install -> profile -> analyse -> verify -> answer.
 
-Each step is one shell command that writes a script from `scripts/` into `.coderoom/` of the
-workspace and runs it, so the workspace archive holds everything needed to reproduce the run. The
-next step is chosen only from the transcript (prompt + earlier tool results), never from hidden
-state. Whatever cannot be done is said plainly in the final message; no output is ever faked.
+`install` is one shell command writing the scripts from `scripts/` into `.coderoom/` of the
+workspace, so the workspace archive holds everything needed to reproduce the run. Each later step
+runs one script: in the run_python kernel when the agent has one (pandas is imported once and
+later steps start warm; the session exports as a notebook of real cells), else as a shell
+command. The next step is chosen only from the transcript (prompt + earlier tool results), never
+from hidden state. Whatever cannot be done is said plainly in the final message; no output is
+ever faked.
 """
 
 from __future__ import annotations
@@ -48,13 +51,30 @@ def _heredoc(path: str, text: str, tag: str) -> str:
     return f"cat > {path} <<'{tag}'\n{text.rstrip()}\n{tag}\n"
 
 
-def install_and_run(name: str, argv: list[str], extra_files: dict[str, str] | None = None) -> str:
-    """A shell command that writes scripts/<name> (and any config) into .coderoom/ and runs it."""
-    parts = [f"mkdir -p {SCRIPT_DIR}\n", _heredoc(f"{SCRIPT_DIR}/{name}", script(name), "CODEROOM_PY")]
-    for path, text in (extra_files or {}).items():
-        parts.append(_heredoc(path, text, "CODEROOM_JSON"))
-    parts.append(" ".join(["python3", f"{SCRIPT_DIR}/{name}", *map(shlex.quote, argv)]))
+SCRIPTS = ("profile.py", "analyse.py", "verify.py")
+
+
+def install_scripts() -> str:
+    """One shell command that writes the analyst's scripts into .coderoom/."""
+    parts = [f"mkdir -p {SCRIPT_DIR}\n"]
+    parts += [_heredoc(f"{SCRIPT_DIR}/{name}", script(name), "CODEROOM_PY") for name in SCRIPTS]
+    parts.append(f"ls {SCRIPT_DIR}")
     return "".join(parts)
+
+
+def run_script(step: str, name: str, argv: list[str], tool_names: list[str],
+               config: dict[str, str] | None = None) -> ToolCall:
+    """Run an installed script (after writing its `config` files): a run_python cell when there
+    is a kernel, else a shell command."""
+    path = f"{SCRIPT_DIR}/{name}"
+    if "run_python" in tool_names:
+        lines = ["import runpy", "import sys", "from pathlib import Path", ""]
+        lines += [f"Path({cfg!r}).write_text({text!r})" for cfg, text in (config or {}).items()]
+        lines += [f"sys.argv = {[path, *argv]!r}", f"{step}_globals = runpy.run_path(sys.argv[0], run_name='__main__')"]
+        return ToolCall(step, "run_python", {"code": "\n".join(lines)})
+    parts = [_heredoc(cfg, text, "CODEROOM_JSON") for cfg, text in (config or {}).items()]
+    parts.append(" ".join(["python3", path, *map(shlex.quote, argv)]))
+    return ToolCall(step, "exec_command", {"cmd": "".join(parts), "yield_time_ms": RUN_YIELD_MS})
 
 
 def analysis_config(profile: dict[str, Any], outputs: list[str]) -> dict[str, Any]:
@@ -99,10 +119,15 @@ def decide(transcript: Transcript, tool_names: list[str], instructions: str = ""
     data = _pick_data_file(request, call_text(listing))
     if data is None:
         return Final(_cannot(request, "I found no CSV file in the workspace to analyse."))
+    install = transcript.step("install")
+    if install is None:
+        return ToolCall("install", "exec_command", {"cmd": install_scripts()})
+    if call_exit(install) != 0:
+        return Final(_cannot(request, f"Writing my scripts into {SCRIPT_DIR}/ failed (exit code "
+                                      f"{call_exit(install)}):\n\n{_tail(install)}"))
     prof_call = transcript.step("profile")
     if prof_call is None:
-        cmd = install_and_run("profile.py", [data])
-        return ToolCall("profile", "exec_command", {"cmd": cmd, "yield_time_ms": RUN_YIELD_MS})
+        return run_script("profile", "profile.py", [data], tool_names)
     profile = marker(call_text(prof_call), "CODEROOM_PROFILE")
     if profile is None:
         return Final(_cannot(request, f"Profiling {data} failed:\n\n{_tail(prof_call)}"))
@@ -112,18 +137,15 @@ def decide(transcript: Transcript, tool_names: list[str], instructions: str = ""
     outputs = [o for o in request.outputs if o.lower().endswith(SUPPORTED_OUTPUTS)]
     analyse = transcript.step("analyse")
     if analyse is None:
-        config = json.dumps(analysis_config(profile, outputs), indent=2, sort_keys=True)
         cfg_path = f"{SCRIPT_DIR}/analyse.json"
-        cmd = install_and_run("analyse.py", [cfg_path], {cfg_path: config})
-        return ToolCall("analyse", "exec_command", {"cmd": cmd, "yield_time_ms": RUN_YIELD_MS})
+        config = json.dumps(analysis_config(profile, outputs), indent=2, sort_keys=True)
+        return run_script("analyse", "analyse.py", [cfg_path], tool_names, {cfg_path: config})
     result = marker(call_text(analyse), "CODEROOM_RESULT")
     if result is None:
-        return Final(_cannot(request, f"The analysis script failed (exit code "
-                                      f"{call_exit(analyse)}):\n\n{_tail(analyse)}", profile))
+        return Final(_cannot(request, f"The analysis script failed:\n\n{_tail(analyse)}", profile))
     verify = transcript.step("verify")
     if verify is None and request.outputs:
-        cmd = install_and_run("verify.py", list(request.outputs))
-        return ToolCall("verify", "exec_command", {"cmd": cmd, "yield_time_ms": RUN_YIELD_MS})
+        return run_script("verify", "verify.py", list(request.outputs), tool_names)
     checks = marker(call_text(verify), "CODEROOM_VERIFY") if verify else {}
     return Final(_summary(request, profile, result, checks or {}))
 

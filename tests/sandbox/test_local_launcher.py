@@ -1,0 +1,91 @@
+"""Local backend: the per-session launcher. Each command still gets namespaces of its own, the
+launcher stays out of the payload's reach, and a lost launcher costs one command, not the session."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+import pytest
+from backends import require_backend
+
+from coderoom.sandboxes import SandboxSpec, open_session
+from coderoom.sandboxes.launcher import LAUNCHER_LOST
+
+from .hostside import host_processes_with
+
+
+@pytest.fixture(autouse=True)
+def _local() -> None:
+    require_backend("local")
+
+
+def inner(session):  # type: ignore[no-untyped-def]
+    return session._inner
+
+
+async def test_each_command_has_its_own_pid_namespace_and_no_capabilities() -> None:
+    status = "grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp):' /proc/self/status"
+    async with open_session(SandboxSpec(backend="local")) as session:
+        first = await session.exec("readlink /proc/self/ns/pid /proc/self/ns/mnt /proc/self/ns/ipc")
+        second = await session.exec("readlink /proc/self/ns/pid /proc/self/ns/mnt /proc/self/ns/ipc")
+        pids = await session.exec("ls /proc | grep -c '^[0-9]'; cat /proc/1/cmdline | tr '\\0' ' '")
+        caps = await session.exec(status)
+    assert set(first.stdout.split()).isdisjoint(second.stdout.split())
+    count, init = pids.stdout.decode().split("\n", 1)
+    assert int(count) <= 4  # init, sh, ls, grep: nothing of the launcher or other commands
+    assert "launcher.py" in init  # pid 1 is the command's init, forked from the launcher
+    fields = dict(line.split(":\t") for line in caps.stdout.decode().splitlines())
+    assert {k: int(v, 16) for k, v in fields.items() if k.startswith("Cap")} == dict.fromkeys(
+        ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"], 0
+    )
+    assert (fields["NoNewPrivs"], fields["Seccomp"]) == ("1", "2")
+
+
+async def test_concurrent_commands_cannot_see_each_other() -> None:
+    marker = f"cr-neighbour-{uuid.uuid4().hex[:8]}"
+    async with open_session(SandboxSpec(backend="local")) as session:
+        sleeper = asyncio.ensure_future(session.exec(f"sh -c 'sleep 30; : {marker}'"))
+        for _ in range(100):  # until the host sees it running
+            if host_processes_with(marker):
+                break
+            await asyncio.sleep(0.05)
+        assert host_processes_with(marker)
+        pattern = f"{marker[:-1]}[{marker[-1]}]"  # does not match this command's own line
+        look = await session.exec(f"cat /proc/[0-9]*/cmdline | tr '\\0' ' ' | grep -c '{pattern}'")
+        assert look.stdout.split() == [b"0"]  # no pid of it to see, signal or trace
+        assert not sleeper.done()
+        sleeper.cancel()
+        await asyncio.gather(sleeper, return_exceptions=True)
+    assert not host_processes_with(marker)
+
+
+async def test_a_lost_launcher_fails_its_running_command_and_is_replaced() -> None:
+    marker = f"cr-lost-{uuid.uuid4().hex[:8]}"
+    async with open_session(SandboxSpec(backend="local")) as session:
+        running = asyncio.ensure_future(session.exec(f"sh -c 'sleep 30; : {marker}'"))
+        for _ in range(100):
+            if host_processes_with(marker):
+                break
+            await asyncio.sleep(0.05)
+        inner(session)._launcher.kill_bwrap()  # as an OOM killer would
+        lost = await asyncio.wait_for(running, 10)
+        assert lost.exit_code == LAUNCHER_LOST
+        assert not host_processes_with(marker)  # the command died with its launcher
+        again = await session.exec("echo still here")
+        assert (again.exit_code, again.stdout) == (0, b"still here\n")
+
+
+async def test_the_launcher_and_every_command_die_with_the_session() -> None:
+    marker = f"cr-close-{uuid.uuid4().hex[:8]}"
+    async with open_session(SandboxSpec(backend="local")) as session:
+        running = asyncio.ensure_future(session.exec(f"sh -c 'sleep 30; : {marker}'"))
+        for _ in range(100):
+            if host_processes_with(marker):
+                break
+            await asyncio.sleep(0.05)
+        launcher_pid = inner(session)._launcher.pid
+    await asyncio.gather(running, return_exceptions=True)
+    assert not host_processes_with(marker)
+    assert not Path(f"/proc/{launcher_pid}").exists()
