@@ -138,13 +138,14 @@ async def main() -> None:
         f"{SECTION} ({stamp})\n\n"
         f"Machine: {machine()}. Milliseconds, host-side wall time through the SDK session API; "
         f"{args.n} sessions per backend (exec: 3 per session; pandas: {args.n_python}). "
-        "coderoom local runs every command in a fresh bubblewrap sandbox with all namespaces, "
-        "seccomp, no network and rlimits. "
+        "coderoom local starts one bubblewrap per session (user, network, UTS and cgroup "
+        "namespaces, no network) running a launcher; every command gets fresh PID, mount and IPC "
+        "namespaces, a fresh /proc, /tmp and /dev/shm, no capabilities, seccomp and rlimits. "
         f"Targets for coderoom local: start p50 <= 25, exec p50 <= 5, close p50 <= 10. "
         + (
-            "This run was as root: each local command then also starts bwrap as uid 65534 "
-            "through `nsenter` into a per-session mount namespace that makes the runtime "
-            "reachable (bwrap.views_namespace), one exec more than as a normal user. "
+            "This run was as root: the session's bwrap then starts as uid 65534 through `nsenter` "
+            "into a per-session mount namespace that makes the runtime reachable "
+            "(bwrap.views_namespace), one exec more per session than as a normal user. "
             if os.geteuid() == 0
             else ""
         )

@@ -85,6 +85,16 @@ async def main() -> None:
             "(orphans, timeouts, copy-out, tar extraction, session lifecycle) are in "
             "tests/sandbox/test_attack_catalogue.py.",
             "",
+            "How coderoom local isolates: one bubblewrap per session (user, network, UTS and cgroup "
+            "namespaces, read-only binds of the runtime, a synthetic /etc, /workspace the only "
+            "writable host path) runs a launcher that holds capabilities only inside that user "
+            "namespace. Each command is forked into fresh PID, mount and IPC namespaces with a fresh "
+            "/proc, /tmp and /dev/shm, drops every capability, and gets no_new_privs, the seccomp "
+            "filter and the rlimits before it starts. The launcher stays outside every command's "
+            "PID namespace, is non-dumpable and talks to the host over an anonymous socket; "
+            "tests/sandbox/test_local_launcher.py checks that commands see neither it nor each "
+            "other, and that a lost launcher is replaced.",
+            "",
             header,
             "|---|---|" + "---|" * len(columns),
             *rows,

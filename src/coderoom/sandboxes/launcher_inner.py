@@ -254,7 +254,7 @@ class Launcher:
         self.sock.send(b"ready")
         while True:
             if self.ready is None:
-                self.ready = self._prepare()
+                self.ready = self._try_prepare()
             readable, _, _ = select.select([self.sock, *self.running], [], [])
             for fd in readable:
                 if fd is self.sock:
@@ -301,8 +301,20 @@ class Launcher:
             os.close(fd)
         return True
 
+    def _try_prepare(self):
+        """A slot, or None when the kernel refuses one now (process limits): retried later."""
+        try:
+            return self._prepare()
+        except OSError as exc:
+            sys.stderr.write(f"coderoom: {exc}\n")
+            return None
+
     def _start(self, command_id, fds):
-        slot, self.ready = self.ready, None
+        slot, self.ready = self.ready or self._try_prepare(), None
+        if slot is None:
+            os.write(fds[2], b"coderoom: cannot start the command: no process could be created\n")
+            self.sock.send(b"exit %d %d" % (command_id, _STUB_FAILED))
+            return
         try:
             _send_fds(slot.sock, b"run", fds)
         except OSError:  # the stub is gone; its init's exit status says why

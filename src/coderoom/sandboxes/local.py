@@ -7,7 +7,10 @@ seccomp filter and the rlimits: about 6 ms less per command than a bwrap each. A
 namespaces die with it, so a timeout kills its whole tree (setsid'd orphans included) and
 nothing of it runs between commands (host-side file operations and archiving cannot race with
 it). The launcher is out of the payload's reach (see `launcher_inner`); the host keeps its
-control socket and every command's pipes (`launcher`).
+control socket and every command's pipes (`launcher`). Shared by the commands of one session,
+as the processes of one container are: the network namespace (loopback and abstract unix
+sockets: a shell command can reach a server the kernel process started) and the hostname.
+Session start is mostly the launcher's Python starting (about 20 ms here).
 
 `pty_exec_start` (the run_python kernel) runs the same way but without the wall clock, killed
 by `pty_terminate_all()`, on close, over the workspace limit, or when this process dies (see
