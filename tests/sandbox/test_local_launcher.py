@@ -25,6 +25,17 @@ def inner(session):  # type: ignore[no-untyped-def]
     return session._inner
 
 
+async def running(session, marker: str) -> asyncio.Future:  # type: ignore[no-untyped-def]
+    """A 30 s command carrying `marker` in its command line, once the host sees it running."""
+    command = asyncio.ensure_future(session.exec(f"sh -c 'sleep 30; : {marker}'"))
+    for _ in range(100):
+        if host_processes_with(marker):
+            break
+        await asyncio.sleep(0.05)
+    assert host_processes_with(marker)
+    return command
+
+
 async def test_each_command_has_its_own_pid_namespace_and_no_capabilities() -> None:
     status = "grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp):' /proc/self/status"
     async with open_session(SandboxSpec(backend="local")) as session:
@@ -46,12 +57,7 @@ async def test_each_command_has_its_own_pid_namespace_and_no_capabilities() -> N
 async def test_concurrent_commands_cannot_see_each_other() -> None:
     marker = f"cr-neighbour-{uuid.uuid4().hex[:8]}"
     async with open_session(SandboxSpec(backend="local")) as session:
-        sleeper = asyncio.ensure_future(session.exec(f"sh -c 'sleep 30; : {marker}'"))
-        for _ in range(100):  # until the host sees it running
-            if host_processes_with(marker):
-                break
-            await asyncio.sleep(0.05)
-        assert host_processes_with(marker)
+        sleeper = await running(session, marker)
         pattern = f"{marker[:-1]}[{marker[-1]}]"  # does not match this command's own line
         look = await session.exec(f"cat /proc/[0-9]*/cmdline | tr '\\0' ' ' | grep -c '{pattern}'")
         assert look.stdout.split() == [b"0"]  # no pid of it to see, signal or trace
@@ -64,13 +70,9 @@ async def test_concurrent_commands_cannot_see_each_other() -> None:
 async def test_a_lost_launcher_fails_its_running_command_and_is_replaced() -> None:
     marker = f"cr-lost-{uuid.uuid4().hex[:8]}"
     async with open_session(SandboxSpec(backend="local")) as session:
-        running = asyncio.ensure_future(session.exec(f"sh -c 'sleep 30; : {marker}'"))
-        for _ in range(100):
-            if host_processes_with(marker):
-                break
-            await asyncio.sleep(0.05)
+        command = await running(session, marker)
         inner(session)._launcher.kill_bwrap()  # as an OOM killer would
-        lost = await asyncio.wait_for(running, 10)
+        lost = await asyncio.wait_for(command, 10)
         assert lost.exit_code == LAUNCHER_LOST
         assert not host_processes_with(marker)  # the command died with its launcher
         again = await session.exec("echo still here")
@@ -80,12 +82,8 @@ async def test_a_lost_launcher_fails_its_running_command_and_is_replaced() -> No
 async def test_the_launcher_and_every_command_die_with_the_session() -> None:
     marker = f"cr-close-{uuid.uuid4().hex[:8]}"
     async with open_session(SandboxSpec(backend="local")) as session:
-        running = asyncio.ensure_future(session.exec(f"sh -c 'sleep 30; : {marker}'"))
-        for _ in range(100):
-            if host_processes_with(marker):
-                break
-            await asyncio.sleep(0.05)
+        command = await running(session, marker)
         launcher_pid = inner(session)._launcher.pid
-    await asyncio.gather(running, return_exceptions=True)
+    await asyncio.gather(command, return_exceptions=True)
     assert not host_processes_with(marker)
     assert not Path(f"/proc/{launcher_pid}").exists()
