@@ -87,3 +87,20 @@ async def test_the_launcher_and_every_command_die_with_the_session() -> None:
     await asyncio.gather(command, return_exceptions=True)
     assert not host_processes_with(marker)
     assert not Path(f"/proc/{launcher_pid}").exists()
+
+
+async def test_many_concurrent_commands_and_a_large_command_line() -> None:
+    big = "x" * 100_000  # one argument near the kernel's 128 KiB cap: the request goes by memfd
+    async with open_session(SandboxSpec(backend="local")) as session:
+        results = await asyncio.gather(*(session.exec(f"echo {i}; sleep 0.2") for i in range(12)))
+        assert [r.stdout for r in results] == [f"{i}\n".encode() for i in range(12)]
+        sized = await session.exec("sh", "-c", 'printf %s "$1" | wc -c', "sh", big, shell=False)
+        assert (sized.exit_code, sized.stdout.strip()) == (0, b"100000")
+
+
+async def test_a_timeout_kills_one_command_and_spares_the_others() -> None:
+    async with open_session(SandboxSpec(backend="local")) as session:
+        slow = asyncio.ensure_future(session.exec("sleep 3; echo survived"))
+        with pytest.raises(Exception, match="(?i)timeout|timed out"):
+            await session.exec("sleep 30", timeout=0.5)
+        assert (await slow).stdout == b"survived\n"
