@@ -63,12 +63,18 @@ class _Function(_ctypes.CFuncPtr):
 
 
 class _Libc:
+    """libc's functions by name (`_libc.mount(...)`); integers are passed as C longs."""
+
     _handle = _ctypes.dlopen(None)
 
     def __getattr__(self, name):
         function = _Function((name, self))
-        setattr(self, name, lambda *args: function(*[_Long(a) if isinstance(a, int) else a for a in args]))
-        return getattr(self, name)
+
+        def call(*args):
+            return function(*[_Long(a) if isinstance(a, int) else a for a in args])
+
+        setattr(self, name, call)  # found once, then a plain attribute
+        return call
 
 
 _libc = _Libc()
@@ -122,7 +128,8 @@ def _drop_capabilities():
 
 
 def _install_seccomp(program):
-    buffer = type("Program", (_ctypes.Array,), {"_type_": _Char, "_length_": len(program)}).from_buffer_copy(program)
+    array_type = type("Program", (_ctypes.Array,), {"_type_": _Char, "_length_": len(program)})
+    buffer = array_type.from_buffer_copy(program)  # kept alive until the kernel has copied it
     fprog = struct.pack("HxxxxxxQ", len(program) // 8, _ctypes.addressof(buffer))  # sock_fprog
     _prctl(PR_SET_NO_NEW_PRIVS, 1)
     _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, fprog, 0, 0), "seccomp")
