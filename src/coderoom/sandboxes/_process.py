@@ -67,7 +67,7 @@ Watchdog = Callable[[], Awaitable[str | None]]
 
 
 def memfd(name: str, data: bytes) -> int:
-    """A sealed-by-convention anonymous file holding `data`, positioned at its start."""
+    """An anonymous in-memory file holding `data`, positioned at its start (close-on-exec)."""
     fd = os.memfd_create(name, os.MFD_CLOEXEC)
     os.write(fd, data)
     os.lseek(fd, 0, os.SEEK_SET)

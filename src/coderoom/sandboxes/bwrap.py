@@ -321,6 +321,7 @@ def write_venv(venv_dir: Path, rt: Runtime) -> None:
         (venv_dir / rel).mkdir(mode=0o755, parents=True, exist_ok=True)
 
 
+@functools.lru_cache(maxsize=1)
 def runtime_library_path() -> str | None:
     """LD_LIBRARY_PATH for a relocated runtime whose libpython is found by absolute RUNPATH."""
     lib = runtime().base / "lib"

@@ -85,10 +85,6 @@ class Launcher:
         """bwrap's host pid."""
         return self._bwrap.pid
 
-    def kill_bwrap(self) -> None:
-        """SIGKILL bwrap itself, as the host's OOM killer might (for tests of recovery)."""
-        self._bwrap.popen.kill()
-
     @classmethod
     def spawn(cls, launch: bwrap.Launch, args: list[str], python: str, settings: Settings) -> Launcher:
         """Start bwrap with `args` running the launcher under `python`. Jobs may be sent at once
@@ -204,11 +200,15 @@ class Launcher:
         if not self._ready.done():
             self._ready.set_exception(LauncherError("the launcher exited"))
             self._ready.exception()  # retrieved: `failure()` reports it
+        self._fail_jobs()
+        self._closed = True
+
+    def _fail_jobs(self) -> None:
+        """Every job still waiting for its exit ends with LAUNCHER_LOST."""
         for exited in self._jobs.values():
             if not exited.done():
                 exited.set_result(LAUNCHER_LOST)
         self._jobs.clear()
-        self._closed = True
 
     async def close(self) -> None:
         """Stop the launcher and every job: its bwrap's pid 1 is killed, then we wait for bwrap."""
@@ -218,10 +218,7 @@ class Launcher:
             self._sock.close()
         self._closed = True
         await self._bwrap.kill()
-        for exited in self._jobs.values():
-            if not exited.done():
-                exited.set_result(LAUNCHER_LOST)
-        self._jobs.clear()
+        self._fail_jobs()
         with contextlib.suppress(BaseException):
             await asyncio.wait_for(self._stderr_task, _KILL_TIMEOUT_S)
 

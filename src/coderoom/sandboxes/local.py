@@ -309,12 +309,7 @@ class LocalSandboxSession(BaseSandboxSession):
             raise ExecTransportError(command=tuple(argv), context={"reason": str(exc)}) from exc
 
     async def _command_env(self) -> dict[str, str]:
-        env = dict(BASE_ENV)
-        library_path = bwrap.runtime_library_path()
-        if library_path:
-            env["LD_LIBRARY_PATH"] = library_path
-        env.update(await self.state.manifest.environment.resolve())
-        return env
+        return {**_with_library_path(BASE_ENV), **await self.state.manifest.environment.resolve()}
 
     def _bwrap_args(self) -> list[str]:
         limits = self.state.limits
@@ -325,10 +320,7 @@ class LocalSandboxSession(BaseSandboxSession):
             tmp_size=limits.tmp_size,
             network=limits.network,
         )
-        launcher_env = {"PATH": BASE_ENV["PATH"], "LANG": "C.UTF-8"}
-        library_path = bwrap.runtime_library_path()
-        if library_path:
-            launcher_env["LD_LIBRARY_PATH"] = library_path
+        launcher_env = _with_library_path({"PATH": BASE_ENV["PATH"], "LANG": "C.UTF-8"})
         return bwrap.build_args(self._bwrap, mounts, launcher_env)
 
     def _settings(self) -> Settings:
@@ -543,6 +535,12 @@ class LocalSandboxSession(BaseSandboxSession):
                 await asyncio.to_thread(_workspace.chown_tree, self.workspace_dir, ids)
         except (OSError, ValueError) as exc:
             raise WorkspaceArchiveWriteError(path=Path(bwrap.WORKSPACE), cause=exc) from exc
+
+
+def _with_library_path(env: dict[str, str]) -> dict[str, str]:
+    """`env` plus LD_LIBRARY_PATH when the runtime needs it to find libpython."""
+    library_path = bwrap.runtime_library_path()
+    return {**env, "LD_LIBRARY_PATH": library_path} if library_path else dict(env)
 
 
 async def _feed_and_close(fd: int, data: bytes) -> None:
