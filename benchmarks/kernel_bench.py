@@ -21,7 +21,8 @@ from pathlib import Path
 from agents.sandbox import Manifest
 from docs_table import DOCS, machine, write_section
 
-from coderoom.sandboxes import SandboxSpec, get_backend, open_session
+from coderoom.sandboxes import SandboxSpec, get_backend
+from coderoom.sandboxes.session import open_session
 from coderoom.tools.python_kernel import RunPythonTool, keeps_processes
 from coderoom.workspace import stage_inputs
 
@@ -48,10 +49,11 @@ def percentiles(samples: list[float]) -> tuple[float, float]:
 
 async def measure(backend: str, warm_runs: int, fresh_runs: int) -> list[str] | str:
     """Table rows for one backend, or the reason it was not measured."""
-    reason = get_backend(backend).unavailable_reason(SandboxSpec(backend=backend))
+    unconfined = backend == "unix_local"  # the SDK's backend, measured for comparison
+    reason = get_backend(backend, unconfined_no_isolation=unconfined).unavailable_reason(SandboxSpec(backend=backend))
     if reason is not None:
         return f"unavailable: {reason}"
-    async with open_session(SandboxSpec(backend=backend), Manifest()) as session:
+    async with open_session(SandboxSpec(backend=backend), Manifest(), unconfined_no_isolation=unconfined) as session:
         await stage_inputs(session, {"input/building_energy.csv": DATA})
         rows = []
         if keeps_processes(session):

@@ -41,7 +41,7 @@ def _coderoom(name: str) -> ClientFactory:
     def make() -> tuple[Any, Any] | None:
         spec = SandboxSpec(backend=name)
         try:
-            backend = get_backend(name)
+            backend = get_backend(name, unconfined_no_isolation=name == "unix_local")
         except Exception:  # module not there yet
             return None
         return None if backend.unavailable_reason(spec) else backend.client(spec)

@@ -13,7 +13,9 @@ BACKENDS = ["local", "docker"]
 
 
 def require_backend(name: str) -> None:
-    reason = get_backend(name).unavailable_reason(SandboxSpec(backend=name))
+    reason = get_backend(name, unconfined_no_isolation=name == "unix_local").unavailable_reason(
+        SandboxSpec(backend=name)
+    )
     if reason is None:
         return
     if name == "docker" and os.environ.get("CODEROOM_REQUIRE_DOCKER") != "1":

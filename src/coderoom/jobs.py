@@ -12,7 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .outputs import UnsafePath, safe_relative_path
+from .errors import JobError
+from .hostile.names import UnsafePath, safe_relative_path
 from .sandboxes.spec import SandboxSpec
 
 JOB_FILE = "coderoom.toml"
@@ -22,10 +23,6 @@ DEFAULT_INSTRUCTIONS = (
     "code when useful, and save clear artifacts. Keep conclusions grounded in computed evidence. "
     "The sandbox has Python with numpy, scipy, pandas, and matplotlib available."
 )
-
-
-class JobError(ValueError):
-    """A job that cannot run as given; the message names the file and the key."""
 
 
 class OutputSpec(BaseModel):
@@ -80,6 +77,17 @@ class Job(BaseModel):
                 raise ValueError(f"{workspace_path!r}: {str(host_path)!r} is not a file or folder")
             checked[str(rel)] = host_path.resolve()
         return checked
+
+    @field_validator("sandbox")
+    @classmethod
+    def _offered_backend(cls, value: SandboxSpec) -> SandboxSpec:
+        """A job names only a backend that isolates: never the unconfined one."""
+        from .sandboxes.registry import backend_names
+
+        offered = backend_names()
+        if value.backend not in offered:
+            raise ValueError(f"sandbox backend {value.backend!r} is not offered; choose one of: {', '.join(offered)}")
+        return value
 
     @model_validator(mode="after")
     def _distinct_outputs(self) -> Job:

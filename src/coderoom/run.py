@@ -18,26 +18,22 @@ from agents import RunConfig, Runner
 from agents.exceptions import MaxTurnsExceeded
 from agents.sandbox import Manifest, SandboxAgent, SandboxRunConfig
 from agents.sandbox.capabilities import Capability, Shell
-from agents.sandbox.session.sandbox_session import SandboxSession
 
 from . import __version__
 from .jobs import Job, OutputSpec
 from .models import ResolvedModel, explain_model_error, resolve_model
 from .models.chat_images import images_after_tool_outputs
-from .outputs import OutputCheck, check_output, safe_extract_tar
-from .record import Listener, Recorder, RecordingHooks
-from .sandboxes import open_session
+from .artifacts import check_in_session, check_on_host, save_workspace
+from .errors import RunDirInUse
+from .outputs import OutputCheck
+from .record import Listener, Recorder
+from .record.hooks import RecordingHooks
+from .sandboxes.session import open_session
 from .workspace import stage_inputs
 
-WORKSPACE_ARCHIVE = "workspace.tar"
 MAX_NUDGES = 2
-MAX_OUTPUT_READ = 256 * 1024**2
 
 Status = Literal["ok", "failed", "error", "interrupted"]
-
-
-class RunDirInUse(ValueError):
-    """The run folder holds something already; a run never writes over earlier results."""
 
 
 @dataclass
@@ -93,44 +89,6 @@ def nudge_message(problems: Sequence[OutputCheck]) -> str:
     )
 
 
-async def check_in_session(session: SandboxSession, outputs: Sequence[OutputSpec]) -> list[OutputCheck]:
-    checks = []
-    for spec in outputs:
-        try:
-            data = await session.read_bounded(Path(spec.path), max_bytes=MAX_OUTPUT_READ)
-        except Exception:  # missing, a directory, unreadable: all mean "not there"
-            data = None
-        checks.append(check_output(spec.path, data, allow_empty=spec.allow_empty))
-    return checks
-
-
-def check_on_host(run_dir: Path, outputs: Sequence[OutputSpec]) -> list[OutputCheck]:
-    checks = []
-    for spec in outputs:
-        path = run_dir / spec.path
-        data = path.read_bytes() if path.is_file() and not path.is_symlink() else None
-        checks.append(check_output(spec.path, data, allow_empty=spec.allow_empty))
-    return checks
-
-
-async def save_workspace(session: SandboxSession, run_dir: Path, limit: int) -> list[str]:
-    """Write workspace.tar (bounded) and extract output/ from it. Returns refusal notes."""
-    await session.pty_terminate_all()  # a live kernel must not change files while they are archived
-    archive = await session.persist_workspace()
-    target = run_dir / WORKSPACE_ARCHIVE
-    written = 0
-    with target.open("wb") as out:
-        while chunk := archive.read(1024 * 1024):
-            written += len(chunk)
-            if written > limit:
-                out.close()
-                target.unlink()
-                return [f"{WORKSPACE_ARCHIVE}: over {limit} bytes, not saved"]
-            out.write(chunk)
-    report = safe_extract_tar(target, run_dir, members=["output"], max_bytes=limit)
-    return [f"{name}: {reason}" for name, reason in report.refused]
-
-
 async def run_job(
     job: Job,
     *,
@@ -147,12 +105,12 @@ async def run_job(
     if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
         # Old artifacts there could pass the output checks for this run.
         raise RunDirInUse(f"{run_dir} already exists and is not empty; choose a new --out folder")
+    # a bad model spec is a usage error, found before the run folder exists
+    resolved = model = model or resolve_model(job.model or None, environ=environ)
     recorder = Recorder(run_dir, listeners)
     started = time.monotonic()
     result = RunResult(status="error", run_dir=run_dir)
-    resolved: ResolvedModel | None = model
     try:
-        resolved = model = model or resolve_model(job.model or None, environ=environ)
         recorder.emit(
             "run_start",
             job=job.model_dump(mode="json"),
@@ -178,8 +136,7 @@ async def run_job(
             duration_s=round(time.monotonic() - started, 3),
         )
         recorder.close()
-        if resolved is not None:
-            await resolved.aclose()
+        await resolved.aclose()
     return result
 
 

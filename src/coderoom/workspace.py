@@ -13,7 +13,7 @@ from pathlib import Path, PurePosixPath
 
 from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
 
-from .outputs import safe_relative_path
+from .hostile.names import safe_relative_path
 
 
 async def stage_inputs(session: BaseSandboxSession, inputs: dict[str, Path]) -> list[str]:

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from coderoom.outputs import UnsafePath, check_output, safe_extract_tar, safe_relative_path
+from coderoom.hostile.archive import safe_extract_tar
+from coderoom.hostile.names import UnsafePath, safe_relative_path
+from coderoom.outputs import check_output
 
 
 def _tar(members: list[tuple[tarfile.TarInfo, bytes | None]]) -> io.BytesIO:

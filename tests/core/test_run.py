@@ -118,7 +118,7 @@ async def test_model_errors_end_the_run_with_a_clear_message_and_no_sandbox_left
 
 
 async def test_cancellation_closes_the_session(job, tmp_path: Path, monkeypatch) -> None:
-    from coderoom.sandboxes import registry
+    from coderoom.sandboxes import session as registry
 
     closed: list[bool] = []
     original = registry._close_and_delete
@@ -139,7 +139,7 @@ async def test_cancellation_closes_the_session(job, tmp_path: Path, monkeypatch)
 
 
 async def test_a_run_never_writes_into_a_folder_with_earlier_results(job, tmp_path: Path) -> None:
-    from coderoom.run import RunDirInUse
+    from coderoom.errors import RunDirInUse
 
     stale = tmp_path / "run" / "output" / "copy.csv"
     stale.parent.mkdir(parents=True)

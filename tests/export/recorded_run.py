@@ -17,9 +17,10 @@ from agents.sandbox import Manifest
 from agents.sandbox.capabilities.tools import ExecCommandTool, ViewImageTool
 
 from coderoom.jobs import build_job
-from coderoom.record import Recorder, bounded, tool_output_text
-from coderoom.run import save_workspace
-from coderoom.sandboxes import open_session
+from coderoom.record import Recorder, bounded
+from coderoom.record.hooks import tool_output_text
+from coderoom.artifacts import save_workspace
+from coderoom.sandboxes.session import open_session
 from coderoom.tools.python_kernel import RunPythonTool
 from coderoom.workspace import stage_inputs
 
@@ -57,7 +58,7 @@ async def record_session(run_dir: Path, data: Path) -> None:
             "inputs": {"input/energy.csv": data},
             "outputs": OUTPUTS,
             "model": "offline",
-            "sandbox": {"backend": "unix_local"},
+            "sandbox": {"backend": "local"},
         }
     )
     recorder = Recorder(run_dir)

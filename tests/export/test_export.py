@@ -105,7 +105,7 @@ def test_rerun_applies_the_analysis_to_new_data(kernel_run: Path, tmp_path: Path
     out = tmp_path / "rerun"
     result = CliRunner().invoke(
         app,
-        ["rerun", str(kernel_run), "--input", f"{new}=input/energy.csv", "--out", str(out), "--sandbox", "unix_local"],
+        ["rerun", str(kernel_run), "--input", f"{new}=input/energy.csv", "--out", str(out), "--sandbox", "local"],
     )
     assert result.exit_code == 0, result.output
     frame = pd.read_csv(new)
@@ -120,7 +120,8 @@ def test_rerun_applies_the_analysis_to_new_data(kernel_run: Path, tmp_path: Path
 def test_rerun_reports_a_missing_input_and_a_foreign_directory(kernel_run: Path, tmp_path: Path) -> None:
     runner = CliRunner()
     missing = runner.invoke(app, ["rerun", str(kernel_run), "--input", f"{tmp_path}/nope.csv=input/energy.csv"])
-    assert missing.exit_code == 1 and "does not exist" in _unwrapped(missing.output)
+    # a missing input is a usage error, exit 2 from every command (one error model)
+    assert missing.exit_code == 2 and "does not exist" in _unwrapped(missing.output)
     foreign = runner.invoke(app, ["export", str(tmp_path), "--script", str(tmp_path / "x.py")])
     assert foreign.exit_code == 2 and "no run.jsonl" in _unwrapped(foreign.output)
 
@@ -138,10 +139,10 @@ def test_showcase_rerun_reproduces_its_outputs(tmp_path: Path) -> None:
     from coderoom.sandboxes import SandboxSpec
 
     example = Path(__file__).resolve().parents[2] / "examples" / "building_energy"
-    job = load_job(example).model_copy(update={"model": "offline", "sandbox": SandboxSpec(backend="unix_local")})
+    job = load_job(example).model_copy(update={"model": "offline", "sandbox": SandboxSpec(backend="local")})
     run_dir = tmp_path / "run"
     assert asyncio.run(run_job(job, run_dir=run_dir)).ok
-    replay = asyncio.run(rerun(run_dir, tmp_path / "rerun", backend="unix_local", timeout=300))
+    replay = asyncio.run(rerun(run_dir, tmp_path / "rerun", backend="local", timeout=300))
     assert replay.ok, (replay.out_dir / "replay.log").read_text()
     for spec in job.outputs:
         original, again = run_dir / spec.path, tmp_path / "rerun" / spec.path

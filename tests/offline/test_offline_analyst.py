@@ -20,14 +20,15 @@ from agents import RunConfig, Runner
 from agents.sandbox import SandboxAgent, SandboxRunConfig
 from agents.sandbox.capabilities import Shell
 
-from coderoom.evaluation import score_files
+from support.evaluation import score_files
 from coderoom.jobs import Job, build_job, load_job
 from coderoom.models.offline import OfflineAnalyst
 from coderoom.models.offline.policy import script
 from coderoom.models.offline.request import parse_request
 from coderoom.record import read_record
 from coderoom.run import run_job
-from coderoom.sandboxes import SandboxSpec, open_session
+from coderoom.sandboxes import SandboxSpec
+from coderoom.sandboxes.session import open_session
 from coderoom.workspace import stage_inputs
 
 BACKEND = os.environ.get("CODEROOM_TEST_BACKEND", "local")

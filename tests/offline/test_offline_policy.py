@@ -9,7 +9,7 @@ import json
 import pandas as pd
 from agents.testing import assistant_message, function_call
 
-from coderoom.evaluation import score_events
+from support.evaluation import score_events
 from coderoom.models.offline.policy import Final, ToolCall, decide
 from coderoom.models.offline.transcript import read_transcript
 

@@ -24,7 +24,8 @@ from agents.sandbox.errors import (
     WorkspaceReadNotFoundError,
 )
 
-from coderoom.sandboxes import Limits, SandboxSpec, SandboxUnavailable, open_session
+from coderoom.sandboxes import Limits, SandboxSpec, SandboxUnavailable
+from coderoom.sandboxes.session import open_session
 
 from .hostside import host_processes_with
 from .probes import BY_ID, PROBES, Canaries, run_probe
@@ -286,7 +287,8 @@ def test_ses04_sandbox_dies_with_its_harness(backend: str, harness_tmpdir: Path)
 
 def test_ses05_fails_closed_without_bubblewrap(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Local only: no working bwrap means a clear refusal, never an unsandboxed run."""
-    from coderoom.sandboxes import bwrap, local
+    from coderoom.sandboxes import local
+    from coderoom.sandboxes.local import bwrap
 
     fake = tmp_path / "bwrap"
     fake.write_text("#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n")

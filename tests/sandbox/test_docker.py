@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from backends import require_backend
 
-from coderoom.sandboxes import Limits, SandboxSpec, open_session
+from coderoom.sandboxes import Limits, SandboxSpec
+from coderoom.sandboxes.session import open_session
 
 pytestmark = pytest.mark.docker
 
@@ -31,7 +32,7 @@ def _engine() -> None:
 
 @pytest.fixture
 def client() -> Any:
-    from coderoom.sandboxes.docker_image import docker_client
+    from coderoom.sandboxes.docker.image import docker_client
 
     return docker_client()
 
@@ -143,7 +144,8 @@ async def test_close_removes_the_container(client: Any) -> None:
 
 _HOST = """
 import asyncio, sys
-from coderoom.sandboxes import SandboxSpec, open_session
+from coderoom.sandboxes import SandboxSpec
+from coderoom.sandboxes.session import open_session
 async def main():
     async with open_session(SandboxSpec(backend="docker")) as s:
         print(s.state.container_id, flush=True)
@@ -170,7 +172,7 @@ async def test_prune_removes_orphans(client: Any) -> None:
     """A host that dies between starting a container and attaching to it leaves a running
     container; `prune` is what removes it."""
     from coderoom.sandboxes.docker import prune
-    from coderoom.sandboxes.docker_session import CoderoomDockerClient
+    from coderoom.sandboxes.docker.session import CoderoomDockerClient
 
     sdk_client = CoderoomDockerClient(client, limits=Limits())
     container = await sdk_client._create_container("coderoom-sandbox:latest", network_mode="none")
@@ -190,7 +192,7 @@ def test_extra_packages_build_a_cached_image(client: Any) -> None:
     """`numpy` is already in the base, so pip needs no index and the test no network."""
     import docker.errors
 
-    from coderoom.sandboxes.docker_image import (
+    from coderoom.sandboxes.docker.image import (
         PACKAGES_LABEL,
         derived_tag,
         ensure_image,
@@ -219,7 +221,7 @@ async def test_derived_image_runs(client: Any) -> None:
 
 
 def test_package_names_are_plain_requirements() -> None:
-    from coderoom.sandboxes.docker_image import ImageBuildError, normalize_packages
+    from coderoom.sandboxes.docker.image import ImageBuildError, normalize_packages
 
     assert normalize_packages(["scipy>=1.10,<2", "pandas[excel]", "numpy", "numpy"]) == [
         "numpy", "pandas[excel]", "scipy>=1.10,<2"]

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from backends import require_backend
 
-from coderoom.sandboxes import Limits, SandboxSpec, open_session
+from coderoom.sandboxes import Limits, SandboxSpec
+from coderoom.sandboxes.session import open_session
 from coderoom.sandboxes.seccomp import DENIED_SYSCALLS, host_arch
 
 pytestmark = pytest.mark.docker
@@ -74,7 +75,7 @@ async def session() -> AsyncIterator[Any]:
 
 
 async def test_container_uses_dockers_default_profile(session: Any) -> None:
-    from coderoom.sandboxes.docker_image import docker_client
+    from coderoom.sandboxes.docker.image import docker_client
 
     host = docker_client().api.inspect_container(session.state.container_id)["HostConfig"]
     assert host["SecurityOpt"] == ["no-new-privileges"]  # no `seccomp=`: Docker's default
@@ -98,7 +99,7 @@ async def test_docker_exec_processes_run_under_both_filters(session: Any) -> Non
 def test_dockers_profile_alone_lets_these_calls_through() -> None:
     """Control: the same probe in a container with only Docker's profile gives other answers, so
     the two tests above see coderoom's filter, not Docker's."""
-    from coderoom.sandboxes.docker_image import docker_client
+    from coderoom.sandboxes.docker.image import docker_client
 
     out = docker_client().containers.run(
         SandboxSpec().image, _argv(), remove=True, network_mode="none", user="1000:1000",
@@ -114,7 +115,7 @@ async def test_no_filter_no_session(monkeypatch: pytest.MonkeyPatch) -> None:
     """A program the kernel rejects: PID 1 refuses every command, so the session does not open."""
     from agents.sandbox.errors import ExecNonZeroError
 
-    from coderoom.sandboxes import docker_session
+    from coderoom.sandboxes.docker import session as docker_session
 
     monkeypatch.setattr(docker_session, "build_filter", lambda arch: b"\xff" * 8)
     with pytest.raises(ExecNonZeroError, match="seccomp filter could not be installed"):
@@ -124,8 +125,8 @@ async def test_no_filter_no_session(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("program", ["", "not base64", "//////////8="])  # none, garbage, rejected
 async def test_launcher_without_a_filter_runs_nothing(session: Any, program: str) -> None:
-    from coderoom.sandboxes.docker_image import docker_client
-    from coderoom.sandboxes.docker_session import _FILTERED_EXEC, _SECCOMP_ENV
+    from coderoom.sandboxes.docker.image import docker_client
+    from coderoom.sandboxes.docker.session import _FILTERED_EXEC, _SECCOMP_ENV
 
     api = docker_client().api
     exec_id = api.exec_create(

@@ -13,7 +13,8 @@ from agents.sandbox import Manifest
 from agents.sandbox.entries import File
 from agents.sandbox.snapshot import LocalSnapshotSpec
 
-from coderoom.sandboxes import Limits, SandboxSpec, get_backend, open_session
+from coderoom.sandboxes import Limits, SandboxSpec, get_backend
+from coderoom.sandboxes.session import open_session
 
 CSV = b"timestamp,energy_kwh,outdoor_temp_c\n2024-01-01T00:00,10.5,3.2\n2024-01-01T01:00,99.0,3.1\n"
 
@@ -170,7 +171,7 @@ def test_cli_memory_option(backend: str) -> None:
 
 async def test_client_delete_removes_hostile_trees(tmp_path: Path) -> None:
     """Local only: the host directory goes, whatever the sandbox left in it."""
-    from coderoom.sandboxes.local import LocalSandboxSession
+    from coderoom.sandboxes.local.session import LocalSandboxSession
 
     async with open_session(_spec("local")) as session:
         script = (

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from backends import require_backend
 
-from coderoom.sandboxes import SandboxSpec, open_session
-from coderoom.sandboxes.launcher import LAUNCHER_LOST
+from coderoom.sandboxes import SandboxSpec
+from coderoom.sandboxes.session import open_session
+from coderoom.sandboxes.local.launcher import LAUNCHER_LOST
 
 from .hostside import host_processes_with
 

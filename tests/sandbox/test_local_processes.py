@@ -16,7 +16,8 @@ import pytest
 from agents.sandbox.errors import PtySessionNotFoundError
 from backends import require_backend
 
-from coderoom.sandboxes import Limits, SandboxSpec, open_session
+from coderoom.sandboxes import Limits, SandboxSpec
+from coderoom.sandboxes.session import open_session
 from .hostside import host_processes_with
 
 
@@ -100,7 +101,7 @@ def test_a_long_lived_process_dies_with_its_host(harness_tmpdir: Path) -> None:
     """SIGKILL the host process: --die-with-parent takes the sandbox down, nothing is left."""
     marker = f"cr-longlived-{uuid.uuid4().hex[:8]}"
     script = (
-        "import asyncio, sys\nfrom coderoom.sandboxes import SandboxSpec, open_session\n"
+        "import asyncio, sys\nfrom coderoom.sandboxes import SandboxSpec\nfrom coderoom.sandboxes.session import open_session\n"
         "async def main():\n"
         "    async with open_session(SandboxSpec(backend='local')) as s:\n"
         f"        await s.pty_exec_start('sh', '-c', 'sleep 1000', '{marker}', shell=False,\n"

@@ -22,7 +22,8 @@ from backends import require_backend
 # and `python3 -I` (how the run_python kernel starts), printed as JSON lines.
 HARNESS = r"""
 import asyncio, sys
-from coderoom.sandboxes import SandboxSpec, open_session
+from coderoom.sandboxes import SandboxSpec
+from coderoom.sandboxes.session import open_session
 
 PROBE = '''
 import json, sys, site
@@ -87,7 +88,7 @@ def test_the_host_venv_folder_is_not_exposed(tmp_path: Path) -> None:
     python = make_venv(sys.executable, project / ".venv", [])
     (project / "secret.txt").write_text("project file")
     script = (
-        "import asyncio\nfrom coderoom.sandboxes import SandboxSpec, open_session\n"
+        "import asyncio\nfrom coderoom.sandboxes import SandboxSpec\nfrom coderoom.sandboxes.session import open_session\n"
         "async def main():\n"
         "    async with open_session(SandboxSpec(backend='local')) as s:\n"
         "        r = await s.exec('ls /opt/coderoom/venv /opt/coderoom/venv/bin; "
@@ -138,7 +139,7 @@ def test_root_with_a_private_tmpdir(tmp_path: Path) -> None:
         tmpdir.mkdir()
         env = {**os.environ, "TMPDIR": str(tmpdir)}
         script = (
-            "import asyncio\nfrom coderoom.sandboxes import SandboxSpec, open_session\n"
+            "import asyncio\nfrom coderoom.sandboxes import SandboxSpec\nfrom coderoom.sandboxes.session import open_session\n"
             "async def main():\n"
             "    async with open_session(SandboxSpec(backend='local')) as s:\n"
             "        r = await s.exec('echo hi > f && cat f && python3 -c \"import pandas; print(2)\"')\n"

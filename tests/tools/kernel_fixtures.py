@@ -15,7 +15,8 @@ from agents.sandbox import Manifest
 from agents.sandbox.session.sandbox_session import SandboxSession
 
 from backends import require_backend
-from coderoom.sandboxes import SandboxSpec, open_session
+from coderoom.sandboxes import SandboxSpec
+from coderoom.sandboxes.session import open_session
 from coderoom.tools.python_kernel import RunPythonTool, keeps_processes
 
 
@@ -27,7 +28,9 @@ def kernel_backend(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 async def session(kernel_backend: str) -> AsyncIterator[SandboxSession]:
-    async with open_session(SandboxSpec(backend=kernel_backend), Manifest()) as live:
+    async with open_session(
+        SandboxSpec(backend=kernel_backend), Manifest(), unconfined_no_isolation=kernel_backend == "unix_local"
+    ) as live:
         if not keeps_processes(live):  # every backend here keeps one: losing it is a regression
             pytest.fail(f"{kernel_backend}: the session cannot keep a process between commands")
         yield live

@@ -14,7 +14,7 @@ from agents.tool import ToolOutputImage, ToolOutputText
 from kernel_fixtures import kernel_backend, quick_tool, session, tool  # noqa: F401 (fixtures)
 from PIL import Image
 
-from coderoom.tools import kernel_server
+from coderoom.tools.inside import kernel_server
 from coderoom.tools.python_kernel import (
     LOST,
     PythonKernel,
@@ -177,12 +177,15 @@ async def test_kernel_environment_holds_no_host_secrets(
 ) -> None:
     from agents.sandbox import Manifest
 
-    from coderoom.sandboxes import SandboxSpec, open_session
+    from coderoom.sandboxes import SandboxSpec
+    from coderoom.sandboxes.session import open_session
 
     secret = "sk-coderoom-test-secret-0451"
     monkeypatch.setenv("OPENAI_API_KEY", secret)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
-    async with open_session(SandboxSpec(backend=kernel_backend), Manifest()) as live:
+    async with open_session(
+        SandboxSpec(backend=kernel_backend), Manifest(), unconfined_no_isolation=kernel_backend == "unix_local"
+    ) as live:
         if not keeps_processes(live):
             pytest.fail(f"{kernel_backend}: the session cannot keep a process between commands")
         tool = RunPythonTool(live, images=False, timeout=20)
@@ -229,7 +232,8 @@ async def test_every_coderoom_backend_offers_run_python(backend_name: str) -> No
     from agents.sandbox import Manifest
 
     from backends import require_backend
-    from coderoom.sandboxes import SandboxSpec, open_session
+    from coderoom.sandboxes import SandboxSpec
+    from coderoom.sandboxes.session import open_session
 
     require_backend(backend_name)
     async with open_session(SandboxSpec(backend=backend_name), Manifest()) as live:

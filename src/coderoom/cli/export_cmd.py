@@ -11,22 +11,19 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from ..export.notebook import export_notebook
-from ..export.rerun import DEFAULT_TIMEOUT, LOG_FILE
-from ..export.rerun import rerun as rerun_run
-from ..export.script import export_script
-from ..jobs import JobError, parse_input_flag
+from ..errors import JobError, RecordError, UsageError
+from ..export import REPLAY_TIMEOUT
+from ..jobs import parse_input_flag
 from ..record import RECORD_FILE
-from ..sandboxes import SandboxUnavailable
 from . import app
+from .errors import reported
 
 console = Console(stderr=True)
 
 
 def _run_dir(path: Path) -> Path:
     if not (path / RECORD_FILE).is_file():
-        console.print(f"[red]{path}: no {RECORD_FILE} here; give a run directory (runs/NAME-TIME)[/]")
-        raise typer.Exit(2)
+        raise RecordError(f"{path}: no {RECORD_FILE} here; give a run directory (runs/NAME-TIME)")
     return path
 
 
@@ -37,18 +34,18 @@ def export(
     script: Annotated[Path | None, typer.Option("--script", help="write a standalone replay script")] = None,
 ) -> None:
     """Export what the agent did: a notebook with outputs and figures, or a script that redoes it."""
-    run_dir = _run_dir(run_dir)
-    if notebook is None and script is None:
-        console.print("[red]say what to write: --notebook FILE.ipynb and/or --script FILE.py[/]")
-        raise typer.Exit(2)
-    try:
+    with reported():
+        run_dir = _run_dir(run_dir)
+        if notebook is None and script is None:
+            raise UsageError("say what to write: --notebook FILE.ipynb and/or --script FILE.py")
         if notebook is not None:
-            console.print(f"notebook: {export_notebook(run_dir, notebook)}")
+            from ..export.notebook import export_notebook
+
+            console.print(f"notebook: {export_notebook(run_dir, notebook)}", markup=False, highlight=False)
         if script is not None:
-            console.print(f"script: {export_script(run_dir, script)}")
-    except ValueError as exc:
-        console.print(f"[red]{exc}[/]")
-        raise typer.Exit(1) from None
+            from ..export.script import export_script
+
+            console.print(f"script: {export_script(run_dir, script)}", markup=False, highlight=False)
 
 
 @app.command()
@@ -60,23 +57,23 @@ def rerun(
     ] = None,
     out: Annotated[Path | None, typer.Option("--out", help="where the outputs go")] = None,
     sandbox: Annotated[str | None, typer.Option("--sandbox", help="backend (default: the run's)")] = None,
-    timeout: Annotated[float, typer.Option(help="seconds for the whole replay")] = DEFAULT_TIMEOUT,
+    timeout: Annotated[float, typer.Option(help="seconds for the whole replay")] = REPLAY_TIMEOUT,
 ) -> None:
     """Redo a run's analysis without a model, in a fresh sandbox, on the same or new inputs."""
-    run_dir = _run_dir(run_dir)
-    try:
+    with reported():
+        run_dir = _run_dir(run_dir)
         inputs = dict(parse_input_flag(flag) for flag in input or [])
         for workspace_path, host_path in inputs.items():
             if not host_path.exists():
                 raise JobError(f"--input {host_path}={workspace_path}: {host_path} does not exist")
         stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         target = out or run_dir.parent / f"{run_dir.name}-rerun-{stamp}"
+        from ..export.rerun import LOG_FILE
+        from ..export.rerun import rerun as rerun_run
+
         result = asyncio.run(
             rerun_run(run_dir, target, inputs=inputs, backend=sandbox, timeout=timeout)
         )
-    except (JobError, ValueError, SandboxUnavailable) as exc:
-        console.print(f"[red]{exc}[/]")
-        raise typer.Exit(1) from None
     for check in result.checks:
         mark = "[green]ok[/]" if check.ok else "[red]missing[/]"
         console.print(f"{mark} {check.path}: {check.detail}")

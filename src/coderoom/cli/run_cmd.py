@@ -15,10 +15,12 @@ from rich.markdown import Markdown
 from rich.panel import Panel
 from rich.table import Table
 
-from ..jobs import JOB_FILE, Job, JobError, build_job, load_job, parse_input_flag
+from ..errors import EXIT_SIGINT, JobError, RecordError
+from ..jobs import JOB_FILE, Job, build_job, load_job, parse_input_flag
 from ..record import read_record
-from ..sandboxes import SandboxUnavailable, backend_names
+from ..sandboxes import backend_names, get_backend
 from . import app
+from .errors import reported
 
 console = Console(stderr=True)
 out = Console()
@@ -127,51 +129,36 @@ def run(
     outputs: Annotated[list[str], typer.Option("--output", "-o", help="a required output, e.g. output/report.md")] = [],
     model: Annotated[Optional[str], typer.Option(help="OpenAI model name, openai-compatible:MODEL@URL, or offline")] = None,
     max_turns: Annotated[Optional[int], typer.Option(help="model turns allowed (default 25)")] = None,
-    sandbox: Annotated[Optional[str], typer.Option(help=f"sandbox backend: {', '.join(backend_names())}")] = None,
+    sandbox: Annotated[Optional[str], typer.Option(help=f"sandbox backend: {' | '.join(backend_names())}")] = None,
     memory: Annotated[Optional[str], typer.Option(help="sandbox memory, e.g. 2G")] = None,
     timeout: Annotated[Optional[float], typer.Option(help="seconds per command")] = None,
     network: Annotated[Optional[bool], typer.Option("--network/--no-network", help="allow network in the sandbox")] = None,
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="where to save outputs and the record")] = None,
 ) -> None:
     """Run a job: the agent writes and runs code in a sandbox; validated artifacts come back."""
-    from ..run import RunDirInUse, default_run_dir, run_job
+    from ..run import default_run_dir, run_job
 
-    try:
+    with reported():
         job = _job_from_flags(target, prompt, inputs, outputs)
         job = _apply_overrides(
             job, model=model, max_turns=max_turns, backend=sandbox, memory=memory,
             timeout=timeout, network=network,
         )
-    except JobError as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from None
-    run_dir = out_dir or default_run_dir(job)
-    if job.sandbox.backend == "docker":
-        _ensure_docker_image(job)
+        run_dir = out_dir or default_run_dir(job)
+        get_backend(job.sandbox.backend).prepare(
+            job.sandbox, lambda line: console.print(f"[dim]{job.sandbox.backend}:[/] {line}", highlight=False)
+        )
     progress = Progress(console)
     try:
-        with progress.status:
+        with progress.status, reported():
             result = asyncio.run(run_job(job, run_dir=run_dir, listeners=[progress], environ=dict(os.environ)))
     except KeyboardInterrupt:
         console.print(f"[red]interrupted[/]; the sandbox was closed. Partial record: {run_dir}")
-        raise typer.Exit(130) from None
-    except RunDirInUse as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from None
+        raise typer.Exit(EXIT_SIGINT) from None
     _print_summary(result.checks, result.final_output, run_dir)
     if result.error:
         console.print(f"[red]{result.status}:[/] {result.error}")
     raise typer.Exit(0 if result.ok else 1)
-
-
-def _ensure_docker_image(job: Job) -> None:
-    from ..sandboxes.docker_image import ImageBuildError, ensure_image
-
-    try:
-        ensure_image(job.sandbox, progress=lambda line: console.print(f"[dim]image:[/] {line}"))
-    except (ImageBuildError, SandboxUnavailable) as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from None
 
 
 def _print_summary(checks: list[Any], final_output: str, run_dir: Path) -> None:
@@ -192,11 +179,11 @@ def _print_summary(checks: list[Any], final_output: str, run_dir: Path) -> None:
 @app.command()
 def show(run_dir: Annotated[Path, typer.Argument(help="a run folder (holds run.jsonl)")]) -> None:
     """Print a readable transcript of a run."""
-    try:
-        events = read_record(run_dir)
-    except FileNotFoundError:
-        console.print(f"[red]error:[/] {run_dir} has no run.jsonl")
-        raise typer.Exit(2) from None
+    with reported():
+        try:
+            events = read_record(run_dir)
+        except FileNotFoundError:
+            raise RecordError(f"{run_dir} has no run.jsonl") from None
     for event in events:
         _show_event(event)
 

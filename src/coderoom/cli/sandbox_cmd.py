@@ -3,30 +3,27 @@
 from __future__ import annotations
 
 import asyncio
-import re
 import sys
 from pathlib import Path
 from typing import IO
 
 import typer
 
-from coderoom.sandboxes import Limits, SandboxSpec, SandboxUnavailable, default_backend_name
-from coderoom.sandboxes.limits import parse_size
-from coderoom.sandboxes.oneshot import run_once
-
+from ..errors import UsageError
+from ..hostile.text import terminal_safe_bytes
+from ..sandboxes import Limits, SandboxSpec, backend_names, default_backend_name, get_backend
+from ..sandboxes.limits import parse_size
 from . import app
+from .errors import reported
 
 sandbox_app = typer.Typer(help="Run commands in a sandbox and manage sandbox resources.", no_args_is_help=True)
 app.add_typer(sandbox_app, name="sandbox")
-
-EXIT_SANDBOX_ERROR = 125  # as `docker run`: the sandbox itself failed, not the command
-_CONTROL = re.compile(rb"[\x00-\x08\x0b-\x1f\x7f]")
 
 
 @sandbox_app.command("run")
 def run(
     command: list[str] = typer.Argument(..., help="the command and its arguments (after --)"),
-    sandbox: str = typer.Option(default_backend_name(), help="backend: local | docker"),
+    sandbox: str = typer.Option(default_backend_name(), help=f"backend: {' | '.join(backend_names())}"),
     workspace: Path | None = typer.Option(
         None, file_okay=False, exists=True, help="copy DIR in, and the workspace back out"
     ),
@@ -36,19 +33,12 @@ def run(
     pids: int | None = typer.Option(None, help="processes and threads"),
 ) -> None:
     """Run one command in a fresh sandbox; exit with its status (124 timeout, 137 killed)."""
-    overrides: dict[str, object] = {"network": network}
-    if memory is not None:
-        overrides["memory"] = parse_size(memory)
-    if timeout is not None:
-        overrides["timeout"] = timeout
-    if pids is not None:
-        overrides["pids"] = pids
-    spec = SandboxSpec(backend=sandbox, limits=Limits(**overrides))
-    try:
+    with reported():
+        spec = _spec(sandbox, network=network, memory=memory, timeout=timeout, pids=pids)
+        get_backend(spec.backend).prepare(spec, lambda line: typer.echo(f"coderoom: {line}", err=True))
+        from ..sandboxes.oneshot import run_once
+
         result = asyncio.run(run_once(spec, command, workspace))
-    except SandboxUnavailable as exc:
-        typer.echo(f"coderoom: {exc}", err=True)
-        raise typer.Exit(EXIT_SANDBOX_ERROR) from None
     _write(sys.stdout.buffer, result.stdout)
     _write(sys.stderr.buffer, result.stderr)
     if result.copied_out is not None:
@@ -57,22 +47,37 @@ def run(
     raise typer.Exit(result.exit_code)
 
 
+def _spec(backend: str, *, network: bool, memory: str | None, timeout: float | None, pids: int | None) -> SandboxSpec:
+    overrides: dict[str, object] = {"network": network}
+    try:
+        if memory is not None:
+            overrides["memory"] = parse_size(memory)
+        if timeout is not None:
+            overrides["timeout"] = timeout
+        if pids is not None:
+            overrides["pids"] = pids
+        spec = SandboxSpec(backend=backend, limits=Limits(**overrides))
+    except ValueError as exc:
+        raise UsageError(f"bad sandbox limit: {exc}") from None
+    get_backend(spec.backend)  # an unknown or unconfined backend is a usage error
+    return spec
+
+
 def _write(stream: IO[bytes], data: bytes) -> None:
     """Sandbox output is hostile: on a terminal, escape control sequences (catalogue RES-14)."""
     if stream.isatty():
-        data = _CONTROL.sub(lambda m: b"\\x%02x" % m.group()[0], data)
+        data = terminal_safe_bytes(data)
     stream.write(data)
     stream.flush()
 
 
 @sandbox_app.command("prune")
 def prune() -> None:
-    """Remove every coderoom Docker sandbox container left behind (by a crash, say)."""
-    from coderoom.sandboxes.docker import backend as docker_backend, prune as prune_containers
-
-    reason = docker_backend.unavailable_reason(SandboxSpec(backend="docker"))
-    if reason is not None:
-        typer.echo(f"coderoom: {reason}", err=True)
-        raise typer.Exit(EXIT_SANDBOX_ERROR)
-    removed = prune_containers()
-    typer.echo(f"removed {removed} sandbox container{'' if removed == 1 else 's'}")
+    """Remove the sandbox resources crashed sessions left behind, for every backend that runs here."""
+    with reported():
+        for name in backend_names():
+            backend = get_backend(name)
+            if backend.unavailable_reason(SandboxSpec(backend=name)) is not None:
+                continue
+            removed = backend.prune()
+            typer.echo(f"removed {removed} {backend.leftovers}{'' if removed == 1 else 's'} ({name})")

@@ -16,15 +16,15 @@ from agents.sandbox import Manifest
 
 from ..jobs import Job, build_job
 from ..outputs import OutputCheck
-from ..run import check_on_host, save_workspace
-from ..sandboxes import open_session
+from ..artifacts import check_on_host, save_workspace
+from ..sandboxes.session import open_session
 from ..workspace import stage_inputs
+from . import REPLAY_TIMEOUT
 from .script import build_script
 from .steps import load_steps
 
 REPLAY_PATH = ".coderoom/replay.py"
 LOG_FILE = "replay.log"
-DEFAULT_TIMEOUT = 1800.0
 
 
 @dataclass
@@ -58,7 +58,7 @@ async def rerun(
     *,
     inputs: dict[str, Path] | None = None,
     backend: str | None = None,
-    timeout: float = DEFAULT_TIMEOUT,
+    timeout: float = REPLAY_TIMEOUT,
 ) -> RerunResult:
     """Replay `run_dir` in a fresh sandbox; outputs, workspace.tar and replay.log go to `out_dir`."""
     job = rerun_job(run_dir, inputs or {}, backend, timeout)

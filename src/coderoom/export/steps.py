@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
+from ..errors import RecordError
 from ..record import read_record
 from ..tools.python_kernel import FIGURES_LINE, figure_paths
 
@@ -120,7 +121,7 @@ def load_steps(run_dir: Path) -> tuple[dict[str, Any], list[Step]]:
     events = read_record(run_dir)
     start = next((e for e in events if e.get("type") == "run_start"), None)
     if start is None or not isinstance(start.get("job"), dict):
-        raise ValueError(f"{run_dir}: run.jsonl has no run_start event; is this a coderoom run directory?")
+        raise RecordError(f"{run_dir}: run.jsonl has no run_start event; is this a coderoom run directory?")
     steps: list[Step] = []
     for event in events:
         if event.get("type") == "model_call":

@@ -14,7 +14,8 @@ from urllib.parse import urlsplit
 from agents import OpenAIChatCompletionsModel
 from openai import AsyncOpenAI
 
-from .resolved import ResolvedModel, check_base_url, client_settings, images_override
+from ..errors import ModelSpecError
+from .base import ResolvedModel, check_base_url, client_settings, images_override
 
 FORM = "openai-compatible:MODEL@BASE_URL, e.g. openai-compatible:llama3.1@http://localhost:11434/v1"
 KEY_VAR = "OPENAI_COMPATIBLE_API_KEY"
@@ -28,7 +29,7 @@ def resolve(rest: str, environ: Mapping[str, str]) -> ResolvedModel:
     name, at, url = rest.partition("@")
     name = name.strip()
     if not at or not name or not url.strip():
-        raise ValueError(f"model {spec!r} is incomplete; expected {FORM}")
+        raise ModelSpecError(f"model {spec!r} is incomplete; expected {FORM}")
     base_url = check_base_url(url, spec, FORM)
     max_retries, timeout = client_settings(environ)
     key = environ.get(KEY_VAR, "").strip() or NO_KEY

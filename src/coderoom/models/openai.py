@@ -12,7 +12,8 @@ from agents import OpenAIResponsesModel
 from agents.models.openai_client_utils import is_official_openai_base_url
 from openai import AsyncOpenAI
 
-from .resolved import ResolvedModel, check_base_url, client_settings, images_override
+from ..errors import ModelSpecError
+from .base import ResolvedModel, check_base_url, client_settings, images_override
 
 DEFAULT_MODEL = "gpt-5.4"
 OPENAI_URL = "https://api.openai.com/v1"
@@ -23,10 +24,10 @@ def resolve(name: str, environ: Mapping[str, str]) -> ResolvedModel:
     name = name.strip()
     spec = f"openai:{name}"
     if not name:
-        raise ValueError(f"model {spec!r} has no model name; expected {FORM}")
+        raise ModelSpecError(f"model {spec!r} has no model name; expected {FORM}")
     key = environ.get("OPENAI_API_KEY", "").strip()
     if not key:
-        raise ValueError(
+        raise ModelSpecError(
             f"model {spec!r} needs OPENAI_API_KEY in the environment; set it, "
             "or use --model offline, or --model openai-compatible:MODEL@BASE_URL for a local server"
         )

@@ -13,8 +13,9 @@ import os
 from collections.abc import Callable, Mapping
 from importlib.metadata import entry_points
 
+from ..errors import ModelSpecError
 from . import openai as openai_provider
-from .resolved import ResolvedModel
+from .base import ResolvedModel
 
 Provider = Callable[[str, Mapping[str, str]], ResolvedModel]
 
@@ -45,7 +46,7 @@ def resolve_model(spec: str | None, *, environ: Mapping[str, str] | None = None)
         resolved = _load(providers[prefix])(rest, env)
     elif ":" in text and prefix not in _OPENAI_NAME_PREFIXES:
         known = ", ".join(providers)
-        raise ValueError(
+        raise ModelSpecError(
             f"model {text!r}: unknown provider {prefix!r}; known providers: {known} "
             "(an OpenAI model name needs no prefix)"
         )
@@ -58,7 +59,7 @@ def resolve_model(spec: str | None, *, environ: Mapping[str, str] | None = None)
 
 def resolve_offline(rest: str, environ: Mapping[str, str]) -> ResolvedModel:
     if rest.strip():
-        raise ValueError(f"model 'offline:{rest}': offline takes no arguments; expected 'offline'")
+        raise ModelSpecError(f"model 'offline:{rest}': offline takes no arguments; expected 'offline'")
     from .offline import OfflineAnalyst  # imported only when asked for: it is a whole policy
 
     return ResolvedModel(

@@ -1,7 +1,12 @@
-"""Execution environments. One module per backend, all behind the SDK's sandbox client API."""
+"""Execution environments: one sub-package per backend (`local/`, `docker/`) behind `base`'s
+protocol, found by name through `registry`.
 
+Importing this package does not import the Agents SDK; `session.open_session` does.
+"""
+
+from ..errors import SandboxUnavailable
 from .limits import Limits, parse_size
-from .registry import SandboxUnavailable, backend_names, get_backend, open_session
+from .registry import backend_names, get_backend
 from .spec import DEFAULT_IMAGE, SandboxSpec, default_backend_name
 
 __all__ = [
@@ -12,6 +17,5 @@ __all__ = [
     "backend_names",
     "default_backend_name",
     "get_backend",
-    "open_session",
     "parse_size",
 ]

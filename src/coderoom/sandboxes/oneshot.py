@@ -1,14 +1,6 @@
 """Run one command in a fresh sandbox of any backend: `coderoom sandbox run`.
 
-Contract with backends (how a backend reports why a command ended, in `ExecResult.exit_code`
-of a plain `session.exec(...)` without a caller timeout):
-
-* `EXIT_TIMEOUT` (124, as coreutils `timeout`): the backend killed the command's whole process
-  tree at `Limits.timeout`.
-* `EXIT_KILLED` (137 = 128 + SIGKILL): the command was SIGKILLed, which is how a cgroup OOM kill
-  (docker `--memory`) shows. Backends enforcing memory with RLIMIT_AS (local) make the
-  allocation fail instead (MemoryError, exit 1); 137 then means some other SIGKILL.
-* anything else: the command's own exit status (128 + N for death by signal N).
+How a backend reports why a command ended: see `base.EXIT_TIMEOUT` and `base.EXIT_KILLED`.
 
 With `workspace`, the directory's files are copied in (`hydrate_workspace`, so symlinks and
 special files in it are not) and the workspace is copied back out afterwards with
@@ -22,14 +14,10 @@ import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
-from coderoom.outputs import ExtractReport, safe_extract_tar
-
-from ._workspace import archive
-from .registry import open_session
+from ..hostile.archive import ExtractReport, archive, safe_extract_tar
+from .base import EXIT_TIMEOUT
+from .session import open_session
 from .spec import SandboxSpec
-
-EXIT_TIMEOUT = 124
-EXIT_KILLED = 137
 
 
 @dataclass

@@ -1,81 +1,59 @@
-"""Backends by name, and the one way to open a session: always closed and deleted.
+"""Backends by name: the built-ins plus any registered in the `coderoom.sandboxes` entry points.
 
-A backend is any object with a `name`, an `unavailable_reason()` and a `client(spec)` that
-returns an SDK `BaseSandboxClient` plus its options. Adding a backend means adding one module
-and one line to `_BUILTIN`.
+Adding a backend is one sub-package with a `backend` object (see `base.SandboxBackend`) and
+one line here or one entry point in its own distribution's metadata. A backend that does not
+isolate (the SDK's `unix_local`) is never offered: it is reached only by name through
+`get_backend(name, unconfined_no_isolation=True)`, which benchmarks and tests use for comparison.
 """
 
 from __future__ import annotations
 
-import asyncio
 import importlib
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Any, Protocol
+import warnings
+from importlib.metadata import entry_points
 
-from agents.sandbox import Manifest
-from agents.sandbox.session.sandbox_client import BaseSandboxClient
-from agents.sandbox.session.sandbox_session import SandboxSession
-
-from .spec import SandboxSpec
-
-
-class SandboxUnavailable(RuntimeError):
-    """The requested backend cannot run here; the message says why and what to do."""
-
-
-class SandboxBackend(Protocol):
-    name: str
-
-    def unavailable_reason(self, spec: SandboxSpec) -> str | None:
-        """None when the backend can run here, else a sentence saying why not and what to do."""
-
-    def client(self, spec: SandboxSpec) -> tuple[BaseSandboxClient[Any], Any]:
-        """An SDK sandbox client configured for `spec`, and the options for `client.create`."""
-
+from ..errors import SandboxUnavailable
+from .base import SandboxBackend
 
 _BUILTIN = {
     "local": "coderoom.sandboxes.local:backend",
     "docker": "coderoom.sandboxes.docker:backend",
-    "unix_local": "coderoom.sandboxes.unconfined:backend",
 }
+_UNCONFINED = {"unix_local": "coderoom.sandboxes.unconfined:backend"}
+
+
+def _plugins() -> dict[str, str]:
+    """Entry points of other distributions; a plugin cannot shadow a built-in."""
+    found = {ep.name: ep.value for ep in entry_points(group="coderoom.sandboxes")}
+    return {name: target for name, target in found.items() if name not in _BUILTIN and name not in _UNCONFINED}
 
 
 def backend_names() -> list[str]:
-    return list(_BUILTIN)
+    """The backends a job, a flag or a record may name: every one of them isolates."""
+    return [*_BUILTIN, *_plugins()]
 
 
-def get_backend(name: str) -> SandboxBackend:
-    try:
-        target = _BUILTIN[name]
-    except KeyError:
+def get_backend(name: str, *, unconfined_no_isolation: bool = False) -> SandboxBackend:
+    """The backend called `name`. An unconfined one only with `unconfined_no_isolation=True`."""
+    if name in _UNCONFINED:
+        if not unconfined_no_isolation:
+            raise SandboxUnavailable(
+                f"sandbox backend {name!r} has no isolation and is not offered; "
+                f"choose one of: {', '.join(backend_names())}"
+            )
+        warnings.warn(f"sandbox backend {name!r} runs code on the host with no isolation", stacklevel=2)
+        return _load(_UNCONFINED[name])
+    targets = {**_plugins(), **_BUILTIN}
+    if name not in targets:
         raise SandboxUnavailable(
-            f"unknown sandbox backend {name!r}; choose one of: {', '.join(_BUILTIN)}"
-        ) from None
+            f"unknown sandbox backend {name!r}; choose one of: {', '.join(backend_names())}"
+        )
+    backend = _load(targets[name])
+    if not backend.isolates:
+        raise SandboxUnavailable(f"sandbox backend {name!r} does not isolate; it is not offered")
+    return backend
+
+
+def _load(target: str) -> SandboxBackend:
     module_name, attribute = target.split(":")
     return getattr(importlib.import_module(module_name), attribute)
-
-
-@asynccontextmanager
-async def open_session(
-    spec: SandboxSpec, manifest: Manifest | None = None
-) -> AsyncIterator[SandboxSession]:
-    """Create and start a session; on exit (success, error or Ctrl-C) close and delete it."""
-    backend = get_backend(spec.backend)
-    reason = backend.unavailable_reason(spec)
-    if reason is not None:
-        raise SandboxUnavailable(reason)
-    client, options = backend.client(spec)
-    session = await client.create(manifest=manifest or Manifest(), options=options)
-    try:
-        await session.start()
-        yield session
-    finally:
-        await asyncio.shield(_close_and_delete(client, session))
-
-
-async def _close_and_delete(client: BaseSandboxClient[Any], session: SandboxSession) -> None:
-    try:
-        await session.aclose()
-    finally:
-        await client.delete(session)

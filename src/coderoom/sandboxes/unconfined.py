@@ -11,12 +11,24 @@ from .spec import SandboxSpec
 
 class UnconfinedBackend:
     name = "unix_local"
+    leftovers = "session folder"
+    isolates = False
+    summary = "NO ISOLATION: the SDK's unix_local runs code on the host, for comparison only"
 
     def unavailable_reason(self, spec: SandboxSpec) -> str | None:
         return None
 
     def client(self, spec: SandboxSpec) -> tuple[UnixLocalSandboxClient, Any]:
         return UnixLocalSandboxClient(), None
+
+    def prepare(self, spec: SandboxSpec, progress: Any) -> None:
+        """Nothing to prepare."""
+
+    def prune(self) -> int:
+        return 0
+
+    def commands(self) -> None:
+        return None
 
 
 backend = UnconfinedBackend()

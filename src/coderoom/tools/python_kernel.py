@@ -29,7 +29,7 @@ from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
 from agents.tool import FunctionTool, Tool, ToolOutputImage, ToolOutputText
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from . import kernel_server
+from .inside import kernel_server
 
 TOOL_NAME = "run_python"
 KERNEL_DIR = kernel_server.KERNEL_DIR
@@ -97,7 +97,7 @@ INSTRUCTIONS = (
 
 def kernel_source() -> str:
     """The in-sandbox program, as shipped in the package."""
-    return files("coderoom.tools").joinpath("kernel_server.py").read_text(encoding="utf-8")
+    return files("coderoom.tools.inside").joinpath("kernel_server.py").read_text(encoding="utf-8")
 
 
 def keeps_processes(session: BaseSandboxSession) -> bool:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .seccomp import host_arch
+from ..seccomp import host_arch
 
 SANDBOX_UID = 1000
 WORKSPACE = "/workspace"

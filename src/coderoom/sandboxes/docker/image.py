@@ -17,9 +17,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from .spec import DEFAULT_IMAGE, SandboxSpec
+from ...errors import ImageBuildError
+from ..spec import DEFAULT_IMAGE, SandboxSpec
 
-IMAGE_DIR = Path(__file__).with_name("image")
+IMAGE_DIR = Path(__file__).with_name("inside")
 DEFAULT_BASE_IMAGE = "python:3.12-slim"
 PACKAGES_LABEL = "org.coderoom.packages"
 
@@ -32,10 +33,6 @@ _REQUIREMENT = re.compile(
     r"(?:\[[A-Za-z0-9._-]+(?:,[A-Za-z0-9._-]+)*\])?"
     r"(?:(?:===|==|!=|~=|<=|>=|<|>)[A-Za-z0-9.*+!_-]+(?:,(?:===|==|!=|~=|<=|>=|<|>)[A-Za-z0-9.*+!_-]+)*)?$"
 )
-
-
-class ImageBuildError(RuntimeError):
-    """An image could not be built or found; the message says what to do."""
 
 
 def docker_client() -> Any:

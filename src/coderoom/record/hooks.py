@@ -1,65 +1,15 @@
-"""The run record: every model call and tool call of a run, as JSON lines beside the outputs.
-
-`RecordingHooks` turns the SDK's run lifecycle into events; `Recorder` appends each event to
-`run.jsonl` (flushed, so a killed run keeps what happened) and passes it to listeners such as
-the CLI's progress display. `read_record` reads the file back for `show`, `export` and `rerun`.
-"""
+"""`RecordingHooks` turns the SDK's run lifecycle (model calls, tool calls) into record events."""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from agents import Agent, RunContextWrapper, RunHooks, Tool
 from agents.items import ModelResponse, TResponseInputItem
 
-RECORD_FILE = "run.jsonl"
-MAX_TOOL_OUTPUT_CHARS = 20_000
-
-Event = dict[str, Any]
-Listener = Callable[[Event], None]
-
-
-def bounded(text: str, limit: int = MAX_TOOL_OUTPUT_CHARS) -> str:
-    if len(text) <= limit:
-        return text
-    return text[:limit] + f"\n[... {len(text) - limit} more characters not recorded ...]"
-
-
-class Recorder:
-    """Appends events to run.jsonl and fans them out to listeners."""
-
-    def __init__(self, run_dir: Path, listeners: list[Listener] | None = None) -> None:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        self.path = run_dir / RECORD_FILE
-        self._file = self.path.open("a", encoding="utf-8")
-        self._listeners = list(listeners or [])
-        self._start = time.monotonic()
-
-    def emit(self, event_type: str, **fields: Any) -> Event:
-        event = {"type": event_type, "t": round(time.monotonic() - self._start, 4), **fields}
-        self._file.write(json.dumps(event, default=str, ensure_ascii=False) + "\n")
-        self._file.flush()
-        for listener in self._listeners:
-            listener(event)
-        return event
-
-    def close(self) -> None:
-        self._file.close()
-
-
-def read_record(run_dir: Path) -> list[Event]:
-    """All events of a run; a truncated last line (a killed run) is ignored."""
-    events = []
-    for line in (run_dir / RECORD_FILE).read_text(encoding="utf-8").splitlines():
-        try:
-            events.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
-    return events
+from .writer import Recorder, bounded
 
 
 def _arguments(raw: str) -> Any:
@@ -103,7 +53,7 @@ def tool_output_text(result: object) -> tuple[str, list[str]]:
     """The text a tool result gave the model, and the workspace paths of the figures it listed."""
     from agents.tool import ToolOutputImage, ToolOutputText
 
-    from .tools.python_kernel import figure_paths
+    from ..tools.python_kernel import figure_paths
 
     parts = result if isinstance(result, list) else [result]
     text = "\n".join(

@@ -1,26 +1,27 @@
 """`--sandbox docker`: the SDK's Docker backend, hardened.
 
 The SDK's backend runs as root with no limits, leaves stopped containers behind and takes ~10 s
-to close (its `tail -f` PID 1 ignores SIGTERM). Ours (docker_session.py) runs a non-root,
-read-only, capability-less container with coderoom's limits, labelled so `prune` finds leftovers,
-and removes it on close. This module imports without the `docker` package so the registry can
-say why the backend is unavailable.
+to close (its `tail -f` PID 1 ignores SIGTERM). Ours (`session`) runs a non-root, read-only,
+capability-less container with coderoom's limits, labelled (`labels`) so `prune` finds
+leftovers, and removes it on close. `image` builds the sandbox image from `inside/`'s
+Dockerfile; `commands` is `coderoom image ...`. This module imports without the `docker`
+package so the registry can say why the backend is unavailable.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .spec import SandboxSpec
-
-LABEL = "coderoom.sandbox"
-SESSION_LABEL = "coderoom.session"
-CREATED_LABEL = "coderoom.created"
-HOST_PID_LABEL = "coderoom.host-pid"
+from ..base import Progress
+from ..spec import SandboxSpec
+from .labels import LABEL
 
 
 class DockerBackend:
     name = "docker"
+    leftovers = "sandbox container"
+    isolates = True
+    summary = "a hardened container (non-root, read-only, no capabilities, no network); needs a Docker engine"
 
     def unavailable_reason(self, spec: SandboxSpec) -> str | None:
         try:
@@ -40,13 +41,19 @@ class DockerBackend:
             )
         return None
 
+    def prepare(self, spec: SandboxSpec, progress: Progress) -> None:
+        """Build the sandbox image (and the job's derived image) if missing, with progress."""
+        from .image import ensure_image
+
+        ensure_image(spec, progress=progress)
+
     def client(self, spec: SandboxSpec) -> tuple[Any, Any]:
         """A hardened client for `spec`; builds the image first if it is missing (silently: the
-        CLI calls `ensure_image` with progress before it gets here)."""
+        CLI calls `prepare` with progress before it gets here)."""
         from agents.sandbox.sandboxes.docker import DockerSandboxClientOptions
 
-        from .docker_image import docker_client, ensure_image
-        from .docker_session import CoderoomDockerClient
+        from .image import docker_client, ensure_image
+        from .session import CoderoomDockerClient
 
         image = ensure_image(spec)
         options = DockerSandboxClientOptions(
@@ -54,12 +61,20 @@ class DockerBackend:
         )
         return CoderoomDockerClient(docker_client(), limits=spec.limits), options
 
+    def prune(self) -> int:
+        return prune()
+
+    def commands(self) -> Any:
+        from .commands import image_app
+
+        return image_app
+
 
 def prune(client: Any | None = None) -> int:
     """Remove every coderoom sandbox container (running or not); returns how many."""
     import docker.errors
 
-    from .docker_image import docker_client
+    from .image import docker_client
 
     client = client or docker_client()
     removed = 0

@@ -58,15 +58,15 @@ from docker.types import LogConfig, Ulimit
 from docker.types import Mount as DockerMount
 from docker.utils.socket import frames_iter
 
-from .docker import CREATED_LABEL, HOST_PID_LABEL, LABEL, SESSION_LABEL
-from .one_user import plain_shell, refuse_manifest_accounts
-from .limits import Limits
-from .seccomp import arch_named, build_filter
+from ..limits import Limits
+from ..one_user import plain_shell, refuse_manifest_accounts
+from ..seccomp import arch_named, build_filter
+from .labels import CREATED_LABEL, HOST_PID_LABEL, LABEL, SESSION_LABEL
 
 logger = logging.getLogger(__name__)
 
 SANDBOX_UID = 1000
-INIT_SOURCE = (Path(__file__).with_name("image") / "init.py").read_text()
+INIT_SOURCE = (Path(__file__).with_name("inside") / "init.py").read_text()
 _INIT_ENV = "CODEROOM_INIT"
 _INIT_BOOTSTRAP = f"import os; exec(compile(os.environ.pop({_INIT_ENV!r}), 'coderoom-init', 'exec'))"
 _SECCOMP_ENV = "CODEROOM_SECCOMP"  # init.py's SECCOMP_ENV

@@ -1,4 +1,5 @@
-"""`coderoom image build`: the Docker sandbox image, from the Dockerfile shipped in the package."""
+"""`coderoom image build`: the Docker backend's own command (the sandbox image, from the
+Dockerfile shipped in `inside/`). The CLI mounts it because the backend offers it."""
 
 from __future__ import annotations
 
@@ -7,11 +8,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from ..sandboxes.spec import DEFAULT_IMAGE
-from . import app
+from ..spec import DEFAULT_IMAGE
 
-image_app = typer.Typer(help="The Docker sandbox image.", no_args_is_help=True)
-app.add_typer(image_app, name="image")
+image_app = typer.Typer(name="image", help="The Docker sandbox image.", no_args_is_help=True)
 
 
 @image_app.command("build")
@@ -27,7 +26,7 @@ def build(
     ] = None,
 ) -> None:
     """Build the sandbox image (and, with --package, the derived image a job with those packages uses)."""
-    from ..sandboxes.docker_image import (
+    from .image import (
         ImageBuildError,
         build_image,
         build_with_packages,

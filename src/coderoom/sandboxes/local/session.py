@@ -82,16 +82,17 @@ from agents.sandbox.snapshot import SnapshotBase, SnapshotSpec, resolve_snapshot
 from agents.sandbox.types import ExecResult, User
 from pydantic import Field
 
-from . import _workspace, bwrap
-from ._longlived import LongLived
-from ._process import CappedBuffer, Outcome, pump, supervise, write_all
+from ...errors import SandboxUnavailable
+from ...hostile import archive as hostile_archive
+from ...hostile import tree
+from ..base import EXIT_KILLED, EXIT_TIMEOUT
+from ..limits import Limits
+from ..one_user import plain_shell, refuse_manifest_accounts
+from ..seccomp import build_filter, host_arch
+from . import bwrap
 from .launcher import LAUNCHER_LOST, Job, Launcher, LauncherError, Settings
-from .limits import Limits
-from .one_user import plain_shell, refuse_manifest_accounts
-from .oneshot import EXIT_KILLED, EXIT_TIMEOUT
-from .registry import SandboxUnavailable
-from .seccomp import build_filter, host_arch
-from .spec import SandboxSpec
+from .longlived import LongLived
+from .process import CappedBuffer, Outcome, pump, supervise, write_all
 
 _HOST_DIR_PREFIX = "coderoom-local-"
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
@@ -341,8 +342,8 @@ class LocalSandboxSession(BaseSandboxSession):
     def _workspace_over_limit(self) -> str | None:
         limit = self.state.limits.workspace_size
         try:
-            used = _workspace.usage(self.workspace_dir)
-        except _workspace.WorkspaceLimitError as exc:
+            used = tree.usage(self.workspace_dir)
+        except tree.WorkspaceLimitError as exc:
             return f"workspace over its limits: {exc}"
         if used > limit:
             return f"workspace is {used} bytes, over its {limit}-byte limit; command stopped"
@@ -448,7 +449,7 @@ class LocalSandboxSession(BaseSandboxSession):
     async def read(self, path: Path, *, user: str | User | None = None) -> io.IOBase:
         rel = self._rel(path)
         try:
-            fd = await asyncio.to_thread(_workspace.open_beneath, self.workspace_dir, rel, os.O_RDONLY)
+            fd = await asyncio.to_thread(tree.open_beneath, self.workspace_dir, rel, os.O_RDONLY)
         except FileNotFoundError as exc:
             raise WorkspaceReadNotFoundError(path=path, cause=exc) from exc
         except OSError:
@@ -475,7 +476,7 @@ class LocalSandboxSession(BaseSandboxSession):
         rel = self._rel(path, for_write=True)
         try:
             await self._mkdir_host(rel.parent)
-            fd = await asyncio.to_thread(_workspace.open_beneath, self.workspace_dir, rel, _WRITE_FLAGS)
+            fd = await asyncio.to_thread(tree.open_beneath, self.workspace_dir, rel, _WRITE_FLAGS)
         except OSError:
             content = payload.stream.read()
             outcome = await self.run_command(
@@ -489,7 +490,7 @@ class LocalSandboxSession(BaseSandboxSession):
                     path=Path(path), context={"stderr": outcome.stderr[:4096]}
                 ) from None
             return
-        await asyncio.to_thread(_copy_into, fd, payload.stream, self.state.limits.file_size)
+        await asyncio.to_thread(_copy_into, fd, payload.stream, self.state.limits.file_size, bwrap.host_id())
 
     async def mkdir(self, path: Path | str, *, parents: bool = False, user: str | User | None = None) -> None:
         rel = self._rel(path, for_write=True)
@@ -499,7 +500,9 @@ class LocalSandboxSession(BaseSandboxSession):
             await super().mkdir(path, parents=parents)
 
     async def _mkdir_host(self, rel: PurePosixPath, *, parents: bool = True) -> None:
-        await asyncio.to_thread(_mkdir_beneath, self.workspace_dir, rel, parents)
+        await asyncio.to_thread(
+            tree.mkdir_beneath, self.workspace_dir, rel, parents=parents, owner=bwrap.host_id()
+        )
 
     # ------------------------------------------------------------------ snapshots
 
@@ -510,7 +513,7 @@ class LocalSandboxSession(BaseSandboxSession):
         try:
             skip = {PurePosixPath(p.as_posix()) for p in self._persist_workspace_skip_relpaths()}
             return await asyncio.to_thread(
-                _workspace.archive,
+                hostile_archive.archive,
                 self.workspace_dir,
                 skip=skip,
                 max_bytes=self.state.limits.workspace_size,
@@ -523,16 +526,14 @@ class LocalSandboxSession(BaseSandboxSession):
                 self._quiet.notify_all()
 
     async def hydrate_workspace(self, data: io.IOBase) -> None:
-        from coderoom.outputs import safe_extract_tar
-
         limit = self.state.limits.workspace_size
         try:
             await asyncio.to_thread(
-                safe_extract_tar, data, self.workspace_dir, max_bytes=limit  # type: ignore[arg-type]
+                hostile_archive.safe_extract_tar, data, self.workspace_dir, max_bytes=limit  # type: ignore[arg-type]
             )
             ids = bwrap.host_id()
             if ids is not None:
-                await asyncio.to_thread(_workspace.chown_tree, self.workspace_dir, ids)
+                await asyncio.to_thread(tree.chown_tree, self.workspace_dir, ids)
         except (OSError, ValueError) as exc:
             raise WorkspaceArchiveWriteError(path=Path(bwrap.WORKSPACE), cause=exc) from exc
 
@@ -550,48 +551,16 @@ async def _feed_and_close(fd: int, data: bytes) -> None:
         os.close(fd)
 
 
-def _give_to_sandbox(fd: int) -> None:
-    """Files the host (as root) creates in the workspace belong to the sandbox's host uid."""
-    ids = bwrap.host_id()
-    if ids is not None:
-        os.fchown(fd, ids, ids)
-
-
-def _copy_into(fd: int, source: Any, max_bytes: int) -> None:
-    _give_to_sandbox(fd)
+def _copy_into(fd: int, source: Any, max_bytes: int, owner: int | None) -> None:
+    """Write an upload into a file opened beneath the workspace; files the host creates there
+    belong to the sandbox's host uid (`owner`, when the host runs as root)."""
+    if owner is not None:
+        os.fchown(fd, owner, owner)
     with os.fdopen(fd, "wb") as out:
-        written = 0
-        while chunk := source.read(1024 * 1024):
-            written += len(chunk)
-            if written > max_bytes:
-                raise OSError(errno.EFBIG, "file larger than the sandbox file_size limit")
-            out.write(chunk)
-
-
-def _mkdir_beneath(root: Path, rel: PurePosixPath, parents: bool) -> None:
-    """mkdir [-p] under root without following symlinks (ELOOP/ENOTDIR: caller falls back)."""
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    dir_fd = os.open(root, flags)
-    try:
-        for index, part in enumerate(rel.parts):
-            last = index == len(rel.parts) - 1
-            try:
-                os.mkdir(part, 0o755, dir_fd=dir_fd)
-                created = True
-            except FileExistsError:
-                if last and not parents:
-                    raise
-                created = False
-            else:
-                if not (parents or last):
-                    raise FileNotFoundError(errno.ENOENT, "missing parent directory")
-            next_fd = os.open(part, flags, dir_fd=dir_fd)
-            os.close(dir_fd)
-            dir_fd = next_fd
-            if created:
-                _give_to_sandbox(dir_fd)
-    finally:
-        os.close(dir_fd)
+        try:
+            tree.copy_bounded(source, out, max_bytes)
+        except OverflowError:
+            raise OSError(errno.EFBIG, "file larger than the sandbox file_size limit") from None
 
 
 class LocalSandboxClient(BaseSandboxClient[LocalSandboxClientOptions | None]):
@@ -630,7 +599,7 @@ class LocalSandboxClient(BaseSandboxClient[LocalSandboxClientOptions | None]):
             raise TypeError("LocalSandboxClient.delete expects a LocalSandboxSession")
         await inner.stop_launcher()  # shutdown did already, unless it never ran
         if _owned_host_dir(inner.host_dir):
-            await asyncio.to_thread(_workspace.remove_tree, inner.host_dir)
+            await asyncio.to_thread(tree.remove_tree, inner.host_dir)
         return session
 
     async def resume(self, state: SandboxSessionState) -> SandboxSession:
@@ -743,21 +712,3 @@ def _owned_host_dir(path: Path) -> bool:
     owner = bwrap.host_id()
     owner = os.getuid() if owner is None else owner
     return stat.S_ISDIR(st.st_mode) and st.st_uid == owner and stat.S_IMODE(st.st_mode) == 0o700
-
-
-class LocalBackend:
-    """Registry entry: `sandbox = "local"`."""
-
-    name = "local"
-
-    def unavailable_reason(self, spec: SandboxSpec) -> str | None:
-        return bwrap.probe()[1]
-
-    def client(self, spec: SandboxSpec) -> tuple[LocalSandboxClient, None]:
-        bw, reason = bwrap.probe()
-        if bw is None:  # fail closed: never run unsandboxed
-            raise SandboxUnavailable(reason)
-        return LocalSandboxClient(spec.limits, bw), None
-
-
-backend = LocalBackend()

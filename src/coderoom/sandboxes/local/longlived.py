@@ -16,7 +16,7 @@ from collections import deque
 
 from agents.sandbox.session.pty_output import collect_pty_output
 
-from ._process import pump, write_all
+from .process import pump, write_all
 from .launcher import Job
 
 

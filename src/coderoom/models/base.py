@@ -15,6 +15,8 @@ from urllib.parse import urlsplit
 from agents import Model
 from openai import AsyncOpenAI
 
+from ..errors import ModelSpecError
+
 Api = Literal["responses", "chat_completions", "offline"]
 
 DEFAULT_TIMEOUT_S = 600.0
@@ -44,7 +46,7 @@ def client_settings(environ: Mapping[str, str]) -> tuple[int, float]:
     retries = _number(environ, "CODEROOM_MODEL_MAX_RETRIES", DEFAULT_MAX_RETRIES, int)
     timeout = _number(environ, "CODEROOM_MODEL_TIMEOUT", DEFAULT_TIMEOUT_S, float)
     if retries < 0 or timeout <= 0:
-        raise ValueError("CODEROOM_MODEL_MAX_RETRIES must be >= 0 and CODEROOM_MODEL_TIMEOUT > 0")
+        raise ModelSpecError("CODEROOM_MODEL_MAX_RETRIES must be >= 0 and CODEROOM_MODEL_TIMEOUT > 0")
     return int(retries), float(timeout)
 
 
@@ -55,7 +57,7 @@ def _number(environ: Mapping[str, str], name: str, default: float, kind: type) -
     try:
         return kind(raw)
     except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a number") from None
+        raise ModelSpecError(f"{name}={raw!r} is not a number") from None
 
 
 def images_override(environ: Mapping[str, str]) -> bool | None:
@@ -67,12 +69,12 @@ def images_override(environ: Mapping[str, str]) -> bool | None:
         return True
     if raw in ("0", "false", "no", "off"):
         return False
-    raise ValueError(f"CODEROOM_MODEL_IMAGES={raw!r}: expected 1 or 0")
+    raise ModelSpecError(f"CODEROOM_MODEL_IMAGES={raw!r}: expected 1 or 0")
 
 
 def check_base_url(url: str, spec: str, expected: str) -> str:
     """An http(s) URL with a host, without its trailing slash; else ValueError naming `spec`."""
-    error = ValueError(
+    error = ModelSpecError(
         f"model {spec!r}: {url.strip()!r} is not an http(s) base URL; expected {expected}"
     )
     url = url.strip().rstrip("/")

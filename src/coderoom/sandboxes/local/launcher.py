@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 
 from . import bwrap
-from ._process import BwrapProcess, CappedBuffer, memfd, pump
+from .process import BwrapProcess, CappedBuffer, memfd, pump
 
 LAUNCHER_PATH = "/opt/coderoom/launcher.pyc"
 SECCOMP_PATH = "/opt/coderoom/seccomp.bpf"
@@ -227,6 +227,6 @@ class Launcher:
 def _compiled_launcher() -> bytes:
     """launcher_inner as a .pyc the sandbox runs directly: compiling it there took 2 ms of every
     session start. The sandbox runs this same interpreter, so the bytecode fits."""
-    source = resources.files("coderoom.sandboxes").joinpath("launcher_inner.py").read_text()
+    source = resources.files("coderoom.sandboxes.local.inside").joinpath("launcher_inner.py").read_text()
     code = compile(source, "launcher_inner.py", "exec", dont_inherit=True)
     return importlib.util.MAGIC_NUMBER + bytes(12) + marshal.dumps(code)  # flags, mtime, size: 0

@@ -11,14 +11,15 @@ vanishes or turns into a link between listing and opening is skipped, and nothin
 from __future__ import annotations
 
 import errno
-import io
 import itertools
 import os
 import stat
-import tarfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import IO
+
+from .names import shown
 
 MAX_DEPTH = 256
 MAX_ENTRIES = 100_000
@@ -26,13 +27,7 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _CHUNK = 1024 * 1024
 # an entry removed or replaced (by a link, a file) between listing and opening: a live process
 # (a command, while the watchdog walks; the run_python kernel, at any time) changed the tree
-_GONE = {errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EINVAL}  # EINVAL: readlink of a non-link
-
-
-def _show(rel: object) -> str:
-    """A path for an error message: escaped and short (names are attacker-chosen)."""
-    text = repr(str(rel))
-    return text if len(text) <= 80 else text[:77] + "..."
+GONE = {errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EINVAL}  # EINVAL: readlink of a non-link
 
 
 class WorkspaceLimitError(OSError):
@@ -69,11 +64,11 @@ def walk(root: Path, *, max_depth: int = MAX_DEPTH) -> Iterator[Entry]:
             yield entry
             if stat.S_ISDIR(st.st_mode):
                 if len(stack) >= max_depth:
-                    raise WorkspaceLimitError(f"{_show(entry.rel)}: deeper than {max_depth} levels")
+                    raise WorkspaceLimitError(f"{shown(entry.rel)}: deeper than {max_depth} levels")
                 try:
                     child = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
                 except OSError as exc:
-                    if exc.errno in _GONE:
+                    if exc.errno in GONE:
                         continue
                     raise
                 stack.append((child, entry.rel, iter(sorted(os.listdir(child)))))
@@ -92,88 +87,80 @@ def usage(root: Path, *, max_entries: int = MAX_ENTRIES) -> int:
     return total
 
 
-def archive(
-    root: Path,
-    *,
-    skip: set[PurePosixPath],
-    max_bytes: int,
-    max_entries: int = MAX_ENTRIES,
-) -> io.BufferedRandom:
-    """A tar of the workspace with relative names: dirs, regular files, symlinks kept as links.
+def open_dir_beneath(
+    root: Path | int, parts: Iterable[str], *, create: bool = False, owner: int | None = None
+) -> int:
+    """Open the directory `root/parts...`, refusing a symlink or non-directory at every step.
 
-    FIFOs, sockets and devices are left out; files are opened O_NOFOLLOW|O_NONBLOCK and checked
-    to be regular after opening. Modes are normalised (no setuid/setgid/sticky).
+    With `create`, missing directories are made (mode 0755) and, if `owner` is given, handed to
+    uid=gid `owner` (the sandbox's host uid, when the host runs as root). The one O_NOFOLLOW
+    descent every host-side write, read and extraction goes through.
     """
-    import tempfile
-
-    out = tempfile.TemporaryFile()
-    total = 0
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for count, entry in enumerate(walk(root), start=1):
-            if count > max_entries:
-                raise WorkspaceLimitError(f"more than {max_entries} entries")
-            if any(entry.rel == s or s in entry.rel.parents for s in skip):
-                continue
-            info = tarfile.TarInfo(entry.rel.as_posix())
-            info.mtime = int(entry.st.st_mtime)
-            mode = stat.S_IMODE(entry.st.st_mode) & 0o777
-            if stat.S_ISDIR(entry.st.st_mode):
-                info.type, info.mode = tarfile.DIRTYPE, mode | 0o700
-                tar.addfile(info)
-            elif stat.S_ISLNK(entry.st.st_mode):
-                try:
-                    info.linkname = os.readlink(entry.name, dir_fd=entry.dir_fd)
-                except OSError as exc:
-                    if exc.errno in _GONE:
-                        continue
-                    raise
-                info.type, info.mode = tarfile.SYMTYPE, 0o777
-                tar.addfile(info)
-            elif stat.S_ISREG(entry.st.st_mode):
-                total += _add_file(tar, info, entry, mode, max_bytes - total)
-    out.seek(0)
-    return out  # type: ignore[return-value]
-
-
-def _add_file(tar: tarfile.TarFile, info: tarfile.TarInfo, entry: Entry, mode: int, budget: int) -> int:
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    fd = os.open(root, _DIR_FLAGS) if isinstance(root, Path) else os.dup(root)
     try:
-        fd = os.open(entry.name, flags, dir_fd=entry.dir_fd)
-    except OSError as exc:
-        if exc.errno in _GONE:
-            return 0
+        for part in parts:
+            created = False
+            if create:
+                try:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                    created = True
+                except FileExistsError:
+                    pass
+            next_fd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = next_fd
+            if created and owner is not None:
+                os.fchown(fd, owner, owner)
+        return fd
+    except BaseException:
+        os.close(fd)
         raise
-    with os.fdopen(fd, "rb") as source:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return 0
-        if st.st_size > budget:
-            raise WorkspaceLimitError(f"{_show(entry.rel)}: workspace archive over its size limit")
-        info.size, info.mode = st.st_size, mode
-        tar.addfile(info, source)
-        return st.st_size
+
+
+def mkdir_beneath(root: Path, rel: PurePosixPath, *, parents: bool, owner: int | None) -> None:
+    """`mkdir [-p] root/rel` without following symlinks (ELOOP/ENOTDIR: callers fall back)."""
+    if parents:
+        os.close(open_dir_beneath(root, rel.parts, create=True, owner=owner))
+        return
+    parent_fd = open_dir_beneath(root, rel.parts[:-1])
+    try:
+        os.mkdir(rel.name, 0o755, dir_fd=parent_fd)
+        if owner is not None:
+            os.chown(rel.name, owner, owner, dir_fd=parent_fd, follow_symlinks=False)
+    finally:
+        os.close(parent_fd)
 
 
 def open_beneath(root: Path, rel: PurePosixPath, flags: int, mode: int = 0o644) -> int:
-    """Open `root/rel` refusing symlinks and special files anywhere on the way (ELOOP/ENOTDIR).
+    """Open the regular file `root/rel`, refusing symlinks and special files anywhere on the way.
 
     Callers fall back to doing the operation inside the sandbox, where links resolve in the
     sandbox's own view and cannot reach the host.
     """
-    dir_fd = os.open(root, _DIR_FLAGS)
+    dir_fd = open_dir_beneath(root, rel.parts[:-1])
     try:
-        for part in rel.parts[:-1]:
-            next_fd = os.open(part, _DIR_FLAGS, dir_fd=dir_fd)
-            os.close(dir_fd)
-            dir_fd = next_fd
         fd = os.open(rel.name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode, dir_fd=dir_fd)
     finally:
         os.close(dir_fd)
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise IsADirectoryError(f"{_show(rel)}: not a regular file")
+        raise IsADirectoryError(f"{shown(rel)}: not a regular file")
     os.set_blocking(fd, True)
     return fd
+
+
+def copy_bounded(source: IO[bytes], out: IO[bytes], max_bytes: int) -> int:
+    """Copy `source` to `out` in chunks; raise OverflowError as soon as `max_bytes` is passed.
+
+    Nothing larger than the budget is ever held or written: the check comes before each write.
+    """
+    written = 0
+    while chunk := source.read(_CHUNK):
+        written += len(chunk)
+        if written > max_bytes:
+            raise OverflowError(f"more than {max_bytes} bytes")
+        out.write(chunk)
+    return written
 
 
 def remove_tree(path: Path) -> None:

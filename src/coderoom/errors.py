@@ -1,0 +1,66 @@
+"""One error model for coderoom: every error a user can meet is a `CoderoomError` that carries
+its exit code, so the same failure exits the same way whichever command or layer raises it.
+
+Exit codes (the CLI's contract):
+
+* 0 ok; 1 the run (or the command's work) failed;
+* 2 usage or configuration: a bad flag, job file, model spec, backend name or limit, or a
+  sandbox that cannot run here. These are found before any run folder exists;
+* 124 a wall-clock timeout; 130 / 143 interrupted by SIGINT / SIGTERM.
+
+The message is for the user: one sentence saying what is wrong and what to do. It never holds
+markup; the CLI prints it verbatim (see `coderoom.cli.errors`).
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_TIMEOUT = 124
+EXIT_SIGINT = 130
+EXIT_SIGTERM = 143
+
+
+class CoderoomError(Exception):
+    """Base of every error coderoom reports to a user."""
+
+    exit_code = EXIT_FAILED
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class UsageError(CoderoomError, ValueError):
+    """Bad input from the user: flags, a job file, a model spec, a limit, a run folder."""
+
+    exit_code = EXIT_USAGE
+
+
+class JobError(UsageError):
+    """The job (coderoom.toml or flags) is invalid; the message names the file and the key."""
+
+
+class ModelSpecError(UsageError):
+    """A `--model` spec or a model setting from the environment cannot be used."""
+
+
+class RunDirInUse(UsageError):
+    """The run folder holds something already; a run never writes over earlier results."""
+
+
+class RecordError(UsageError):
+    """A run folder's record is missing, malformed or cut short."""
+
+
+class SandboxUnavailable(UsageError):
+    """The requested backend cannot run here; the message says why and what to do."""
+
+
+class ImageBuildError(SandboxUnavailable):
+    """A sandbox image could not be built or found; the message says what to do."""
+
+
+class RunFailed(CoderoomError):
+    """The run went wrong after it started; its folder holds what was saved."""

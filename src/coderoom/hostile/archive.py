@@ -1,0 +1,195 @@
+"""Workspace archives, both ways: a tar made from a sandbox's workspace directory, and a tar
+from a sandbox (or a run folder) extracted onto the host.
+
+Both treat their input as hostile: it was written by code the model wrote. Archiving reads
+with O_NOFOLLOW through `tree.walk`; extraction writes regular files and directories only,
+never follows a symlink (in the archive or already in the destination), never leaves the
+destination, and is bounded in count and size.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tarfile
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import IO
+
+from .names import UnsafePath, safe_relative_path, shown
+from .tree import GONE, MAX_ENTRIES, Entry, WorkspaceLimitError, copy_bounded, open_dir_beneath, walk
+
+MAX_FILES = 10_000
+MAX_BYTES = 2 * 1024**3
+
+
+@dataclass
+class ExtractReport:
+    extracted: list[str] = field(default_factory=list)
+    refused: list[tuple[str, str]] = field(default_factory=list)
+    bytes_written: int = 0
+
+
+def _write_member(root_fd: int, rel: PurePosixPath, source: IO[bytes], budget: int) -> int:
+    parent_fd = open_dir_beneath(root_fd, rel.parts[:-1], create=True)
+    try:
+        try:
+            os.unlink(rel.name, dir_fd=parent_fd)  # replace a file or a planted symlink, never follow
+        except FileNotFoundError:
+            pass
+        fd = os.open(
+            rel.name,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+            0o644,
+            dir_fd=parent_fd,
+        )
+        with os.fdopen(fd, "wb") as out:
+            written = copy_bounded(source, out, budget)
+        return written
+    finally:
+        os.close(parent_fd)
+
+
+def safe_extract_tar(
+    archive: IO[bytes] | Path,
+    dest: Path,
+    *,
+    members: Iterable[str] | None = None,
+    max_files: int = MAX_FILES,
+    max_bytes: int = MAX_BYTES,
+) -> ExtractReport:
+    """Extract regular files and directories from a workspace tar into `dest`.
+
+    `members`, when given, limits extraction to those workspace-relative paths (and the
+    contents of those directories). Anything else that is unsafe is skipped and listed in
+    `report.refused` with the reason; nothing is ever written outside `dest`.
+    """
+    wanted = {str(safe_relative_path(m)) for m in members} if members is not None else None
+    dest.mkdir(parents=True, exist_ok=True)
+    report = ExtractReport()
+    root_fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY)
+    tar = (
+        tarfile.open(archive, mode="r:*")
+        if isinstance(archive, Path)
+        else tarfile.open(fileobj=archive, mode="r|*")
+    )
+    try:
+        with tar:
+            for member in tar:
+                _extract_one(tar, member, root_fd, wanted, report, max_files, max_bytes)
+    finally:
+        os.close(root_fd)
+    return report
+
+
+def _extract_one(
+    tar: tarfile.TarFile,
+    member: tarfile.TarInfo,
+    root_fd: int,
+    wanted: set[str] | None,
+    report: ExtractReport,
+    max_files: int,
+    max_bytes: int,
+) -> None:
+    if member.name in (".", "./") and member.isdir():
+        return  # the archive's own root entry
+    try:
+        rel = safe_relative_path(member.name)
+    except UnsafePath as exc:
+        report.refused.append((member.name, str(exc)))
+        return
+    name = str(rel)
+    if wanted is not None and not any(name == w or name.startswith(w + "/") for w in wanted):
+        return
+    if member.isdir():
+        try:
+            os.close(open_dir_beneath(root_fd, rel.parts, create=True))
+        except OSError as exc:
+            report.refused.append((name, f"directory: {exc.strerror}"))
+        return
+    if not member.isreg():
+        kind = "symlink" if member.issym() else "hard link" if member.islnk() else "special file"
+        report.refused.append((name, f"{kind} not extracted"))
+        return
+    if len(report.extracted) >= max_files:
+        report.refused.append((name, f"more than {max_files} files"))
+        return
+    if report.bytes_written + member.size > max_bytes:
+        report.refused.append((name, f"total size over {max_bytes} bytes"))
+        return
+    source = tar.extractfile(member)
+    if source is None:
+        report.refused.append((name, "unreadable member"))
+        return
+    try:
+        report.bytes_written += _write_member(
+            root_fd, rel, source, max_bytes - report.bytes_written
+        )
+        report.extracted.append(name)
+    except (OSError, OverflowError) as exc:
+        report.refused.append((name, f"not written: {exc}"))
+
+
+
+def archive(
+    root: Path,
+    *,
+    skip: set[PurePosixPath],
+    max_bytes: int,
+    max_entries: int = MAX_ENTRIES,
+) -> io.BufferedRandom:
+    """A tar of the workspace with relative names: dirs, regular files, symlinks kept as links.
+
+    FIFOs, sockets and devices are left out; files are opened O_NOFOLLOW|O_NONBLOCK and checked
+    to be regular after opening. Modes are normalised (no setuid/setgid/sticky).
+    """
+    out = tempfile.TemporaryFile()
+    total = 0
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for count, entry in enumerate(walk(root), start=1):
+            if count > max_entries:
+                raise WorkspaceLimitError(f"more than {max_entries} entries")
+            if any(entry.rel == s or s in entry.rel.parents for s in skip):
+                continue
+            info = tarfile.TarInfo(entry.rel.as_posix())
+            info.mtime = int(entry.st.st_mtime)
+            mode = stat.S_IMODE(entry.st.st_mode) & 0o777
+            if stat.S_ISDIR(entry.st.st_mode):
+                info.type, info.mode = tarfile.DIRTYPE, mode | 0o700
+                tar.addfile(info)
+            elif stat.S_ISLNK(entry.st.st_mode):
+                try:
+                    info.linkname = os.readlink(entry.name, dir_fd=entry.dir_fd)
+                except OSError as exc:
+                    if exc.errno in GONE:
+                        continue
+                    raise
+                info.type, info.mode = tarfile.SYMTYPE, 0o777
+                tar.addfile(info)
+            elif stat.S_ISREG(entry.st.st_mode):
+                total += _add_file(tar, info, entry, mode, max_bytes - total)
+    out.seek(0)
+    return out  # type: ignore[return-value]
+
+
+def _add_file(tar: tarfile.TarFile, info: tarfile.TarInfo, entry: Entry, mode: int, budget: int) -> int:
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(entry.name, flags, dir_fd=entry.dir_fd)
+    except OSError as exc:
+        if exc.errno in GONE:
+            return 0
+        raise
+    with os.fdopen(fd, "rb") as source:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return 0
+        if st.st_size > budget:
+            raise WorkspaceLimitError(f"{shown(entry.rel)}: workspace archive over its size limit")
+        info.size, info.mode = st.st_size, mode
+        tar.addfile(info, source)
+        return st.st_size
+
+

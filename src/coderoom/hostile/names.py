@@ -1,0 +1,30 @@
+"""Names that came from a sandbox or a record: validated before use, escaped before display."""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+
+class UnsafePath(ValueError):
+    """A member name that could escape the destination or is not a plain relative path."""
+
+
+def safe_relative_path(name: str) -> PurePosixPath:
+    """Normalise a workspace-relative name; refuse absolute, `..`, empty and NUL-bearing names."""
+    if not name or "\x00" in name:
+        raise UnsafePath(f"{name!r}: empty or contains NUL")
+    path = PurePosixPath(name)
+    if path.is_absolute():
+        raise UnsafePath(f"{name!r}: absolute path")
+    parts = [part for part in path.parts if part not in ("", ".")]
+    if not parts:
+        raise UnsafePath(f"{name!r}: names the root")
+    if any(part == ".." for part in parts):
+        raise UnsafePath(f"{name!r}: contains '..'")
+    return PurePosixPath(*parts)
+
+
+def shown(name: object, limit: int = 80) -> str:
+    """A sandbox-chosen name for a message: quoted, escaped and short."""
+    text = repr(str(name))
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,49 @@
+"""The backend protocol: what a sandbox backend is to the rest of coderoom.
+
+A backend is one sub-package (`local/`, `docker/`) exposing a `backend` object of this shape,
+registered by name (see `registry`). Nothing outside a backend's package knows its internals:
+the CLI asks the backend for its help text, its preparation step and its own commands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from ..errors import EXIT_TIMEOUT
+from .spec import SandboxSpec
+
+if TYPE_CHECKING:  # the SDK is imported only by the code that opens sessions
+    from agents.sandbox.session.sandbox_client import BaseSandboxClient
+
+Progress = Callable[[str], None]
+
+# How a backend reports why a command ended, in the exit code of a plain `exec`:
+# EXIT_TIMEOUT (124, as coreutils `timeout`): killed with its whole tree at `Limits.timeout`;
+# EXIT_KILLED (137 = 128 + SIGKILL): SIGKILLed, which is how a cgroup OOM kill shows;
+# anything else: the command's own status (128 + N for death by signal N).
+EXIT_KILLED = 137
+__all__ = ["EXIT_KILLED", "EXIT_TIMEOUT", "Progress", "SandboxBackend"]
+
+
+@runtime_checkable
+class SandboxBackend(Protocol):
+    name: str
+    isolates: bool  # False only for the SDK's unconfined backend, kept for comparison
+    summary: str  # one line for --help
+    leftovers: str  # what `prune` removes, singular: "sandbox container"
+
+    def unavailable_reason(self, spec: SandboxSpec) -> str | None:
+        """None when the backend can run here, else a sentence saying why not and what to do."""
+
+    def prepare(self, spec: SandboxSpec, progress: Progress) -> None:
+        """Anything slow to do once before a session (Docker: build the image), with progress."""
+
+    def client(self, spec: SandboxSpec) -> tuple[BaseSandboxClient[Any], Any]:
+        """An SDK sandbox client configured for `spec`, and the options for `client.create`."""
+
+    def prune(self) -> int:
+        """Remove what crashed sessions of this backend left behind; how many were removed."""
+
+    def commands(self) -> Any | None:
+        """A typer app of this backend's own commands (mounted as `coderoom NAME ...`), or None."""

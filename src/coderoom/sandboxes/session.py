@@ -1,0 +1,41 @@
+"""The one way to open an SDK sandbox session: created, started, and always closed and deleted."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from agents.sandbox import Manifest
+from agents.sandbox.session.sandbox_client import BaseSandboxClient
+from agents.sandbox.session.sandbox_session import SandboxSession
+
+from ..errors import SandboxUnavailable
+from .registry import get_backend
+from .spec import SandboxSpec
+
+
+@asynccontextmanager
+async def open_session(
+    spec: SandboxSpec, manifest: Manifest | None = None, *, unconfined_no_isolation: bool = False
+) -> AsyncIterator[SandboxSession]:
+    """Create and start a session; on exit (success, error or Ctrl-C) close and delete it."""
+    backend = get_backend(spec.backend, unconfined_no_isolation=unconfined_no_isolation)
+    reason = backend.unavailable_reason(spec)
+    if reason is not None:
+        raise SandboxUnavailable(reason)
+    client, options = backend.client(spec)
+    session = await client.create(manifest=manifest or Manifest(), options=options)
+    try:
+        await session.start()
+        yield session
+    finally:
+        await asyncio.shield(_close_and_delete(client, session))
+
+
+async def _close_and_delete(client: BaseSandboxClient[Any], session: SandboxSession) -> None:
+    try:
+        await session.aclose()
+    finally:
+        await client.delete(session)
