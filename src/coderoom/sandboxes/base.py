@@ -16,6 +16,8 @@ from .spec import SandboxSpec
 if TYPE_CHECKING:  # the SDK is imported only by the code that opens sessions
     from agents.sandbox.session.sandbox_client import BaseSandboxClient
 
+    from .core import Sandbox
+
 Progress = Callable[[str], None]
 
 # How a backend reports why a command ended, in the exit code of a plain `exec`:
@@ -38,6 +40,9 @@ class SandboxBackend(Protocol):
 
     def prepare(self, spec: SandboxSpec, progress: Progress) -> None:
         """Anything slow to do once before a session (Docker: build the image), with progress."""
+
+    async def start(self, spec: SandboxSpec) -> Sandbox:
+        """A started sandbox for `spec` through the SDK-free core (see `core`)."""
 
     def client(self, spec: SandboxSpec) -> tuple[BaseSandboxClient[Any], Any]:
         """An SDK sandbox client configured for `spec`, and the options for `client.create`."""
