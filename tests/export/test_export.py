@@ -15,7 +15,7 @@ import nbformat
 import pandas as pd
 import pytest
 from PIL import Image
-from recorded_run import ANALYSIS, OUTPUTS, kernel_run, write_energy_csv  # noqa: F401 (fixture)
+from recorded_run import OUTPUTS, kernel_run, write_energy_csv  # noqa: F401 (fixture)
 from typer.testing import CliRunner
 
 from coderoom.cli import app
@@ -114,7 +114,9 @@ def test_rerun_applies_the_analysis_to_new_data(kernel_run: Path, tmp_path: Path
     assert got["timestamp"].tolist() == expected["timestamp"].tolist() and len(got) == 5
     assert (out / "output/report.md").read_text() == "spikes: 5\n"
     assert sorted(p.relative_to(out).as_posix() for p in (out / "output").iterdir()) == sorted(OUTPUTS)
-    assert "threshold" in ANALYSIS and (out / "replay.log").is_file()
+    log = (out / "replay.log").read_text()
+    assert "337 input/energy.csv" in log  # the replay read its input (14 days of hours + header)
+    assert "--- python cell 2" in log and all(f"ok      {path}" in log for path in OUTPUTS)
 
 
 def test_rerun_reports_a_missing_input_and_a_foreign_directory(kernel_run: Path, tmp_path: Path) -> None:

@@ -7,14 +7,7 @@ Commands import what they run when they run.
 
 from __future__ import annotations
 
-import typer
-
-app = typer.Typer(
-    name="coderoom",
-    help="Run code-writing LLM agents in a real sandbox; get validated artifacts back.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-)
+from .app import app
 
 
 def _register() -> None:

@@ -15,7 +15,7 @@ from ..errors import JobError, RecordError, UsageError
 from ..export import REPLAY_TIMEOUT
 from ..jobs import parse_input_flag
 from ..record import RECORD_FILE
-from . import app
+from .app import app
 from .errors import reported
 
 console = Console(stderr=True)

@@ -19,7 +19,7 @@ from ..errors import EXIT_SIGINT, JobError, RecordError
 from ..jobs import JOB_FILE, Job, build_job, load_job, parse_input_flag
 from ..record import read_record
 from ..sandboxes import backend_names, get_backend
-from . import app
+from .app import app
 from .errors import reported
 
 console = Console(stderr=True)

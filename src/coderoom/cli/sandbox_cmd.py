@@ -13,7 +13,7 @@ from ..errors import UsageError
 from ..hostile.text import terminal_safe_bytes
 from ..sandboxes import Limits, SandboxSpec, backend_names, default_backend_name, get_backend
 from ..sandboxes.limits import parse_size
-from . import app
+from .app import app
 from .errors import reported
 
 sandbox_app = typer.Typer(help="Run commands in a sandbox and manage sandbox resources.", no_args_is_help=True)
