@@ -68,11 +68,20 @@ def make_venv(base_python: str, where: Path, extra_path: list[str]) -> Path:
     return where / "bin" / "python"
 
 
+def venv_of_this_python(where: Path) -> Path:
+    """A venv made from the interpreter running the tests. When that is itself a venv (pytest
+    run from the README's install), the new venv's base is the base interpreter, which lacks
+    coderoom's dependencies: they come from this venv's site-packages by .pth."""
+    in_venv = sys.prefix != sys.base_prefix
+    extra = [p for p in sys.path if p.endswith("site-packages")] if in_venv else []
+    return make_venv(sys.executable, where, extra)
+
+
 def test_venv_packages_reach_the_sandbox(tmp_path: Path) -> None:
     """The README's install: coderoom in a venv, numpy/pandas/matplotlib in its site-packages."""
     require_backend("local")
     venv = tmp_path / "project" / ".venv"
-    runs = run_in(make_venv(sys.executable, venv, []), ["pandas", "matplotlib", "venv_only_probe"])
+    runs = run_in(venv_of_this_python(venv), ["pandas", "matplotlib", "venv_only_probe"])
     for run in runs:
         assert not any(m.startswith("MISSING") for m in run["mods"].values()), run["mods"]
         assert run["prefix"] == "/opt/coderoom/venv" and run["base"] == "/opt/coderoom/python"
@@ -85,7 +94,7 @@ def test_the_host_venv_folder_is_not_exposed(tmp_path: Path) -> None:
     """Only the venv's site-packages is bound: not its bin/ (activate scripts), not the project."""
     require_backend("local")
     project = tmp_path / "project"
-    python = make_venv(sys.executable, project / ".venv", [])
+    python = venv_of_this_python(project / ".venv")
     (project / "secret.txt").write_text("project file")
     script = (
         "import asyncio\nfrom coderoom.sandboxes import SandboxSpec\nfrom coderoom.sandboxes.session import open_session\n"
