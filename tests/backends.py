@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from coderoom.sandboxes import SandboxSpec, get_backend
+from coderoom.sandboxes import SandboxSpec, backend_names, get_backend
 
-BACKENDS = ["local", "docker"]
+BACKENDS = backend_names()  # every backend coderoom offers: a new one is tested by every suite
 
 
 def require_backend(name: str) -> None:
@@ -18,6 +18,6 @@ def require_backend(name: str) -> None:
     )
     if reason is None:
         return
-    if name == "docker" and os.environ.get("CODEROOM_REQUIRE_DOCKER") != "1":
-        pytest.skip(f"docker backend unavailable: {reason}")
+    if name != "local" and os.environ.get("CODEROOM_REQUIRE_DOCKER") != "1":
+        pytest.skip(f"{name} backend unavailable: {reason}")
     pytest.fail(f"{name} backend unavailable: {reason}")

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from backends import require_backend
 from openai_server import OpenAIServer, call, say
 
 COMMAND = [sys.executable, "-m", "coderoom"]
@@ -76,9 +75,7 @@ def _leftovers(backend: str, host_pid: int | None = None) -> set[str]:
     return folders | set(processes.stdout.splitlines())
 
 
-@pytest.mark.parametrize("backend", ["local", "docker"])
 def test_ctrl_c_closes_the_sandbox_and_leaves_nothing(backend: str, tmp_path: Path) -> None:
-    require_backend(backend)
     env = clean_env(tmp_path)
     before = _leftovers(backend)
     script = [call("exec_command", cmd="sleep 60"), say("never")]

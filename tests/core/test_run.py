@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import tarfile
 from pathlib import Path
 
@@ -16,9 +15,6 @@ from coderoom.jobs import build_job
 from coderoom.models import ResolvedModel
 from coderoom.record import read_record
 from coderoom.run import run_job
-
-BACKEND = os.environ.get("CODEROOM_TEST_BACKEND", "local")
-
 
 def scripted(*steps: list) -> ResolvedModel:
     return ResolvedModel(
@@ -35,7 +31,7 @@ def shell(cmd: str, call_id: str) -> list:
 
 
 @pytest.fixture
-def job(tmp_path: Path):
+def job(tmp_path: Path, backend: str):
     data = tmp_path / "x.csv"
     data.write_text("a,b\n1,2\n3,4\n")
     return build_job(
@@ -44,7 +40,7 @@ def job(tmp_path: Path):
             "prompt": "copy the data",
             "inputs": {"input/x.csv": data},
             "outputs": ["output/copy.csv", "output/note.md"],
-            "sandbox": {"backend": BACKEND},
+            "sandbox": {"backend": backend},
         }
     )
 

@@ -183,9 +183,7 @@ async def test_kernel_environment_holds_no_host_secrets(
     secret = "sk-coderoom-test-secret-0451"
     monkeypatch.setenv("OPENAI_API_KEY", secret)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
-    async with open_session(
-        SandboxSpec(backend=kernel_backend), Manifest(), unconfined_no_isolation=kernel_backend == "unix_local"
-    ) as live:
+    async with open_session(SandboxSpec(backend=kernel_backend), Manifest()) as live:
         if not keeps_processes(live):
             pytest.fail(f"{kernel_backend}: the session cannot keep a process between commands")
         tool = RunPythonTool(live, images=False, timeout=20)
@@ -226,17 +224,30 @@ async def test_capability_binds_to_the_session(session) -> None:
     assert re.search(r"interrupted after 5 s", tool.description)
 
 
-@pytest.mark.parametrize("backend_name", ["local", "docker"])
-async def test_every_coderoom_backend_offers_run_python(backend_name: str) -> None:
-    """Both coderoom backends keep a process between commands, so the model gets the kernel."""
+async def test_the_kernel_runs_on_the_sdks_own_unix_local() -> None:
+    """run_python needs nothing of coderoom's backends: any SDK session that keeps processes."""
     from agents.sandbox import Manifest
 
-    from backends import require_backend
     from coderoom.sandboxes import SandboxSpec
     from coderoom.sandboxes.session import open_session
 
-    require_backend(backend_name)
-    async with open_session(SandboxSpec(backend=backend_name), Manifest()) as live:
+    spec = SandboxSpec(backend="unix_local")
+    async with open_session(spec, Manifest(), unconfined_no_isolation=True) as live:
+        assert keeps_processes(live)
+        tool = RunPythonTool(live, images=False, timeout=20)
+        await tool.run("x = 41")
+        out = await tool.run("x + 1")
+    assert "42" in str(out)
+
+
+async def test_every_coderoom_backend_offers_run_python(backend: str) -> None:
+    """Both coderoom backends keep a process between commands, so the model gets the kernel."""
+    from agents.sandbox import Manifest
+
+    from coderoom.sandboxes import SandboxSpec
+    from coderoom.sandboxes.session import open_session
+
+    async with open_session(SandboxSpec(backend=backend), Manifest()) as live:
         assert keeps_processes(live)
         capability = PythonKernel()
         capability.bind(live)
