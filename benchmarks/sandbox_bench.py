@@ -28,7 +28,8 @@ from typing import Any
 from agents.sandbox import Manifest
 from docs_table import DOCS, machine, write_section
 
-from coderoom.sandboxes import DEFAULT_IMAGE, SandboxSpec, get_backend
+from coderoom.sandboxes import SandboxSpec, get_backend
+from coderoom.sandboxes.docker.options import DEFAULT_IMAGE
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = "## Sandbox backends: start, exec, close"

@@ -81,12 +81,22 @@ class Job(BaseModel):
     @field_validator("sandbox")
     @classmethod
     def _offered_backend(cls, value: SandboxSpec) -> SandboxSpec:
-        """A job names only a backend that isolates: never the unconfined one."""
-        from .sandboxes.registry import backend_names
+        """A job names only a backend that isolates (never the unconfined one), and each
+        `[sandbox.<backend>]` table is valid for that backend."""
+        from .sandboxes.registry import backend_names, get_backend
 
         offered = backend_names()
         if value.backend not in offered:
             raise ValueError(f"sandbox backend {value.backend!r} is not offered; choose one of: {', '.join(offered)}")
+        for name, table in (value.model_extra or {}).items():
+            if name not in offered:
+                raise ValueError(f"sandbox.{name}: unknown key (tables of backend options: {', '.join(offered)})")
+            try:
+                get_backend(name).options_model.model_validate(table)
+            except ValidationError as exc:
+                raise ValueError("; ".join(
+                    f"sandbox.{name}.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()
+                )) from None
         return value
 
     @model_validator(mode="after")

@@ -193,13 +193,14 @@ def test_extra_packages_build_a_cached_image(client: Any) -> None:
     import docker.errors
 
     from coderoom.sandboxes.docker.image import (
+        DEFAULT_IMAGE,
         PACKAGES_LABEL,
         derived_tag,
         ensure_image,
     )
 
-    spec = SandboxSpec(backend="docker", packages=["numpy", " numpy "])
-    tag = derived_tag(client, spec.image, ["numpy"])
+    spec = SandboxSpec(backend="docker", docker={"packages": ["numpy", " numpy "]})
+    tag = derived_tag(client, DEFAULT_IMAGE, ["numpy"])
     try:
         client.images.remove(tag)
     except docker.errors.ImageNotFound:
@@ -214,7 +215,7 @@ def test_extra_packages_build_a_cached_image(client: Any) -> None:
 
 
 async def test_derived_image_runs(client: Any) -> None:
-    spec = SandboxSpec(backend="docker", packages=["numpy"])
+    spec = SandboxSpec(backend="docker", docker={"packages": ["numpy"]})
     async with open_session(spec) as s:
         result = await s.exec("python3 -c 'import numpy; print(1)'")
         assert result.stdout == b"1\n"

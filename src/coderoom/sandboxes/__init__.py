@@ -7,10 +7,9 @@ Importing this package does not import the Agents SDK; `session.open_session` do
 from ..errors import SandboxUnavailable
 from .limits import Limits, parse_size
 from .registry import backend_names, get_backend
-from .spec import DEFAULT_IMAGE, SandboxSpec, default_backend_name
+from .spec import SandboxSpec, default_backend_name
 
 __all__ = [
-    "DEFAULT_IMAGE",
     "Limits",
     "SandboxSpec",
     "SandboxUnavailable",

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from pydantic import BaseModel
+
 from ..errors import EXIT_TIMEOUT
 from .spec import SandboxSpec
 
@@ -34,6 +36,7 @@ class SandboxBackend(Protocol):
     isolates: bool  # False only for the SDK's unconfined backend, kept for comparison
     summary: str  # one line for --help
     leftovers: str  # what `prune` removes, singular: "sandbox container"
+    options_model: type[BaseModel]  # its `[sandbox.<name>]` table
 
     def unavailable_reason(self, spec: SandboxSpec) -> str | None:
         """None when the backend can run here, else a sentence saying why not and what to do."""

@@ -1,14 +1,18 @@
-"""What a job asks of its sandbox: which backend, which runtime, which limits."""
+"""What a job asks of its sandbox: which backend, which limits, and that backend's own options.
+
+Backend-specific settings live in a table named for the backend (`[sandbox.docker]` in a job
+file, `SandboxSpec(docker={...})` in code), validated by that backend's `options_model`: the
+spec itself knows no backend.
+"""
 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from .limits import Limits
-
-DEFAULT_IMAGE = "coderoom-sandbox:latest"
 
 
 def default_backend_name() -> str:
@@ -19,11 +23,12 @@ def default_backend_name() -> str:
 class SandboxSpec(BaseModel):
     """The sandbox of one job. Every backend reads the same spec."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="allow")  # backend tables, checked by `jobs` and the backend
 
     backend: str = Field(default_factory=default_backend_name)
     limits: Limits = Field(default_factory=Limits)
-    image: str = Field(default=DEFAULT_IMAGE, description="docker: the sandbox image")
-    packages: list[str] = Field(
-        default_factory=list, description="docker: extra pip packages, baked into a derived image"
-    )
+
+    def options_for(self, backend: str) -> dict[str, Any]:
+        """The raw `[sandbox.<backend>]` table (empty when the job has none)."""
+        value = (self.model_extra or {}).get(backend, {})
+        return value.model_dump() if isinstance(value, BaseModel) else dict(value)

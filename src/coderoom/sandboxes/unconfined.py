@@ -6,12 +6,14 @@ from typing import Any
 
 from agents.sandbox.sandboxes.unix_local import UnixLocalSandboxClient
 
+from .local import LocalOptions
 from .spec import SandboxSpec
 
 
 class UnconfinedBackend:
     name = "unix_local"
     leftovers = "session folder"
+    options_model = LocalOptions
     isolates = False
     summary = "NO ISOLATION: the SDK's unix_local runs code on the host, for comparison only"
 

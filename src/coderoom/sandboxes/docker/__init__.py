@@ -15,11 +15,13 @@ from typing import Any
 from ..base import Progress
 from ..spec import SandboxSpec
 from .labels import LABEL
+from .options import DockerOptions
 
 
 class DockerBackend:
     name = "docker"
     leftovers = "sandbox container"
+    options_model = DockerOptions
     isolates = True
     summary = "a hardened container (non-root, read-only, no capabilities, no network); needs a Docker engine"
 

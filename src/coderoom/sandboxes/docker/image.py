@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import ImageBuildError
-from ..spec import DEFAULT_IMAGE, SandboxSpec
+from ..spec import SandboxSpec
+from .options import DEFAULT_IMAGE, docker_options
 
 IMAGE_DIR = Path(__file__).with_name("inside")
 DEFAULT_BASE_IMAGE = "python:3.12-slim"
@@ -124,17 +125,18 @@ def build_with_packages(
 def ensure_image(spec: SandboxSpec, progress: Progress | None = None) -> str:
     """The image a job's sandbox runs: built on first use if it is the default image, with the
     job's extra packages baked in. Returns its tag."""
+    options = docker_options(spec)
     client = docker_client()
-    if not image_exists(client, spec.image):
-        if spec.image != DEFAULT_IMAGE:
+    if not image_exists(client, options.image):
+        if options.image != DEFAULT_IMAGE:
             raise ImageBuildError(
-                f"Docker image {spec.image!r} not found; build it with "
-                f"`coderoom image build --tag {spec.image}` or pull it"
+                f"Docker image {options.image!r} not found; build it with "
+                f"`coderoom image build --tag {options.image}` or pull it"
             )
         if progress:
-            progress(f"building the sandbox image {spec.image} (first use)")
-        build_image(client, tag=spec.image, progress=progress)
-    return build_with_packages(client, spec.image, spec.packages, progress=progress)
+            progress(f"building the sandbox image {options.image} (first use)")
+        build_image(client, tag=options.image, progress=progress)
+    return build_with_packages(client, options.image, options.packages, progress=progress)
 
 
 def _build(

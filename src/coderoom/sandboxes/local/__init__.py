@@ -12,14 +12,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from ..base import Progress
 from ..spec import SandboxSpec
 from . import bwrap
 
 
+class LocalOptions(BaseModel):
+    """`[sandbox.local]`: nothing yet; the local sandbox runs the host's own Python."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 class LocalBackend:
     name = "local"
     leftovers = "session folder"
+    options_model = LocalOptions
     isolates = True
     summary = "bubblewrap namespaces, seccomp and limits on this machine; no daemon (the default on Linux)"
 
