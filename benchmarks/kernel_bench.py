@@ -21,7 +21,7 @@ from pathlib import Path
 from agents.sandbox import Manifest
 from docs_table import DOCS, machine, write_section
 
-from coderoom.sandboxes import SandboxSpec, get_backend
+from coderoom.sandboxes import SandboxSpec, backend_names, get_backend
 from coderoom.sandboxes.session import open_session
 from coderoom.tools.python_kernel import RunPythonTool, keeps_processes
 from coderoom.workspace import stage_inputs
@@ -92,12 +92,12 @@ async def measure(backend: str, warm_runs: int, fresh_runs: int) -> list[str] | 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", action="append", help="default: unix_local, local, docker")
+    parser.add_argument("--backend", action="append", help="default: every offered backend, and unix_local")
     parser.add_argument("--warm-runs", type=int, default=100)
     parser.add_argument("--fresh-runs", type=int, default=20)
     parser.add_argument("--write-docs", action="store_true", help=f"update the section in {DOCS}")
     args = parser.parse_args()
-    backends = args.backend or ["unix_local", "local", "docker"]
+    backends = args.backend or ["unix_local", *backend_names()]
     table = ["| backend | step | runs | p50 ms | p95 ms |", "|---|---|---|---|---|"]
     notes = []
     for backend in backends:

@@ -28,7 +28,7 @@ from typing import Any
 from agents.sandbox import Manifest
 from docs_table import DOCS, machine, write_section
 
-from coderoom.sandboxes import SandboxSpec, get_backend
+from coderoom.sandboxes import SandboxSpec, backend_names, get_backend
 from coderoom.sandboxes.docker.options import DEFAULT_IMAGE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,11 +62,11 @@ def _sdk_docker() -> tuple[Any, Any] | None:
     return DockerSandboxClient(engine), DockerSandboxClientOptions(image=DEFAULT_IMAGE, network_mode="none")
 
 
+# every backend coderoom offers, beside the SDK's own two as baselines
 BACKENDS: list[tuple[str, ClientFactory]] = [
-    ("coderoom local (bwrap)", _coderoom("local")),
+    *((f"coderoom {name}", _coderoom(name)) for name in backend_names()),
     ("SDK unix_local (no isolation)", _coderoom("unix_local")),
     ("SDK docker", _sdk_docker),
-    ("coderoom docker", _coderoom("docker")),
 ]
 
 

@@ -20,11 +20,12 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from coderoom.sandboxes import SandboxSpec, get_backend
+from coderoom.sandboxes import SandboxSpec, backend_names, get_backend
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "security.md"
-BACKENDS = [("coderoom local", "local"), ("SDK unix_local", "unix_local"), ("coderoom docker", "docker")]
+# every backend coderoom offers, and the SDK's unconfined one as the baseline that must leak
+BACKENDS = [(f"coderoom {name}", name) for name in backend_names()] + [("SDK unix_local", "unix_local")]
 
 
 def _load_probes():  # the tests' module, by path: one definition of the probes
