@@ -10,7 +10,8 @@ from typing import IO
 import typer
 
 from ..errors import UsageError
-from ..hostile.text import terminal_safe_bytes
+from ..hostile.planted import HOOK_REASON
+from ..hostile.text import terminal_safe, terminal_safe_bytes
 from ..sandboxes import Limits, SandboxSpec, backend_names, default_backend_name, get_backend
 from ..sandboxes.limits import parse_size
 from . import app
@@ -27,6 +28,9 @@ def run(
     workspace: Path | None = typer.Option(
         None, file_okay=False, exists=True, help="copy DIR in, and the workspace back out"
     ),
+    copy_back_all: bool = typer.Option(
+        False, help="also copy back VCS, shell and editor hook files (.git/, .envrc, ...): they can run code on this host"
+    ),
     network: bool = typer.Option(False, help="allow network access"),
     memory: str | None = typer.Option(None, help="memory limit, e.g. 512M"),
     timeout: float | None = typer.Option(None, help="wall-clock seconds"),
@@ -38,12 +42,14 @@ def run(
         get_backend(spec.backend).prepare(spec, lambda line: typer.echo(f"coderoom: {line}", err=True))
         from ..sandboxes.oneshot import run_once
 
-        result = asyncio.run(run_once(spec, command, workspace))
+        result = asyncio.run(run_once(spec, command, workspace, copy_back_all=copy_back_all))
     _write(sys.stdout.buffer, result.stdout)
     _write(sys.stderr.buffer, result.stderr)
     if result.copied_out is not None:
         for name, reason in result.copied_out.refused:
-            typer.echo(f"coderoom: not copied out: {name!r}: {reason}", err=True)
+            sys.stderr.write(terminal_safe(f"coderoom: not copied out: {name!r}: {reason}") + "\n")
+        if any(reason == HOOK_REASON for _, reason in result.copied_out.refused):
+            sys.stderr.write("coderoom: --copy-back-all copies hook files too\n")
     raise typer.Exit(result.exit_code)
 
 
