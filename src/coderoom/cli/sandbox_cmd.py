@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import typer
 
 from ..errors import UsageError
 from ..hostile.planted import HOOK_REASON
 from ..hostile.text import terminal_safe, terminal_safe_bytes
-from ..sandboxes import Limits, SandboxSpec, backend_names, default_backend_name, get_backend
-from ..sandboxes.limits import parse_size
+from ..sandboxes import backend_names, default_backend_name, get_backend
 from . import app
 from .errors import reported
+
+if TYPE_CHECKING:
+    from ..sandboxes.spec import SandboxSpec
 
 sandbox_app = typer.Typer(help="Run commands in a sandbox and manage sandbox resources.", no_args_is_help=True)
 app.add_typer(sandbox_app, name="sandbox")
@@ -40,6 +41,8 @@ def run(
     with reported():
         spec = _spec(sandbox, network=network, memory=memory, timeout=timeout, pids=pids)
         get_backend(spec.backend).prepare(spec, lambda line: typer.echo(f"coderoom: {line}", err=True))
+        import asyncio
+
         from ..sandboxes.oneshot import run_once
 
         result = asyncio.run(run_once(spec, command, workspace, copy_back_all=copy_back_all))
@@ -54,6 +57,8 @@ def run(
 
 
 def _spec(backend: str, *, network: bool, memory: str | None, timeout: float | None, pids: int | None) -> SandboxSpec:
+    from ..sandboxes import Limits, SandboxSpec, parse_size
+
     overrides: dict[str, object] = {"network": network}
     try:
         if memory is not None:
@@ -80,6 +85,8 @@ def _write(stream: IO[bytes], data: bytes) -> None:
 @sandbox_app.command("prune")
 def prune() -> None:
     """Remove the sandbox resources crashed sessions left behind, for every backend that runs here."""
+    from ..sandboxes import SandboxSpec
+
     with reported():
         for name in backend_names():
             backend = get_backend(name)

@@ -11,12 +11,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..errors import EXIT_TIMEOUT
-from .spec import SandboxSpec
 
-if TYPE_CHECKING:  # the SDK is imported only by the code that opens sessions
+if TYPE_CHECKING:  # the SDK only where sessions open; pydantic (the spec) not for --help
     from agents.sandbox.session.sandbox_client import BaseSandboxClient
 
     from .core import Sandbox
+    from .spec import SandboxSpec
 
 Progress = Callable[[str], None]
 

@@ -2,18 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-
 from pydantic import BaseModel, ConfigDict, Field
 
 from .limits import Limits
-
-DEFAULT_IMAGE = "coderoom-sandbox:latest"
-
-
-def default_backend_name() -> str:
-    """`local` (bubblewrap) on Linux; elsewhere Docker is the only real boundary we ship."""
-    return "local" if sys.platform.startswith("linux") else "docker"
+from .registry import DEFAULT_IMAGE, default_backend_name
 
 
 class SandboxSpec(BaseModel):

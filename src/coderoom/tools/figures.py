@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 FIGURES_LINE = "figures: "
-_FIGURE_PATH = re.compile(r"^\.coderoom/figures/cell-\d+-\d+\.png$")
+FIGURE_PATH = re.compile(r"^\.coderoom/figures/cell-\d+-\d+\.png$")
 
 
 def figure_paths(text: str) -> list[str]:
@@ -18,4 +18,4 @@ def figure_paths(text: str) -> list[str]:
     if not last.startswith(FIGURES_LINE):
         return []
     paths = [p.strip() for p in last[len(FIGURES_LINE) :].split(",")]
-    return [p for p in paths if _FIGURE_PATH.match(p)]
+    return [p for p in paths if FIGURE_PATH.match(p)]

@@ -28,7 +28,7 @@ from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
 from agents.tool import FunctionTool, Tool, ToolOutputImage, ToolOutputText
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .figures import FIGURES_LINE
+from .figures import FIGURE_PATH, FIGURES_LINE
 from .inside import kernel_server
 
 TOOL_NAME = "run_python"
@@ -151,7 +151,7 @@ class CellResult:
 
     @property
     def figures(self) -> list[Figure]:
-        return [f for f in self.reply.figures if _FIGURE_PATH.match(f.path)]
+        return [f for f in self.reply.figures if FIGURE_PATH.match(f.path)]
 
 
 @dataclass

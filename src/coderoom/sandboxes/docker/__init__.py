@@ -10,11 +10,13 @@ package so the registry can say why the backend is unavailable.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..base import Progress
-from ..spec import SandboxSpec
 from .labels import LABEL
+
+if TYPE_CHECKING:  # pydantic is not imported for --help
+    from ..spec import SandboxSpec
 
 
 class DockerBackend:

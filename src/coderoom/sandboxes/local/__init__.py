@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import SandboxUnavailable
 from ..base import Progress
-from ..spec import SandboxSpec
-from . import bwrap
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # bwrap, pydantic and the sandbox load when a sandbox is asked for
+    from ..spec import SandboxSpec
+    from . import bwrap
     from .sandbox import LocalSandbox
 
 
@@ -31,6 +31,8 @@ class LocalBackend:
     summary = "bubblewrap namespaces, seccomp and limits on this machine; no daemon (the default on Linux)"
 
     def unavailable_reason(self, spec: SandboxSpec) -> str | None:
+        from . import bwrap
+
         return bwrap.probe()[1]
 
     def prepare(self, spec: SandboxSpec, progress: Progress) -> None:
@@ -60,6 +62,8 @@ class LocalBackend:
 
 
 def _bubblewrap() -> bwrap.Bwrap:
+    from . import bwrap
+
     bw, reason = bwrap.probe()
     if bw is None:  # fail closed: never run unsandboxed
         raise SandboxUnavailable(reason or "bubblewrap is unavailable")
