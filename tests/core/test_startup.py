@@ -44,18 +44,15 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     job = build_job({"name": "startup", "prompt": "count", "outputs": ["output/n.txt"], "model": "offline"})
     recorder = Recorder(folder)
     recorder.emit("run_start", job=job.model_dump(mode="json"), model="scripted", coderoom_version="test")
-    shell = {"cmd": "mkdir -p output && echo 3 > output/n.txt"}
-    recorder.emit("tool_start", call_id="c1", name="exec_command", arguments=shell)
-    recorder.emit(
-        "tool_result", call_id="c1", name="exec_command", arguments=shell,
-        output="Chunk ID: a\nWall time: 0.01 s\nProcess exited with code 0\nOutput:\n", images=[], duration_s=0.01,
-    )  # fmt: skip
-    cell = {"code": "1 + 2"}
-    recorder.emit("tool_start", call_id="c2", name="run_python", arguments=cell)
-    recorder.emit(
-        "tool_result", call_id="c2", name="run_python", arguments=cell,
-        output="[cell 1: ok]\n3", images=[], duration_s=0.01,
-    )  # fmt: skip
+    steps = [
+        ("exec_command", {"cmd": "mkdir -p output && echo 3 > output/n.txt"},
+         "Chunk ID: a\nWall time: 0.01 s\nProcess exited with code 0\nOutput:\n"),
+        ("run_python", {"code": "1 + 2"}, "[cell 1: ok]\n3"),
+    ]  # fmt: skip
+    for number, (tool, arguments, output) in enumerate(steps):
+        recorder.emit("tool_start", call_id=f"c{number}", name=tool, arguments=arguments)
+        recorder.emit("tool_result", call_id=f"c{number}", name=tool, arguments=arguments, output=output,
+                      images=[], duration_s=0.01)  # fmt: skip
     recorder.emit(
         "run_end", status="ok", final_output="3", error=None, outputs=[], usage={}, duration_s=0.1
     )
