@@ -29,7 +29,7 @@ from agents.sandbox import Manifest
 from docs_table import DOCS, machine, write_section
 
 from coderoom.sandboxes import SandboxSpec, backend_names, get_backend
-from coderoom.sandboxes.docker.options import DEFAULT_IMAGE
+from coderoom.sandboxes.docker.labels import DEFAULT_IMAGE
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = "## Sandbox backends: start, exec, close"

@@ -92,7 +92,7 @@ class Job(BaseModel):
             if name not in offered:
                 raise ValueError(f"sandbox.{name}: unknown key (tables of backend options: {', '.join(offered)})")
             try:
-                get_backend(name).options_model.model_validate(table)
+                get_backend(name).options_model().model_validate(table)
             except ValidationError as exc:
                 raise ValueError("; ".join(
                     f"sandbox.{name}.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()

@@ -3,7 +3,8 @@ upward imports, backends that stand alone, and programs that run inside a sandbo
 nothing but the standard library.
 
 Imports are read from the source (every `import`, also those inside functions), so a lazy
-import that closes a loop or reaches upward fails here too.
+import that closes a loop or reaches upward fails here too; only `if TYPE_CHECKING:` blocks are
+left out, since they never run.
 """
 
 from __future__ import annotations
@@ -27,12 +28,25 @@ def module_name(path: Path) -> str:
 MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
+def runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node of `tree` except what sits under `if TYPE_CHECKING:`."""
+    nodes, stack = [], [tree]
+    while stack:
+        node = stack.pop()
+        nodes.append(node)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            stack.extend(node.orelse)
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+    return nodes
+
+
 def imported_modules(name: str) -> set[str]:
     """Every module of ours, and every top-level external module, that `name` imports."""
     path = MODULES[name]
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in runtime_nodes(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):

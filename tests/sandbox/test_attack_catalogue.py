@@ -286,6 +286,37 @@ def test_ses04_sandbox_dies_with_its_harness(backend: str, harness_tmpdir: Path)
     assert host_processes_with(marker) == []
 
 
+PLANT_HOOKS = (
+    "mkdir -p .git sub/.GIT && printf '[core]\\n\\tfsmonitor = \"touch /tmp/PWNED; false\"\\n' > .git/config"
+    " && cp .git/config sub/.GIT/config && echo 'echo pwned' > .envrc && echo 'import os' > evil.pth"
+    " && echo made > result.txt"
+)
+
+
+@pytest.mark.parametrize("copy_back_all", [False, True], ids=["default", "copy-back-all"])
+def test_art10_copy_back_leaves_out_hooks_the_sandbox_planted(backend: str, tmp_path: Path, copy_back_all: bool) -> None:
+    """`sandbox run --workspace` writes what the sandbox chose into a host folder: a `.git/config`
+    with core.fsmonitor would run on the next host `git status`, an `.envrc` on the next `cd`."""
+    flag = ["--copy-back-all"] if copy_back_all else []
+    done = subprocess.run(
+        [sys.executable, "-m", "coderoom", "sandbox", "run", "--sandbox", backend, "--workspace", str(tmp_path),
+         *flag, "--", "sh", "-c", PLANT_HOOKS],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "result.txt").read_text() == "made\n"  # ordinary output still comes back
+    planted = [".git/config", "sub/.GIT/config", ".envrc", "evil.pth"]
+    if copy_back_all:
+        assert all((tmp_path / name).is_file() for name in planted)
+        assert "not copied out" not in done.stderr
+    else:
+        assert [name for name in planted if (tmp_path / name).exists()] == []
+        assert not (tmp_path / ".git").exists() and not (tmp_path / "sub" / ".GIT").exists()
+        skipped = [line for line in done.stderr.splitlines() if line.startswith("coderoom: not copied out:")]
+        assert sorted(line.split("'")[1] for line in skipped) == [".envrc", ".git", "evil.pth", "sub/.GIT"]
+        assert "--copy-back-all" in done.stderr
+
+
 def test_ses05_fails_closed_without_bubblewrap(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Local only: no working bwrap means a clear refusal, never an unsandboxed run."""
     from coderoom.sandboxes import local

@@ -25,7 +25,7 @@ def _local() -> None:
 
 
 def inner(session):  # type: ignore[no-untyped-def]
-    return session._inner
+    return session._inner.sandbox  # the LocalSandbox under the SDK adapter
 
 
 async def running(session, marker: str) -> asyncio.Future:  # type: ignore[no-untyped-def]

@@ -14,12 +14,12 @@ from agents.tool import ToolOutputImage, ToolOutputText
 from kernel_fixtures import kernel_backend, quick_tool, session, tool  # noqa: F401 (fixtures)
 from PIL import Image
 
+from coderoom.tools.figures import figure_paths
 from coderoom.tools.inside import kernel_server
 from coderoom.tools.python_kernel import (
     LOST,
     PythonKernel,
     RunPythonTool,
-    figure_paths,
     keeps_processes,
 )
 

@@ -3,7 +3,6 @@ on the same or new inputs in a fresh sandbox)."""
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -13,7 +12,6 @@ from rich.console import Console
 
 from ..errors import JobError, RecordError, UsageError
 from ..export import REPLAY_TIMEOUT
-from ..jobs import parse_input_flag
 from ..record import RECORD_FILE
 from .app import app
 from .errors import reported
@@ -61,6 +59,10 @@ def rerun(
 ) -> None:
     """Redo a run's analysis without a model, in a fresh sandbox, on the same or new inputs."""
     with reported():
+        import asyncio
+
+        from ..jobs import parse_input_flag
+
         run_dir = _run_dir(run_dir)
         inputs = dict(parse_input_flag(flag) for flag in input or [])
         for workspace_path, host_path in inputs.items():

@@ -2,25 +2,24 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import time
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.console import Console
-from rich.markdown import Markdown
 from rich.panel import Panel
-from rich.table import Table
 
 from ..errors import EXIT_SIGINT, JobError, RecordError
-from ..jobs import JOB_FILE, Job, build_job, load_job, parse_input_flag
 from ..record import read_record
 from ..sandboxes import backend_names, get_backend
 from .app import app
 from .errors import reported
+
+if TYPE_CHECKING:  # pydantic (jobs) and rich.markdown load when a command needs them
+    from ..jobs import Job
 
 console = Console(stderr=True)
 out = Console()
@@ -82,6 +81,8 @@ def _job_from_flags(
     inputs: list[str],
     outputs: list[str],
 ) -> Job:
+    from ..jobs import JOB_FILE, build_job, load_job, parse_input_flag
+
     path = Path(target) if target else None
     if path is not None and (path.is_dir() or (path.suffix == ".toml" and path.exists())):
         job = load_job(path)
@@ -107,6 +108,8 @@ def _job_from_flags(
 
 
 def _apply_overrides(job: Job, **overrides: Any) -> Job:
+    from ..jobs import build_job
+
     data = job.model_dump()
     sandbox, limits = data["sandbox"], data["sandbox"]["limits"]
     for key, value in overrides.items():
@@ -136,6 +139,8 @@ def run(
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="where to save outputs and the record")] = None,
 ) -> None:
     """Run a job: the agent writes and runs code in a sandbox; validated artifacts come back."""
+    import asyncio
+
     from ..run import default_run_dir, run_job
 
     with reported():
@@ -162,6 +167,9 @@ def run(
 
 
 def _print_summary(checks: list[Any], final_output: str, run_dir: Path) -> None:
+    from rich.markdown import Markdown
+    from rich.table import Table
+
     table = Table(title=f"artifacts in {run_dir}", title_justify="left")
     table.add_column("path")
     table.add_column("size", justify="right")
@@ -189,6 +197,8 @@ def show(run_dir: Annotated[Path, typer.Argument(help="a run folder (holds run.j
 
 
 def _show_event(event: dict[str, Any]) -> None:
+    from rich.markdown import Markdown
+
     kind, stamp = event["type"], f"[dim]{event['t']:7.2f}s[/]"
     if kind == "run_start":
         job = event["job"]

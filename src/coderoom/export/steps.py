@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from ..errors import RecordError
 from ..record import read_record
-from ..tools.python_kernel import FIGURES_LINE, figure_paths
+from ..tools.figures import FIGURES_LINE, figure_paths
 
 WORKSPACE_ARCHIVE = "workspace.tar"
 MAX_IMAGE_BYTES = 10 * 1024 * 1024

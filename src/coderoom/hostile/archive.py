@@ -13,7 +13,7 @@ import os
 import stat
 import tarfile
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO
@@ -30,6 +30,7 @@ class ExtractReport:
     extracted: list[str] = field(default_factory=list)
     refused: list[tuple[str, str]] = field(default_factory=list)
     bytes_written: int = 0
+    refused_dirs: set[str] = field(default_factory=set, repr=False)  # by `refuse`: contents not listed
 
 
 def _write_member(root_fd: int, rel: PurePosixPath, source: IO[bytes], budget: int) -> int:
@@ -59,12 +60,15 @@ def safe_extract_tar(
     members: Iterable[str] | None = None,
     max_files: int = MAX_FILES,
     max_bytes: int = MAX_BYTES,
+    refuse: Callable[[PurePosixPath], str | None] | None = None,
 ) -> ExtractReport:
     """Extract regular files and directories from a workspace tar into `dest`.
 
     `members`, when given, limits extraction to those workspace-relative paths (and the
-    contents of those directories). Anything else that is unsafe is skipped and listed in
-    `report.refused` with the reason; nothing is ever written outside `dest`.
+    contents of those directories). `refuse`, when given, is asked about every name: a reason
+    skips it (a directory with everything beneath it, listed once). Anything else that is
+    unsafe is skipped and listed in `report.refused` with the reason; nothing is ever written
+    outside `dest`.
     """
     wanted = {str(safe_relative_path(m)) for m in members} if members is not None else None
     dest.mkdir(parents=True, exist_ok=True)
@@ -78,7 +82,7 @@ def safe_extract_tar(
     try:
         with tar:
             for member in tar:
-                _extract_one(tar, member, root_fd, wanted, report, max_files, max_bytes)
+                _extract_one(tar, member, root_fd, wanted, refuse, report, max_files, max_bytes)
     finally:
         os.close(root_fd)
     return report
@@ -89,6 +93,7 @@ def _extract_one(
     member: tarfile.TarInfo,
     root_fd: int,
     wanted: set[str] | None,
+    refuse: Callable[[PurePosixPath], str | None] | None,
     report: ExtractReport,
     max_files: int,
     max_bytes: int,
@@ -102,6 +107,12 @@ def _extract_one(
         return
     name = str(rel)
     if wanted is not None and not any(name == w or name.startswith(w + "/") for w in wanted):
+        return
+    if refuse is not None and (reason := refuse(rel)) is not None:
+        if not any(str(parent) in report.refused_dirs for parent in rel.parents):
+            report.refused.append((name, reason))
+        if member.isdir():
+            report.refused_dirs.add(name)
         return
     if member.isdir():
         try:

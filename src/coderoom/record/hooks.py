@@ -53,7 +53,7 @@ def tool_output_text(result: object) -> tuple[str, list[str]]:
     """The text a tool result gave the model, and the workspace paths of the figures it listed."""
     from agents.tool import ToolOutputImage, ToolOutputText
 
-    from ..tools.python_kernel import figure_paths
+    from ..tools.figures import figure_paths
 
     parts = result if isinstance(result, list) else [result]
     text = "\n".join(

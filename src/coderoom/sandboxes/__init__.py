@@ -1,13 +1,24 @@
 """Execution environments: one sub-package per backend (`local/`, `docker/`) behind `base`'s
 protocol, found by name through `registry`.
 
-Importing this package does not import the Agents SDK; `session.open_session` does.
+Importing this package imports neither the Agents SDK (`session.open_session` does) nor
+pydantic: `Limits`, `SandboxSpec` and `parse_size` load on first use, so `coderoom --help`
+and usage errors stay fast.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ..errors import SandboxUnavailable
-from .limits import Limits, parse_size
-from .registry import backend_names, get_backend
-from .spec import SandboxSpec, default_backend_name
+from .registry import backend_names, default_backend_name, get_backend
+
+if TYPE_CHECKING:
+    from .limits import Limits, parse_size
+    from .spec import SandboxSpec
+
+_LAZY = {"Limits": ".limits", "parse_size": ".limits", "SandboxSpec": ".spec"}
 
 __all__ = [
     "Limits",
@@ -18,3 +29,9 @@ __all__ = [
     "get_backend",
     "parse_size",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_LAZY[name], __name__), name)

@@ -10,15 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from pydantic import BaseModel
-
 from ..errors import EXIT_TIMEOUT
-from .spec import SandboxSpec
 
-if TYPE_CHECKING:  # the SDK is imported only by the code that opens sessions
+if TYPE_CHECKING:  # the SDK only where sessions open; pydantic (the spec) not for --help
+    from pydantic import BaseModel
     from agents.sandbox.session.sandbox_client import BaseSandboxClient
 
     from .core import Sandbox
+    from .spec import SandboxSpec
 
 Progress = Callable[[str], None]
 
@@ -36,7 +35,9 @@ class SandboxBackend(Protocol):
     isolates: bool  # False only for the SDK's unconfined backend, kept for comparison
     summary: str  # one line for --help
     leftovers: str  # what `prune` removes, singular: "sandbox container"
-    options_model: type[BaseModel]  # its `[sandbox.<name>]` table
+
+    def options_model(self) -> type[BaseModel]:
+        """The pydantic model of its `[sandbox.<name>]` table (loaded on use: --help stays fast)."""
 
     def unavailable_reason(self, spec: SandboxSpec) -> str | None:
         """None when the backend can run here, else a sentence saying why not and what to do."""

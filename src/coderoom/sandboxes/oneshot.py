@@ -1,11 +1,14 @@
 """Run one command in a fresh sandbox of any backend: `coderoom sandbox run`.
 
-How a backend reports why a command ended: see `base.EXIT_TIMEOUT` and `base.EXIT_KILLED`.
+It goes through the SDK-free core (`backend.start(spec)`, see `core`), so it never imports the
+Agents SDK. How a backend reports why a command ended: see `base.EXIT_TIMEOUT` and
+`base.EXIT_KILLED`.
 
-With `workspace`, the directory's files are copied in (`hydrate_workspace`, so symlinks and
-special files in it are not) and the workspace is copied back out afterwards with
-`safe_extract_tar` (regular files and directories only; files deleted inside are not deleted
-outside).
+With `workspace`, the directory's files are copied in (`hydrate`, so symlinks and special files
+in it are not) and the workspace is copied back out afterwards with `safe_extract_tar`
+(regular files and directories only; files deleted inside are not deleted outside). What the
+sandbox wrote is hostile: names in `hostile.planted.HOST_HOOKS` (`.git/`, `.envrc`, shell
+start-up files...) are not copied back unless `copy_back_all`, and are listed in the report.
 """
 
 from __future__ import annotations
@@ -14,9 +17,11 @@ import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import SandboxUnavailable
 from ..hostile.archive import ExtractReport, archive, safe_extract_tar
+from ..hostile.planted import host_hook
 from .base import EXIT_TIMEOUT
-from .session import open_session
+from .registry import get_backend
 from .spec import SandboxSpec
 
 
@@ -32,23 +37,26 @@ class OneShotResult:
         return self.exit_code == EXIT_TIMEOUT
 
 
-async def run_once(spec: SandboxSpec, argv: list[str], workspace: Path | None) -> OneShotResult:
+async def run_once(
+    spec: SandboxSpec, argv: list[str], workspace: Path | None, *, copy_back_all: bool = False
+) -> OneShotResult:
     """Run `argv` (no shell) in a new sandbox with `spec`; copy `workspace` in and back out."""
-    async with open_session(spec) as session:
+    backend = get_backend(spec.backend)
+    reason = backend.unavailable_reason(spec)
+    if reason is not None:
+        raise SandboxUnavailable(reason)
+    limit = spec.limits.workspace_size
+    sandbox = await backend.start(spec)
+    try:
         if workspace is not None:
-            tar = await asyncio.to_thread(
-                archive, workspace, skip=set(), max_bytes=spec.limits.workspace_size
-            )
-            with tar:
-                await session.hydrate_workspace(tar)
-        result = await session.exec(*argv, shell=False)
+            with await asyncio.to_thread(archive, workspace, skip=set(), max_bytes=limit) as tar:
+                await sandbox.hydrate(tar)
+        result = await sandbox.exec(argv)
         report = None
         if workspace is not None:
-            out = await session.persist_workspace()
-            try:
-                report = await asyncio.to_thread(
-                    safe_extract_tar, out, workspace, max_bytes=spec.limits.workspace_size  # type: ignore[arg-type]
-                )
-            finally:
-                out.close()
+            with await sandbox.archive() as out:
+                refuse = None if copy_back_all else host_hook
+                report = await asyncio.to_thread(safe_extract_tar, out, workspace, max_bytes=limit, refuse=refuse)
+    finally:
+        await asyncio.shield(sandbox.close())
     return OneShotResult(result.exit_code, result.stdout, result.stderr, report)

@@ -7,17 +7,12 @@ spec itself knows no backend.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from .limits import Limits
-
-
-def default_backend_name() -> str:
-    """`local` (bubblewrap) on Linux; elsewhere Docker is the only real boundary we ship."""
-    return "local" if sys.platform.startswith("linux") else "docker"
+from .registry import default_backend_name
 
 
 class SandboxSpec(BaseModel):

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel
+
 from agents.sandbox.sandboxes.unix_local import UnixLocalSandboxClient
 
-from .local import LocalOptions
 from .spec import SandboxSpec
 
 
 class UnconfinedBackend:
     name = "unix_local"
     leftovers = "session folder"
-    options_model = LocalOptions
     isolates = False
     summary = "NO ISOLATION: the SDK's unix_local runs code on the host, for comparison only"
 
@@ -22,6 +22,11 @@ class UnconfinedBackend:
 
     def client(self, spec: SandboxSpec) -> tuple[UnixLocalSandboxClient, Any]:
         return UnixLocalSandboxClient(), None
+
+    def options_model(self) -> type[BaseModel]:
+        from .local.options import LocalOptions
+
+        return LocalOptions
 
     def prepare(self, spec: SandboxSpec, progress: Any) -> None:
         """Nothing to prepare."""

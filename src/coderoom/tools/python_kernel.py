@@ -5,7 +5,7 @@ The kernel (`kernel_server.py`) runs inside the sandbox and is reached only thro
 API, so it works the same on every backend. The tool result is text (stdout, stderr, the last
 value, the traceback, what happened to the kernel) plus one image per matplotlib figure when the
 model accepts images. Its last line, `figures: a.png, b.png`, lists the saved figures for the run
-record: read it with `figure_paths`.
+record: read it with `figures.figure_paths`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import base64
 import io
 import json
 import os
-import re
 import weakref
 from dataclasses import dataclass, field
 from importlib.resources import files
@@ -29,6 +28,7 @@ from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
 from agents.tool import FunctionTool, Tool, ToolOutputImage, ToolOutputText
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .figures import FIGURE_PATH, FIGURES_LINE
 from .inside import kernel_server
 
 TOOL_NAME = "run_python"
@@ -37,8 +37,6 @@ MAX_CODE_BYTES = 4 * 1024 * 1024
 MAX_ARGV_PAYLOAD = 100_000  # bytes; Linux allows 128 KiB per argument, larger requests go by file
 MAX_IMAGE_BYTES = 5 * 1024 * 1024
 START_WAIT_S = 30.0
-FIGURES_LINE = "figures: "
-_FIGURE_PATH = re.compile(r"^\.coderoom/figures/cell-\d+-\d+\.png$")
 
 # One bash process per cell: ~2 ms, where `python3 -c` to relay would cost ~12 ms. After the ack
 # the client reads through a read-only descriptor, so the supervisor's death shows as EOF at once.
@@ -106,15 +104,6 @@ def keeps_processes(session: BaseSandboxSession) -> bool:
     return type(inner).pty_exec_start is not BaseSandboxSession.pty_exec_start
 
 
-def figure_paths(text: str) -> list[str]:
-    """Workspace paths of the figures a `run_python` result listed in its final line."""
-    last = text.rstrip("\n").rpartition("\n")[2]
-    if not last.startswith(FIGURES_LINE):
-        return []
-    paths = [p.strip() for p in last[len(FIGURES_LINE) :].split(",")]
-    return [p for p in paths if _FIGURE_PATH.match(p)]
-
-
 class RunPythonArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
     code: str = Field(description="Python source to run in the kernel.")
@@ -162,7 +151,7 @@ class CellResult:
 
     @property
     def figures(self) -> list[Figure]:
-        return [f for f in self.reply.figures if _FIGURE_PATH.match(f.path)]
+        return [f for f in self.reply.figures if FIGURE_PATH.match(f.path)]
 
 
 @dataclass

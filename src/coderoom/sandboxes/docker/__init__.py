@@ -10,18 +10,20 @@ package so the registry can say why the backend is unavailable.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..base import Progress
-from ..spec import SandboxSpec
 from .labels import LABEL
-from .options import DockerOptions
+
+if TYPE_CHECKING:  # pydantic is not imported for --help
+    from pydantic import BaseModel
+
+    from ..spec import SandboxSpec
 
 
 class DockerBackend:
     name = "docker"
     leftovers = "sandbox container"
-    options_model = DockerOptions
     isolates = True
     summary = "a hardened container (non-root, read-only, no capabilities, no network); needs a Docker engine"
 
@@ -42,6 +44,11 @@ class DockerBackend:
                 "(or Docker Desktop), or point DOCKER_HOST at a running engine"
             )
         return None
+
+    def options_model(self) -> type[BaseModel]:
+        from .options import DockerOptions
+
+        return DockerOptions
 
     def prepare(self, spec: SandboxSpec, progress: Progress) -> None:
         """Build the sandbox image (and the job's derived image) if missing, with progress."""

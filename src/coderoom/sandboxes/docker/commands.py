@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from .options import DEFAULT_IMAGE
+from .labels import DEFAULT_IMAGE
 
 image_app = typer.Typer(name="image", help="The Docker sandbox image.", no_args_is_help=True)
 

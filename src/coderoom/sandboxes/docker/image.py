@@ -19,7 +19,8 @@ from typing import Any
 
 from ...errors import ImageBuildError
 from ..spec import SandboxSpec
-from .options import DEFAULT_IMAGE, docker_options
+from .labels import DEFAULT_IMAGE
+from .options import docker_options
 
 IMAGE_DIR = Path(__file__).with_name("inside")
 DEFAULT_BASE_IMAGE = "python:3.12-slim"

@@ -1,4 +1,7 @@
-"""Labels on every coderoom container, so `prune` finds what a crashed session left behind."""
+"""Names coderoom gives Docker objects: the sandbox image, and the labels on every container so
+`prune` finds what a crashed session left behind. No imports: `--help` reads DEFAULT_IMAGE."""
+
+DEFAULT_IMAGE = "coderoom-sandbox:latest"  # built from inside/Dockerfile
 
 LABEL = "coderoom.sandbox"
 SESSION_LABEL = "coderoom.session"

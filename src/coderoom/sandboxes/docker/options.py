@@ -5,8 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..spec import SandboxSpec
-
-DEFAULT_IMAGE = "coderoom-sandbox:latest"
+from .labels import DEFAULT_IMAGE
 
 
 class DockerOptions(BaseModel):

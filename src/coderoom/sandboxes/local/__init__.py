@@ -1,57 +1,80 @@
-"""`--sandbox local`: bubblewrap isolation with no daemon (see `session` for what it enforces).
+"""`--sandbox local`: bubblewrap isolation with no daemon (see `sandbox` for what it enforces).
 
+* `sandbox`: `LocalSandbox`, the sandbox itself through the SDK-free core API (`start` hands
+  one out); `host_dir`: its private folder on the host;
 * `bwrap`: finding bubblewrap, the runtime binds, the synthetic /etc, bwrap's arguments;
 * `launcher` (host side) and `inside/launcher_inner` (in the sandbox, standard library only):
-  one launcher per session forks each command into namespaces of its own;
+  one launcher per sandbox forks each command into namespaces of its own;
 * `process`: pipes, bounded buffers and supervision of one command; `longlived`: processes
   that outlive a call (the run_python kernel);
-* `session`: the SDK's client and session classes over all that.
+* `session`: the Agents SDK's client and session classes, thin adapters over `LocalSandbox`
+  (the only module here that imports the SDK).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict
-
+from ...errors import SandboxUnavailable
 from ..base import Progress
-from ..spec import SandboxSpec
-from . import bwrap
 
+if TYPE_CHECKING:  # bwrap, pydantic and the sandbox load when a sandbox is asked for
+    from pydantic import BaseModel
 
-class LocalOptions(BaseModel):
-    """`[sandbox.local]`: nothing yet; the local sandbox runs the host's own Python."""
-
-    model_config = ConfigDict(extra="forbid")
+    from ..spec import SandboxSpec
+    from . import bwrap
+    from .sandbox import LocalSandbox
 
 
 class LocalBackend:
     name = "local"
     leftovers = "session folder"
-    options_model = LocalOptions
     isolates = True
     summary = "bubblewrap namespaces, seccomp and limits on this machine; no daemon (the default on Linux)"
 
     def unavailable_reason(self, spec: SandboxSpec) -> str | None:
+        from . import bwrap
+
         return bwrap.probe()[1]
+
+    def options_model(self) -> type[BaseModel]:
+        from .options import LocalOptions
+
+        return LocalOptions
 
     def prepare(self, spec: SandboxSpec, progress: Progress) -> None:
         """Nothing to build: the sandbox runs the host's own Python read-only."""
 
+    async def start(self, spec: SandboxSpec) -> LocalSandbox:
+        from .sandbox import LocalSandbox
+
+        sandbox = await LocalSandbox.create(spec.limits, _bubblewrap())
+        try:
+            await sandbox.start()
+        except BaseException:
+            await sandbox.close()
+            raise
+        return sandbox
+
     def client(self, spec: SandboxSpec) -> tuple[Any, None]:
-        from ...errors import SandboxUnavailable
         from .session import LocalSandboxClient
 
-        bw, reason = bwrap.probe()
-        if bw is None:  # fail closed: never run unsandboxed
-            raise SandboxUnavailable(reason or "bubblewrap is unavailable")
-        return LocalSandboxClient(spec.limits, bw), None
+        return LocalSandboxClient(spec.limits, _bubblewrap()), None
 
     def prune(self) -> int:
         return 0
 
     def commands(self) -> None:
         return None
+
+
+def _bubblewrap() -> bwrap.Bwrap:
+    from . import bwrap
+
+    bw, reason = bwrap.probe()
+    if bw is None:  # fail closed: never run unsandboxed
+        raise SandboxUnavailable(reason or "bubblewrap is unavailable")
+    return bw
 
 
 backend = LocalBackend()

@@ -1,7 +1,7 @@
 """A sandbox process that outlives one command (the run_python kernel), for the local backend.
 
 It is a launcher job like every command (same namespaces, seccomp filter, rlimits), but with no
-wall clock: it runs until it exits, `kill()` (pty_terminate_all, session shutdown), the
+wall clock: it runs until it exits, `kill()` (`LocalSandbox.stop_processes`, `stop`), the
 workspace watchdog, or the host process dies (--die-with-parent). Like a command's, its kill
 takes its whole pid namespace. Output is kept bounded (the newest `cap` bytes) because nothing
 may ever read it.
@@ -14,11 +14,8 @@ import contextlib
 import os
 from collections import deque
 
-from agents.sandbox.session.pty_output import collect_pty_output
-
-from .process import pump, write_all
 from .launcher import Job
-
+from .process import pump, write_all
 
 
 class LongLived:
@@ -60,31 +57,22 @@ class LongLived:
         await asyncio.gather(*self._pumps, return_exceptions=True)
         self._closed.set()
 
-    async def collect(
-        self, yield_time_ms: int, max_output_tokens: int | None
-    ) -> tuple[bytes, int | None, bool]:
-        """Output since the last call, after `yield_time_ms` or when the process ends.
+    async def collect(self, wait_s: float) -> tuple[bytes, bool]:
+        """Output since the last call, after `wait_s` or when the process ends; and whether it ended.
 
         Waits first and drains after, so the output stays within `cap` however much arrives
-        while waiting; the SDK's collector then does the UTF-8 carry and token truncation.
+        while waiting. Bytes as they came: a UTF-8 character may be split between two calls.
         """
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._closed.wait(), yield_time_ms / 1000)
+            await asyncio.wait_for(self._closed.wait(), wait_s)
+        closed = self._closed.is_set()
         async with self._lock:
+            output = b"".join(self._chunks)
             if self._dropped:
-                self._chunks.appendleft(f"[... {self._dropped} bytes of output dropped ...]\n".encode())
-                self._dropped = 0
-        collected = await collect_pty_output(
-            output_chunks=self._chunks,
-            output_lock=self._lock,
-            output_notify=asyncio.Event(),  # unused: nothing is waited for with yield_time_ms=0
-            is_done=self._closed.is_set,
-            yield_time_ms=0,
-            max_output_tokens=max_output_tokens,
-        )
-        async with self._lock:  # what is left: a partial UTF-8 character, or what came meanwhile
-            self._size = sum(len(chunk) for chunk in self._chunks)
-        return collected
+                output = f"[... {self._dropped} bytes of output dropped ...]\n".encode() + output
+            self._chunks.clear()
+            self._size = self._dropped = 0
+        return output, closed
 
     async def write(self, data: bytes) -> None:
         if self.job.stdin is not None and not self._closed.is_set():

@@ -16,7 +16,6 @@ import os
 import signal
 import subprocess
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from .bwrap import Launch
 
@@ -52,15 +51,6 @@ class CappedBuffer:
             return bytes(self._head + self._tail)
         marker = f"\n[... truncated {self.dropped} bytes ...]\n".encode()
         return bytes(self._head) + marker + bytes(self._tail)
-
-
-@dataclass
-class Outcome:
-    exit_code: int
-    stdout: bytes
-    stderr: bytes
-    timed_out: bool = False
-    stopped_by: str | None = None  # a watchdog's reason for killing the command
 
 
 Watchdog = Callable[[], Awaitable[str | None]]

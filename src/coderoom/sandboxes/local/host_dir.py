@@ -1,0 +1,108 @@
+"""A local sandbox's folder on the host: made private, found where bubblewrap's uid can reach it,
+and reused or deleted only when it is provably one we made.
+
+Layout of a session folder (mode 0700, prefix `coderoom-local-`, in the temp dir):
+`workspace/` (bound at /workspace), `etc/` (the synthetic /etc), `venv/` (from a venv host),
+and as root `python-N/` mount points for the runtime views (see `bwrap.views_namespace`).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+from ...errors import SandboxUnavailable
+from . import bwrap
+
+PREFIX = "coderoom-local-"
+
+
+def make(network: bool) -> Path:
+    """A new session folder with its workspace, /etc and venv skeleton, owned by bwrap's uid."""
+    host_dir = Path(tempfile.mkdtemp(prefix=PREFIX, dir=parent()))  # mode 0700
+    (host_dir / "workspace").mkdir(mode=0o700)
+    bwrap.write_etc(host_dir / "etc", network)
+    rt = bwrap.runtime()
+    if rt.venv_sites:
+        bwrap.write_venv(host_dir / "venv", rt)
+    ids = bwrap.host_id()
+    if ids is not None:  # bwrap runs as this uid and must reach the workspace
+        for index in range(len(rt.binds())):
+            (host_dir / f"python-{index}").mkdir(mode=0o755)  # mount points, see bwrap.views_namespace
+        os.chown(host_dir, ids, ids)
+        os.chown(host_dir / "workspace", ids, ids)
+    return host_dir
+
+
+def python_mounts(host_dir: Path) -> tuple[list[tuple[Path, str]], list[tuple[Path, Path]]]:
+    """The runtime binds as bwrap will see them, and (as root) the host source -> view binds
+    that make them reachable for uid 65534 (see `bwrap.views_namespace`)."""
+    rt = bwrap.runtime()
+    binds = rt.binds()
+    views: list[tuple[Path, Path]] = []
+    if bwrap.host_id() is not None:
+        views = [(source, host_dir / f"python-{index}") for index, (source, _) in enumerate(binds)]
+        binds = [(view, dest) for (_, view), (_, dest) in zip(views, binds)]
+    if rt.venv_sites:  # the skeleton goes on top of nothing, the site-packages on top of it
+        binds.insert(1, (host_dir / "venv", bwrap.VENV_MOUNT))
+    return binds, views
+
+
+def parent() -> Path:
+    """Where session folders go: the temp dir, unless (as root) bwrap's uid cannot walk to it.
+
+    A TMPDIR inside a private folder (pytest's /tmp/pytest-of-root/..., a 0700 home) would make
+    bwrap fail with "Can't find source path": then the first system temp dir it can reach.
+    """
+    temp = Path(tempfile.gettempdir())
+    ids = bwrap.host_id()
+    if ids is None:
+        return temp
+    for candidate in (temp, Path("/tmp"), Path("/var/tmp"), Path("/dev/shm")):
+        if walkable(candidate, ids):
+            return candidate
+    raise SandboxUnavailable(
+        f"the local sandbox needs a temp directory that uid {ids} can reach; "
+        f"{temp}, /tmp, /var/tmp and /dev/shm are not. Set TMPDIR to one."
+    )
+
+
+def walkable(path: Path, uid: int) -> bool:
+    """Whether `uid` (= gid, no other groups) may search every directory from / down to `path`."""
+    try:
+        real = path.resolve(strict=True)
+        chain = [real, *real.parents]
+        stats = [os.stat(p) for p in chain]
+    except OSError:
+        return False
+    for st in stats:
+        if not stat.S_ISDIR(st.st_mode):
+            return False
+        if st.st_uid == uid:
+            bit = stat.S_IXUSR
+        elif st.st_gid == uid:
+            bit = stat.S_IXGRP
+        else:
+            bit = stat.S_IXOTH
+        if not st.st_mode & bit:
+            return False
+    return True
+
+
+def owned(path: Path) -> bool:
+    """Only a folder we made (our prefix, in the temp dir, ours, private) is reused or deleted."""
+    try:
+        where = parent()
+    except SandboxUnavailable:
+        return False
+    if path.parent != where or not path.name.startswith(PREFIX):
+        return False
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    owner = bwrap.host_id()
+    owner = os.getuid() if owner is None else owner
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == owner and stat.S_IMODE(st.st_mode) == 0o700

@@ -1,0 +1,454 @@
+"""The local sandbox itself: bubblewrap isolation with no daemon and no root, with no Agents SDK.
+
+One bwrap per sandbox runs a small launcher (`launcher_inner`) inside the sandbox's user,
+network, UTS and cgroup namespaces. Every command gets fresh PID, mount and IPC namespaces of
+its own, forked by the launcher from a slot it prepared in advance, with no capabilities, the
+seccomp filter and the rlimits: about 6 ms less per command than a bwrap each. A command's
+namespaces die with it, so a timeout kills its whole tree (setsid'd orphans included) and
+nothing of it runs between commands (host-side file operations and archiving cannot race with
+it). The launcher is out of the payload's reach (see `launcher_inner`); the host keeps its
+control socket and every command's pipes (`launcher`). Shared by the commands of one sandbox,
+as the processes of one container are: the network namespace (loopback and abstract unix
+sockets: a shell command can reach a server the kernel process started) and the hostname.
+Start is mostly the launcher's Python starting (about 20 ms here).
+
+Long-lived processes (`start_process`: the run_python kernel) run the same way but without the
+wall clock, killed by `stop_processes()`, on close, over the workspace limit, or when this
+process dies (see `longlived`). Host-side walks of the workspace tolerate it changing the tree
+meanwhile (`hostile.tree`).
+
+The sandbox's Python is the host interpreter's (`bwrap.Runtime`): its base installation at
+/opt/coderoom/python and, from a venv, a venv of its own at /opt/coderoom/venv with the host
+venv's site-packages, all read-only; nothing else of the host's folders is visible.
+
+What persists between commands is /workspace only: a host folder private to the sandbox
+(mode 0700, see `host_dir`, deleted by `close`). /tmp and /dev/shm are fresh size-capped tmpfs
+per command, and HOME=/tmp, so login-shell or Python start-up files written by one command are
+not read by the next one (catalogue SES-02).
+
+Limits (see `Limits`):
+* timeout: wall clock per command; the sandbox's pid 1 is SIGKILLed, the tree dies with it.
+  The command returns exit code 124 (`EXIT_TIMEOUT`) with `timed_out` set.
+* memory: RLIMIT_AS per process (no delegated cgroup here): allocation fails with ENOMEM /
+  MemoryError rather than an OOM kill.
+* pids: RLIMIT_NPROC, set inside the sandbox's user namespace, so it counts the sandbox's
+  tasks (threads included; the launcher and each running command's init count too) and
+  nothing of the host.
+* cpu_time: RLIMIT_CPU per process; file_size: RLIMIT_FSIZE.
+* workspace_size: the apparent size (st_size) of /workspace, polled every 0.25 s while a
+  command runs and checked when it ends; over the limit the command is killed and fails with
+  a message. The overshoot is what one command can write in 0.25 s (each file capped by
+  file_size); also capped: 100 000 entries and 256 levels of directories.
+* output_bytes: per stream, head and tail kept, the middle replaced by a truncation marker.
+* MAX_PROCESSES long-lived processes at once; MAX_OPEN_FILES descriptors per process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import io
+import os
+import resource
+from collections.abc import Mapping, Sequence, Set
+from pathlib import Path, PurePosixPath
+from typing import IO
+
+from ...errors import SandboxFailed
+from ...hostile import archive as hostile_archive
+from ...hostile import tree
+from ...hostile.names import safe_relative_path
+from ..base import EXIT_KILLED, EXIT_TIMEOUT
+from ..core import CommandResult
+from ..limits import Limits
+from ..seccomp import build_filter, host_arch
+from . import bwrap, host_dir
+from .launcher import LAUNCHER_LOST, Job, Launcher, LauncherError, Settings
+from .longlived import LongLived
+from .process import CappedBuffer, pump, supervise, write_all
+
+MAX_OPEN_FILES = 512  # RLIMIT_NOFILE of every sandbox process
+MAX_PROCESSES = 8  # long-lived processes running at once
+_PIPE_GRACE_S = 5.0  # after a command's namespace is gone, for its pipes to reach EOF
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+
+BASE_ENV = {
+    "PATH": ":".join(
+        dict.fromkeys(
+            [bwrap.runtime().bin_dir, f"{bwrap.RUNTIME_MOUNT}/bin", "/usr/local/bin", "/usr/bin", "/bin"]
+        )
+    ),
+    "HOME": "/tmp",
+    "TMPDIR": "/tmp",
+    "USER": "sandbox",
+    "LOGNAME": "sandbox",
+    "SHELL": "/bin/sh",
+    "LANG": "C.UTF-8",
+    "TZ": "UTC",
+    "TERM": "dumb",
+    "MPLBACKEND": "Agg",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONNOUSERSITE": "1",
+}
+
+
+class LocalSandbox:
+    """A local sandbox over one host folder; `coderoom.sandboxes.core.Sandbox` and more.
+
+    Beyond the core protocol: `open_file` (a stream rather than bytes), `make_dir`,
+    `archive(skip=...)`, long-lived processes and `stop`, which the SDK adapter needs.
+    """
+
+    def __init__(self, limits: Limits, bw: bwrap.Bwrap, folder: Path) -> None:
+        self.limits = limits
+        self.host_dir = folder
+        self._bwrap = bw
+        arch = host_arch()
+        assert arch is not None  # unavailable_reason() refuses such hosts
+        self._seccomp = build_filter(arch)
+        self._clone_nr = arch.table["clone"]
+        self._active_commands = 0
+        self._archiving = False
+        self._quiet = asyncio.Condition()
+        self._python, self._views = host_dir.python_mounts(folder)
+        self._launch_cache: bwrap.Launch | None = None
+        self._namespace_fd = -1
+        self._launcher: Launcher | None = None
+        self._launcher_lock = asyncio.Lock()
+        self._processes: list[LongLived] = []
+        self._processes_watch: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def create(cls, limits: Limits, bw: bwrap.Bwrap) -> LocalSandbox:
+        """A sandbox in a new host folder; not started (see `start`)."""
+        folder = await asyncio.to_thread(host_dir.make, limits.network)
+        return cls(limits, bw, folder)
+
+    @property
+    def workspace_dir(self) -> Path:
+        return self.host_dir / "workspace"
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Start the launcher (again, after `stop`); SandboxFailed if bubblewrap cannot start."""
+        if not self.workspace_dir.is_dir():
+            raise SandboxFailed(f"the local sandbox's workspace {self.workspace_dir} is gone")
+        await self._ensure_launcher()
+
+    async def _ensure_launcher(self) -> Launcher:
+        """The sandbox's launcher, (re)started if it is not running."""
+        async with self._launcher_lock:
+            if self._launcher is None or not self._launcher.alive:
+                if self._launcher is not None:
+                    await self._launcher.close()
+                self._launcher = None
+                try:
+                    self._launcher = Launcher.spawn(
+                        self._launch(), self._bwrap_args(), bwrap.runtime().sandbox_interpreter, self._settings()
+                    )
+                except OSError as exc:
+                    raise SandboxFailed(f"cannot start bubblewrap: {exc}") from exc
+            return self._launcher
+
+    def _launch(self) -> bwrap.Launch:
+        """Made on first use: as root, the mount namespace with the runtime views (see bwrap)."""
+        if self._launch_cache is None:
+            if bwrap.host_id() is None:
+                self._launch_cache = bwrap.direct(self._bwrap)
+            else:
+                self._namespace_fd = bwrap.views_namespace(self._views)
+                self._launch_cache = bwrap.as_unprivileged(self._bwrap, self._namespace_fd)
+        return self._launch_cache
+
+    async def stop(self) -> None:
+        """Stop the launcher (every command and long-lived process dies with it); the workspace
+        stays, and the next command starts a new launcher."""
+        await self.stop_processes()
+        async with self._launcher_lock:
+            if self._launcher is not None:
+                await self._launcher.close()
+                self._launcher = None
+        self._launch_cache = None
+        if self._namespace_fd >= 0:
+            os.close(self._namespace_fd)
+            self._namespace_fd = -1
+
+    async def close(self) -> None:
+        """Stop everything and delete the host folder (only one `host_dir` made). Idempotent."""
+        await self.stop()
+        if host_dir.owned(self.host_dir):
+            await asyncio.to_thread(tree.remove_tree, self.host_dir)
+
+    # ------------------------------------------------------------------ commands
+
+    async def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = None,
+        stdin: bytes | None = None,
+        env: Mapping[str, str] | None = None,
+        output_cap: int | None = None,
+    ) -> CommandResult:
+        """Run `argv` in fresh namespaces; timeouts and the workspace limit are reported in-band.
+
+        `timeout` may only shorten `limits.timeout`; `output_cap` replaces `limits.output_bytes`.
+        """
+        limit = self.limits.timeout
+        timeout = limit if timeout is None else min(timeout, limit)
+        cap = output_cap or self.limits.output_bytes
+        out, err = CappedBuffer(cap), CappedBuffer(cap)
+        async with self._quiet:
+            await self._quiet.wait_for(lambda: not self._archiving)
+            self._active_commands += 1
+        try:
+            job = await self._start_job(list(argv), env, stdin=stdin is not None)
+            pumps = [asyncio.ensure_future(pump(job.stdout, out.feed)), asyncio.ensure_future(pump(job.stderr, err.feed))]
+            if job.stdin is not None:
+                pumps.append(asyncio.ensure_future(_feed_and_close(job.stdin, stdin or b"")))
+            try:
+                timed_out, stopped_by = await supervise(
+                    job.exited, job.kill, timeout=timeout, watchdog=self._workspace_watchdog
+                )
+                # the namespace is gone, so the pipes reach EOF promptly; bound it anyway
+                await asyncio.wait(pumps, timeout=_PIPE_GRACE_S)
+            finally:
+                if not job.exited.done():  # cancelled: never leave a command behind
+                    await asyncio.shield(job.kill())
+                for task in pumps:
+                    task.cancel()
+            if stopped_by is None:  # inline: a thread hop costs more than a usual walk
+                stopped_by = self._workspace_over_limit()
+        finally:
+            async with self._quiet:
+                self._active_commands -= 1
+                self._quiet.notify_all()
+        if job.exited.result() == LAUNCHER_LOST and not job.launcher.started:
+            raise SandboxFailed(job.launcher.failure())
+        result = CommandResult(job.exited.result(), out.value(), err.value(), timed_out, stopped_by)
+        if result.timed_out:
+            result.exit_code = EXIT_TIMEOUT
+            result.stopped_by = f"the {timeout:g} s wall-clock limit"
+            result.stderr += f"\n[coderoom: killed after the {timeout:g} s wall-clock limit]\n".encode()
+        elif result.stopped_by:
+            result.exit_code = result.exit_code or 1
+            if result.exit_code == EXIT_KILLED:
+                result.exit_code = 1  # we killed it for disk, not memory
+            result.stderr += f"\n[coderoom: {result.stopped_by}]\n".encode()
+        return result
+
+    async def _start_job(self, argv: list[str], env: Mapping[str, str] | None, *, stdin: bool) -> Job:
+        """Hand `argv` to the sandbox's launcher, starting the launcher first if needed."""
+        launcher = await self._ensure_launcher()
+        try:
+            return launcher.start_job(argv, {**_with_library_path(BASE_ENV), **(env or {})}, stdin=stdin)
+        except LauncherError as exc:
+            await launcher.close()
+            raise SandboxFailed(str(exc)) from exc
+
+    def _bwrap_args(self) -> list[str]:
+        mounts = bwrap.Mounts(
+            etc_dir=self.host_dir / "etc",
+            workspace_dir=self.workspace_dir,
+            python=self._python,
+            tmp_size=self.limits.tmp_size,
+            network=self.limits.network,
+        )
+        launcher_env = _with_library_path({"PATH": BASE_ENV["PATH"], "LANG": "C.UTF-8"})
+        return bwrap.build_args(self._bwrap, mounts, launcher_env)
+
+    def _settings(self) -> Settings:
+        limits = self.limits
+        rlimits = [
+            (resource.RLIMIT_CORE, 0),
+            (resource.RLIMIT_NOFILE, MAX_OPEN_FILES),
+            (resource.RLIMIT_CPU, limits.cpu_time),
+            (resource.RLIMIT_FSIZE, limits.file_size),
+            (resource.RLIMIT_AS, limits.memory),
+            (resource.RLIMIT_NPROC, limits.pids),
+        ]
+        return Settings(self._seccomp, self._clone_nr, rlimits, limits.tmp_size)
+
+    async def _workspace_watchdog(self) -> str | None:
+        return await asyncio.to_thread(self._workspace_over_limit)
+
+    def _workspace_over_limit(self) -> str | None:
+        limit = self.limits.workspace_size
+        try:
+            used = tree.usage(self.workspace_dir)
+        except tree.WorkspaceLimitError as exc:
+            return f"workspace over its limits: {exc}"
+        if used > limit:
+            return f"workspace is {used} bytes, over its {limit}-byte limit; command stopped"
+        return None
+
+    # ------------------------------------------------------------------ long-lived processes
+
+    async def start_process(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None) -> LongLived:
+        """Start a process that outlives this call (the run_python kernel): see `longlived`.
+
+        No wall clock: it runs until it exits, `stop_processes()` or the sandbox stops; the
+        workspace limit still holds. It never holds up `archive`. Ended processes are released
+        at the next start; at most MAX_PROCESSES run at once (SandboxFailed beyond).
+        """
+        live = [entry for entry in self._processes if entry.alive]
+        if len(live) >= MAX_PROCESSES:
+            raise SandboxFailed(f"{MAX_PROCESSES} long-lived processes already run")
+        for entry in self._processes:
+            if not entry.alive:
+                await entry.kill()
+        job = await self._start_job(list(argv), env, stdin=True)
+        process = LongLived(job, self.limits.output_bytes)
+        self._processes = [*live, process]
+        if self._processes_watch is None or self._processes_watch.done():
+            self._processes_watch = asyncio.ensure_future(self._watch_processes())
+        return process
+
+    async def end_process(self, process: LongLived) -> None:
+        """Kill `process` (if it still runs) and forget it."""
+        if process in self._processes:
+            self._processes.remove(process)
+        await process.kill()
+
+    async def stop_processes(self) -> None:
+        """Kill every long-lived process."""
+        entries, self._processes = self._processes, []
+        await asyncio.gather(*(entry.kill() for entry in entries), return_exceptions=True)
+        if self._processes_watch is not None:
+            self._processes_watch.cancel()
+            self._processes_watch = None
+
+    async def _watch_processes(self) -> None:
+        """The workspace limit while long-lived processes run (commands have their own watchdog).
+
+        Polls at most every second, and less often when a walk is slow, so an idle kernel costs
+        little; over the limit, every long-lived process is killed with a note in its output.
+        """
+        loop = asyncio.get_running_loop()
+        while any(entry.alive for entry in self._processes):
+            started = loop.time()
+            reason = await asyncio.to_thread(self._workspace_over_limit)
+            if reason:
+                entries = list(self._processes)
+                await asyncio.gather(*(e.kill(reason) for e in entries), return_exceptions=True)
+                return
+            await asyncio.sleep(max(1.0, 20 * (loop.time() - started)))
+
+    # ------------------------------------------------------------------ files
+
+    async def open_file(self, path: PurePosixPath) -> IO[bytes]:
+        """A workspace file to read. Never through a symlink on the host: a path through one is
+        read inside the sandbox (where links cannot reach the host), bounded by workspace_size.
+        FileNotFoundError if absent, OverflowError if the in-sandbox read passes the bound."""
+        rel = _checked(path)
+        try:
+            fd = await asyncio.to_thread(tree.open_beneath, self.workspace_dir, rel, os.O_RDONLY)
+        except FileNotFoundError:
+            raise
+        except OSError:
+            return await self._open_in_sandbox(rel)
+        return os.fdopen(fd, "rb")
+
+    async def _open_in_sandbox(self, rel: PurePosixPath) -> IO[bytes]:
+        cap = self.limits.workspace_size
+        result = await self.exec(
+            ["sh", "-c", 'test -f "$1" && exec cat -- "$1"', "sh", f"{bwrap.WORKSPACE}/{rel}"],
+            output_cap=cap + 1,
+        )
+        if result.exit_code != 0:
+            detail = result.stderr[:4096].decode(errors="replace").strip()
+            raise FileNotFoundError(errno.ENOENT, detail or "not a regular file", str(rel))
+        if len(result.stdout) > cap:
+            raise OverflowError(f"{rel}: larger than the {cap}-byte workspace limit")
+        return io.BytesIO(result.stdout)
+
+    async def read_file(self, path: PurePosixPath, *, max_bytes: int) -> bytes:
+        with await self.open_file(path) as source:
+            data = await asyncio.to_thread(source.read, max_bytes + 1)
+        if len(data) > max_bytes:
+            raise OverflowError(f"{path}: larger than {max_bytes} bytes")
+        return data
+
+    async def write_file(self, path: PurePosixPath, data: bytes | IO[bytes]) -> None:
+        """Create or replace a workspace file (parents made) on the host, never through a
+        symlink; a path through one is written inside the sandbox. OSError on failure (EFBIG
+        past file_size)."""
+        rel = _checked(path)
+        if isinstance(data, bytes):
+            data = io.BytesIO(data)
+        try:
+            await self.make_dir(rel.parent, parents=True)
+            fd = await asyncio.to_thread(tree.open_beneath, self.workspace_dir, rel, _WRITE_FLAGS)
+        except OSError:
+            result = await self.exec(
+                ["sh", "-c", 'mkdir -p -- "$(dirname -- "$1")" && exec cat > "$1"', "sh", f"{bwrap.WORKSPACE}/{rel}"],
+                stdin=data.read(self.limits.file_size + 1),
+            )
+            if result.exit_code != 0:
+                detail = result.stderr[:4096].decode(errors="replace").strip()
+                raise OSError(errno.EIO, f"writing {rel} inside the sandbox failed: {detail}") from None
+            return
+        await asyncio.to_thread(_copy_into, fd, data, self.limits.file_size, bwrap.host_id())
+
+    async def make_dir(self, path: PurePosixPath, *, parents: bool) -> None:
+        """`mkdir [-p]` on the host, never through a symlink (OSError: callers may retry inside)."""
+        rel = _checked(path, root_ok=True)
+        await asyncio.to_thread(tree.mkdir_beneath, self.workspace_dir, rel, parents=parents, owner=bwrap.host_id())
+
+    # ------------------------------------------------------------------ archives
+
+    async def archive(self, *, skip: Set[PurePosixPath] = frozenset()) -> IO[bytes]:
+        """A tar of the workspace but `skip`, made once no command runs (long-lived processes
+        may); bounded by workspace_size. OSError if the workspace cannot be read."""
+        async with self._quiet:
+            await self._quiet.wait_for(lambda: self._active_commands == 0 and not self._archiving)
+            self._archiving = True
+        try:
+            return await asyncio.to_thread(
+                hostile_archive.archive, self.workspace_dir, skip=set(skip), max_bytes=self.limits.workspace_size
+            )
+        finally:
+            async with self._quiet:
+                self._archiving = False
+                self._quiet.notify_all()
+
+    async def hydrate(self, tar: IO[bytes]) -> None:
+        """Unpack `tar` with the hardened extraction; OSError or ValueError if it is refused."""
+        limit = self.limits.workspace_size
+        await asyncio.to_thread(hostile_archive.safe_extract_tar, tar, self.workspace_dir, max_bytes=limit)
+        ids = bwrap.host_id()
+        if ids is not None:
+            await asyncio.to_thread(tree.chown_tree, self.workspace_dir, ids)
+
+
+def _checked(path: PurePosixPath, *, root_ok: bool = False) -> PurePosixPath:
+    """`path` as a plain workspace-relative path (UnsafePath if it could leave the workspace)."""
+    if root_ok and str(path) in ("", "."):
+        return PurePosixPath(".")
+    return safe_relative_path(str(path))
+
+
+def _with_library_path(env: dict[str, str]) -> dict[str, str]:
+    """`env` plus LD_LIBRARY_PATH when the runtime needs it to find libpython."""
+    library_path = bwrap.runtime_library_path()
+    return {**env, "LD_LIBRARY_PATH": library_path} if library_path else dict(env)
+
+
+async def _feed_and_close(fd: int, data: bytes) -> None:
+    try:
+        await write_all(fd, data)
+    finally:
+        os.close(fd)
+
+
+def _copy_into(fd: int, source: IO[bytes], max_bytes: int, owner: int | None) -> None:
+    """Write an upload into a file opened beneath the workspace; files the host creates there
+    belong to the sandbox's host uid (`owner`, when the host runs as root)."""
+    if owner is not None:
+        os.fchown(fd, owner, owner)
+    with os.fdopen(fd, "wb") as out:
+        try:
+            tree.copy_bounded(source, out, max_bytes)
+        except OverflowError:
+            raise OSError(errno.EFBIG, "file larger than the sandbox file_size limit") from None

@@ -1,0 +1,96 @@
+"""Commands that need no agent never import the Agents SDK: importing it costs about 2 s of CPU,
+so `--help`, `show`, `export`, `sandbox run` and usage errors would all start that slowly.
+
+Each command runs in a fresh interpreter that reports, on exit, which `agents` modules it had
+imported (whatever the exit path: normal, typer.Exit or an error).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from coderoom.jobs import build_job
+from coderoom.record import Recorder
+
+# Runs `coderoom` as its entry point does, then prints the SDK modules it imported on stderr.
+WRAPPER = (
+    "import atexit, sys\n"
+    "atexit.register(lambda: print('SDK-MODULES', sorted(m for m in sys.modules"
+    " if m == 'agents' or m.startswith('agents.')), file=sys.stderr))\n"
+    "from coderoom.cli import app\n"
+    "sys.argv[0] = 'coderoom'\n"
+    "app()\n"
+)
+
+
+def sdk_modules(*args: str, cwd: Path) -> tuple[int, list[str]]:
+    done = subprocess.run(
+        [sys.executable, "-c", WRAPPER, *args], capture_output=True, text=True, timeout=120, cwd=cwd
+    )
+    reports = [line for line in done.stderr.splitlines() if line.startswith("SDK-MODULES ")]
+    assert len(reports) == 1, done.stderr
+    return done.returncode, json.loads(reports[0].removeprefix("SDK-MODULES ").replace("'", '"'))
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small recorded run: one shell step, one Python cell, the end."""
+    folder = tmp_path_factory.mktemp("run")
+    job = build_job({"name": "startup", "prompt": "count", "outputs": ["output/n.txt"], "model": "offline"})
+    recorder = Recorder(folder)
+    recorder.emit("run_start", job=job.model_dump(mode="json"), model="scripted", coderoom_version="test")
+    steps = [
+        ("exec_command", {"cmd": "mkdir -p output && echo 3 > output/n.txt"},
+         "Chunk ID: a\nWall time: 0.01 s\nProcess exited with code 0\nOutput:\n"),
+        ("run_python", {"code": "1 + 2"}, "[cell 1: ok]\n3"),
+    ]  # fmt: skip
+    for number, (tool, arguments, output) in enumerate(steps):
+        recorder.emit("tool_start", call_id=f"c{number}", name=tool, arguments=arguments)
+        recorder.emit("tool_result", call_id=f"c{number}", name=tool, arguments=arguments, output=output,
+                      images=[], duration_s=0.01)  # fmt: skip
+    recorder.emit(
+        "run_end", status="ok", final_output="3", error=None, outputs=[], usage={}, duration_s=0.1
+    )
+    recorder.close()
+    return folder
+
+
+@pytest.mark.parametrize(
+    "args, exit_code",
+    [
+        (["--help"], 0),
+        (["sandbox", "run", "--", "true"], 0),
+        (["sandbox", "run", "--memory", "lots", "--", "true"], 2),  # a usage error
+        (["run", "--no-such-flag"], 2),
+        (["export", "/nonexistent-run"], 2),
+    ],
+    ids=["help", "sandbox-run", "bad-limit", "bad-flag", "export-missing-run"],
+)
+def test_commands_that_need_no_agent_do_not_import_the_sdk(args: list[str], exit_code: int, tmp_path: Path) -> None:
+    code, modules = sdk_modules(*args, cwd=tmp_path)
+    assert code == exit_code
+    assert modules == []
+
+
+def test_show_and_export_of_a_run_do_not_import_the_sdk(run_dir: Path, tmp_path: Path) -> None:
+    for args in (
+        ["show", str(run_dir)],
+        ["export", str(run_dir), "--script", str(tmp_path / "replay.py"), "--notebook", str(tmp_path / "run.ipynb")],
+    ):
+        code, modules = sdk_modules(*args, cwd=tmp_path)
+        assert (code, modules) == (0, []), args
+    assert (tmp_path / "replay.py").is_file() and (tmp_path / "run.ipynb").is_file()
+
+
+def test_the_wrapper_does_see_the_sdk_when_a_command_imports_it(tmp_path: Path) -> None:
+    """The check can fail: a command that does import the SDK is reported."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import agents\n" + WRAPPER, "--help"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert "'agents'" in done.stderr
