@@ -83,7 +83,7 @@ def replay_in(workspace: Path, script: Path, data: Path) -> subprocess.Completed
 def test_script_reproduces_the_outputs(kernel_run: Path, tmp_path: Path) -> None:
     script = export_script(kernel_run, tmp_path / "replay.py")
     source = script.read_text()
-    assert "# cell 4 not replayed: in the original run it interrupted (timeout)" in source
+    assert "# cell 4 not replayed: in the original run it was 'interrupted (timeout)'" in source
     assert "# cell 5 not replayed" in source and "reset()  # the kernel lost its variables here" in source
     done = replay_in(tmp_path / "ws", script, kernel_run.parent / "energy.csv")
     assert done.returncode == 0, done.stdout + done.stderr
