@@ -27,7 +27,9 @@ async def check_in_session(session: SandboxSession, outputs: Sequence[OutputSpec
     await session.mkdir(Path(CHECKER_PATH).parent, parents=True)
     await session.write(Path(CHECKER_PATH), io.BytesIO(checker_source()))
     done = await session.exec("python3", "-I", CHECKER_PATH, checker_args(outputs), shell=False)
-    failure = None if done.exit_code == 0 else f"not checked: the checker failed in the sandbox (exit {done.exit_code})"
+    failure = None
+    if done.exit_code != 0:
+        failure = f"not checked: the checker failed in the sandbox (exit {done.exit_code})"
     return parse_reply(outputs, done.stdout, failure)
 
 

@@ -87,8 +87,9 @@ def parse_reply(outputs: Sequence[OutputSpec], reply: bytes, failure: str | None
     if verdicts is None or len(verdicts) != len(outputs):
         reason = failure or "not checked: the checker's reply does not match the outputs"
         return [OutputCheck(spec.path, False, reason) for spec in outputs]
+    withheld = "(detail withheld: not plain text)"
     return [
-        OutputCheck(spec.path, v.ok, v.detail if _PLAIN.fullmatch(v.detail) else "(detail withheld: not plain text)", v.size)
+        OutputCheck(spec.path, v.ok, v.detail if _PLAIN.fullmatch(v.detail) else withheld, v.size)
         for spec, v in zip(outputs, verdicts)
     ]
 
