@@ -1,8 +1,10 @@
 """What a run leaves on the host, shared by `run` and `rerun`: the workspace archive, the outputs
-extracted from it, and the checks of the required outputs (in the session and on the host)."""
+extracted from it, and the checks of the required outputs (`check_in_session` here,
+`check_on_host` from `coderoom.outputs`)."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -10,30 +12,25 @@ from agents.sandbox.session.sandbox_session import SandboxSession
 
 from .hostile.archive import safe_extract_tar
 from .jobs import OutputSpec
-from .outputs import OutputCheck, check_output
+from .outputs import CHECKER, OutputCheck, check_on_host, checker_args, checker_source, parse_reply
 
 WORKSPACE_ARCHIVE = "workspace.tar"
-MAX_OUTPUT_READ = 256 * 1024**2
+CHECKER_PATH = f".coderoom/{CHECKER}"
 
 
 async def check_in_session(session: SandboxSession, outputs: Sequence[OutputSpec]) -> list[OutputCheck]:
-    checks = []
-    for spec in outputs:
-        try:
-            data = await session.read_bounded(Path(spec.path), max_bytes=MAX_OUTPUT_READ)
-        except Exception:  # missing, a directory, unreadable: all mean "not there"
-            data = None
-        checks.append(check_output(spec.path, data, allow_empty=spec.allow_empty))
-    return checks
-
-
-def check_on_host(run_dir: Path, outputs: Sequence[OutputSpec]) -> list[OutputCheck]:
-    checks = []
-    for spec in outputs:
-        path = run_dir / spec.path
-        data = path.read_bytes() if path.is_file() and not path.is_symlink() else None
-        checks.append(check_output(spec.path, data, allow_empty=spec.allow_empty))
-    return checks
+    """Check the outputs where they were made: the checker runs inside the sandbox, under its
+    limits, and only its short reply comes back. It is written afresh each time, since the
+    sandbox's code may have changed the last copy."""
+    if not outputs:
+        return []
+    await session.mkdir(Path(CHECKER_PATH).parent, parents=True)
+    await session.write(Path(CHECKER_PATH), io.BytesIO(checker_source()))
+    done = await session.exec("python3", "-I", CHECKER_PATH, checker_args(outputs), shell=False)
+    failure = None
+    if done.exit_code != 0:
+        failure = f"not checked: the checker failed in the sandbox (exit {done.exit_code})"
+    return parse_reply(outputs, done.stdout, failure)
 
 
 async def save_workspace(session: SandboxSession, run_dir: Path, limit: int) -> list[str]:

@@ -1,16 +1,44 @@
-"""Checks of required outputs by file type: is each present and valid for what its name says?
+"""Checks of required outputs by file type, never parsed in the coderoom process.
 
-The bytes come from the sandbox, so they are hostile; extraction to the host is
-`coderoom.hostile.archive`'s job, not this module's.
+An output was written by code the model wrote, so decoding it is an attack surface: a PNG of a
+few KB can declare 30000x30000 pixels and a CSV can be gigabytes. The parsing is therefore done
+by `coderoom.inside.check_outputs`, a small standard-library program that streams each file
+with bounds (pixel count before any decompression, bounded lines, a JSON size limit), in one
+of two places:
+
+* during a run, inside the sandbox that made the files (`check_in_session`, for the nudge):
+  the sandbox's own limits bound it, and no output byte crosses to the host;
+* after extraction, on the host (`check_on_host`): a child process that puts RLIMIT_AS and
+  RLIMIT_CPU on itself before it opens a file, under a wall-clock timeout. The files are on
+  the host by then and the session is gone, so the check cannot be inside; a child keeps a
+  failure or a blow-up out of coderoom's memory.
+
+The coderoom process itself only stats files and reads the checker's reply, which is bounded
+in size, validated field by field and reduced to plain text, because a sandbox can forge it.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
+import re
+import subprocess
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import PurePosixPath
+from importlib.resources import as_file, files
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, TypeAdapter, ValidationError
+
+from .jobs import OutputSpec
+
+CHECKER = "check_outputs.py"
+HOST_MEMORY = 1024**3  # RLIMIT_AS of the host-side checker
+HOST_CPU_S = 120  # RLIMIT_CPU of the host-side checker
+HOST_TIMEOUT_S = 300.0
+MAX_DETAIL = 300
+_PLAIN = re.compile(rf"[A-Za-z0-9 .,:;?!()'\"_/=+%#*<>-]{{1,{MAX_DETAIL}}}")
+
 
 @dataclass
 class OutputCheck:
@@ -20,88 +48,74 @@ class OutputCheck:
     size: int | None = None
 
 
-def check_output(path: str, data: bytes | None, *, allow_empty: bool = False) -> OutputCheck:
-    """Is this required output present and valid for its type? The detail says why not."""
-    if data is None:
-        return OutputCheck(path, False, "missing: the file was not created")
-    suffix = PurePosixPath(path).suffix.lower()
-    checker = _CHECKERS.get(suffix, _check_nonempty)
-    ok, detail = checker(data, allow_empty)
-    return OutputCheck(path, ok, detail, size=len(data))
+class _Verdict(BaseModel):
+    """One entry of the checker's reply: data from wherever the checker ran."""
+
+    model_config = ConfigDict(extra="forbid")
+    ok: StrictBool
+    detail: str = Field(max_length=MAX_DETAIL)
+    size: int | None = Field(ge=0)
 
 
-def _check_nonempty(data: bytes, allow_empty: bool) -> tuple[bool, str]:
-    if not data and not allow_empty:
-        return False, "empty file"
-    return True, f"{len(data)} bytes"
+_REPLY = TypeAdapter(list[_Verdict])
 
 
-def _decode_text(data: bytes) -> str | None:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
+def checker_source() -> bytes:
+    """The checker program, as shipped in the package (sent into sandboxes)."""
+    return files("coderoom.inside").joinpath(CHECKER).read_bytes()
 
 
-def _check_text(data: bytes, allow_empty: bool) -> tuple[bool, str]:
-    text = _decode_text(data)
-    if text is None:
-        return False, "not valid UTF-8 text"
-    if not text.strip() and not allow_empty:
-        return False, "empty text"
-    return True, f"text: {len(text.splitlines())} lines"
+def checker_args(outputs: Sequence[OutputSpec]) -> str:
+    return json.dumps([[spec.path, spec.allow_empty] for spec in outputs])
 
 
-def _check_csv(data: bytes, allow_empty: bool) -> tuple[bool, str]:
-    text = _decode_text(data)
-    if text is None:
-        return False, "CSV is not valid UTF-8"
-    try:
-        rows = list(csv.reader(io.StringIO(text)))
-    except csv.Error as exc:
-        return False, f"CSV does not parse: {exc}"
-    rows = [row for row in rows if any(cell.strip() for cell in row)]
-    if not rows:
-        return False, "CSV has no header"
-    header, body = rows[0], rows[1:]
-    ragged = [i + 2 for i, row in enumerate(body) if len(row) != len(header)]
-    if ragged:
-        return False, f"CSV rows {ragged[:5]} do not have {len(header)} columns like the header"
-    if not body and not allow_empty:
-        return False, "CSV has a header but no data rows (the job does not allow empty)"
-    return True, f"csv: {len(body)} rows, {len(header)} columns"
+def max_reply(outputs: Sequence[OutputSpec]) -> int:
+    return 1024 + (MAX_DETAIL + 64) * len(outputs)
 
 
-def _check_json(data: bytes, allow_empty: bool) -> tuple[bool, str]:
-    try:
-        value = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        return False, f"JSON does not parse: {exc}"
-    if value in ({}, [], None) and not allow_empty:
-        return False, "JSON is empty"
-    return True, f"json: {type(value).__name__}"
+def parse_reply(outputs: Sequence[OutputSpec], reply: bytes, failure: str | None = None) -> list[OutputCheck]:
+    """The checks from the checker's stdout; any reply that is not exactly well-formed fails every
+    output with `failure` or a reason. Details that are not plain text are withheld."""
+    verdicts: list[_Verdict] | None = None
+    if failure is None and len(reply) > max_reply(outputs):
+        failure = f"not checked: the checker's reply is over {max_reply(outputs)} bytes"
+    if failure is None:
+        try:
+            verdicts = _REPLY.validate_json(reply)
+        except ValidationError:
+            failure = "not checked: the checker's reply is malformed"
+    if verdicts is None or len(verdicts) != len(outputs):
+        reason = failure or "not checked: the checker's reply does not match the outputs"
+        return [OutputCheck(spec.path, False, reason) for spec in outputs]
+    withheld = "(detail withheld: not plain text)"
+    return [
+        OutputCheck(spec.path, v.ok, v.detail if _PLAIN.fullmatch(v.detail) else withheld, v.size)
+        for spec, v in zip(outputs, verdicts)
+    ]
 
 
-def _check_image(data: bytes, allow_empty: bool) -> tuple[bool, str]:
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(io.BytesIO(data)) as image:
-            image.load()
-            return True, f"{image.format.lower()}: {image.width}x{image.height}"
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
-        return False, f"image does not decode: {exc}"
-
-
-_CHECKERS = {
-    ".csv": _check_csv,
-    ".json": _check_json,
-    ".png": _check_image,
-    ".jpg": _check_image,
-    ".jpeg": _check_image,
-    ".md": _check_text,
-    ".markdown": _check_text,
-    ".txt": _check_text,
-    ".html": _check_text,
-}
-
+def check_on_host(root: Path, outputs: Sequence[OutputSpec]) -> list[OutputCheck]:
+    """Check the outputs under `root` on the host, in a child process under rlimits."""
+    if not outputs:
+        return []
+    limits = ["--memory", str(HOST_MEMORY), "--cpu", str(HOST_CPU_S)]
+    with as_file(files("coderoom.inside").joinpath(CHECKER)) as program:
+        try:
+            done = subprocess.run(
+                [sys.executable, "-I", str(program), *limits, checker_args(outputs)],
+                cwd=root,
+                env={"LC_ALL": "C.UTF-8"},
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=HOST_TIMEOUT_S,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return parse_reply(outputs, b"", f"not checked: over the {HOST_TIMEOUT_S:g} s check time limit")
+    failure = None
+    if done.returncode != 0:
+        failure = (
+            f"not checked: the checker stopped (exit {done.returncode}) within its limits of "
+            f"{HOST_MEMORY // 1024**2} MiB memory and {HOST_CPU_S} s CPU"
+        )
+    return parse_reply(outputs, done.stdout, failure)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import base64
+import json
 import io
 import shutil
 import subprocess
@@ -40,6 +42,8 @@ def test_notebook_is_valid_and_in_order(kernel_run: Path, tmp_path: Path) -> Non
     assert result.exit_code == 0, result.output
     notebook = nbformat.read(str(target), as_version=4)
     nbformat.validate(notebook)
+    assert "**Warning:** this notebook runs the code recorded" in notebook.cells[0].source
+    assert "untrusted" in notebook.cells[0].source
 
     _, steps = load_steps(kernel_run)
     code_cells = [c for c in notebook.cells if c.cell_type == "code"]
@@ -83,7 +87,9 @@ def replay_in(workspace: Path, script: Path, data: Path) -> subprocess.Completed
 def test_script_reproduces_the_outputs(kernel_run: Path, tmp_path: Path) -> None:
     script = export_script(kernel_run, tmp_path / "replay.py")
     source = script.read_text()
-    assert "# cell 4 not replayed: in the original run it interrupted (timeout)" in source
+    assert "WARNING: this script runs the code recorded in a coderoom run, as it is, wherever you start it." in source
+    assert "untrusted" in source.split("Replay of the coderoom run")[0]
+    assert "# cell 4 not replayed: in the original run it was 'interrupted (timeout)'" in source
     assert "# cell 5 not replayed" in source and "reset()  # the kernel lost its variables here" in source
     done = replay_in(tmp_path / "ws", script, kernel_run.parent / "energy.csv")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -93,6 +99,24 @@ def test_script_reproduces_the_outputs(kernel_run: Path, tmp_path: Path) -> None
     assert (tmp_path / "ws/output/state.txt").read_text() == "False"  # variables lost, as in the run
     replayed = Image.open(tmp_path / "ws/output/plot.png")
     assert replayed.size == Image.open(kernel_run / "output/plot.png").size
+
+
+def test_record_text_cannot_end_a_comment_and_add_code(kernel_run: Path, tmp_path: Path) -> None:
+    """A forged record's tool name and cell status land in comments; a newline or a lone CR
+    there (Python ends a comment at either) must not turn the rest into a statement."""
+    forged = tmp_path / "forged"
+    shutil.copytree(kernel_run, forged)
+    lines = (forged / "run.jsonl").read_text().splitlines()
+    injected = [
+        {"type": "tool_result", "name": "x\nPWNED_BY_NAME = 1", "arguments": {}, "output": ""},
+        {"type": "tool_result", "name": "run_python", "arguments": {"code": "1"}, "output": "[cell 9: no\rPWNED_BY_STATUS = 1]"},
+    ]
+    lines[-1:-1] = [json.dumps(event) for event in injected]
+    (forged / "run.jsonl").write_text("\n".join(lines) + "\n")
+    source = export_script(forged, tmp_path / "replay.py").read_text()
+    names = {node.id for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Name)}
+    assert "PWNED_BY_NAME" not in names and "PWNED_BY_STATUS" not in names
+    assert "PWNED_BY_NAME" in source and "PWNED_BY_STATUS" in source  # shown, as comments
 
 
 def test_script_literals_round_trip() -> None:

@@ -9,9 +9,11 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from ..errors import JobError, RecordError, UsageError
 from ..export import REPLAY_TIMEOUT
+from ..hostile.text import terminal_safe
 from ..record import RECORD_FILE
 from .app import app
 from .errors import reported
@@ -23,6 +25,13 @@ def _run_dir(path: Path) -> Path:
     if not (path / RECORD_FILE).is_file():
         raise RecordError(f"{path}: no {RECORD_FILE} here; give a run directory (runs/NAME-TIME)")
     return path
+
+
+def _limit_flag(flag: str) -> tuple[str, str]:
+    name, sep, value = flag.partition("=")
+    if not sep or not name or not value:
+        raise UsageError(f"--limit {flag!r}: expected NAME=VALUE, e.g. memory=8G")
+    return name, value
 
 
 @app.command()
@@ -54,10 +63,20 @@ def rerun(
         typer.Option("--input", "-i", help="replace an input: NEW.csv=input/data.csv (repeatable)"),
     ] = None,
     out: Annotated[Path | None, typer.Option("--out", help="where the outputs go")] = None,
-    sandbox: Annotated[str | None, typer.Option("--sandbox", help="backend (default: the run's)")] = None,
+    sandbox: Annotated[
+        str | None, typer.Option("--sandbox", help="backend (default: local on Linux; never the run's)")
+    ] = None,
     timeout: Annotated[float, typer.Option(help="seconds for the whole replay")] = REPLAY_TIMEOUT,
+    network: Annotated[bool, typer.Option("--network", help="let the replay use the network")] = False,
+    limit: Annotated[
+        list[str] | None,
+        typer.Option("--limit", help="raise a sandbox limit: memory=8G, workspace_size=4G (repeatable)"),
+    ] = None,
 ) -> None:
-    """Redo a run's analysis without a model, in a fresh sandbox, on the same or new inputs."""
+    """Redo a run's analysis without a model, in a fresh sandbox, on the same or new inputs.
+
+    The run folder is data: the sandbox, its limits and network come from these flags and the
+    defaults, and inputs from --input or the run's own workspace.tar, never from run.jsonl."""
     with reported():
         import asyncio
 
@@ -68,18 +87,21 @@ def rerun(
         for workspace_path, host_path in inputs.items():
             if not host_path.exists():
                 raise JobError(f"--input {host_path}={workspace_path}: {host_path} does not exist")
+        limits = dict(_limit_flag(flag) for flag in limit or [])
         stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         target = out or run_dir.parent / f"{run_dir.name}-rerun-{stamp}"
         from ..export.rerun import LOG_FILE
         from ..export.rerun import rerun as rerun_run
 
         result = asyncio.run(
-            rerun_run(run_dir, target, inputs=inputs, backend=sandbox, timeout=timeout)
+            rerun_run(
+                run_dir, target, inputs=inputs, backend=sandbox, timeout=timeout, network=network, limits=limits
+            )
         )
     for check in result.checks:
-        mark = "[green]ok[/]" if check.ok else "[red]missing[/]"
-        console.print(f"{mark} {check.path}: {check.detail}")
+        mark = Text("ok", style="green") if check.ok else Text("FAIL", style="red")
+        console.print(Text.assemble(mark, f" {check.path}: {terminal_safe(check.detail)}"))
     for note in result.notes:
-        console.print(f"[yellow]{note}[/]")
-    console.print(f"replay exit code {result.exit_code}; log: {result.out_dir / LOG_FILE}")
+        console.print(Text(terminal_safe(note), style="yellow"))
+    console.print(f"replay exit code {result.exit_code}; log: {result.out_dir / LOG_FILE}", markup=False)
     raise typer.Exit(0 if result.ok else 1)

@@ -21,6 +21,7 @@ from nbformat.v4 import (
     new_output,
 )
 
+from .script import UNTRUSTED
 from .steps import Step, WorkspaceImages, load_steps
 
 _SECTION = re.compile(r"^\[(stdout|stderr|Out \d+|error)\]$")
@@ -121,6 +122,8 @@ def header_cell(start: dict[str, Any], run_dir: Path) -> NotebookNode:
     prompt = "\n".join(f"> {line}" for line in str(job.get("prompt", "")).strip().splitlines())
     lines = [
         f"# coderoom run `{job.get('name', run_dir.name)}`",
+        "",
+        "**Warning:** " + " ".join(UNTRUSTED)[len("WARNING: ") :].replace("this script", "this notebook"),
         "",
         f"Model: `{start.get('model', '?')}`. Exported from `{run_dir.name}` by `coderoom export`.",
         "",

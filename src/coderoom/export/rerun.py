@@ -1,7 +1,18 @@
 """`coderoom rerun RUN_DIR`: the same analysis on the same or new inputs, with no model.
 
-The replay script (`export.script`) runs in a fresh sandbox whose workspace holds the run's
-inputs (from run_start.job.inputs, each replaceable with `--input HOST=WORKSPACE`); the declared
+A run folder may come from anywhere and its run.jsonl is plain editable text, so the record is
+data, never authority. From it the rerun takes the steps (the replay script), the job's name,
+prompt and declared outputs, and the workspace paths of its inputs. It never takes:
+
+* the sandbox: backend, limits and network come from the user's flags and `Limits()`
+  defaults. What the recorded job asked for beyond them (network, more memory, another
+  backend or image) is listed in a note with the flag that would grant it;
+* host paths: each input is the user's `--input HOST=WORKSPACE`, or else the run folder's own
+  archived copy (the file or folder at that workspace path in its workspace.tar, as the run
+  left it), extracted with the hardened extraction under the workspace size limit. A missing
+  copy is a usage error, never a fall-back to the recorded host path.
+
+The replay script (`export.script`) runs as one command in that fresh sandbox; the declared
 outputs come back through `save_workspace` (safe extraction), beside `workspace.tar` and the
 replay's log, so a rerun directory looks like a run directory.
 """
@@ -9,15 +20,23 @@ replay's log, so a rerun directory looks like a run directory.
 from __future__ import annotations
 
 import io
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from agents.sandbox import Manifest
+from pydantic import ValidationError
 
+from ..artifacts import WORKSPACE_ARCHIVE, check_on_host, save_workspace
+from ..errors import RecordError, UsageError
+from ..hostile.archive import safe_extract_tar
+from ..hostile.names import UnsafePath, safe_relative_path
 from ..jobs import Job, build_job
 from ..outputs import OutputCheck
-from ..artifacts import check_on_host, save_workspace
+from ..sandboxes.limits import Limits
 from ..sandboxes.session import open_session
+from ..sandboxes.spec import DEFAULT_IMAGE, SandboxSpec, default_backend_name
 from ..workspace import stage_inputs
 from . import REPLAY_TIMEOUT
 from .script import build_script
@@ -25,6 +44,7 @@ from .steps import load_steps
 
 REPLAY_PATH = ".coderoom/replay.py"
 LOG_FILE = "replay.log"
+GRANTABLE = frozenset(Limits.model_fields) - {"timeout", "network"}  # --limit NAME=VALUE
 
 
 @dataclass
@@ -39,17 +59,95 @@ class RerunResult:
         return self.exit_code == 0 and all(c.ok for c in self.checks)
 
 
-def rerun_job(run_dir: Path, inputs: dict[str, Path], backend: str | None, timeout: float) -> Job:
-    """The recorded job with replaced inputs and a sandbox whose per-command limit fits the
-    whole replay (it is one command)."""
-    start, _ = load_steps(run_dir)
-    data = dict(start["job"])
-    recorded = {k: Path(v) for k, v in (data.get("inputs") or {}).items()}
-    data["inputs"] = {**recorded, **inputs}
-    job = build_job(data, source=f"{run_dir}/run.jsonl")
-    limits = job.sandbox.limits.model_copy(update={"timeout": max(job.sandbox.limits.timeout, timeout)})
-    spec = job.sandbox.model_copy(update={"limits": limits, **({"backend": backend} if backend else {})})
-    return job.model_copy(update={"sandbox": spec})
+def granted_sandbox(
+    backend: str | None, timeout: float, network: bool, limits: dict[str, str] | None = None
+) -> SandboxSpec:
+    """The rerun's sandbox from the user's choices alone; the replay is one command, so the
+    per-command time limit is the whole replay's."""
+    unknown = sorted(set(limits or {}) - GRANTABLE)
+    if unknown:
+        raise UsageError(f"--limit {unknown[0]}: not a limit; choose one of: {', '.join(sorted(GRANTABLE))}")
+    try:
+        granted = Limits.model_validate({**(limits or {}), "timeout": timeout, "network": network})
+    except ValidationError as exc:
+        problem = exc.errors()[0]
+        raise UsageError(f"--limit {problem['loc'][0]}: {problem['msg']}") from None
+    return SandboxSpec(backend=backend or default_backend_name(), limits=granted)
+
+
+def sandbox_notes(recorded: Any, granted: SandboxSpec) -> list[str]:
+    """What the recorded job's sandbox asked for that this rerun does not grant, and how to."""
+    if not isinstance(recorded, dict):
+        return []
+    notes = []
+    backend = recorded.get("backend")
+    if isinstance(backend, str) and backend != granted.backend:
+        notes.append(
+            f"the run used sandbox backend {backend[:40]!r}; this rerun uses {granted.backend!r} "
+            "(a record never chooses the backend: choose with --sandbox)"
+        )
+    if recorded.get("image", DEFAULT_IMAGE) != DEFAULT_IMAGE or recorded.get("packages"):
+        notes.append("the run's sandbox image and packages are not reused: this rerun uses the default image")
+    try:
+        asked = Limits.model_validate(recorded.get("limits") or {})
+    except ValidationError:
+        return [*notes, "the record's sandbox limits are not valid; they were ignored"]
+    if asked.network and not granted.limits.network:
+        notes.append("the recorded job had network access; not granted: pass --network to allow it")
+    for name in sorted(GRANTABLE):
+        wanted, given = getattr(asked, name), getattr(granted.limits, name)
+        if wanted > given:
+            notes.append(
+                f"the recorded job asked for {name}={wanted}; this rerun has {given}: "
+                f"pass --limit {name}={wanted} to grant it"
+            )
+    return notes
+
+
+def archived_inputs(run_dir: Path, paths: list[str], into: Path, max_bytes: int) -> dict[str, Path]:
+    """The run folder's own copies of the inputs at `paths`, extracted from its workspace.tar
+    into `into`: a usage error names the first one that is not there."""
+    archive = run_dir / WORKSPACE_ARCHIVE
+    usable = archive.is_file() and not archive.is_symlink() and archive.stat().st_size <= max_bytes
+    found: set[str] = set()
+    if paths and usable:
+        report = safe_extract_tar(archive, into, members=paths, max_bytes=max_bytes)
+        found = {p for p in paths for name in report.extracted if name == p or name.startswith(p + "/")}
+    for path in paths:
+        if path not in found:
+            raise UsageError(
+                f"input {path}: the run folder has no archived copy in its {WORKSPACE_ARCHIVE} "
+                f"(or it is over {max_bytes} bytes); give the file with --input HOST_FILE={path}"
+            )
+    return {path: into / path for path in paths}
+
+
+def recorded_input_paths(job: dict[str, Any]) -> list[str]:
+    """The workspace paths of the recorded job's inputs (their host paths are never read)."""
+    inputs = job.get("inputs")
+    try:
+        return [str(safe_relative_path(key)) for key in inputs] if isinstance(inputs, dict) else []
+    except (UnsafePath, TypeError) as exc:
+        raise RecordError(f"run.jsonl: an input's workspace path is not usable: {exc}") from None
+
+
+def rerun_job(
+    run_dir: Path, start: dict[str, Any], inputs: dict[str, Path], sandbox: SandboxSpec, archive_dir: Path
+) -> tuple[Job, list[str]]:
+    """The rerun's job and its notes: the recorded job's name, prompt and outputs (from the
+    run_start event `start`); the user's sandbox; the user's inputs, else the run folder's
+    archived copies (extracted into `archive_dir`)."""
+    recorded = start["job"]
+    missing = [p for p in recorded_input_paths(recorded) if p not in inputs]
+    archived = archived_inputs(run_dir, missing, archive_dir, sandbox.limits.workspace_size)
+    data = {key: recorded.get(key) for key in ("name", "prompt", "outputs") if key in recorded}
+    job = build_job(
+        {**data, "inputs": {**archived, **inputs}, "sandbox": sandbox},
+        source=f"{run_dir}/run.jsonl with the rerun's flags",
+    )
+    notes = sandbox_notes(recorded.get("sandbox"), job.sandbox)
+    notes += [f"input {path}: the run folder's archived copy, as the run left it" for path in archived]
+    return job, notes
 
 
 async def rerun(
@@ -59,18 +157,22 @@ async def rerun(
     inputs: dict[str, Path] | None = None,
     backend: str | None = None,
     timeout: float = REPLAY_TIMEOUT,
+    network: bool = False,
+    limits: dict[str, str] | None = None,
 ) -> RerunResult:
     """Replay `run_dir` in a fresh sandbox; outputs, workspace.tar and replay.log go to `out_dir`."""
-    job = rerun_job(run_dir, inputs or {}, backend, timeout)
+    sandbox = granted_sandbox(backend, timeout, network, limits)
     start, steps = load_steps(run_dir)
     script = build_script(start, steps).encode("utf-8")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    async with open_session(job.sandbox, Manifest()) as session:
-        await stage_inputs(session, job.inputs)
-        await session.mkdir(Path(REPLAY_PATH).parent, parents=True)
-        await session.write(Path(REPLAY_PATH), io.BytesIO(script))
-        done = await session.exec("python3", "-I", REPLAY_PATH, shell=False, timeout=timeout)
-        notes = await save_workspace(session, out_dir, job.sandbox.limits.workspace_size)
+    with tempfile.TemporaryDirectory(prefix="coderoom-rerun-inputs-") as archive_dir:
+        job, notes = rerun_job(run_dir, start, inputs or {}, sandbox, Path(archive_dir))
+        out_dir.mkdir(parents=True, exist_ok=True)
+        async with open_session(job.sandbox, Manifest()) as session:
+            await stage_inputs(session, job.inputs)
+            await session.mkdir(Path(REPLAY_PATH).parent, parents=True)
+            await session.write(Path(REPLAY_PATH), io.BytesIO(script))
+            done = await session.exec("python3", "-I", REPLAY_PATH, shell=False, timeout=timeout)
+            notes += await save_workspace(session, out_dir, job.sandbox.limits.workspace_size)
     log = done.stdout + (b"\n--- stderr ---\n" + done.stderr if done.stderr else b"")
     (out_dir / LOG_FILE).write_bytes(log)
     return RerunResult(out_dir, done.exit_code, check_on_host(out_dir, job.outputs), notes)

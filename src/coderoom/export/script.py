@@ -5,7 +5,10 @@ after each cell). Cells that hung or crashed the kernel and commands left runnin
 replayed; where the kernel lost its variables, the replay clears its namespace too.
 
 The script needs only Python and whatever the cells import; `coderoom rerun` runs it in a fresh
-sandbox with the original or new inputs.
+sandbox with the original or new inputs. Started anywhere else, it runs the recorded code (written
+by a model, read from a run.jsonl anyone may have edited) with that user's rights, so its first
+lines say so. Text from the record reaches the script only as Python literals or as comments
+that cannot end early (`repr`, `splitlines`): a comment never hides code.
 """
 
 from __future__ import annotations
@@ -84,6 +87,14 @@ def check(outputs):
 '''
 
 
+UNTRUSTED = [
+    "WARNING: this script runs the code recorded in a coderoom run, as it is, wherever you start it.",
+    "That code was written by a model and read from run.jsonl, which anyone may have edited: it is",
+    "untrusted. Started here, it runs with your rights, your files and your network. Read it first,",
+    "or run it in a sandbox: `coderoom rerun RUN_DIR`.",
+]
+
+
 def literal(text: str) -> str:
     """A readable Python literal for `text`: a raw triple-quoted string when that is exact."""
     if (
@@ -103,7 +114,7 @@ def step_code(step: Step) -> list[str]:
         if step.cell is None:  # the kernel could not be reached: the code never ran
             return [f"# not replayed (the kernel was unreachable): {step.source[:80]!r}"]
         if not step.replayable:
-            return [f"# cell {step.cell} not replayed: in the original run it {step.status}"]
+            return [f"# cell {step.cell} not replayed: in the original run it was {step.status!r}"]
         return [f"python({step.cell}, {literal(step.source)})"]
     if step.kind == "shell":
         if not step.replayable:
@@ -117,7 +128,7 @@ def step_code(step: Step) -> list[str]:
         return [f"shell({literal(step.source)}{options})"]
     if step.kind == "message":
         return [f"# agent: {line}" if line else "#" for line in step.source.strip().splitlines()[:20]]
-    return [f"# not replayed: {step.tool} {step.source[:80]!r}"]
+    return [f"# not replayed: {step.tool!r} {step.source[:80]!r}"]
 
 
 def build_script(start: dict[str, Any], steps: list[Step]) -> str:
@@ -127,6 +138,8 @@ def build_script(start: dict[str, Any], steps: list[Step]) -> str:
     counts = {kind: sum(1 for s in steps if s.kind == kind and s.replayable) for kind in ("python", "shell")}
     name = str(job.get("name", "job"))
     doc = [
+        *UNTRUSTED,
+        "",
         f"Replay of the coderoom run {name!r} without a model (made by `coderoom export --script`).",
         "",
         "Run it in a directory that holds the run's inputs at their workspace paths:",
