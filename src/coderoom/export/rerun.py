@@ -36,7 +36,8 @@ from ..jobs import Job, build_job
 from ..outputs import OutputCheck
 from ..sandboxes.limits import Limits
 from ..sandboxes.session import open_session
-from ..sandboxes.spec import DEFAULT_IMAGE, SandboxSpec, default_backend_name
+from ..sandboxes.registry import default_backend_name
+from ..sandboxes.spec import SandboxSpec
 from ..workspace import stage_inputs
 from . import REPLAY_TIMEOUT
 from .script import build_script
@@ -86,8 +87,12 @@ def sandbox_notes(recorded: Any, granted: SandboxSpec) -> list[str]:
             f"the run used sandbox backend {backend[:40]!r}; this rerun uses {granted.backend!r} "
             "(a record never chooses the backend: choose with --sandbox)"
         )
-    if recorded.get("image", DEFAULT_IMAGE) != DEFAULT_IMAGE or recorded.get("packages"):
-        notes.append("the run's sandbox image and packages are not reused: this rerun uses the default image")
+    # backend tables ([sandbox.docker] image and packages; record version 1 kept them top level)
+    options = {k: v for k, v in recorded.items() if k not in ("backend", "limits") and v}
+    options.pop("image", None) if options.get("image") == "coderoom-sandbox:latest" else None
+    if options:
+        notes.append(f"the run's sandbox options ({', '.join(sorted(options))[:80]}) are not reused: "
+                     "this rerun uses the backend's defaults")
     try:
         asked = Limits.model_validate(recorded.get("limits") or {})
     except ValidationError:
