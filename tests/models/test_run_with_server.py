@@ -68,8 +68,8 @@ async def test_scripted_run(api: str, tmp_path: Path, monkeypatch: pytest.Monkey
         ("exec_command", SHOW_ENV),
         ("exec_command", WRITE),
     ]
-    assert "PATH=" in tools[0]["output"] and CANARY not in tools[0]["output"]
-    assert events[-1]["type"] == "run_end" and events[-1]["status"] == "ok"
+    assert "PATH=" in tools[0].output and CANARY not in tools[0].output
+    assert events[-1].type == "run_end" and events[-1].status == "ok"
 
     assert len(server.requests) == 3
     expected_auth = f"Bearer {CANARY}" if api == "responses" else "Bearer no-key"
