@@ -116,9 +116,18 @@ class Missing(_Model):
     reason: str = ""
 
 
-class RunStart(_Model):
+class _Event(_Model):
+    t: float = 0.0  # seconds since the run started
+
+
+class _ToolEvent(_Event):
+    call_id: str
+    name: str
+    arguments: Any = None  # the parsed JSON arguments, or the raw string when they were not JSON
+
+
+class RunStart(_Event):
     type: Literal["run_start"] = "run_start"
-    t: float = 0.0
     record_version: int = RECORD_VERSION
     job: dict[str, Any]
     model: str = "?"
@@ -126,15 +135,13 @@ class RunStart(_Model):
     coderoom_version: str = ""
 
 
-class ModelStart(_Model):
+class ModelStart(_Event):
     type: Literal["model_start"] = "model_start"
-    t: float = 0.0
     turn: int
 
 
-class ModelCall(_Model):
+class ModelCall(_Event):
     type: Literal["model_call"] = "model_call"
-    t: float = 0.0
     turn: int
     input_items: int = 0
     input_chars: int = 0
@@ -143,40 +150,29 @@ class ModelCall(_Model):
     output: list[OutputItem] = Field(default_factory=list)
 
 
-class ToolStart(_Model):
+class ToolStart(_ToolEvent):
     type: Literal["tool_start"] = "tool_start"
-    t: float = 0.0
-    call_id: str
-    name: str
-    arguments: Any = None
 
 
-class ToolResult(_Model):
+class ToolResult(_ToolEvent):
     type: Literal["tool_result"] = "tool_result"
-    t: float = 0.0
-    call_id: str
-    name: str
-    arguments: Any = None
     output: str = ""  # the text the model read, bounded
     cell: Cell | None = None  # run_python: the cell that ran; absent when the kernel was unreachable
     duration_s: float = 0.0
 
 
-class Nudge(_Model):
+class Nudge(_Event):
     type: Literal["nudge"] = "nudge"
-    t: float = 0.0
     missing: list[Missing]
 
 
-class ExtractRefused(_Model):
+class ExtractRefused(_Event):
     type: Literal["extract_refused"] = "extract_refused"
-    t: float = 0.0
     detail: str
 
 
-class RunEnd(_Model):
+class RunEnd(_Event):
     type: Literal["run_end"] = "run_end"
-    t: float = 0.0
     status: str
     final_output: str = ""
     error: str | None = None
@@ -188,7 +184,7 @@ class RunEnd(_Model):
 Event = Union[RunStart, ModelStart, ModelCall, ToolStart, ToolResult, Nudge, ExtractRefused, RunEnd]
 Listener = Callable[[Event], None]
 
-EVENT_TYPES: dict[str, type[_Model]] = {
+EVENT_TYPES: dict[str, type[_Event]] = {
     model.model_fields["type"].default: model
     for model in (RunStart, ModelStart, ModelCall, ToolStart, ToolResult, Nudge, ExtractRefused, RunEnd)
 }
