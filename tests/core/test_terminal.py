@@ -5,12 +5,11 @@ inert text, and cannot crash them."""
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 from openai_server import OpenAIServer, call, say
 from test_cli import COMMAND, clean_env
-
-import subprocess
 
 PAYLOADS = {
     "\x1b]52;c;Y2FuYXJ5\x07": "\\x1b]52;c;Y2FuYXJ5\\x07",  # OSC 52: write the clipboard
