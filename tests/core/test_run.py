@@ -54,15 +54,15 @@ async def test_outputs_are_checked_extracted_and_recorded(job, tmp_path: Path) -
     assert result.ok, result.error
     assert (tmp_path / "run/output/copy.csv").read_text() == "a,b\n1,2\n3,4\n"
     assert [c.detail for c in result.checks] == ["csv: 2 rows, 2 columns", "text: 1 lines"]
-    events = read_record(tmp_path / "run")
-    kinds = [e["type"] for e in events]
+    events = read_record(tmp_path / "run").events
+    kinds = [e.type for e in events]
     assert kinds[0] == "run_start" and kinds[-1] == "run_end"
-    call = next(e for e in events if e["type"] == "tool_result")
-    assert call["name"] == "exec_command" and "cp input/x.csv" in call["arguments"]["cmd"]
+    call = next(e for e in events if e.type == "tool_result")
+    assert call.name == "exec_command" and "cp input/x.csv" in call.arguments["cmd"]
     with tarfile.open(tmp_path / "run/workspace.tar") as tar:
         names = tar.getnames()
     assert any(n.endswith("input/x.csv") for n in names)
-    assert events[-1]["status"] == "ok" and events[-1]["final_output"] == "Copied."
+    assert events[-1].status == "ok" and events[-1].final_output == "Copied."
 
 
 async def test_a_missing_output_earns_a_nudge_naming_it(job, tmp_path: Path) -> None:
@@ -76,8 +76,8 @@ async def test_a_missing_output_earns_a_nudge_naming_it(job, tmp_path: Path) -> 
     assert result.ok, result.error
     nudge_input = model.model.calls[2].input
     assert "output/note.md: missing" in json.dumps(nudge_input)
-    nudges = [e for e in read_record(tmp_path / "run") if e["type"] == "nudge"]
-    assert nudges == [nudges[0]] and nudges[0]["missing"][0]["path"] == "output/note.md"
+    nudges = [e for e in read_record(tmp_path / "run").events if e.type == "nudge"]
+    assert nudges == [nudges[0]] and nudges[0].missing[0].path == "output/note.md"
 
 
 async def test_still_missing_fails_clearly_and_keeps_what_was_made(job, tmp_path: Path) -> None:
@@ -110,7 +110,7 @@ async def test_model_errors_end_the_run_with_a_clear_message_and_no_sandbox_left
     model = scripted(RuntimeError("provider exploded"))
     result = await run_job(job, run_dir=tmp_path / "run", model=model)
     assert result.status == "error" and "provider exploded" in result.error
-    assert read_record(tmp_path / "run")[-1]["status"] == "error"
+    assert read_record(tmp_path / "run").events[-1].status == "error"
 
 
 async def test_cancellation_closes_the_session(job, tmp_path: Path, monkeypatch) -> None:
@@ -131,7 +131,7 @@ async def test_cancellation_closes_the_session(job, tmp_path: Path, monkeypatch)
     with pytest.raises(asyncio.CancelledError):
         await task
     assert closed == [True]
-    assert read_record(tmp_path / "run")[-1]["status"] == "interrupted"
+    assert read_record(tmp_path / "run").events[-1].status == "interrupted"
 
 
 async def test_a_run_never_writes_into_a_folder_with_earlier_results(job, tmp_path: Path) -> None:

@@ -52,7 +52,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for number, (tool, arguments, output) in enumerate(steps):
         recorder.emit("tool_start", call_id=f"c{number}", name=tool, arguments=arguments)
         recorder.emit("tool_result", call_id=f"c{number}", name=tool, arguments=arguments, output=output,
-                      images=[], duration_s=0.01)  # fmt: skip
+                      duration_s=0.01)  # fmt: skip
     recorder.emit(
         "run_end", status="ok", final_output="3", error=None, outputs=[], usage={}, duration_s=0.1
     )

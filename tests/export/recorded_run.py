@@ -1,6 +1,6 @@
 """A run directory made without a model: the real tools (run_python, exec_command, view_image) driven
-in order in a real sandbox session, recorded with coderoom's own Recorder, the workspace saved as a
-run saves it. The exporters' input is this file format, so the steps are scripted, the outputs real.
+in order in a real sandbox session, recorded with coderoom's own Recorder and recording hooks, the
+workspace saved as a run saves it. The exporters' input is this file format, so the steps are scripted, the outputs real.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 from agents.sandbox import Manifest
 from agents.sandbox.capabilities.tools import ExecCommandTool, ViewImageTool
+from agents.tool_context import ToolContext
 
 from coderoom.jobs import build_job
-from coderoom.record import Recorder, bounded
-from coderoom.record.hooks import tool_output_text
+from coderoom.record import Recorder
+from coderoom.record.hooks import RecordingHooks
 from coderoom.artifacts import save_workspace
 from coderoom.sandboxes.session import open_session
 from coderoom.tools.python_kernel import RunPythonTool
@@ -62,6 +63,7 @@ async def record_session(run_dir: Path, data: Path) -> None:
         }
     )
     recorder = Recorder(run_dir)
+    hooks = RecordingHooks(recorder)
     recorder.emit("run_start", job=job.model_dump(mode="json"), model="scripted", coderoom_version="test")
     async with open_session(job.sandbox, Manifest()) as session:
         await stage_inputs(session, job.inputs)
@@ -93,14 +95,13 @@ async def record_session(run_dir: Path, data: Path) -> None:
                     {"kind": "tool_call", "call_id": call_id, "name": tool.name, "arguments": arguments},
                 ],
             )  # fmt: skip
-            result = await tool.on_invoke_tool(None, json.dumps(arguments))
-            text, images = tool_output_text(result)
-            recorder.emit(
-                "tool_result", call_id=call_id, name=tool.name, arguments=arguments,
-                output=bounded(text), images=images, duration_s=0.0,
-            )  # fmt: skip
-        notes = await save_workspace(session, run_dir, job.sandbox.limits.workspace_size)
-    recorder.emit("run_end", status="ok", final_output="done", error=None, outputs=[], notes=notes)
+            context = ToolContext(None, tool_name=tool.name, tool_call_id=call_id, tool_arguments=json.dumps(arguments))
+            await hooks.on_tool_start(context, None, tool)  # type: ignore[arg-type]
+            result = await tool.on_invoke_tool(context, context.tool_arguments)
+            await hooks.on_tool_end(context, None, tool, result)  # type: ignore[arg-type]
+        for note in await save_workspace(session, run_dir, job.sandbox.limits.workspace_size):
+            recorder.emit("extract_refused", detail=note)
+    recorder.emit("run_end", status="ok", final_output="done", error=None, outputs=[])
     recorder.close()
 
 

@@ -21,6 +21,7 @@ from recorded_run import OUTPUTS, kernel_run, write_energy_csv  # noqa: F401 (fi
 from typer.testing import CliRunner
 
 from coderoom.cli import app
+from coderoom.errors import RecordError
 from coderoom.export.rerun import rerun
 from coderoom.export.script import export_script, literal
 from coderoom.export.steps import load_steps
@@ -102,21 +103,26 @@ def test_script_reproduces_the_outputs(kernel_run: Path, tmp_path: Path) -> None
 
 
 def test_record_text_cannot_end_a_comment_and_add_code(kernel_run: Path, tmp_path: Path) -> None:
-    """A forged record's tool name and cell status land in comments; a newline or a lone CR
-    there (Python ends a comment at either) must not turn the rest into a statement."""
+    """A forged record's tool name lands in a comment; a newline or a lone CR there (Python ends
+    a comment at either) must not turn the rest into a statement. A forged cell status is not
+    even read: the record's cell statuses are a closed set."""
     forged = tmp_path / "forged"
     shutil.copytree(kernel_run, forged)
     lines = (forged / "run.jsonl").read_text().splitlines()
-    injected = [
-        {"type": "tool_result", "name": "x\nPWNED_BY_NAME = 1", "arguments": {}, "output": ""},
-        {"type": "tool_result", "name": "run_python", "arguments": {"code": "1"}, "output": "[cell 9: no\rPWNED_BY_STATUS = 1]"},
-    ]
-    lines[-1:-1] = [json.dumps(event) for event in injected]
+    by_name = {"type": "tool_result", "call_id": "f1", "name": "x\nPWNED_BY_NAME = 1\rPWNED_BY_CR = 1",
+               "arguments": {}, "output": ""}
+    lines[-1:-1] = [json.dumps(by_name)]
     (forged / "run.jsonl").write_text("\n".join(lines) + "\n")
     source = export_script(forged, tmp_path / "replay.py").read_text()
     names = {node.id for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Name)}
-    assert "PWNED_BY_NAME" not in names and "PWNED_BY_STATUS" not in names
-    assert "PWNED_BY_NAME" in source and "PWNED_BY_STATUS" in source  # shown, as comments
+    assert "PWNED_BY_NAME" not in names and "PWNED_BY_CR" not in names
+    assert "PWNED_BY_NAME" in source and "PWNED_BY_CR" in source  # shown, as comments
+    by_status = {"type": "tool_result", "call_id": "f2", "name": "run_python", "arguments": {"code": "1"},
+                 "output": "", "cell": {"number": 9, "status": "no\rPWNED_BY_STATUS = 1"}}
+    lines[-1:-1] = [json.dumps(by_status)]
+    (forged / "run.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(RecordError, match="status"):
+        export_script(forged, tmp_path / "replay2.py")
 
 
 def test_script_literals_round_trip() -> None:

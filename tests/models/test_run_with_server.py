@@ -59,17 +59,17 @@ async def test_scripted_run(api: str, tmp_path: Path, monkeypatch: pytest.Monkey
     assert (result.run_dir / "output/result.csv").read_text() == "x,y\n1,2\n3,4\n"
     assert (result.run_dir / "output/summary.md").read_text().startswith("# Result")
 
-    events = read_record(result.run_dir)
+    events = read_record(result.run_dir).events
     label = "openai:gpt-5.4" if api == "responses" else job.model
-    assert (events[0]["type"], events[0]["model"]) == ("run_start", label)
-    assert [e["turn"] for e in events if e["type"] == "model_call"] == [1, 2, 3]
-    tools = [e for e in events if e["type"] == "tool_result"]
-    assert [(t["name"], t["arguments"]["cmd"]) for t in tools] == [
+    assert (events[0].type, events[0].model) == ("run_start", label)
+    assert [e.turn for e in events if e.type == "model_call"] == [1, 2, 3]
+    tools = [e for e in events if e.type == "tool_result"]
+    assert [(t.name, t.arguments["cmd"]) for t in tools] == [
         ("exec_command", SHOW_ENV),
         ("exec_command", WRITE),
     ]
-    assert "PATH=" in tools[0]["output"] and CANARY not in tools[0]["output"]
-    assert events[-1]["type"] == "run_end" and events[-1]["status"] == "ok"
+    assert "PATH=" in tools[0].output and CANARY not in tools[0].output
+    assert events[-1].type == "run_end" and events[-1].status == "ok"
 
     assert len(server.requests) == 3
     expected_auth = f"Bearer {CANARY}" if api == "responses" else "Bearer no-key"
@@ -97,7 +97,7 @@ async def test_run_with_a_bad_key_ends_with_one_clear_line(tmp_path: Path) -> No
         f"the model server at {server.url}/responses rejected the API key (401); check "
         "OPENAI_API_KEY (OpenAI) or OPENAI_COMPATIBLE_API_KEY (openai-compatible servers)"
     )
-    assert read_record(result.run_dir)[-1]["error"] == result.error
+    assert read_record(result.run_dir).events[-1].error == result.error
 
 
 PLOT = "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('demo')"

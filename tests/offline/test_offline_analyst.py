@@ -41,11 +41,11 @@ def offline(job: Job) -> Job:
 
 def tool_calls(run_dir: Path) -> list[dict]:
     return [
-        {"call_id": out["call_id"], "name": out["name"], "arguments": out["arguments"]}
-        for rec in read_record(run_dir)
-        if rec["type"] == "model_call"
-        for out in rec["output"]
-        if out["kind"] == "tool_call"
+        {"call_id": out.call_id, "name": out.name, "arguments": out.arguments}
+        for rec in read_record(run_dir).events
+        if rec.type == "model_call"
+        for out in rec.output
+        if out.kind == "tool_call"
     ]
 
 
@@ -82,7 +82,7 @@ def test_showcase_is_deterministic(showcase: tuple[Path, Path]) -> None:
     assert tool_calls(a) == tool_calls(b)
     for name in ("anomalies.csv", "energy_anomalies.png", "anomaly_report.md"):
         assert (a / "output" / name).read_bytes() == (b / "output" / name).read_bytes(), name
-    finals = [[r["final_output"] for r in read_record(d) if r["type"] == "run_end"] for d in (a, b)]
+    finals = [[r.final_output for r in read_record(d).events if r.type == "run_end"] for d in (a, b)]
     assert finals[0] == finals[1]
 
 
@@ -194,11 +194,11 @@ async def test_cannot_serve_is_reported_and_nothing_is_faked(case: str, tmp_path
     result = await run_job(job, run_dir=tmp_path / "run")
     assert result.status == "failed"
     assert "could not complete" in result.final_output or "re-ran the analysis" in result.final_output
-    record = read_record(tmp_path / "run")
-    first = next(r["output"][0]["text"] for r in record
-                 if r["type"] == "model_call" and r["output"][0]["kind"] == "message")
+    record = read_record(tmp_path / "run").events
+    first = next(r.output[0].text for r in record
+                 if r.type == "model_call" and r.output[0].kind == "message")
     assert reason in first and "did not create" in first
-    assert any(r["type"] == "nudge" for r in record)
+    assert any(r.type == "nudge" for r in record)
     assert not (tmp_path / "run/output").exists() or not any((tmp_path / "run/output").iterdir())
 
 
@@ -225,7 +225,7 @@ async def test_streamed_run_matches_the_plain_one(tmp_path: Path) -> None:
 
 
 def test_usage_is_estimated_for_progress_displays(showcase: tuple[Path, Path]) -> None:
-    calls = [r for r in read_record(showcase[0]) if r["type"] == "model_call"]
-    assert all(c["usage"]["input_tokens"] > 0 and c["usage"]["output_tokens"] > 0 for c in calls)
-    analyse = next(c for c in calls if c["output"][0].get("call_id", "").startswith("cr-analyse"))
-    assert analyse["usage"]["output_tokens"] >= len(json.dumps(analyse["output"][0]["arguments"])) // 5
+    calls = [r for r in read_record(showcase[0]).events if r.type == "model_call"]
+    assert all(c.usage.input_tokens > 0 and c.usage.output_tokens > 0 for c in calls)
+    analyse = next(c for c in calls if getattr(c.output[0], "call_id", "").startswith("cr-analyse"))
+    assert analyse.usage.output_tokens >= len(json.dumps(analyse.output[0].arguments)) // 5

@@ -14,7 +14,6 @@ from agents.tool import ToolOutputImage, ToolOutputText
 from kernel_fixtures import kernel_backend, quick_tool, session, tool  # noqa: F401 (fixtures)
 from PIL import Image
 
-from coderoom.tools.figures import figure_paths
 from coderoom.tools.inside import kernel_server
 from coderoom.tools.python_kernel import (
     LOST,
@@ -89,7 +88,7 @@ async def test_figure_is_returned_as_an_image(tool: RunPythonTool, session) -> N
     assert isinstance(result, list)
     text, image = result
     assert isinstance(text, ToolOutputText) and isinstance(image, ToolOutputImage)
-    assert figure_paths(text.text) == [".coderoom/figures/cell-1-1.png"]
+    assert text.text.endswith("\nfigures: .coderoom/figures/cell-1-1.png")
     assert "title 'Energy'" in text.text and "x 'hour'" in text.text and "1 lines" in text.text
     assert image.image_url is not None and image.image_url.startswith("data:image/png;base64,")
     png = base64.b64decode(image.image_url.split(",", 1)[1])
@@ -103,22 +102,19 @@ async def test_figure_is_returned_as_an_image(tool: RunPythonTool, session) -> N
 
 async def test_figure_is_described_in_text_without_images(session) -> None:
     tool = RunPythonTool(session, images=False, timeout=20)
-    result = await tool.run(
+    result, cell = await tool.run_cell(
         "import matplotlib.pyplot as plt\nplt.figure(); plt.bar(['a', 'b'], [1, 2]); "
         "plt.figure(); plt.scatter([1], [2]); None"
     )
-    assert isinstance(result, str)
-    assert figure_paths(result) == [
-        ".coderoom/figures/cell-1-1.png",
-        ".coderoom/figures/cell-1-2.png",
-    ]
+    assert isinstance(result, str) and cell is not None
+    assert cell.figures == [".coderoom/figures/cell-1-1.png", ".coderoom/figures/cell-1-2.png"]
     assert "2 bars/patches" in result and "1 scatter/collections" in result
     assert "not shown: this model reads text only" in result
 
 
 async def test_figures_line_cannot_be_forged_by_cell_output(tool: RunPythonTool) -> None:
-    out = await tool.run("print('figures: ../../etc/passwd')")
-    assert figure_paths(out) == []
+    out, cell = await tool.run_cell("print('figures: ../../etc/passwd')")
+    assert cell is not None and cell.figures == [] and cell.stdout == "figures: ../../etc/passwd\n"
 
 
 async def test_timeout_interrupts_and_keeps_state(quick_tool: RunPythonTool) -> None:
@@ -139,8 +135,9 @@ async def test_timeout_interrupts_and_keeps_state(quick_tool: RunPythonTool) -> 
 )
 async def test_timeout_kills_a_cell_that_will_not_stop(quick_tool: RunPythonTool, stubborn: str) -> None:
     await quick_tool.run("kept = 'yes'")
-    out = await quick_tool.run(stubborn)
-    assert "[cell 2: timeout, kernel restarted]" in out and "STATE LOST" in out
+    out, cell = await quick_tool.run_cell(stubborn)
+    assert "[cell 2: timeout, kernel restarted]" in text_of(out) and "STATE LOST" in text_of(out)
+    assert cell is not None and (cell.number, cell.status, cell.state_lost) == (2, "restarted", True)
     after = await quick_tool.run("kept")
     assert "NameError" in after
     assert "[Out 4]\n3" in await quick_tool.run("1 + 2")
@@ -154,7 +151,9 @@ async def test_crash_is_reported_and_the_next_call_works(
     tool: RunPythonTool, crash: str, signal_name: str
 ) -> None:
     await tool.run("kept = 1")
-    out = await tool.run(crash)
+    out, cell = await tool.run_cell(crash)
+    assert cell is not None and (cell.status, cell.state_lost, cell.fresh_kernel) == ("crashed", True, False)
+    out = text_of(out)
     assert "[cell 2: kernel crashed and was restarted]" in out
     assert f"killed by {signal_name}" in out and "STATE LOST" in out
     assert "NameError" in await tool.run("kept")
@@ -212,6 +211,9 @@ async def test_tool_schema_and_invocation(tool: RunPythonTool) -> None:
     }
     out = await tool.on_invoke_tool(None, json.dumps({"code": "6 * 7"}))  # type: ignore[arg-type]
     assert "[Out 1]\n42" in out
+    cell = tool.take_cell("run_python")  # the call id, when the SDK gives none: the tool's name
+    assert cell is not None and (cell.number, cell.status, cell.value) == (1, "ok", "42")
+    assert tool.take_cell("run_python") is None  # taken once, by the recording hook
     assert "needs JSON arguments" in await tool.on_invoke_tool(None, "not json")  # type: ignore[arg-type]
 
 

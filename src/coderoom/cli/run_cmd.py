@@ -1,8 +1,11 @@
-"""`coderoom run` and `coderoom show`: run a job with live progress; read a run back."""
+"""`coderoom run`: run a job with live progress, then its artifacts and final message.
+
+Everything shown that a model or a sandbox chose goes through `display` (terminal-safe, no markup).
+"""
 
 from __future__ import annotations
 
-import json
+import asyncio
 import os
 import time
 from pathlib import Path
@@ -11,11 +14,15 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 from rich.console import Console
 from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
 
-from ..errors import EXIT_SIGINT, JobError, RecordError
-from ..record import read_record
+from ..errors import EXIT_SIGINT, JobError
+from ..jobs import JOB_FILE, Job, build_job, load_job, parse_input_flag
+from ..record.events import Event, ModelCall, ModelStart, Nudge, RunStart, ToolResult, ToolStart
 from ..sandboxes import backend_names, get_backend
 from .app import app
+from .display import first_line, safe, safe_markdown
 from .errors import reported
 
 if TYPE_CHECKING:  # pydantic (jobs) and rich.markdown load when a command needs them
@@ -23,13 +30,6 @@ if TYPE_CHECKING:  # pydantic (jobs) and rich.markdown load when a command needs
 
 console = Console(stderr=True)
 out = Console()
-
-
-def _first_line(value: Any, limit: int = 90) -> str:
-    if isinstance(value, dict):
-        value = value.get("cmd") or value.get("code") or value.get("path") or json.dumps(value)
-    line = str(value or "").strip().splitlines()[0] if str(value or "").strip() else ""
-    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 class Progress:
@@ -43,35 +43,33 @@ class Progress:
         self.doing = "starting the sandbox"
         self.status = console.status(self._text())
 
-    def _text(self) -> str:
+    def _text(self) -> Text:
         elapsed = time.monotonic() - self.started
-        return f"turn {self.turn} · {self.doing} · {elapsed:.1f}s · {self.tokens:,} tokens"
+        return Text.assemble(f"turn {self.turn} · ", safe(self.doing), f" · {elapsed:.1f}s · {self.tokens:,} tokens")
 
-    def __call__(self, event: dict[str, Any]) -> None:
-        kind = event["type"]
-        if kind == "run_start":
-            notice = event.get("notice")
-            if notice:
-                self.console.print(f"[yellow]{notice}[/]")
-            self.console.print(f"model [bold]{event['model']}[/] · sandbox "
-                               f"[bold]{event['job']['sandbox']['backend']}[/]")
-        elif kind == "model_start":
-            self.turn = event["turn"]
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, RunStart):
+            if event.notice:
+                self.console.print(safe(event.notice, "yellow"))
+            backend = event.job.get("sandbox", {}).get("backend", "?")
+            self.console.print(Text.assemble("model ", safe(event.model, "bold"), " · sandbox ", safe(backend, "bold")))
+        elif isinstance(event, ModelStart):
+            self.turn = event.turn
             self.doing = "model thinking"
-        elif kind == "model_call":
-            self.tokens += event["usage"]["total_tokens"]
+        elif isinstance(event, ModelCall):
+            self.tokens += event.usage.total_tokens
             self.doing = "model answered"
-        elif kind == "tool_start":
-            self.doing = f"{event['name']}: {_first_line(event['arguments'], 50)}"
-            self.console.print(
-                f"[dim]{time.monotonic() - self.started:6.1f}s[/] turn {self.turn} "
-                f"[cyan]{event['name']}[/] {_first_line(event['arguments'])}"
-            )
-        elif kind == "tool_result":
-            self.doing = f"{event['name']} done"
-        elif kind == "nudge":
-            missing = ", ".join(m["path"] for m in event["missing"])
-            self.console.print(f"[yellow]outputs missing or invalid, asking the model again:[/] {missing}")
+        elif isinstance(event, ToolStart):
+            self.doing = f"{event.name}: {first_line(event.arguments, 50)}"
+            self.console.print(Text.assemble(
+                (f"{time.monotonic() - self.started:6.1f}s", "dim"), f" turn {self.turn} ",
+                safe(event.name, "cyan"), " ", safe(first_line(event.arguments)),
+            ))  # fmt: skip
+        elif isinstance(event, ToolResult):
+            self.doing = f"{event.name} done"
+        elif isinstance(event, Nudge):
+            missing = ", ".join(m.path for m in event.missing)
+            self.console.print(Text.assemble(("outputs missing or invalid, asking the model again: ", "yellow"), safe(missing)))
         self.status.update(self._text())
 
 
@@ -151,78 +149,32 @@ def run(
         )
         run_dir = out_dir or default_run_dir(job)
         get_backend(job.sandbox.backend).prepare(
-            job.sandbox, lambda line: console.print(f"[dim]{job.sandbox.backend}:[/] {line}", highlight=False)
+            job.sandbox, lambda line: console.print(Text.assemble((f"{job.sandbox.backend}:", "dim"), " ", safe(line)))
         )
     progress = Progress(console)
     try:
         with progress.status, reported():
             result = asyncio.run(run_job(job, run_dir=run_dir, listeners=[progress], environ=dict(os.environ)))
     except KeyboardInterrupt:
-        console.print(f"[red]interrupted[/]; the sandbox was closed. Partial record: {run_dir}")
+        console.print(Text.assemble(("interrupted", "red"), "; the sandbox was closed. Partial record: ", safe(run_dir)))
         raise typer.Exit(EXIT_SIGINT) from None
     _print_summary(result.checks, result.final_output, run_dir)
     if result.error:
-        console.print(f"[red]{result.status}:[/] {result.error}")
+        console.print(Text.assemble((f"{result.status}:", "red"), " ", safe(result.error)))
     raise typer.Exit(0 if result.ok else 1)
 
 
 def _print_summary(checks: list[Any], final_output: str, run_dir: Path) -> None:
-    from rich.markdown import Markdown
-    from rich.table import Table
-
-    table = Table(title=f"artifacts in {run_dir}", title_justify="left")
+    """The artifact table and the final message: names, details and text all shown escaped."""
+    table = Table(title=safe(f"artifacts in {run_dir}"), title_justify="left")
     table.add_column("path")
     table.add_column("size", justify="right")
     table.add_column("check")
     for check in checks:
         size = "-" if check.size is None else f"{check.size:,}"
-        mark = "[green]ok[/]" if check.ok else "[red]FAIL[/]"
-        table.add_row(check.path, size, f"{mark} {check.detail}")
+        mark = ("ok", "green") if check.ok else ("FAIL", "red")
+        table.add_row(safe(check.path), size, Text.assemble(mark, " ", safe(check.detail)))
     if checks:
         out.print(table)
     if final_output:
-        out.print(Panel(Markdown(final_output), title="final message", title_align="left"))
-
-
-@app.command()
-def show(run_dir: Annotated[Path, typer.Argument(help="a run folder (holds run.jsonl)")]) -> None:
-    """Print a readable transcript of a run."""
-    with reported():
-        try:
-            events = read_record(run_dir)
-        except FileNotFoundError:
-            raise RecordError(f"{run_dir} has no run.jsonl") from None
-    for event in events:
-        _show_event(event)
-
-
-def _show_event(event: dict[str, Any]) -> None:
-    from rich.markdown import Markdown
-
-    kind, stamp = event["type"], f"[dim]{event['t']:7.2f}s[/]"
-    if kind == "run_start":
-        job = event["job"]
-        out.print(Panel(job["prompt"], title=f"{job['name']} · model {event['model']} · "
-                        f"sandbox {job['sandbox']['backend']}", title_align="left"))
-    elif kind == "model_call":
-        usage = event["usage"]
-        out.print(f"{stamp} [bold]turn {event['turn']}[/] model call "
-                  f"({event['input_items']} items in, {usage['total_tokens']:,} tokens, {event['duration_s']}s)")
-        for item in event["output"]:
-            if item["kind"] == "message" and item["text"]:
-                out.print(Panel(Markdown(item["text"]), title="assistant", title_align="left"))
-    elif kind == "tool_result":
-        arguments = event["arguments"]
-        code = arguments.get("cmd") or arguments.get("code") if isinstance(arguments, dict) else arguments
-        out.print(f"{stamp} [cyan]{event['name']}[/] ({event['duration_s']}s)")
-        out.print(Panel(str(code or arguments), title="input", title_align="left", border_style="cyan"))
-        out.print(Panel(event["output"] or "(no output)", title="result", title_align="left", border_style="dim"))
-    elif kind == "nudge":
-        out.print(f"{stamp} [yellow]nudge:[/] " + "; ".join(f"{m['path']} ({m['reason']})" for m in event["missing"]))
-    elif kind == "run_end":
-        status = event["status"]
-        colour = "green" if status == "ok" else "red"
-        out.print(f"{stamp} [{colour}]run {status}[/] in {event['duration_s']}s"
-                  + (f": {event['error']}" if event.get("error") else ""))
-        for check in event["outputs"]:
-            out.print(f"  {'ok  ' if check['ok'] else 'FAIL'} {check['path']}: {check['detail']}")
+        out.print(Panel(safe_markdown(final_output), title="final message", title_align="left"))

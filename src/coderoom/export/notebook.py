@@ -8,7 +8,6 @@ workspace.tar), in the order they happened.
 from __future__ import annotations
 
 import base64
-import re
 from pathlib import Path
 from typing import Any
 
@@ -24,43 +23,25 @@ from nbformat.v4 import (
 from .script import UNTRUSTED
 from .steps import Step, WorkspaceImages, load_steps
 
-_SECTION = re.compile(r"^\[(stdout|stderr|Out \d+|error)\]$")
-_KERNEL_LINE = re.compile(r"^\[(kernel|figure)\] ")
+def _stream(name: str, text: str) -> NotebookNode:
+    return new_output("stream", name=name, text=text if text.endswith("\n") else text + "\n")
 
 
 def python_outputs(step: Step) -> list[NotebookNode]:
-    """Notebook outputs from run_python's text: sections back into streams, value and error."""
-    sections: dict[str, list[str]] = {}
-    notes: list[str] = []
-    current: str | None = None
-    lines = step.output.splitlines()
-    for line in lines[1:] if step.cell is not None else lines:  # skip the [cell N: status] header
-        header = _SECTION.match(line)
-        if header:
-            current = header[1]
-            sections[current] = []
-        elif _KERNEL_LINE.match(line) or line.startswith("figures: "):
-            current = None
-            if line.startswith("[kernel] "):
-                notes.append(line)
-        elif current is not None:
-            sections[current].append(line)
-    outputs: list[NotebookNode] = []
-    for name in ("stdout", "stderr"):
-        if name in sections:
-            outputs.append(new_output("stream", name=name, text="\n".join(sections[name]) + "\n"))
-    for name, lines in sections.items():
-        if name.startswith("Out "):
-            outputs.append(
-                new_output("execute_result", data={"text/plain": "\n".join(lines)}, execution_count=step.cell)
-            )
-    if "error" in sections:
-        lines = sections["error"]
+    """Notebook outputs from the recorded cell: streams, the value, the error, kernel notes."""
+    cell = step.run
+    if cell is None:  # the kernel could not be reached: what the model read is all there is
+        return [_stream("stderr", step.output)] if step.output else []
+    outputs = [_stream(name, text) for name, text in (("stdout", cell.stdout), ("stderr", cell.stderr)) if text]
+    if cell.value is not None:
+        outputs.append(new_output("execute_result", data={"text/plain": cell.value}, execution_count=cell.number))
+    if cell.error is not None:
+        lines = cell.error.rstrip("\n").split("\n")
         last = next((line for line in reversed(lines) if line.strip()), "Error")
         ename, _, evalue = last.partition(": ")
         outputs.append(new_output("error", ename=ename, evalue=evalue, traceback=lines))
-    if notes:
-        outputs.append(new_output("stream", name="stderr", text="\n".join(notes) + "\n"))
+    if cell.notes:
+        outputs.append(_stream("stderr", "\n".join(f"[kernel] {note}" for note in cell.notes)))
     return outputs
 
 

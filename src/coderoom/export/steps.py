@@ -1,7 +1,8 @@
 """The run record as the ordered list of things the agent did: what the exporters read.
 
-`run.jsonl` is written by coderoom, but a run directory may come from anywhere, so every field is
-checked for its type here and nothing in it is trusted as a path on the host.
+`run.jsonl` is written by coderoom, but a run directory may come from anywhere: the reader
+validates every event (`coderoom.record.reader`), only a finished run is exported, and nothing in
+it is trusted as a path on the host. `run_python` steps read the recorded `Cell`, never its prose.
 """
 
 from __future__ import annotations
@@ -12,9 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
-from ..errors import RecordError
 from ..record import read_record
-from ..tools.figures import FIGURES_LINE, figure_paths
+from ..record.events import Cell, MessageItem, ModelCall, ToolResult
 
 WORKSPACE_ARCHIVE = "workspace.tar"
 MAX_IMAGE_BYTES = 10 * 1024 * 1024
@@ -27,7 +27,6 @@ _EXEC_HEADER = re.compile(
     r"(?:Process running with session ID (?P<session>\d+)\n)?(?:Original token count: \d+\n)?"
     r"Output:\n",
 )
-_CELL_STATUS = re.compile(r"^\[cell (?P<cell>\d+): (?P<status>[^\]\n]*)\]")
 
 
 @dataclass
@@ -42,26 +41,38 @@ class Step:
     shell: str | None = None
     exit_code: int | None = None
     still_running: bool = False  # a shell command that had not finished when the tool returned
-    cell: int | None = None
-    status: str = ""  # run_python: ok / error / interrupted (timeout) / ...
-    images: list[str] = field(default_factory=list)  # workspace paths
+    run: Cell | None = None  # run_python: the cell that ran (None: the kernel was unreachable)
+
+    @property
+    def cell(self) -> int | None:
+        return self.run.number if self.run else None
+
+    @property
+    def status(self) -> str:
+        """run_python: ok / error / interrupted (timeout) / ..."""
+        return self.run.status_text if self.run else ""
+
+    @property
+    def images(self) -> list[str]:
+        """Workspace paths of the figures the cell made."""
+        return list(self.run.figures) if self.run else []
 
     @property
     def lost_state(self) -> bool:
         """After this step the kernel's variables were gone (restart, crash, vanished kernel)."""
-        return self.kind == "python" and "STATE LOST" in self.output
+        return self.run is not None and self.run.state_lost
 
     @property
     def found_kernel_restarted(self) -> bool:
         """This cell ran in a fresh kernel because the previous one had stopped."""
-        return self.kind == "python" and "a new one was started" in self.output
+        return self.run is not None and self.run.fresh_kernel
 
     @property
     def replayable(self) -> bool:
         """Whether a replay should run this step: not cells that hung or crashed the kernel,
         not commands that were left running or were fed interactively."""
         if self.kind == "python":
-            return self.status.startswith(("ok", "error"))
+            return self.run is not None and self.run.ran_to_completion
         if self.kind == "shell":
             return not self.still_running
         return False
@@ -85,28 +96,14 @@ def _shell_step(arguments: dict[str, Any], output: str) -> Step:
     return step
 
 
-def _python_step(arguments: dict[str, Any], output: str, images: list[str]) -> Step:
-    step = Step(kind="python", tool="run_python", source=_text(arguments.get("code")), output=output)
-    match = _CELL_STATUS.match(output)
-    if match:
-        step.cell, step.status = int(match["cell"]), match["status"]
-    listed = figure_paths(output)
-    # The recorder may also list them; keep only names of the kernel's figure files.
-    extra = [p for p in images if p not in listed and figure_paths(FIGURES_LINE + p) == [p]]
-    step.images = listed + extra
-    return step
-
-
-def step_of(event: dict[str, Any]) -> Step:
+def step_of(event: ToolResult) -> Step:
     """The step of one `tool_result` event."""
-    name = _text(event.get("name"))
-    arguments = event.get("arguments") if isinstance(event.get("arguments"), dict) else {}
-    output = _text(event.get("output"))
-    images = [p for p in event.get("images") or [] if isinstance(p, str)]
+    name, output = event.name, event.output
+    arguments = event.arguments if isinstance(event.arguments, dict) else {}
     if name == "exec_command":
         return _shell_step(arguments, output)
     if name == "run_python":
-        return _python_step(arguments, output, images)
+        return Step(kind="python", tool=name, source=_text(arguments.get("code")), output=output, run=event.cell)
     if name == "write_stdin":
         session = arguments.get("session_id")
         chars = _text(arguments.get("chars"))
@@ -117,20 +114,19 @@ def step_of(event: dict[str, Any]) -> Step:
 
 
 def load_steps(run_dir: Path) -> tuple[dict[str, Any], list[Step]]:
-    """The run_start event and the steps of a run directory, in order."""
-    events = read_record(run_dir)
-    start = next((e for e in events if e.get("type") == "run_start"), None)
-    if start is None or not isinstance(start.get("job"), dict):
-        raise RecordError(f"{run_dir}: run.jsonl has no run_start event; is this a coderoom run directory?")
+    """The run_start event (as a dict) and the steps of a finished run, in order; a
+    `RecordError` for a record that is malformed or of a run that did not finish."""
+    record = read_record(run_dir)
+    start = record.require_finished()
     steps: list[Step] = []
-    for event in events:
-        if event.get("type") == "model_call":
-            for item in event.get("output") or []:
-                if isinstance(item, dict) and item.get("kind") == "message" and _text(item.get("text")).strip():
-                    steps.append(Step(kind="message", source=item["text"]))
-        elif event.get("type") == "tool_result":
+    for event in record.events:
+        if isinstance(event, ModelCall):
+            for item in event.output:
+                if isinstance(item, MessageItem) and item.text.strip():
+                    steps.append(Step(kind="message", source=item.text))
+        elif isinstance(event, ToolResult):
             steps.append(step_of(event))
-    return start, steps
+    return start.model_dump(mode="json"), steps
 
 
 class WorkspaceImages:

@@ -1,11 +1,191 @@
-"""What a run record holds: one JSON object per line in `run.jsonl`, each with a `type`."""
+"""What a run record holds: one JSON object per line in `run.jsonl`, each an event with a `type`.
+
+Every event type is a pydantic model, so the writer can only write what a reader understands and a
+reader gets typed fields, never prose to re-parse. `run_start` (always the first line) carries
+`record_version`; records without it are version 1, read through `legacy`. A reader skips event
+types it does not know (a newer coderoom may add some) and counts them.
+
+The models stay free of the Agents SDK so `coderoom show` and `export` load fast.
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 RECORD_FILE = "run.jsonl"
+RECORD_VERSION = 2
+"""2: typed events; run_python results carry a `cell`. 1: the same events, cells only as prose."""
 
-Event = dict[str, Any]
+FIGURE_PATH = re.compile(r"^\.coderoom/figures/cell-\d+-\d+\.png$")
+"""The only names the kernel gives figures; a record naming any other file is not coderoom's."""
+
+CellStatus = Literal["ok", "error", "interrupted", "restarted", "crashed", "bad_request"]
+
+
+def _figure_path(path: str) -> str:
+    if not FIGURE_PATH.match(path):
+        raise ValueError(f"not a kernel figure path: {path[:80]!r}")
+    return path
+
+
+class _Model(BaseModel):
+    # Unknown fields are ignored when reading (a newer writer may add some); `Recorder` refuses
+    # them when writing.
+    model_config = ConfigDict(extra="ignore")
+
+
+class Usage(_Model):
+    requests: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+
+
+class MessageItem(_Model):
+    kind: Literal["message"]
+    text: str = ""
+
+
+class ToolCallItem(_Model):
+    kind: Literal["tool_call"]
+    call_id: str
+    name: str
+    arguments: Any = None
+
+
+class OtherItem(_Model):
+    """An output item of another kind (reasoning, ...): only its kind is recorded."""
+
+    kind: str
+
+
+OutputItem = Union[MessageItem, ToolCallItem, OtherItem]
+
+
+def cell_status_text(status: CellStatus, duration_s: float | None) -> str:
+    """How a cell's status reads, in the tool result's header and in exports."""
+    took = f" in {duration_s:.3f} s" if duration_s is not None else ""
+    return {
+        "ok": f"ok{took}",
+        "error": f"error{took}",
+        "interrupted": "interrupted (timeout)",
+        "restarted": "timeout, kernel restarted",
+        "crashed": "kernel crashed and was restarted",
+        "bad_request": "not run",
+    }[status]
+
+
+class Cell(_Model):
+    """One `run_python` cell as the kernel replied, bounded: what exports and `show` read."""
+
+    number: int
+    status: CellStatus
+    duration_s: float | None = None
+    stdout: str = ""
+    stderr: str = ""
+    value: str | None = None
+    error: str | None = None
+    notes: list[str] = Field(default_factory=list)  # what the kernel said: timeouts, restarts
+    figures: list[Annotated[str, AfterValidator(_figure_path)]] = Field(default_factory=list)
+    state_lost: bool = False  # after this cell the kernel's variables were gone
+    fresh_kernel: bool = False  # this cell ran in a new kernel: the previous one had stopped
+
+    @property
+    def status_text(self) -> str:
+        return cell_status_text(self.status, self.duration_s)
+
+    @property
+    def ran_to_completion(self) -> bool:
+        """Whether the code ran to its end or its own error (not hung, crashed or refused)."""
+        return self.status in ("ok", "error")
+
+
+class OutputResult(_Model):
+    path: str
+    ok: bool
+    detail: str = ""
+    size: int | None = None
+
+
+class Missing(_Model):
+    path: str
+    reason: str = ""
+
+
+class _Event(_Model):
+    t: float = 0.0  # seconds since the run started
+
+
+class _ToolEvent(_Event):
+    call_id: str
+    name: str
+    arguments: Any = None  # the parsed JSON arguments, or the raw string when they were not JSON
+
+
+class RunStart(_Event):
+    type: Literal["run_start"] = "run_start"
+    record_version: int = RECORD_VERSION
+    job: dict[str, Any]
+    model: str = "?"
+    notice: str | None = None
+    coderoom_version: str = ""
+
+
+class ModelStart(_Event):
+    type: Literal["model_start"] = "model_start"
+    turn: int
+
+
+class ModelCall(_Event):
+    type: Literal["model_call"] = "model_call"
+    turn: int
+    input_items: int = 0
+    input_chars: int = 0
+    duration_s: float = 0.0
+    usage: Usage = Field(default_factory=Usage)
+    output: list[OutputItem] = Field(default_factory=list)
+
+
+class ToolStart(_ToolEvent):
+    type: Literal["tool_start"] = "tool_start"
+
+
+class ToolResult(_ToolEvent):
+    type: Literal["tool_result"] = "tool_result"
+    output: str = ""  # the text the model read, bounded
+    cell: Cell | None = None  # run_python: the cell that ran; absent when the kernel was unreachable
+    duration_s: float = 0.0
+
+
+class Nudge(_Event):
+    type: Literal["nudge"] = "nudge"
+    missing: list[Missing]
+
+
+class ExtractRefused(_Event):
+    type: Literal["extract_refused"] = "extract_refused"
+    detail: str
+
+
+class RunEnd(_Event):
+    type: Literal["run_end"] = "run_end"
+    status: str
+    final_output: str = ""
+    error: str | None = None
+    outputs: list[OutputResult] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    duration_s: float = 0.0
+
+
+Event = Union[RunStart, ModelStart, ModelCall, ToolStart, ToolResult, Nudge, ExtractRefused, RunEnd]
 Listener = Callable[[Event], None]
+
+EVENT_TYPES: dict[str, type[_Event]] = {
+    model.model_fields["type"].default: model
+    for model in (RunStart, ModelStart, ModelCall, ToolStart, ToolResult, Nudge, ExtractRefused, RunEnd)
+}
+"""Each event type by its `type` value. A new event type is a model here, and nothing more."""

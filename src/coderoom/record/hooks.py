@@ -49,19 +49,16 @@ def _usage(usage: Any) -> dict[str, int]:
     }
 
 
-def tool_output_text(result: object) -> tuple[str, list[str]]:
-    """The text a tool result gave the model, and the workspace paths of the figures it listed."""
+def tool_output_text(result: object) -> str:
+    """The text a tool result gave the model (its images are in the workspace, not recorded)."""
     from agents.tool import ToolOutputImage, ToolOutputText
 
-    from ..tools.figures import figure_paths
-
     parts = result if isinstance(result, list) else [result]
-    text = "\n".join(
+    return "\n".join(
         part.text if isinstance(part, ToolOutputText) else str(part)
         for part in parts
         if not isinstance(part, ToolOutputImage)
     )
-    return text, figure_paths(text)
 
 
 class RecordingHooks(RunHooks[Any]):
@@ -114,14 +111,15 @@ class RecordingHooks(RunHooks[Any]):
         self, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool, result: object
     ) -> None:
         call_id = getattr(context, "tool_call_id", None) or tool.name
-        text, images = tool_output_text(result)
+        from ..tools.python_kernel import RunPythonTool
+
         started = self._tool_started.pop(call_id, time.monotonic())
         self.recorder.emit(
             "tool_result",
             call_id=call_id,
             name=tool.name,
             arguments=_arguments(getattr(context, "tool_arguments", None)),
-            output=bounded(text),
-            images=images,
+            output=bounded(tool_output_text(result)),
+            cell=tool.take_cell(call_id) if isinstance(tool, RunPythonTool) else None,
             duration_s=round(time.monotonic() - started, 4),
         )

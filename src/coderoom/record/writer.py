@@ -1,5 +1,10 @@
 """`Recorder` appends each event of a run to `run.jsonl` (flushed, so a killed run keeps what
-happened) and passes it to listeners such as the CLI's progress display."""
+happened) and passes it to listeners such as the CLI's progress display.
+
+Every event is validated against its model before it is written, and written as ASCII JSON: the
+sandbox's text can hold any character, and a raw U+2028, U+0085 or \\r in a line would let a
+line-splitting reader cut the record there. Escaped, each event is exactly one `\\n`-ended line.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .events import RECORD_FILE, Event, Listener
+from .events import EVENT_TYPES, RECORD_FILE, Event, Listener
 
 MAX_TOOL_OUTPUT_CHARS = 20_000
 
@@ -19,19 +24,30 @@ def bounded(text: str, limit: int = MAX_TOOL_OUTPUT_CHARS) -> str:
     return text[:limit] + f"\n[... {len(text) - limit} more characters not recorded ...]"
 
 
+def encode(event: Event) -> str:
+    """One record line: `type` first, JSON with every non-ASCII character escaped, and `\\n`."""
+    data = event.model_dump(mode="json")
+    return json.dumps({"type": data.pop("type"), **data}, ensure_ascii=True) + "\n"
+
+
 class Recorder:
     """Appends events to run.jsonl and fans them out to listeners."""
 
     def __init__(self, run_dir: Path, listeners: list[Listener] | None = None) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         self.path = run_dir / RECORD_FILE
-        self._file = self.path.open("a", encoding="utf-8")
+        self._file = self.path.open("a", encoding="ascii")
         self._listeners = list(listeners or [])
         self._start = time.monotonic()
 
     def emit(self, event_type: str, **fields: Any) -> Event:
-        event = {"type": event_type, "t": round(time.monotonic() - self._start, 4), **fields}
-        self._file.write(json.dumps(event, default=str, ensure_ascii=False) + "\n")
+        """Validate, write and announce one event; a field its model lacks is a bug, refused."""
+        model = EVENT_TYPES[event_type]
+        unknown = set(fields) - set(model.model_fields)
+        if unknown:
+            raise TypeError(f"{event_type} events have no field {', '.join(sorted(unknown))}")
+        event: Event = model.model_validate({"t": round(time.monotonic() - self._start, 4), **fields})  # type: ignore[assignment]
+        self._file.write(encode(event))
         self._file.flush()
         for listener in self._listeners:
             listener(event)

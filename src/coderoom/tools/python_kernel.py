@@ -4,8 +4,9 @@ for a new interpreter, the imports and the data load every time.
 The kernel (`kernel_server.py`) runs inside the sandbox and is reached only through the session
 API, so it works the same on every backend. The tool result is text (stdout, stderr, the last
 value, the traceback, what happened to the kernel) plus one image per matplotlib figure when the
-model accepts images. Its last line, `figures: a.png, b.png`, lists the saved figures for the run
-record: read it with `figures.figure_paths`.
+model accepts images. The run record gets the same cell as structure (`cell_record`, a
+`record.events.Cell`): the tool keeps it by call id until the recording hook `take_cell`s it, so
+no reader ever parses the prose back.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
 from agents.tool import FunctionTool, Tool, ToolOutputImage, ToolOutputText
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .figures import FIGURE_PATH, FIGURES_LINE
+from ..record.events import FIGURE_PATH, Cell, cell_status_text
+from ..record.writer import bounded
 from .inside import kernel_server
 
 TOOL_NAME = "run_python"
@@ -37,6 +39,8 @@ MAX_CODE_BYTES = 4 * 1024 * 1024
 MAX_ARGV_PAYLOAD = 100_000  # bytes; Linux allows 128 KiB per argument, larger requests go by file
 MAX_IMAGE_BYTES = 5 * 1024 * 1024
 START_WAIT_S = 30.0
+FIGURES_LINE = "figures: "
+KEPT_CELLS = 64  # cells waiting for the recording hook; more means no hook is taking them
 
 # One bash process per cell: ~2 ms, where `python3 -c` to relay would cost ~12 ms. After the ack
 # the client reads through a read-only descriptor, so the supervisor's death shows as EOF at once.
@@ -146,10 +150,6 @@ class CellResult:
     notes: list[str] = field(default_factory=list)
 
     @property
-    def state_lost(self) -> bool:
-        return self.reply.state_lost or LOST in self.notes
-
-    @property
     def figures(self) -> list[Figure]:
         return [f for f in self.reply.figures if FIGURE_PATH.match(f.path)]
 
@@ -254,10 +254,44 @@ class KernelClient:
                 raise KernelError(f"the kernel sent an unreadable reply: {exc.errors()[:1]}") from None
 
 
+def _closing_note(reply: CellReply, timeout: float) -> str | None:
+    """What the kernel says after the cell's output: a timeout, lost state, or its detail."""
+    if reply.status == "interrupted":
+        return (
+            f"interrupted after {reply.timed_out or timeout:g} s (the per-call limit): "
+            "the kernel is still running and your variables are kept"
+        )
+    if reply.state_lost:
+        return (
+            f"{reply.detail}. STATE LOST: all variables and imports are gone; re-run "
+            "imports and data loading"
+        )
+    return reply.detail or None
+
+
+def cell_record(result: CellResult, *, timeout: float) -> Cell:
+    """The cell for the run record: the reply's fields, each bounded, and the kernel's notes."""
+    reply = result.reply
+    closing = _closing_note(reply, timeout)
+    return Cell(
+        number=result.cell,
+        status=reply.status,
+        duration_s=reply.duration_s,
+        stdout=bounded(reply.stdout),
+        stderr=bounded(reply.stderr),
+        value=None if reply.value is None else bounded(reply.value),
+        error=None if reply.error is None else bounded(reply.error),
+        notes=[bounded(n) for n in result.notes + ([closing] if closing else [])],
+        figures=[f.path for f in result.figures],
+        state_lost=reply.state_lost,
+        fresh_kernel=LOST in result.notes,
+    )
+
+
 def format_result(result: CellResult, *, images: bool, timeout: float) -> str:
     """The text the model reads. User output comes first; the figures line is always last."""
     reply = result.reply
-    lines = [f"[cell {result.cell}: {_status(reply)}]"]
+    lines = [f"[cell {result.cell}: {cell_status_text(reply.status, reply.duration_s)}]"]
     lines += [f"[kernel] {note}" for note in result.notes]
     for header, body in (("stdout", reply.stdout), ("stderr", reply.stderr)):
         if body:
@@ -266,18 +300,9 @@ def format_result(result: CellResult, *, images: bool, timeout: float) -> str:
         lines += [f"[Out {result.cell}]", reply.value]
     if reply.error:
         lines += ["[error]", reply.error.rstrip("\n")]
-    if reply.status == "interrupted":
-        lines.append(
-            f"[kernel] interrupted after {reply.timed_out or timeout:g} s (the per-call limit): "
-            "the kernel is still running and your variables are kept"
-        )
-    elif reply.state_lost:
-        lines.append(
-            f"[kernel] {reply.detail}. STATE LOST: all variables and imports are gone; re-run "
-            "imports and data loading"
-        )
-    elif reply.detail:
-        lines.append(f"[kernel] {reply.detail}")
+    closing = _closing_note(reply, timeout)
+    if closing:
+        lines.append(f"[kernel] {closing}")
     figures = result.figures
     for fig in figures:
         shown = "shown below" if images else "not shown: this model reads text only"
@@ -289,24 +314,13 @@ def format_result(result: CellResult, *, images: bool, timeout: float) -> str:
     return "\n".join(lines)
 
 
-def _status(reply: CellReply) -> str:
-    took = f" in {reply.duration_s:.3f} s" if reply.duration_s is not None else ""
-    return {
-        "ok": f"ok{took}",
-        "error": f"error{took}",
-        "interrupted": "interrupted (timeout)",
-        "restarted": "timeout, kernel restarted",
-        "crashed": "kernel crashed and was restarted",
-        "bad_request": "not run",
-    }[reply.status]
-
-
 @dataclass(init=False)
 class RunPythonTool(FunctionTool):
     """The `run_python` function tool: strict schema {"code": string}, plain function tool, so
     Responses and Chat Completions models both accept it."""
 
     client: KernelClient = field(init=False, repr=False, compare=False)
+    cells: dict[str, Cell] = field(init=False, repr=False, compare=False)
     images: bool = field(init=False, default=True, compare=False)
     timeout: float = field(init=False, default=60.0, compare=False)
 
@@ -314,6 +328,7 @@ class RunPythonTool(FunctionTool):
         self.client = KernelClient(session)
         self.images = images
         self.timeout = timeout
+        self.cells = {}
         super().__init__(
             name=TOOL_NAME,
             description=DESCRIPTION.format(timeout=timeout),
@@ -327,29 +342,43 @@ class RunPythonTool(FunctionTool):
             strict_json_schema=True,
         )
 
-    async def _invoke(self, _: object, raw_input: str) -> str | list[ToolOutputText | ToolOutputImage]:
+    async def _invoke(self, context: object, raw_input: str) -> str | list[ToolOutputText | ToolOutputImage]:
         try:
             args = RunPythonArgs.model_validate_json(raw_input)
         except ValidationError:
             return 'run_python needs JSON arguments like {"code": "print(1)"}'
-        return await self.run(args.code)
+        output, cell = await self.run_cell(args.code)
+        if cell is not None:
+            self.cells[getattr(context, "tool_call_id", None) or self.name] = cell
+            while len(self.cells) > KEPT_CELLS:
+                del self.cells[next(iter(self.cells))]
+        return output
+
+    def take_cell(self, call_id: str) -> Cell | None:
+        """The cell that call `call_id` ran, for the run record (once); None if no cell ran."""
+        return self.cells.pop(call_id, None)
 
     async def run(self, code: str) -> str | list[ToolOutputText | ToolOutputImage]:
         """Run one cell; the text result, plus the figures as images when the model sees images."""
+        return (await self.run_cell(code))[0]
+
+    async def run_cell(self, code: str) -> tuple[str | list[ToolOutputText | ToolOutputImage], Cell | None]:
+        """The result `run` gives the model, and the cell for the record (None if none ran)."""
         if len(code.encode("utf-8")) > MAX_CODE_BYTES:
-            return f"the code is over {MAX_CODE_BYTES // 1024**2} MiB; write it to a file and run that"
+            return f"the code is over {MAX_CODE_BYTES // 1024**2} MiB; write it to a file and run that", None
         try:
             result = await self.client.run(code, self.timeout)
         except KernelError as exc:
-            return f"[kernel] {exc}"
+            return f"[kernel] {exc}", None
+        cell = cell_record(result, timeout=self.timeout)
         text = format_result(result, images=self.images, timeout=self.timeout)
         if not (self.images and result.figures):
-            return text
+            return text, cell
         parts: list[ToolOutputText | ToolOutputImage] = [ToolOutputText(text=text)]
         for fig in result.figures:
             image = await self._image(fig.path)
             parts.append(image if image is not None else ToolOutputText(text=f"({fig.path}: unreadable or too large to show)"))
-        return parts
+        return parts, cell
 
     async def _image(self, path: str) -> ToolOutputImage | None:
         try:
