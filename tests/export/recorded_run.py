@@ -99,7 +99,7 @@ async def record_session(run_dir: Path, data: Path) -> None:
                 "tool_result", call_id=call_id, name=tool.name, arguments=arguments,
                 output=bounded(text), images=images, duration_s=0.0,
             )  # fmt: skip
-        notes = await save_workspace(session, run_dir, job.sandbox.limits.workspace_size)
+        notes = (await save_workspace(session, run_dir, job.sandbox.limits.workspace_size)).notes
     recorder.emit("run_end", status="ok", final_output="done", error=None, outputs=[], notes=notes)
     recorder.close()
 

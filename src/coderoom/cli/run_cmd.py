@@ -15,7 +15,7 @@ from rich.markdown import Markdown
 from rich.panel import Panel
 from rich.table import Table
 
-from ..errors import EXIT_SIGINT, JobError, RecordError
+from ..errors import JobError, RecordError
 from ..jobs import JOB_FILE, Job, build_job, load_job, parse_input_flag
 from ..record import read_record
 from ..sandboxes import backend_names, get_backend
@@ -135,8 +135,14 @@ def run(
     network: Annotated[Optional[bool], typer.Option("--network/--no-network", help="allow network in the sandbox")] = None,
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="where to save outputs and the record")] = None,
 ) -> None:
-    """Run a job: the agent writes and runs code in a sandbox; validated artifacts come back."""
-    from ..run import default_run_dir, run_job
+    """Run a job: the agent writes and runs code in a sandbox; validated artifacts come back.
+
+    SIGINT, SIGTERM and SIGHUP stop it the same way (see `coderoom.interrupts`): the workspace
+    is saved, the sandbox closed, the record ends "interrupted"; exit 130 / 143 / 129.
+    """
+    from ..interrupts import Interrupted, run_interruptible
+    from ..models import resolve_model
+    from ..run import new_run_dir, run_job
 
     with reported():
         job = _job_from_flags(target, prompt, inputs, outputs)
@@ -144,17 +150,21 @@ def run(
             job, model=model, max_turns=max_turns, backend=sandbox, memory=memory,
             timeout=timeout, network=network,
         )
-        run_dir = out_dir or default_run_dir(job)
         get_backend(job.sandbox.backend).prepare(
             job.sandbox, lambda line: console.print(f"[dim]{job.sandbox.backend}:[/] {line}", highlight=False)
         )
+        resolved = resolve_model(job.model or None, environ=dict(os.environ))  # exit 2 before any run folder
+        run_dir = out_dir or new_run_dir(job)
     progress = Progress(console)
-    try:
-        with progress.status, reported():
-            result = asyncio.run(run_job(job, run_dir=run_dir, listeners=[progress], environ=dict(os.environ)))
-    except KeyboardInterrupt:
-        console.print(f"[red]interrupted[/]; the sandbox was closed. Partial record: {run_dir}")
-        raise typer.Exit(EXIT_SIGINT) from None
+    with reported():
+        try:
+            with progress.status:
+                result = asyncio.run(run_interruptible(
+                    run_job(job, run_dir=run_dir, listeners=[progress], environ=dict(os.environ), model=resolved)
+                ))
+        except Interrupted as exc:
+            console.print(f"[red]{exc.message}[/]; the sandbox was closed. Partial record: {run_dir}")
+            raise typer.Exit(exc.exit_code) from None
     _print_summary(result.checks, result.final_output, run_dir)
     if result.error:
         console.print(f"[red]{result.status}:[/] {result.error}")

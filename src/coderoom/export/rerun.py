@@ -70,7 +70,7 @@ async def rerun(
         await session.mkdir(Path(REPLAY_PATH).parent, parents=True)
         await session.write(Path(REPLAY_PATH), io.BytesIO(script))
         done = await session.exec("python3", "-I", REPLAY_PATH, shell=False, timeout=timeout)
-        notes = await save_workspace(session, out_dir, job.sandbox.limits.workspace_size)
+        notes = (await save_workspace(session, out_dir, job.sandbox.limits.workspace_size, job.outputs)).notes
     log = done.stdout + (b"\n--- stderr ---\n" + done.stderr if done.stderr else b"")
     (out_dir / LOG_FILE).write_bytes(log)
     return RerunResult(out_dir, done.exit_code, check_on_host(out_dir, job.outputs), notes)

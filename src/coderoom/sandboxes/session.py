@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -12,6 +11,7 @@ from agents.sandbox.session.sandbox_client import BaseSandboxClient
 from agents.sandbox.session.sandbox_session import SandboxSession
 
 from ..errors import SandboxUnavailable
+from ..interrupts import finish_uncancelled
 from .registry import get_backend
 from .spec import SandboxSpec
 
@@ -20,7 +20,10 @@ from .spec import SandboxSpec
 async def open_session(
     spec: SandboxSpec, manifest: Manifest | None = None, *, unconfined_no_isolation: bool = False
 ) -> AsyncIterator[SandboxSession]:
-    """Create and start a session; on exit (success, error or Ctrl-C) close and delete it."""
+    """Create and start a session; on exit (success, error, a signal) close and delete it.
+
+    The close runs to its end even when a second signal cancels the run again.
+    """
     backend = get_backend(spec.backend, unconfined_no_isolation=unconfined_no_isolation)
     reason = backend.unavailable_reason(spec)
     if reason is not None:
@@ -31,7 +34,7 @@ async def open_session(
         await session.start()
         yield session
     finally:
-        await asyncio.shield(_close_and_delete(client, session))
+        await finish_uncancelled(_close_and_delete(client, session))
 
 
 async def _close_and_delete(client: BaseSandboxClient[Any], session: SandboxSession) -> None:

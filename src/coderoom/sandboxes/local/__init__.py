@@ -39,7 +39,9 @@ class LocalBackend:
         return LocalSandboxClient(spec.limits, bw), None
 
     def prune(self) -> int:
-        return 0
+        from .leases import prune
+
+        return prune()
 
     def commands(self) -> None:
         return None

@@ -89,7 +89,7 @@ from ..base import EXIT_KILLED, EXIT_TIMEOUT
 from ..limits import Limits
 from ..one_user import plain_shell, refuse_manifest_accounts
 from ..seccomp import build_filter, host_arch
-from . import bwrap
+from . import bwrap, leases
 from .launcher import LAUNCHER_LOST, Job, Launcher, LauncherError, Settings
 from .longlived import LongLived
 from .process import CappedBuffer, Outcome, pump, supervise, write_all
@@ -642,6 +642,7 @@ def _python_mounts(host_dir: Path) -> tuple[list[tuple[Path, str]], list[tuple[P
 
 def _make_host_dir(network: bool) -> Path:
     host_dir = Path(tempfile.mkdtemp(prefix=_HOST_DIR_PREFIX, dir=_host_parent()))  # mode 0700
+    leases.claim(host_dir)  # `prune` reclaims the folder once this process is gone
     (host_dir / "workspace").mkdir(mode=0o700)
     bwrap.write_etc(host_dir / "etc", network)
     rt = bwrap.runtime()
