@@ -15,7 +15,9 @@ the process on the spot: no run_end in the record, no workspace saved, and the s
    workspace is incomplete; the session is still closed (`finish_uncancelled`);
 3. a third signal exits at once (`os._exit`) with the first signal's code, for a close that hangs.
 
-The exit code is 128 + the first signal's number: 130 SIGINT, 143 SIGTERM, 129 SIGHUP.
+The exit code is 128 + the first signal's number: 130 SIGINT, 143 SIGTERM, 129 SIGHUP. Before
+and after the run's event loop (job validation, the image build), `raising_on_signals` turns
+the same signals into `Interrupted`, so they exit with the same codes.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Coroutine, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -62,9 +65,25 @@ def received_signal() -> str | None:
     return signal.Signals(received.first).name
 
 
+def _raise_interrupted(signum: int, _frame: object) -> None:
+    raise Interrupted(signum)
+
+
+@contextmanager
+def raising_on_signals() -> Iterator[None]:
+    """Inside, SIGINT/SIGTERM/SIGHUP raise `Interrupted` (outside an event loop: before a run)."""
+    previous = {signum: signal.signal(signum, _raise_interrupted) for signum in SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 async def run_interruptible(run: Coroutine[Any, Any, T]) -> T:
     """Await `run`, cancelling it on SIGINT/SIGTERM/SIGHUP; raises `Interrupted` if one came."""
     loop = asyncio.get_running_loop()
+    previous = {signum: signal.getsignal(signum) for signum in SIGNALS}
     received = _Received()
     _received.set(received)  # the task below copies this context, so it sees the same object
     task = asyncio.ensure_future(run)
@@ -86,8 +105,9 @@ async def run_interruptible(run: Coroutine[Any, Any, T]) -> T:
             raise
         raise Interrupted(received.first) from None
     finally:
-        for signum in SIGNALS:
+        for signum, handler in previous.items():
             loop.remove_signal_handler(signum)
+            signal.signal(signum, handler)
 
 
 async def finish_uncancelled(work: Awaitable[T]) -> T:

@@ -138,6 +138,9 @@ async def run_job(
     except (KeyboardInterrupt, asyncio.CancelledError):
         result.status, result.signal = "interrupted", received_signal()
         result.error = f"interrupted by {result.signal}" if result.signal else "interrupted"
+        saved = result.saved
+        if not (saved.saved or saved.refused or saved.incomplete):
+            saved.incomplete = "interrupted before the sandbox had started: nothing to save"
         raise
     except Exception as exc:
         result.status = "error"

@@ -140,30 +140,30 @@ def run(
     SIGINT, SIGTERM and SIGHUP stop it the same way (see `coderoom.interrupts`): the workspace
     is saved, the sandbox closed, the record ends "interrupted"; exit 130 / 143 / 129.
     """
-    from ..interrupts import Interrupted, run_interruptible
+    from ..interrupts import Interrupted, raising_on_signals, run_interruptible
     from ..models import resolve_model
     from ..run import new_run_dir, run_job
 
-    with reported():
-        job = _job_from_flags(target, prompt, inputs, outputs)
-        job = _apply_overrides(
-            job, model=model, max_turns=max_turns, backend=sandbox, memory=memory,
-            timeout=timeout, network=network,
-        )
-        get_backend(job.sandbox.backend).prepare(
-            job.sandbox, lambda line: console.print(f"[dim]{job.sandbox.backend}:[/] {line}", highlight=False)
-        )
-        resolved = resolve_model(job.model or None, environ=dict(os.environ))  # exit 2 before any run folder
-        run_dir = out_dir or new_run_dir(job)
-    progress = Progress(console)
-    with reported():
+    run_dir: Path | None = None
+    with raising_on_signals(), reported():
         try:
+            job = _job_from_flags(target, prompt, inputs, outputs)
+            job = _apply_overrides(
+                job, model=model, max_turns=max_turns, backend=sandbox, memory=memory,
+                timeout=timeout, network=network,
+            )
+            get_backend(job.sandbox.backend).prepare(
+                job.sandbox, lambda line: console.print(f"[dim]{job.sandbox.backend}:[/] {line}", highlight=False)
+            )
+            resolved = resolve_model(job.model or None, environ=dict(os.environ))  # exit 2, no run folder yet
+            run_dir = out_dir or new_run_dir(job)
+            progress = Progress(console)
             with progress.status:
-                result = asyncio.run(run_interruptible(
-                    run_job(job, run_dir=run_dir, listeners=[progress], environ=dict(os.environ), model=resolved)
-                ))
+                run = run_job(job, run_dir=run_dir, listeners=[progress], environ=dict(os.environ), model=resolved)
+                result = asyncio.run(run_interruptible(run))
         except Interrupted as exc:
-            console.print(f"[red]{exc.message}[/]; the sandbox was closed. Partial record: {run_dir}")
+            partial = f"; the sandbox was closed. Partial record: {run_dir}" if run_dir else ""
+            console.print(f"[red]{exc.message}[/]{partial}")
             raise typer.Exit(exc.exit_code) from None
     _print_summary(result.checks, result.final_output, run_dir)
     if result.error:
