@@ -42,7 +42,7 @@ MINIMUM_SIZES = {
     "workspace_size": 1024**2,
     "tmp_size": 1024**2,
     "file_size": 64 * 1024,
-    "output_bytes": 1024,
+    "output_bytes": 256,
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -29,7 +30,14 @@ async def open_session(
     if reason is not None:
         raise SandboxUnavailable(reason)
     client, options = backend.client(spec)
-    session = await client.create(manifest=manifest or Manifest(), options=options)
+    # A signal during create must not orphan what create made (a session folder, a container)
+    creating = asyncio.ensure_future(client.create(manifest=manifest or Manifest(), options=options))
+    try:
+        session = await finish_uncancelled(creating)
+    except asyncio.CancelledError:
+        if creating.done() and not creating.cancelled() and creating.exception() is None:
+            await finish_uncancelled(_close_and_delete(client, creating.result()))
+        raise
     try:
         await session.start()
         yield session
