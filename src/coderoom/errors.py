@@ -6,7 +6,8 @@ Exit codes (the CLI's contract):
 * 0 ok; 1 the run (or the command's work) failed;
 * 2 usage or configuration: a bad flag, job file, model spec, backend name or limit, or a
   sandbox that cannot run here. These are found before any run folder exists;
-* 124 a wall-clock timeout; 130 / 143 interrupted by SIGINT / SIGTERM.
+* 124 a wall-clock timeout; 130 / 143 / 129 interrupted by SIGINT / SIGTERM / SIGHUP (128 + the
+  signal: `interrupts.Interrupted`).
 
 The message is for the user: one sentence saying what is wrong and what to do. It never holds
 markup; the CLI prints it verbatim (see `coderoom.cli.errors`).

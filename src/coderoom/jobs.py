@@ -99,6 +99,16 @@ class Job(BaseModel):
                 )) from None
         return value
 
+    @field_validator("inputs")
+    @classmethod
+    def _inputs_do_not_clash(cls, value: dict[str, Path]) -> dict[str, Path]:
+        """A file at `input` and another at `input/x.csv` cannot both exist in the workspace."""
+        for path, host in value.items():
+            for other in value:
+                if other != path and PurePosixPath(path) in PurePosixPath(other).parents and host.is_file():
+                    raise ValueError(f"{path!r} is a file, so {other!r} cannot be placed inside it")
+        return value
+
     @model_validator(mode="after")
     def _distinct_outputs(self) -> Job:
         paths = [output.path for output in self.outputs]

@@ -1,12 +1,16 @@
 """One run of a job: sandbox session, agent, output checks with a nudge, artifacts, record.
 
-The session is always closed and deleted (success, error, Ctrl-C): `open_session` owns that.
-Nothing here knows about the terminal; progress reaches the CLI as record events.
+The session is always closed and deleted (success, error, a signal): `open_session` owns that.
+Interrupted (see `interrupts`), the run still saves its workspace, within SAVE_TIMEOUT_S, and
+ends its record with run_end status "interrupted", the signal's name, what was saved and, if
+the save was cut short, why (`incomplete`). Nothing here knows about the terminal; progress
+reaches the CLI as record events.
 """
 
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,8 +27,9 @@ from . import __version__
 from .jobs import Job, OutputSpec
 from .models import ResolvedModel, explain_model_error, resolve_model
 from .models.chat_images import images_after_tool_outputs
-from .artifacts import check_in_session, check_on_host, save_workspace
+from .artifacts import SaveReport, check_in_session, save_workspace, saved_checks
 from .errors import RunDirInUse
+from .interrupts import received_signal
 from .outputs import OutputCheck
 from .record import Listener, Recorder
 from .record.hooks import RecordingHooks
@@ -32,6 +37,7 @@ from .sandboxes.session import open_session
 from .workspace import stage_inputs
 
 MAX_NUDGES = 2
+SAVE_TIMEOUT_S = 60.0  # saving the workspace after the agent stopped (or was interrupted)
 
 Status = Literal["ok", "failed", "error", "interrupted"]
 
@@ -44,20 +50,29 @@ class RunResult:
     final_output: str = ""
     error: str | None = None
     usage: dict[str, int] = field(default_factory=dict)
+    signal: str | None = None
+    saved: SaveReport = field(default_factory=SaveReport)
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
 
 
-def default_run_dir(job: Job, base: Path = Path("runs")) -> Path:
+def new_run_dir(job: Job, base: Path = Path("runs")) -> Path:
+    """Create a fresh run folder, `base/NAME-YYYYmmdd-HHMMSS-XXXXXX`, and return it.
+
+    The random suffix and an exclusive mkdir make concurrent runs of one job in the same second
+    get different folders; a collision (one in 16 million) just draws again.
+    """
+    base.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    candidate = base / f"{job.name}-{stamp}"
-    suffix = 1
-    while candidate.exists():
-        suffix += 1
-        candidate = base / f"{job.name}-{stamp}-{suffix}"
-    return candidate
+    while True:
+        candidate = base / f"{job.name}-{stamp}-{secrets.token_hex(3)}"
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        return candidate
 
 
 def output_contract(outputs: Sequence[OutputSpec]) -> str:
@@ -99,14 +114,15 @@ async def run_job(
 ) -> RunResult:
     """Run `job` to completion and save its artifacts and record in `run_dir`.
 
-    `model` overrides the job's model spec (tests pass a scripted model this way).
+    `model` overrides the job's model spec (tests pass a scripted model this way). Without
+    `run_dir`, a fresh one is made under runs/ (`new_run_dir`).
     """
-    run_dir = run_dir or default_run_dir(job)
-    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+    if run_dir is not None and run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
         # Old artifacts there could pass the output checks for this run.
         raise RunDirInUse(f"{run_dir} already exists and is not empty; choose a new --out folder")
     # a bad model spec is a usage error, found before the run folder exists
     resolved = model = model or resolve_model(job.model or None, environ=environ)
+    run_dir = run_dir or new_run_dir(job)
     recorder = Recorder(run_dir, listeners)
     started = time.monotonic()
     result = RunResult(status="error", run_dir=run_dir)
@@ -120,7 +136,11 @@ async def run_job(
         )
         await _run_in_sandbox(job, model, run_dir, recorder, result)
     except (KeyboardInterrupt, asyncio.CancelledError):
-        result.status, result.error = "interrupted", "interrupted by the user"
+        result.status, result.signal = "interrupted", received_signal()
+        result.error = f"interrupted by {result.signal}" if result.signal else "interrupted"
+        saved = result.saved
+        if not (saved.saved or saved.refused or saved.incomplete):
+            saved.incomplete = "interrupted before the sandbox had started: nothing to save"
         raise
     except Exception as exc:
         result.status = "error"
@@ -132,6 +152,9 @@ async def run_job(
             final_output=result.final_output,
             error=result.error,
             outputs=[vars(c) for c in result.checks],
+            signal=result.signal,
+            saved=result.saved.saved,
+            incomplete=result.saved.incomplete,
             usage=result.usage,
             duration_s=round(time.monotonic() - started, 3),
         )
@@ -183,16 +206,26 @@ async def _run_in_sandbox(
             result.error = f"the agent used all {job.max_turns} turns"
         finally:
             # Whatever happened, keep what the agent produced so far.
-            notes = await save_workspace(session, run_dir, job.sandbox.limits.workspace_size)
-            for note in notes:
-                recorder.emit("extract_refused", detail=note)
-    result.checks = check_on_host(run_dir, job.outputs)
+            await _save(session, job, run_dir, recorder, result.saved)
+    result.checks = saved_checks(run_dir, job.outputs, result.saved.refused)
     failed = [c for c in result.checks if not c.ok]
     result.status = "failed" if failed else "ok"
     if failed and result.error is None:
         result.error = "required outputs missing or invalid: " + "; ".join(
             f"{c.path} ({c.detail})" for c in failed
         )
+
+
+async def _save(session: Any, job: Job, run_dir: Path, recorder: Recorder, report: SaveReport) -> None:
+    limits = job.sandbox.limits
+    try:
+        async with asyncio.timeout(SAVE_TIMEOUT_S):
+            await save_workspace(session, run_dir, limits.workspace_size, job.outputs, into=report)
+    except TimeoutError:
+        report.incomplete = f"the save took longer than {SAVE_TIMEOUT_S:g} s (SAVE_TIMEOUT_S) and was stopped"
+    finally:
+        for note in report.notes:
+            recorder.emit("extract_refused", detail=note)
 
 
 def _add_usage(total: dict[str, int], outcome: Any) -> dict[str, int]:

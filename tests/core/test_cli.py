@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -70,9 +69,11 @@ def _leftovers(backend: str, host_pid: int | None = None) -> set[str]:
         label = f"coderoom.host-pid={host_pid}" if host_pid else "coderoom.sandbox"
         listing = ["docker", "ps", "-aq", "--filter", f"label={label}"]
         return set(subprocess.run(listing, capture_output=True, text=True).stdout.split())
-    folders = {str(p) for p in Path(tempfile.gettempdir()).glob("coderoom-local-*")}
-    processes = subprocess.run(["pgrep", "-af", "coderoom-local-"], capture_output=True, text=True)
-    return folders | set(processes.stdout.splitlines())
+    # by lease, so other runs on this machine (tests in parallel) never count
+    from faults.harness import local_folders, processes_using
+
+    folders = local_folders(host_pid) if host_pid else set()
+    return {str(f) for f in folders} | {str(pid) for pid in processes_using(folders)}
 
 
 def test_ctrl_c_closes_the_sandbox_and_leaves_nothing(backend: str, tmp_path: Path) -> None:

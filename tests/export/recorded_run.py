@@ -99,7 +99,7 @@ async def record_session(run_dir: Path, data: Path) -> None:
             await hooks.on_tool_start(context, None, tool)  # type: ignore[arg-type]
             result = await tool.on_invoke_tool(context, context.tool_arguments)
             await hooks.on_tool_end(context, None, tool, result)  # type: ignore[arg-type]
-        for note in await save_workspace(session, run_dir, job.sandbox.limits.workspace_size):
+        for note in (await save_workspace(session, run_dir, job.sandbox.limits.workspace_size)).notes:
             recorder.emit("extract_refused", detail=note)
     recorder.emit("run_end", status="ok", final_output="done", error=None, outputs=[])
     recorder.close()

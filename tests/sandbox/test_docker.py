@@ -168,18 +168,44 @@ def test_killed_host_leaves_nothing(client: Any) -> None:
     assert _gone(client, container_id)
 
 
-async def test_prune_removes_orphans(client: Any) -> None:
-    """A host that dies between starting a container and attaching to it leaves a running
-    container; `prune` is what removes it."""
+_STARTS_AND_WAITS = """
+import asyncio, time
+from coderoom.sandboxes import Limits
+from coderoom.sandboxes.docker.image import docker_client
+from coderoom.sandboxes.docker.session import CoderoomDockerClient
+async def main():
+    container = await CoderoomDockerClient(docker_client(), limits=Limits())._create_container(
+        "coderoom-sandbox:latest", network_mode="none")
+    container.start()
+    print(container.id, flush=True)
+    time.sleep(600)
+asyncio.run(main())
+"""
+
+
+async def test_prune_removes_orphans_and_spares_live_owners(client: Any) -> None:
+    """A host killed between starting a container and attaching to it leaves a running
+    container; `prune` removes it, and leaves a container whose owner (this test) is alive."""
     from coderoom.sandboxes.docker import prune
     from coderoom.sandboxes.docker.session import CoderoomDockerClient
 
-    sdk_client = CoderoomDockerClient(client, limits=Limits())
-    container = await sdk_client._create_container("coderoom-sandbox:latest", network_mode="none")
-    container.start()
-    assert prune(client) >= 1
-    assert _gone(client, container.id)
-    assert prune(client) == 0
+    mine = await CoderoomDockerClient(client, limits=Limits())._create_container(
+        "coderoom-sandbox:latest", network_mode="none"
+    )
+    mine.start()
+    host = subprocess.Popen([sys.executable, "-c", _STARTS_AND_WAITS], stdout=subprocess.PIPE, text=True)
+    try:
+        orphan = host.stdout.readline().strip()  # type: ignore[union-attr]
+    finally:
+        host.kill()
+        host.wait()
+    try:
+        assert orphan and not _gone(client, orphan)
+        assert prune(client) >= 1
+        assert _gone(client, orphan)
+        assert not _gone(client, mine.id), "prune removed a live owner's container"
+    finally:
+        mine.remove(force=True)
 
 
 def test_prune_cli_counts(client: Any) -> None:

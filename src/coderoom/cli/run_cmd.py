@@ -17,7 +17,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ..errors import EXIT_SIGINT, JobError
+from ..errors import JobError
 from ..jobs import JOB_FILE, Job, build_job, load_job, parse_input_flag
 from ..record.events import Event, ModelCall, ModelStart, Nudge, RunStart, ToolResult, ToolStart
 from ..sandboxes import backend_names, get_backend
@@ -136,28 +136,36 @@ def run(
     network: Annotated[Optional[bool], typer.Option("--network/--no-network", help="allow network in the sandbox")] = None,
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="where to save outputs and the record")] = None,
 ) -> None:
-    """Run a job: the agent writes and runs code in a sandbox; validated artifacts come back."""
-    import asyncio
+    """Run a job: the agent writes and runs code in a sandbox; validated artifacts come back.
 
-    from ..run import default_run_dir, run_job
+    SIGINT, SIGTERM and SIGHUP stop it the same way (see `coderoom.interrupts`): the workspace
+    is saved, the sandbox closed, the record ends "interrupted"; exit 130 / 143 / 129.
+    """
+    from ..interrupts import Interrupted, raising_on_signals, run_interruptible
+    from ..models import resolve_model
+    from ..run import new_run_dir, run_job
 
-    with reported():
-        job = _job_from_flags(target, prompt, inputs, outputs)
-        job = _apply_overrides(
-            job, model=model, max_turns=max_turns, backend=sandbox, memory=memory,
-            timeout=timeout, network=network,
-        )
-        run_dir = out_dir or default_run_dir(job)
-        get_backend(job.sandbox.backend).prepare(
-            job.sandbox, lambda line: console.print(Text.assemble((f"{job.sandbox.backend}:", "dim"), " ", safe(line)))
-        )
-    progress = Progress(console)
-    try:
-        with progress.status, reported():
-            result = asyncio.run(run_job(job, run_dir=run_dir, listeners=[progress], environ=dict(os.environ)))
-    except KeyboardInterrupt:
-        console.print(Text.assemble(("interrupted", "red"), "; the sandbox was closed. Partial record: ", safe(run_dir)))
-        raise typer.Exit(EXIT_SIGINT) from None
+    run_dir: Path | None = None
+    with raising_on_signals(), reported():
+        try:
+            job = _job_from_flags(target, prompt, inputs, outputs)
+            job = _apply_overrides(
+                job, model=model, max_turns=max_turns, backend=sandbox, memory=memory,
+                timeout=timeout, network=network,
+            )
+            get_backend(job.sandbox.backend).prepare(
+                job.sandbox, lambda line: console.print(Text.assemble((f"{job.sandbox.backend}:", "dim"), " ", safe(line)))
+            )
+            resolved = resolve_model(job.model or None, environ=dict(os.environ))  # exit 2, no run folder yet
+            run_dir = out_dir or new_run_dir(job)
+            progress = Progress(console)
+            with progress.status:
+                run = run_job(job, run_dir=run_dir, listeners=[progress], environ=dict(os.environ), model=resolved)
+                result = asyncio.run(run_interruptible(run))
+        except Interrupted as exc:
+            partial = ("; the sandbox was closed. Partial record: ", safe(run_dir)) if run_dir else ()
+            console.print(Text.assemble((exc.message, "red"), *partial))
+            raise typer.Exit(exc.exit_code) from None
     _print_summary(result.checks, result.final_output, run_dir)
     if result.error:
         console.print(Text.assemble((f"{result.status}:", "red"), " ", safe(result.error)))

@@ -28,7 +28,7 @@ from typing import Any
 from agents.sandbox import Manifest
 from pydantic import ValidationError
 
-from ..artifacts import WORKSPACE_ARCHIVE, check_on_host, save_workspace
+from ..artifacts import WORKSPACE_ARCHIVE, save_workspace, saved_checks
 from ..errors import RecordError, UsageError
 from ..hostile.archive import safe_extract_tar
 from ..hostile.names import UnsafePath, safe_relative_path
@@ -177,7 +177,7 @@ async def rerun(
             await session.mkdir(Path(REPLAY_PATH).parent, parents=True)
             await session.write(Path(REPLAY_PATH), io.BytesIO(script))
             done = await session.exec("python3", "-I", REPLAY_PATH, shell=False, timeout=timeout)
-            notes += await save_workspace(session, out_dir, job.sandbox.limits.workspace_size)
+            notes += (await save_workspace(session, out_dir, job.sandbox.limits.workspace_size, job.outputs)).notes
     log = done.stdout + (b"\n--- stderr ---\n" + done.stderr if done.stderr else b"")
     (out_dir / LOG_FILE).write_bytes(log)
-    return RerunResult(out_dir, done.exit_code, check_on_host(out_dir, job.outputs), notes)
+    return RerunResult(out_dir, done.exit_code, saved_checks(out_dir, job.outputs), notes)

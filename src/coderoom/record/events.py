@@ -177,6 +177,9 @@ class RunEnd(_Event):
     final_output: str = ""
     error: str | None = None
     outputs: list[OutputResult] = Field(default_factory=list)
+    signal: str | None = None  # the signal that interrupted the run (SIGINT, SIGTERM, SIGHUP)
+    saved: list[str] = Field(default_factory=list)  # what was saved in the run folder
+    incomplete: str | None = None  # why the save was cut short, when it was
     usage: Usage = Field(default_factory=Usage)
     duration_s: float = 0.0
 

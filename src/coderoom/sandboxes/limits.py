@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
@@ -35,6 +35,23 @@ def parse_size(value: object) -> int:
 
 ByteSize = Annotated[int, BeforeValidator(parse_size)]
 
+# Below these a sandbox cannot start Python or keep a file (`memory = 1` made every command die
+# with exit 139), so a smaller value is a mistake: usually a plain number meant as megabytes.
+MINIMUM_SIZES = {
+    "memory": 16 * 1024**2,
+    "workspace_size": 1024**2,
+    "tmp_size": 1024**2,
+    "file_size": 64 * 1024,
+    "output_bytes": 256,
+}
+
+
+def _shown(size: int) -> str:
+    for unit, factor in (("G", 1024**3), ("M", 1024**2), ("K", 1024)):
+        if size >= factor and size % factor == 0:
+            return f"{size // factor}{unit}"
+    return f"{size} bytes"
+
 
 class Limits(BaseModel):
     """What one sandbox may use. Defaults are safe for the analysis of a data file."""
@@ -51,3 +68,16 @@ class Limits(BaseModel):
     tmp_size: ByteSize = Field(default=256 * 1024**2, description="private /tmp tmpfs size")
     output_bytes: ByteSize = Field(default=1024**2, description="captured stdout/stderr per stream")
     network: bool = Field(default=False, description="allow network access from the sandbox")
+
+    @field_validator(*MINIMUM_SIZES)
+    @classmethod
+    def _not_tiny(cls, value: int, info: ValidationInfo) -> int:
+        name = info.field_name
+        assert name is not None
+        minimum = MINIMUM_SIZES[name]
+        if value < minimum:
+            raise ValueError(
+                f"{name} = {value} bytes is under the {_shown(minimum)} minimum; a plain number "
+                f"is bytes: write e.g. '{value}M' for megabytes"
+            )
+        return value

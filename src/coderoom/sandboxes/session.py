@@ -12,6 +12,7 @@ from agents.sandbox.session.sandbox_client import BaseSandboxClient
 from agents.sandbox.session.sandbox_session import SandboxSession
 
 from ..errors import SandboxUnavailable
+from ..interrupts import finish_uncancelled
 from .registry import get_backend
 from .spec import SandboxSpec
 
@@ -20,18 +21,28 @@ from .spec import SandboxSpec
 async def open_session(
     spec: SandboxSpec, manifest: Manifest | None = None, *, unconfined_no_isolation: bool = False
 ) -> AsyncIterator[SandboxSession]:
-    """Create and start a session; on exit (success, error or Ctrl-C) close and delete it."""
+    """Create and start a session; on exit (success, error, a signal) close and delete it.
+
+    The close runs to its end even when a second signal cancels the run again.
+    """
     backend = get_backend(spec.backend, unconfined_no_isolation=unconfined_no_isolation)
     reason = backend.unavailable_reason(spec)
     if reason is not None:
         raise SandboxUnavailable(reason)
     client, options = backend.client(spec)
-    session = await client.create(manifest=manifest or Manifest(), options=options)
+    # A signal during create must not orphan what create made (a session folder, a container)
+    creating = asyncio.ensure_future(client.create(manifest=manifest or Manifest(), options=options))
+    try:
+        session = await finish_uncancelled(creating)
+    except asyncio.CancelledError:
+        if creating.done() and not creating.cancelled() and creating.exception() is None:
+            await finish_uncancelled(_close_and_delete(client, creating.result()))
+        raise
     try:
         await session.start()
         yield session
     finally:
-        await asyncio.shield(_close_and_delete(client, session))
+        await finish_uncancelled(_close_and_delete(client, session))
 
 
 async def _close_and_delete(client: BaseSandboxClient[Any], session: SandboxSession) -> None:

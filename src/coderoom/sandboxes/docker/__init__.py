@@ -2,8 +2,8 @@
 
 The SDK's backend runs as root with no limits, leaves stopped containers behind and takes ~10 s
 to close (its `tail -f` PID 1 ignores SIGTERM). Ours (`session`) runs a non-root, read-only,
-capability-less container with coderoom's limits, labelled (`labels`) so `prune` finds
-leftovers, and removes it on close. `image` builds the sandbox image from `inside/`'s
+capability-less container with coderoom's limits, labelled with their owner (`labels`) so `prune` finds
+leftovers of dead runs, and removes it on close. `image` builds the sandbox image from `inside/`'s
 Dockerfile; `commands` is `coderoom image ...`. This module imports without the `docker`
 package so the registry can say why the backend is unavailable.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..base import Progress
-from .labels import LABEL
+from .labels import LABEL, owner_gone
 
 if TYPE_CHECKING:  # pydantic is not imported for --help
     from pydantic import BaseModel
@@ -80,7 +80,9 @@ class DockerBackend:
 
 
 def prune(client: Any | None = None) -> int:
-    """Remove every coderoom sandbox container (running or not); returns how many."""
+    """Remove the coderoom containers whose owner is gone (see `labels`); returns how many.
+
+    A live run's container is never touched, running or not."""
     import docker.errors
 
     from .image import docker_client
@@ -88,6 +90,8 @@ def prune(client: Any | None = None) -> int:
     client = client or docker_client()
     removed = 0
     for container in client.containers.list(all=True, filters={"label": f"{LABEL}=1"}):
+        if not owner_gone(container.labels):
+            continue
         try:
             container.remove(force=True)
         except docker.errors.NotFound:

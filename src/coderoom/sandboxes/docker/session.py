@@ -26,7 +26,6 @@ import contextvars
 import io
 import json
 import logging
-import os
 import tarfile
 import tempfile
 import threading
@@ -61,7 +60,7 @@ from docker.utils.socket import frames_iter
 from ..limits import Limits
 from ..one_user import plain_shell, refuse_manifest_accounts
 from ..seccomp import arch_named, build_filter
-from .labels import CREATED_LABEL, HOST_PID_LABEL, LABEL, SESSION_LABEL
+from .labels import CONTACT_WITHIN_S, CREATED_LABEL, LABEL, SESSION_LABEL, owner_labels
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +115,10 @@ class _Channel:
         finally:
             with self._waiters_lock:
                 self._waiters.pop(rid, None)
+
+    def hello(self) -> None:
+        """An empty line: tells init.py the host has attached (see its --contact-within)."""
+        self._send(b"\n")
 
     def close(self) -> None:
         self._fail_all("the channel was closed")
@@ -202,6 +205,10 @@ class CoderoomDockerSession(DockerSandboxSession):
             *_FILTERED_EXEC, *argv, timeout=timeout, shell=False, user=None, tty=tty,
             yield_time_s=yield_time_s, max_output_tokens=max_output_tokens,
         )  # fmt: skip
+
+    async def _after_start(self) -> None:
+        await super()._after_start()
+        self._connected().hello()  # from now on, our death closes init.py's stdin
 
     def _connected(self) -> _Channel:
         channel = self._channel
@@ -495,7 +502,7 @@ class CoderoomDockerClient(DockerSandboxClient):
             # The source travels in the environment so `ps` in the sandbox shows a short PID 1;
             # init.py drops the variable before it starts any command.
             "entrypoint": ["python3", "-I", "-S", "-c", _INIT_BOOTSTRAP],
-            "command": ["--exit-on-eof", "--seccomp"],
+            "command": ["--exit-on-eof", "--seccomp", f"--contact-within={CONTACT_WITHIN_S:g}"],
             "name": f"coderoom-{session.hex[:12]}",
             "hostname": "sandbox",
             # stdin closes when the host's attach connection drops, init.py then exits and the
@@ -542,7 +549,7 @@ class CoderoomDockerClient(DockerSandboxClient):
                 LABEL: "1",
                 SESSION_LABEL: session.hex,
                 CREATED_LABEL: datetime.now(UTC).isoformat(timespec="seconds"),
-                HOST_PID_LABEL: str(os.getpid()),
+                **owner_labels(),
             },
         }
         if not limits.network:

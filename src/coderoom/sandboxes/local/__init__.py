@@ -62,7 +62,9 @@ class LocalBackend:
         return LocalSandboxClient(spec.limits, _bubblewrap()), None
 
     def prune(self) -> int:
-        return 0
+        from .host_dir import prune
+
+        return prune()
 
     def commands(self) -> None:
         return None

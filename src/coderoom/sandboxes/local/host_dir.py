@@ -14,7 +14,8 @@ import tempfile
 from pathlib import Path
 
 from ...errors import SandboxUnavailable
-from . import bwrap
+from ...hostile import tree
+from . import bwrap, leases
 
 PREFIX = "coderoom-local-"
 
@@ -22,6 +23,7 @@ PREFIX = "coderoom-local-"
 def make(network: bool) -> Path:
     """A new session folder with its workspace, /etc and venv skeleton, owned by bwrap's uid."""
     host_dir = Path(tempfile.mkdtemp(prefix=PREFIX, dir=parent()))  # mode 0700
+    leases.claim(host_dir)  # `prune` reclaims the folder once this process is gone
     (host_dir / "workspace").mkdir(mode=0o700)
     bwrap.write_etc(host_dir / "etc", network)
     rt = bwrap.runtime()
@@ -106,3 +108,19 @@ def owned(path: Path) -> bool:
     owner = bwrap.host_id()
     owner = os.getuid() if owner is None else owner
     return stat.S_ISDIR(st.st_mode) and st.st_uid == owner and stat.S_IMODE(st.st_mode) == 0o700
+
+
+def prune() -> int:
+    """Remove session folders whose owner is gone (see `leases`); returns how many."""
+    try:
+        folder_parent = parent()
+    except SandboxUnavailable:
+        return 0
+    removed = 0
+    for folder in sorted(folder_parent.glob(f"{PREFIX}*")):
+        if not owned(folder) or not leases.abandoned(folder):
+            continue
+        leases.kill_users(folder)
+        tree.remove_tree(folder)
+        removed += 1
+    return removed

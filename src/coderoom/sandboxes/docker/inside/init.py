@@ -12,6 +12,9 @@ Protocol: one JSON object per line each way. Request {"id", "argv", "cwd", "time
 "stdin" (base64 or null)}; reply {"id", "code", "timed_out", "out", "err"} (output base64) or {"id", "error"}.
 Only replies go to stdout. With --exit-on-eof, stdin closing (the host's attach connection
 dropped: it exited or was killed) ends PID 1, so the container stops and auto-removes.
+With --contact-within=S, PID 1 also exits when nothing arrives on stdin within S seconds of its
+start: a host killed after `docker start` but before it attached never closes a stdin it never
+opened (the host sends an empty line as soon as it has attached).
 
 Seccomp: Docker's default profile lets io_uring, AF_VSOCK/AF_ALG sockets, i386 `int 0x80` and x32
 calls through (catalogue KERN-07, KERN-10, KERN-11). With --seccomp, PID 1 first stacks the local
@@ -226,8 +229,10 @@ def exit_code(job):
 
 
 class Server:
-    def __init__(self, exit_on_eof, refusal=None):
+    def __init__(self, exit_on_eof, refusal=None, contact_within=None):
         self.exit_on_eof = exit_on_eof
+        # until the host's first byte: the time by which it must have attached, else we exit
+        self.contact_deadline = None if contact_within is None else time.monotonic() + contact_within
         self.refusal = refusal  # why no command may run (the seccomp filter is missing)
         self.poller = select.poll()
         self.jobs = {}  # pid -> Job
@@ -258,21 +263,25 @@ class Server:
                     self.pump(fd, event)
             self.reap()
             self.check_jobs()
+            if self.contact_deadline is not None and time.monotonic() > self.contact_deadline:
+                os._exit(0)  # no host ever attached
 
     def wait_ms(self):
-        if not self.jobs:
-            return None
-        now = time.monotonic()
-        soonest = min(
+        deadlines = [
             (job.exited_at + GRACE_S) if job.exited_at else job.deadline for job in self.jobs.values()
-        )
-        return max(0, int((soonest - now) * 1000) + 1)
+        ]
+        if self.contact_deadline is not None:
+            deadlines.append(self.contact_deadline)
+        if not deadlines:
+            return None
+        return max(0, int((min(deadlines) - time.monotonic()) * 1000) + 1)
 
     def read_requests(self):
         try:
             data = os.read(0, 1 << 20)
         except BlockingIOError:
             return
+        self.contact_deadline = None  # the host has attached (an empty read is EOF: handled below)
         if not data:  # stdin closed: the host is gone (or there never was one)
             if self.exit_on_eof:
                 os._exit(0)
@@ -482,4 +491,7 @@ if __name__ == "__main__":
             sys.stderr.write("coderoom init: %s\n" % refusal)
     make_undumpable()
     os.set_blocking(1, False)
-    Server(exit_on_eof="--exit-on-eof" in args, refusal=refusal).run()
+    contact = [a.split("=", 1)[1] for a in args if a.startswith("--contact-within=")]
+    Server(
+        exit_on_eof="--exit-on-eof" in args, refusal=refusal, contact_within=float(contact[0]) if contact else None
+    ).run()

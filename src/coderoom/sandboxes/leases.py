@@ -1,0 +1,71 @@
+"""Leases: every sandbox resource names the process that owns it, so `prune` can tell leftovers
+of a dead coderoom (SIGKILLed, OOM-killed, power cut) from resources of a live run.
+
+An owner is (boot id, pid, start time): the start time (field 22 of /proc/PID/stat, clock ticks
+since boot) tells a reused pid from the original, and the boot id tells a pid from before a
+reboot. An owner is gone when, on this boot, no process has that pid with that start time.
+An owner from another boot is gone too: its process died with that boot. (A Docker engine on
+another machine, via DOCKER_HOST, is out of reach: its containers are judged by the engine's
+own boot, which is ours only when the engine runs here; see `docker.leases`.)
+
+Local session folders hold a `lease` file (mode 0600, outside the workspace, so the sandbox
+never sees it); Docker containers carry the same fields as labels.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+LEASE_FILE = "lease"
+_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+
+def _boot_id() -> str:
+    return _BOOT_ID.read_text().strip()
+
+
+def start_time(pid: int) -> int | None:
+    """Field 22 of /proc/PID/stat (after the parenthesised command name), or None if no such pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    fields = stat.rsplit(b")", 1)[1].split()
+    return int(fields[19])  # fields[0] is field 3 (state)
+
+
+@dataclass(frozen=True)
+class Owner:
+    boot: str
+    pid: int
+    start: int
+
+    @classmethod
+    def me(cls) -> Owner:
+        own = start_time(os.getpid())
+        assert own is not None  # our own /proc entry always exists
+        return cls(_boot_id(), os.getpid(), own)
+
+    def alive(self) -> bool:
+        return self.boot == _boot_id() and start_time(self.pid) == self.start
+
+
+def write_lease(folder: Path) -> None:
+    """Write this process's lease into `folder` (a fresh session folder), readable by us alone."""
+    fd = os.open(folder / LEASE_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as out:
+        json.dump(asdict(Owner.me()), out)
+
+
+def read_lease(folder: Path) -> Owner | None:
+    """The owner named in `folder`'s lease, or None when there is none or it cannot be parsed."""
+    try:
+        fd = os.open(folder / LEASE_FILE, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd) as source:
+            data = json.loads(source.read(4096))
+        return Owner(str(data["boot"]), int(data["pid"]), int(data["start"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

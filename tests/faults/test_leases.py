@@ -1,0 +1,57 @@
+"""A SIGKILLed coderoom leaves no running sandbox for good: a Docker container stops by itself,
+and `coderoom sandbox prune` reclaims what is left, on both backends, never touching the
+resources of a run that is still alive."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .harness import COMMAND, clean_env, containers, local_folders, no_leftovers, start_run, tool_started
+from openai_server import OpenAIServer, Stall, call, say
+
+
+def _prune() -> str:
+    done = subprocess.run([*COMMAND, "sandbox", "prune"], capture_output=True, text=True, env=clean_env(), timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_prune_reclaims_a_killed_run_and_spares_a_live_one(backend: str, tmp_path: Path) -> None:
+    steps = [call("exec_command", cmd="sleep 60"), say("never")]
+    with OpenAIServer(steps) as killed_server, OpenAIServer(list(steps)) as live_server:
+        killed = start_run(killed_server, tmp_path / "killed", backend, "work")
+        live = start_run(live_server, tmp_path / "live", backend, "work")
+        for run in (killed, live):
+            run.wait_for_event(tool_started("exec_command", "sleep 60"), "the sleep command")
+        assert killed.seen_folders or killed.seen_containers, "the probe must see the sandbox"
+        killed.process.send_signal(signal.SIGKILL)
+        killed.finish()
+        _prune()
+        no_leftovers(killed)
+        live.note_resources()
+        assert {f for f in live.seen_folders if f.exists()} == live.seen_folders, "prune took a live run's folder"
+        if backend == "docker":
+            assert containers(live.process.pid) == live.seen_containers, "prune took a live run's container"
+        live.process.send_signal(signal.SIGTERM)
+        live.finish()
+    assert live.process.returncode == 143, live.stderr
+    no_leftovers(live)
+
+
+def test_a_kill_before_the_first_command_leaks_no_container(tmp_path: Path) -> None:
+    """Killed while the container is up but no command was sent (the first model request
+    stalls): the host has attached at start, so the container goes when the host dies."""
+    from backends import require_backend
+
+    require_backend("docker")
+    with OpenAIServer([Stall(60)]) as server:
+        run = start_run(server, tmp_path / "run", "docker", "work")
+        run.wait_for(lambda: len(server.requests) >= 1, "the first model request")
+        assert run.seen_containers, "the probe must see the container"
+        run.process.send_signal(signal.SIGKILL)
+        run.finish()
+    no_leftovers(run)  # without prune
