@@ -19,6 +19,8 @@ if [ ! -x "$server" ]; then
   if [ ! -x "$server" ]; then
     [ -f "$tools/build-llama-server.sh" ] || { echo "no llama-server and no build script in $tools" >&2; exit 1; }
     echo "building llama-server into $cache (12-20 minutes)" >&2
+    command -v cmake >/dev/null && command -v g++ >/dev/null \
+      || { apt-get update -qq && apt-get install -y -qq cmake g++ make >/dev/null; } >&2
     bash "$tools/build-llama-server.sh" "$cache" >&2
   fi
 fi

@@ -14,15 +14,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from agents import RunConfig, Runner
+from agents import Runner
 from agents.exceptions import MaxTurnsExceeded
-from agents.sandbox import Manifest, SandboxAgent, SandboxRunConfig
-from agents.sandbox.capabilities import Capability, Shell
 
 from . import __version__
-from .jobs import Job, OutputSpec
+from .jobs import Job
 from .models import ResolvedModel, explain_model_error, resolve_model
-from .models.chat_images import images_after_tool_outputs
+from .agent import build_agent, build_run_config
 from .artifacts import check_in_session, check_on_host, save_workspace
 from .errors import RunDirInUse
 from .outputs import OutputCheck
@@ -58,27 +56,6 @@ def default_run_dir(job: Job, base: Path = Path("runs")) -> Path:
         suffix += 1
         candidate = base / f"{job.name}-{stamp}-{suffix}"
     return candidate
-
-
-def output_contract(outputs: Sequence[OutputSpec]) -> str:
-    if not outputs:
-        return ""
-    listing = "\n".join(f"- {o.path}" for o in outputs)
-    return (
-        "\n\nThe workspace root is /workspace. Before you finish, these files must exist there "
-        f"and be valid for their type:\n{listing}"
-    )
-
-
-def capabilities(model: ResolvedModel, job: Job) -> list[Capability]:
-    """The tools the model gets. All are plain function tools, so Chat Completions works too."""
-    from .tools.python_kernel import PythonKernel
-    from .tools.view_image import ViewImage
-
-    # figures go back as images to a model that reads them (for Chat Completions, through
-    # `images_after_tool_outputs`), else as paths with a short description
-    kernel = PythonKernel(images=model.accepts_images, timeout=job.sandbox.limits.timeout)
-    return [Shell(), ViewImage(), kernel]
 
 
 def nudge_message(problems: Sequence[OutputCheck]) -> str:
@@ -143,22 +120,11 @@ async def run_job(
 async def _run_in_sandbox(
     job: Job, model: ResolvedModel, run_dir: Path, recorder: Recorder, result: RunResult
 ) -> None:
-    agent = SandboxAgent(
-        name=job.name,
-        instructions=job.instructions + output_contract(job.outputs),
-        model=model.model,
-        default_manifest=Manifest(),
-        capabilities=capabilities(model, job),
-    )
+    agent = build_agent(job, model, recorder.emit)
     hooks = RecordingHooks(recorder)
     async with open_session(job.sandbox, agent.default_manifest) as session:
         await stage_inputs(session, job.inputs)
-        chat_images = model.api == "chat_completions" and model.accepts_images
-        run_config = RunConfig(
-            sandbox=SandboxRunConfig(session=session),
-            tracing_disabled=model.tracing_disabled,
-            call_model_input_filter=images_after_tool_outputs if chat_images else None,
-        )
+        run_config = build_run_config(model, session)
         run_input: str | list[Any] = job.prompt
         checks: list[OutputCheck] = []
         try:
