@@ -12,55 +12,13 @@ import socket
 
 import openai
 import pytest
-from agents import (
-    Agent,
-    ModelSettings,
-    RunConfig,
-    Runner,
-    RunResult,
-    RunResultStreaming,
-    function_tool,
-)
-
-from coderoom.models import ResolvedModel, explain_model_error, resolve_model
+from adder import run_agent
+from coderoom.models import explain_model_error, resolve_model
 from coderoom.models.guard import ModelDeadlineExceeded
-from coderoom.models.settings import ModelOptions, model_settings
 from openai_server import SERVER_KEY, Fail, OpenAIServer, Stall, call, say, server_environ, spec_for
 
 APIS = ["chat_completions", "responses"]
 FAST = {"retry-after-ms": "10"}
-
-
-@function_tool
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
-
-
-async def run_agent(
-    resolved: ResolvedModel, *, stream: bool = False
-) -> RunResult | RunResultStreaming:
-    # The SDK asks non-OpenAI Chat Completions servers for streamed usage only when told to.
-    settings = model_settings(
-        ModelOptions(), resolved.api, lambda *_a, **_f: None, resolved.max_retries
-    ).resolve(ModelSettings(include_usage=True))
-    agent = Agent(
-        name="adder",
-        instructions="Use the add tool.",
-        model=resolved.model,
-        model_settings=settings,
-        tools=[add],
-    )
-    config = RunConfig(tracing_disabled=resolved.tracing_disabled)
-    try:
-        if not stream:
-            return await Runner.run(agent, "What is 2 + 3?", run_config=config)
-        result = Runner.run_streamed(agent, "What is 2 + 3?", run_config=config)
-        async for _ in result.stream_events():
-            pass
-        return result
-    finally:
-        await resolved.aclose()
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])

@@ -68,10 +68,10 @@ class GuardedModel(Model):
         self.notify("model_reply_cut", max_tokens=limit, retried=True)
         history = [*_as_list(input), *response.to_input_items(), {"role": "user", "content": CONTINUE}]
         again = await self._bounded(system_instructions, history, model_settings, *args, **kwargs)
-        again.usage.add(response.usage)
         if _cut_text(again, limit):
             self.notify("model_reply_cut", max_tokens=limit, retried=False)
             _append_note(again)
+        again.usage.add(response.usage)  # both requests count
         return again
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
