@@ -84,9 +84,10 @@ async def run_job(
         raise RunDirInUse(f"{run_dir} already exists and is not empty; choose a new --out folder")
     # a bad model spec is a usage error, found before the run folder exists
     resolved = model = model or resolve_model(job.model or None, environ=environ)
-    recorder = Recorder(run_dir, listeners)
-    started = time.monotonic()
     result = RunResult(status="error", run_dir=run_dir)
+    # usage is summed from the model_call events, so run_end has it however the run ended
+    recorder = Recorder(run_dir, [*(listeners or []), lambda event: _count_usage(result, event)])
+    started = time.monotonic()
     try:
         recorder.emit(
             "run_start",
@@ -136,7 +137,6 @@ async def _run_in_sandbox(
                     agent, run_input, max_turns=remaining, hooks=hooks, run_config=run_config
                 )
                 result.final_output = str(outcome.final_output or "")
-                result.usage = _add_usage(result.usage, outcome)
                 checks = await check_in_session(session, job.outputs)
                 problems = [c for c in checks if not c.ok]
                 if not problems or attempt == MAX_NUDGES:
@@ -161,8 +161,7 @@ async def _run_in_sandbox(
         )
 
 
-def _add_usage(total: dict[str, int], outcome: Any) -> dict[str, int]:
-    usage = outcome.context_wrapper.usage
-    fields = ("requests", "input_tokens", "output_tokens", "total_tokens")
-    return {name: total.get(name, 0) + getattr(usage, name) for name in fields}
-
+def _count_usage(result: RunResult, event: dict[str, Any]) -> None:
+    if event["type"] == "model_call":
+        for name, value in event["usage"].items():
+            result.usage[name] = result.usage.get(name, 0) + value

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.console import Console
 from rich.markdown import Markdown
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
@@ -20,6 +21,7 @@ from ..jobs import JOB_FILE, Job, build_job, load_job, parse_input_flag
 from ..record import read_record
 from ..sandboxes import backend_names, get_backend
 from . import app
+from ..hostile.text import terminal_safe
 from .errors import reported
 
 console = Console(stderr=True)
@@ -70,6 +72,14 @@ class Progress:
             )
         elif kind == "tool_result":
             self.doing = f"{event['name']} done"
+        elif kind == "model_retry":
+            self.console.print(
+                f"[yellow]model server: {escape(terminal_safe(event['reason']))}; retry {event['attempt']} of "
+                f"{event['max_retries']} in {event['wait_s']:g}s[/]", highlight=False
+            )
+        elif kind == "model_reply_cut":
+            self.console.print(f"[yellow]the model's reply was cut at max_tokens={event['max_tokens']}"
+                               + ("; asking it to finish[/]" if event["retried"] else "[/]"))
         elif kind == "nudge":
             missing = ", ".join(m["path"] for m in event["missing"])
             self.console.print(f"[yellow]outputs missing or invalid, asking the model again:[/] {missing}")
@@ -114,6 +124,8 @@ def _apply_overrides(job: Job, **overrides: Any) -> Job:
             continue
         if key in ("model", "max_turns"):
             data[key] = value
+        elif key in ("tool_choice", "max_tokens", "temperature"):
+            data["model_settings"][key] = value
         elif key == "backend":
             sandbox["backend"] = value
         else:
@@ -129,6 +141,9 @@ def run(
     outputs: Annotated[list[str], typer.Option("--output", "-o", help="a required output, e.g. output/report.md")] = [],
     model: Annotated[Optional[str], typer.Option(help="OpenAI model name, openai-compatible:MODEL@URL, or offline")] = None,
     max_turns: Annotated[Optional[int], typer.Option(help="model turns allowed (default 25)")] = None,
+    tool_choice: Annotated[Optional[str], typer.Option(help="auto | required | none | a tool name")] = None,
+    max_tokens: Annotated[Optional[int], typer.Option(help="output tokens per model reply")] = None,
+    temperature: Annotated[Optional[float], typer.Option(help="sampling temperature, 0-2")] = None,
     sandbox: Annotated[Optional[str], typer.Option(help=f"sandbox backend: {' | '.join(backend_names())}")] = None,
     memory: Annotated[Optional[str], typer.Option(help="sandbox memory, e.g. 2G")] = None,
     timeout: Annotated[Optional[float], typer.Option(help="seconds per command")] = None,
@@ -141,7 +156,8 @@ def run(
     with reported():
         job = _job_from_flags(target, prompt, inputs, outputs)
         job = _apply_overrides(
-            job, model=model, max_turns=max_turns, backend=sandbox, memory=memory,
+            job, model=model, max_turns=max_turns, tool_choice=tool_choice, max_tokens=max_tokens,
+            temperature=temperature, backend=sandbox, memory=memory,
             timeout=timeout, network=network,
         )
         run_dir = out_dir or default_run_dir(job)
