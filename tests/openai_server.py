@@ -37,10 +37,12 @@ class Call:
 
 @dataclass(frozen=True)
 class Reply:
-    """A successful model turn: assistant text, tool calls, or both."""
+    """A successful model turn: assistant text, tool calls, or both. `cut`: stopped by the
+    length limit (finish_reason "length", every allowed output token used)."""
 
     text: str = ""
     calls: tuple[Call, ...] = ()
+    cut: bool = False
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,24 @@ class Stall:
     seconds: float
 
 
-Step = Reply | Fail | Stall
+@dataclass(frozen=True)
+class Trickle:
+    """Answer 200 and then send a valid reply one byte every `interval` seconds."""
+
+    reply: Reply
+    interval: float = 1.0
+
+
+@dataclass(frozen=True)
+class Raw:
+    """Answer with exactly this body: malformed JSON, an HTML error page, a JSON without choices."""
+
+    body: bytes
+    status: int = 200
+    content_type: str = "application/json"
+
+
+Step = Reply | Fail | Stall | Trickle | Raw
 
 
 def say(text: str) -> Reply:
@@ -183,6 +202,7 @@ class OpenAIServer:
             "tool_calls": tool_calls or None,
         }
         prompt, completion = _tokens(body.get("messages")), _tokens(message)
+        completion = _within(completion, body.get("max_completion_tokens") or body.get("max_tokens"), reply.cut)
         data = {
             "id": self._new_id("chatcmpl"),
             "object": "chat.completion",
@@ -193,7 +213,7 @@ class OpenAIServer:
                     "index": 0,
                     "message": message,
                     "logprobs": None,
-                    "finish_reason": "tool_calls" if tool_calls else "stop",
+                    "finish_reason": "length" if reply.cut else "tool_calls" if tool_calls else "stop",
                 }
             ],
             "usage": {
@@ -287,6 +307,7 @@ class OpenAIServer:
                 }
             )
         prompt, completion = _tokens(body.get("input")), _tokens(output)
+        completion = _within(completion, body.get("max_output_tokens"), reply.cut)
         data = {
             "id": self._new_id("resp"),
             "object": "response",
@@ -379,6 +400,13 @@ class OpenAIServer:
         yield event("response.completed", response=final)
 
 
+def _within(tokens: int, limit: int | None, cut: bool) -> int:
+    """Output tokens as a real server counts them: all of `limit` when cut, else fewer."""
+    if limit is None:
+        return tokens
+    return limit if cut else min(tokens, limit - 1)
+
+
 def _args(c: Call) -> str:
     return c.arguments if isinstance(c.arguments, str) else json.dumps(c.arguments)
 
@@ -449,6 +477,20 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
             elif isinstance(step, Stall):
                 server._stopping.wait(step.seconds)
                 self._error(504, "stalled", "server_error", None)
+            elif isinstance(step, Raw):
+                self._bytes(step.status, step.body, step.content_type)
+            elif isinstance(step, Trickle):
+                make = server.chat_completion if path == "/v1/chat/completions" else server.response
+                payload = json.dumps(make(body, step.reply)).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                for index in range(len(payload)):
+                    if server._stopping.wait(step.interval):
+                        return
+                    self.wfile.write(payload[index : index + 1])
+                    self.wfile.flush()
             elif path == "/v1/chat/completions":
                 if body.get("stream"):
                     self._sse([(None, chunk) for chunk in server.chat_chunks(body, step)])
@@ -462,9 +504,13 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
         def _json(
             self, status: int, data: dict[str, Any], extra: dict[str, str] | None = None
         ) -> None:
-            payload = json.dumps(data).encode()
+            self._bytes(status, json.dumps(data).encode(), "application/json", extra)
+
+        def _bytes(
+            self, status: int, payload: bytes, content_type: str, extra: dict[str, str] | None = None
+        ) -> None:
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(payload)))
             self.send_header("x-request-id", f"req_{len(server.requests):04d}")
             for name, value in (extra or {}).items():

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .errors import JobError
 from .hostile.names import UnsafePath, safe_relative_path
+from .models.options import ModelOptions
 from .sandboxes.spec import SandboxSpec
 
 JOB_FILE = "coderoom.toml"
@@ -53,8 +54,20 @@ class Job(BaseModel):
     inputs: dict[str, Path] = Field(default_factory=dict)
     outputs: list[OutputSpec] = Field(default_factory=list)
     model: str = Field(default="", description="empty: OpenAI if OPENAI_API_KEY is set, else offline")
+    model_settings: ModelOptions = Field(default_factory=ModelOptions)
     max_turns: int = Field(default=25, ge=1, le=500)
     sandbox: SandboxSpec = Field(default_factory=SandboxSpec)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _model_table(cls, data: Any) -> Any:
+        """`[model]` with `spec` and settings, as well as `model = "SPEC"`."""
+        if isinstance(data, dict) and isinstance(data.get("model"), dict):
+            table = dict(data["model"])
+            if "model_settings" in data:
+                raise ValueError("give the model settings in [model] or in model_settings, not both")
+            data = {**data, "model": table.pop("spec", ""), "model_settings": table}
+        return data
 
     @field_validator("outputs", mode="before")
     @classmethod
@@ -128,7 +141,8 @@ def _workspace_path(value: str) -> PurePosixPath:
 def _describe(error: ValidationError, source: str) -> str:
     lines = [f"{source}: invalid job"]
     for item in error.errors():
-        key = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        loc = ["model", *item["loc"][1:]] if item["loc"][:1] == ("model_settings",) else item["loc"]
+        key = ".".join(str(part) for part in loc) or "(top level)"
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = "unknown key"

@@ -18,20 +18,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from agents import RunConfig, Runner
+from agents import Runner
 from agents.exceptions import MaxTurnsExceeded
-from agents.sandbox import Manifest, SandboxAgent, SandboxRunConfig
-from agents.sandbox.capabilities import Capability, Shell
 
 from . import __version__
-from .jobs import Job, OutputSpec
-from .models import ResolvedModel, explain_model_error, resolve_model
-from .models.chat_images import images_after_tool_outputs
+from .agent import build_agent, build_run_config
 from .artifacts import SaveReport, check_in_session, save_workspace, saved_checks
 from .errors import RunDirInUse
 from .interrupts import received_signal
+from .jobs import Job
+from .models import ResolvedModel, explain_model_error, resolve_model
 from .outputs import OutputCheck
 from .record import Listener, Recorder
+from .record.events import Event, ModelCall
 from .record.hooks import RecordingHooks
 from .sandboxes.session import open_session
 from .workspace import stage_inputs
@@ -75,27 +74,6 @@ def new_run_dir(job: Job, base: Path = Path("runs")) -> Path:
         return candidate
 
 
-def output_contract(outputs: Sequence[OutputSpec]) -> str:
-    if not outputs:
-        return ""
-    listing = "\n".join(f"- {o.path}" for o in outputs)
-    return (
-        "\n\nThe workspace root is /workspace. Before you finish, these files must exist there "
-        f"and be valid for their type:\n{listing}"
-    )
-
-
-def capabilities(model: ResolvedModel, job: Job) -> list[Capability]:
-    """The tools the model gets. All are plain function tools, so Chat Completions works too."""
-    from .tools.python_kernel import PythonKernel
-    from .tools.view_image import ViewImage
-
-    # figures go back as images to a model that reads them (for Chat Completions, through
-    # `images_after_tool_outputs`), else as paths with a short description
-    kernel = PythonKernel(images=model.accepts_images, timeout=job.sandbox.limits.timeout)
-    return [Shell(), ViewImage(), kernel]
-
-
 def nudge_message(problems: Sequence[OutputCheck]) -> str:
     lines = "\n".join(f"- {c.path}: {c.detail}" for c in problems)
     return (
@@ -123,9 +101,10 @@ async def run_job(
     # a bad model spec is a usage error, found before the run folder exists
     resolved = model = model or resolve_model(job.model or None, environ=environ)
     run_dir = run_dir or new_run_dir(job)
-    recorder = Recorder(run_dir, listeners)
-    started = time.monotonic()
     result = RunResult(status="error", run_dir=run_dir)
+    # usage is summed from the model_call events, so run_end has it however the run ended
+    recorder = Recorder(run_dir, [*(listeners or []), lambda event: _count_usage(result, event)])
+    started = time.monotonic()
     try:
         recorder.emit(
             "run_start",
@@ -166,22 +145,11 @@ async def run_job(
 async def _run_in_sandbox(
     job: Job, model: ResolvedModel, run_dir: Path, recorder: Recorder, result: RunResult
 ) -> None:
-    agent = SandboxAgent(
-        name=job.name,
-        instructions=job.instructions + output_contract(job.outputs),
-        model=model.model,
-        default_manifest=Manifest(),
-        capabilities=capabilities(model, job),
-    )
+    agent = build_agent(job, model, recorder.emit)
     hooks = RecordingHooks(recorder)
     async with open_session(job.sandbox, agent.default_manifest) as session:
         await stage_inputs(session, job.inputs)
-        chat_images = model.api == "chat_completions" and model.accepts_images
-        run_config = RunConfig(
-            sandbox=SandboxRunConfig(session=session),
-            tracing_disabled=model.tracing_disabled,
-            call_model_input_filter=images_after_tool_outputs if chat_images else None,
-        )
+        run_config = build_run_config(model, session)
         run_input: str | list[Any] = job.prompt
         checks: list[OutputCheck] = []
         try:
@@ -193,7 +161,6 @@ async def _run_in_sandbox(
                     agent, run_input, max_turns=remaining, hooks=hooks, run_config=run_config
                 )
                 result.final_output = str(outcome.final_output or "")
-                result.usage = _add_usage(result.usage, outcome)
                 checks = await check_in_session(session, job.outputs)
                 problems = [c for c in checks if not c.ok]
                 if not problems or attempt == MAX_NUDGES:
@@ -228,8 +195,7 @@ async def _save(session: Any, job: Job, run_dir: Path, recorder: Recorder, repor
             recorder.emit("extract_refused", detail=note)
 
 
-def _add_usage(total: dict[str, int], outcome: Any) -> dict[str, int]:
-    usage = outcome.context_wrapper.usage
-    fields = ("requests", "input_tokens", "output_tokens", "total_tokens")
-    return {name: total.get(name, 0) + getattr(usage, name) for name in fields}
-
+def _count_usage(result: RunResult, event: Event) -> None:
+    if isinstance(event, ModelCall):
+        for name, value in event.usage.model_dump().items():
+            result.usage[name] = result.usage.get(name, 0) + value

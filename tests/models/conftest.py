@@ -1,4 +1,5 @@
-"""Fixtures for the model layer: a scripted OpenAI-speaking server on 127.0.0.1."""
+"""Fixtures for the model layer: a scripted OpenAI-speaking server and a real llama-server, both on
+127.0.0.1."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 from agents import set_tracing_disabled
 
+from llama_server import LlamaServer, start_llama, stop_llama
 from openai_server import SERVER_KEY, OpenAIServer
 
 
@@ -22,3 +24,14 @@ def openai_server() -> Iterator[OpenAIServer]:
     with OpenAIServer(api_key=SERVER_KEY) as server:
         yield server
     assert not server.errors, server.errors
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    """A real llama-server with SmolLM2-135M on a free loopback port, 4k context; stopped after."""
+    running = start_llama(tmp_path_factory.mktemp("llama") / "llama-server.log")
+    try:
+        yield running
+    finally:
+        stop_llama(running)
+    assert running.process.returncode is not None

@@ -18,8 +18,8 @@ KEY = {"OPENAI_API_KEY": "sk-host"}
 @pytest.mark.parametrize("spec", ["gpt-4.1", "openai:gpt-4.1"])
 def test_openai_name_uses_responses_api(spec: str) -> None:
     resolved = resolve_model(spec, environ=KEY)
-    assert isinstance(resolved.model, OpenAIResponsesModel)
-    assert resolved.model.model == "gpt-4.1"
+    assert isinstance(resolved.model.inner, OpenAIResponsesModel)
+    assert resolved.model.inner.model == "gpt-4.1"
     assert (resolved.label, resolved.api) == ("openai:gpt-4.1", "responses")
     assert resolved.accepts_images and not resolved.tracing_disabled
     assert resolved.client is not None and resolved.client.api_key == "sk-host"
@@ -41,8 +41,8 @@ def test_compatible_server_uses_chat_completions() -> None:
     resolved = resolve_model(
         "openai-compatible:llama3.1:8b@http://localhost:11434/v1/", environ=KEY
     )
-    assert isinstance(resolved.model, OpenAIChatCompletionsModel)
-    assert resolved.model.model == "llama3.1:8b"
+    assert isinstance(resolved.model.inner, OpenAIChatCompletionsModel)
+    assert resolved.model.inner.model == "llama3.1:8b"
     assert resolved.label == "openai-compatible:llama3.1:8b@http://localhost:11434/v1"
     assert resolved.api == "chat_completions"
     assert resolved.tracing_disabled and not resolved.accepts_images and resolved.notice is None

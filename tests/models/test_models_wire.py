@@ -1,7 +1,8 @@
 """The real `openai` client and the SDK's own models and Runner against the scripted server.
 
-Round trips in both wire formats (plain and streamed), retries done by the client (429, 5xx,
-timeouts), a bad key stopping at once, and the one-line explanations the runner shows.
+Round trips in both wire formats (plain and streamed), retries done by the SDK's runner with
+coderoom's policy (429, 5xx, timeouts), a bad key stopping at once, and the one-line
+explanations the runner shows.
 """
 
 from __future__ import annotations
@@ -11,51 +12,13 @@ import socket
 
 import openai
 import pytest
-from agents import (
-    Agent,
-    ModelSettings,
-    RunConfig,
-    Runner,
-    RunResult,
-    RunResultStreaming,
-    function_tool,
-)
-
-from coderoom.models import ResolvedModel, explain_model_error, resolve_model
+from adder import run_agent
+from coderoom.models import explain_model_error, resolve_model
+from coderoom.models.failures import ModelDeadlineExceeded
 from openai_server import SERVER_KEY, Fail, OpenAIServer, Stall, call, say, server_environ, spec_for
 
 APIS = ["chat_completions", "responses"]
 FAST = {"retry-after-ms": "10"}
-
-
-@function_tool
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
-
-
-async def run_agent(
-    resolved: ResolvedModel, *, stream: bool = False
-) -> RunResult | RunResultStreaming:
-    # The SDK asks non-OpenAI Chat Completions servers for streamed usage only when told to.
-    settings = ModelSettings(include_usage=True)
-    agent = Agent(
-        name="adder",
-        instructions="Use the add tool.",
-        model=resolved.model,
-        model_settings=settings,
-        tools=[add],
-    )
-    config = RunConfig(tracing_disabled=resolved.tracing_disabled)
-    try:
-        if not stream:
-            return await Runner.run(agent, "What is 2 + 3?", run_config=config)
-        result = Runner.run_streamed(agent, "What is 2 + 3?", run_config=config)
-        async for _ in result.stream_events():
-            pass
-        return result
-    finally:
-        await resolved.aclose()
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
@@ -131,13 +94,14 @@ async def test_timeouts_exhausted_are_explained(openai_server: OpenAIServer) -> 
     )
     resolved = resolve_model(spec_for("chat_completions", openai_server), environ=environ)
 
-    with pytest.raises(openai.APITimeoutError) as caught:
+    with pytest.raises(ModelDeadlineExceeded) as caught:
         await run_agent(resolved)
 
     assert len(openai_server.requests) == 2
     message = explain_model_error(caught.value)
-    assert (
-        message is not None and "did not answer in time" in message and openai_server.url in message
+    assert message == (
+        f"the model server at {openai_server.url} did not finish its answer within 0.3 s; "
+        "raise CODEROOM_MODEL_TIMEOUT if the server is just slow"
     )
 
 

@@ -19,7 +19,9 @@ from rich.text import Text
 
 from ..errors import JobError
 from ..jobs import JOB_FILE, Job, build_job, load_job, parse_input_flag
-from ..record.events import Event, ModelCall, ModelStart, Nudge, RunStart, ToolResult, ToolStart
+from ..record.events import (
+    Event, ModelCall, ModelReplyCut, ModelRetry, ModelStart, Nudge, RunStart, ToolResult, ToolStart,
+)
 from ..sandboxes import backend_names, get_backend
 from .app import app
 from .display import first_line, safe, safe_markdown
@@ -67,6 +69,14 @@ class Progress:
             ))  # fmt: skip
         elif isinstance(event, ToolResult):
             self.doing = f"{event.name} done"
+        elif isinstance(event, ModelRetry):
+            self.console.print(Text.assemble(
+                ("model server: ", "yellow"), safe(event.reason),
+                (f"; retry {event.attempt} of {event.max_retries} in {event.wait_s:g}s", "yellow"),
+            ))  # fmt: skip
+        elif isinstance(event, ModelReplyCut):
+            then = "; asking it to finish" if event.retried else ""
+            self.console.print(Text(f"the model's reply was cut at max_tokens={event.max_tokens}{then}", "yellow"))
         elif isinstance(event, Nudge):
             missing = ", ".join(m.path for m in event.missing)
             self.console.print(Text.assemble(("outputs missing or invalid, asking the model again: ", "yellow"), safe(missing)))
@@ -115,6 +125,8 @@ def _apply_overrides(job: Job, **overrides: Any) -> Job:
             continue
         if key in ("model", "max_turns"):
             data[key] = value
+        elif key in ("tool_choice", "max_tokens", "temperature"):
+            data["model_settings"][key] = value
         elif key == "backend":
             sandbox["backend"] = value
         else:
@@ -130,6 +142,9 @@ def run(
     outputs: Annotated[list[str], typer.Option("--output", "-o", help="a required output, e.g. output/report.md")] = [],
     model: Annotated[Optional[str], typer.Option(help="OpenAI model name, openai-compatible:MODEL@URL, or offline")] = None,
     max_turns: Annotated[Optional[int], typer.Option(help="model turns allowed (default 25)")] = None,
+    tool_choice: Annotated[Optional[str], typer.Option(help="auto | required | none | a tool name")] = None,
+    max_tokens: Annotated[Optional[int], typer.Option(help="output tokens per model reply")] = None,
+    temperature: Annotated[Optional[float], typer.Option(help="sampling temperature, 0-2")] = None,
     sandbox: Annotated[Optional[str], typer.Option(help=f"sandbox backend: {' | '.join(backend_names())}")] = None,
     memory: Annotated[Optional[str], typer.Option(help="sandbox memory, e.g. 2G")] = None,
     timeout: Annotated[Optional[float], typer.Option(help="seconds per command")] = None,
@@ -150,8 +165,8 @@ def run(
         try:
             job = _job_from_flags(target, prompt, inputs, outputs)
             job = _apply_overrides(
-                job, model=model, max_turns=max_turns, backend=sandbox, memory=memory,
-                timeout=timeout, network=network,
+                job, model=model, max_turns=max_turns, tool_choice=tool_choice, max_tokens=max_tokens,
+                temperature=temperature, backend=sandbox, memory=memory, timeout=timeout, network=network,
             )
             get_backend(job.sandbox.backend).prepare(
                 job.sandbox, lambda line: console.print(Text.assemble((f"{job.sandbox.backend}:", "dim"), " ", safe(line)))

@@ -1,23 +1,24 @@
 """What every provider returns, and the client settings they share.
 
-Retries and timeouts are the `openai` client's own (exponential backoff with jitter on
-408/409/429/5xx, connection errors and timeouts; `Retry-After` honoured); coderoom only picks
-the numbers.
+The `openai` client's own retries are off: the SDK's runner retries instead, with coderoom's
+policy (`settings.retry_policy`: bounded, reported, never a request that is wrong), up to
+CODEROOM_MODEL_MAX_RETRIES times. CODEROOM_MODEL_TIMEOUT bounds each request as a whole
+(`guard.GuardedModel`), not only each read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any
 from urllib.parse import urlsplit
 
 from agents import Model
 from openai import AsyncOpenAI
 
 from ..errors import ModelSpecError
+from .options import Api
 
-Api = Literal["responses", "chat_completions", "offline"]
 
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_MAX_RETRIES = 5
@@ -34,11 +35,25 @@ class ResolvedModel:
     tracing_disabled: bool
     notice: str | None = None
     client: AsyncOpenAI | None = field(default=None, repr=False)
+    max_retries: int = 0
 
     async def aclose(self) -> None:
         """Close the HTTP client (the SDK's HTTP models don't own theirs)."""
         if self.client is not None:
             await self.client.close()
+
+
+def http_model(
+    inner: Model, *, client: AsyncOpenAI, environ: Mapping[str, str], **fields: Any
+) -> ResolvedModel:
+    """A ResolvedModel for an `openai` client's model: its retries moved to the runner, each
+    request bounded by the whole-request deadline."""
+    from .guard import GuardedModel
+
+    max_retries, timeout = client_settings(environ)
+    client.max_retries = 0
+    guarded = GuardedModel(inner, str(client.base_url).rstrip("/"), deadline_s=timeout)
+    return ResolvedModel(model=guarded, client=client, max_retries=max_retries, **fields)
 
 
 def client_settings(environ: Mapping[str, str]) -> tuple[int, float]:

@@ -15,7 +15,7 @@ from agents import OpenAIChatCompletionsModel
 from openai import AsyncOpenAI
 
 from ..errors import ModelSpecError
-from .base import ResolvedModel, check_base_url, client_settings, images_override
+from .base import ResolvedModel, check_base_url, client_settings, http_model, images_override
 
 FORM = "openai-compatible:MODEL@BASE_URL, e.g. openai-compatible:llama3.1@http://localhost:11434/v1"
 KEY_VAR = "OPENAI_COMPATIBLE_API_KEY"
@@ -31,13 +31,13 @@ def resolve(rest: str, environ: Mapping[str, str]) -> ResolvedModel:
     if not at or not name or not url.strip():
         raise ModelSpecError(f"model {spec!r} is incomplete; expected {FORM}")
     base_url = check_base_url(url, spec, FORM)
-    max_retries, timeout = client_settings(environ)
+    _, timeout = client_settings(environ)
     key = environ.get(KEY_VAR, "").strip() or NO_KEY
     client = AsyncOpenAI(
         api_key=key,
         base_url=base_url,
-        max_retries=max_retries,
-        timeout=timeout,
+        # per read; the whole-request deadline (GuardedModel) is the bound that acts first
+        timeout=timeout + 1,
         # Explicit, so an Authorization in the host's OPENAI_CUSTOM_HEADERS cannot replace it.
         default_headers={"Authorization": f"Bearer {key}"},
     )
@@ -50,8 +50,8 @@ def resolve(rest: str, environ: Mapping[str, str]) -> ResolvedModel:
         notice = (
             f"{base_url} has no path; OpenAI-compatible servers usually serve under /v1 ({FORM})"
         )
-    return ResolvedModel(
-        model=OpenAIChatCompletionsModel(
+    return http_model(
+        OpenAIChatCompletionsModel(
             model=name, openai_client=client, buffer_streamed_tool_calls=True
         ),
         label=f"openai-compatible:{name}@{base_url}",
@@ -60,4 +60,5 @@ def resolve(rest: str, environ: Mapping[str, str]) -> ResolvedModel:
         tracing_disabled=True,
         notice=notice,
         client=client,
+        environ=environ,
     )

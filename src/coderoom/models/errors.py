@@ -11,13 +11,20 @@ from collections.abc import Iterator
 
 import openai
 
+from .failures import one_line
+
 _KEYS = "check OPENAI_API_KEY (OpenAI) or OPENAI_COMPATIBLE_API_KEY (openai-compatible servers)"
 _RETRIES = "after retries (CODEROOM_MODEL_MAX_RETRIES, CODEROOM_MODEL_TIMEOUT)"
 
 
 def explain_model_error(exc: BaseException) -> str | None:
-    """One line for an `openai` client error anywhere in `exc`'s chain or group, else None."""
+    """One line for a model error (an `openai` client error or coderoom's own `ModelAnswerError`)
+    anywhere in `exc`'s chain or group, else None."""
+    from .failures import ModelAnswerError
+
     for error in _chain(exc):
+        if isinstance(error, ModelAnswerError):
+            return error.message
         if isinstance(error, openai.APIError):
             return _explain(error)
     return None
@@ -43,10 +50,10 @@ def _explain(error: openai.APIError) -> str:
         return f"the model server at {url} did not answer in time, {_RETRIES}"
     if isinstance(error, openai.APIConnectionError):
         cause = error.__cause__ or error.__context__
-        reason = f": {_line(str(cause))}" if cause is not None and str(cause) else ""
+        reason = f": {one_line(str(cause))}" if cause is not None and str(cause) else ""
         return f"cannot reach the model server at {url}{reason} ({_RETRIES})"
     if not isinstance(error, openai.APIStatusError):
-        detail = _line(str(error))
+        detail = one_line(str(error))
         return f"the model server at {url} sent a response the client could not read: {detail}"
     status, message = error.status_code, _message(error)
     if isinstance(error, openai.AuthenticationError):
@@ -62,6 +69,14 @@ def _explain(error: openai.APIError) -> str:
         if error.code == "insufficient_quota":
             return f"the API quota is exhausted at {url} (429): {message}"
         return f"still rate-limited by {url} {_RETRIES} (429): {message}"
+    from .failures import WRONG_REQUEST_REASON
+
+    if WRONG_REQUEST_REASON.search(message):
+        return (
+            f"the model server at {url} refused the request (HTTP {status}): {message}; not "
+            "retried: the request itself is the problem (too long for the server's context, "
+            "or a tool call it cannot parse)"
+        )
     if status >= 500:
         return f"the model server at {url} kept failing (HTTP {status}) {_RETRIES}: {message}"
     return f"the model server at {url} rejected the request (HTTP {status}): {message}"
@@ -75,8 +90,8 @@ def _url(error: openai.APIError) -> str:
 def _message(error: openai.APIStatusError) -> str:
     body = error.body
     if isinstance(body, dict) and isinstance(body.get("message"), str):
-        return _line(body["message"])
-    return _line(error.response.text or error.message)
+        return one_line(body["message"])
+    return one_line(error.response.text or error.message)
 
 
 def _requested_model(error: openai.APIStatusError) -> str | None:
@@ -85,8 +100,3 @@ def _requested_model(error: openai.APIStatusError) -> str | None:
     except (ValueError, AttributeError, RuntimeError):
         return None
     return model if isinstance(model, str) else None
-
-
-def _line(text: str, limit: int = 300) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -13,7 +13,7 @@ from agents.models.openai_client_utils import is_official_openai_base_url
 from openai import AsyncOpenAI
 
 from ..errors import ModelSpecError
-from .base import ResolvedModel, check_base_url, client_settings, images_override
+from .base import ResolvedModel, check_base_url, client_settings, http_model, images_override
 
 DEFAULT_MODEL = "gpt-5.4"
 OPENAI_URL = "https://api.openai.com/v1"
@@ -34,21 +34,22 @@ def resolve(name: str, environ: Mapping[str, str]) -> ResolvedModel:
     base_url = check_base_url(
         environ.get("OPENAI_BASE_URL") or OPENAI_URL, spec, "OPENAI_BASE_URL=https://HOST/v1"
     )
-    max_retries, timeout = client_settings(environ)
+    _, timeout = client_settings(environ)
     client = AsyncOpenAI(
         api_key=key,
         base_url=base_url,
         organization=environ.get("OPENAI_ORG_ID") or None,
         project=environ.get("OPENAI_PROJECT_ID") or None,
-        max_retries=max_retries,
-        timeout=timeout,
+        # per read; the whole-request deadline (GuardedModel) is the bound that acts first
+        timeout=timeout + 1,
     )
     override = images_override(environ)
-    return ResolvedModel(
-        model=OpenAIResponsesModel(model=name, openai_client=client, model_is_explicit=True),
+    return http_model(
+        OpenAIResponsesModel(model=name, openai_client=client, model_is_explicit=True),
         label=spec,
         api="responses",
         accepts_images=True if override is None else override,
         tracing_disabled=not is_official_openai_base_url(base_url),
         client=client,
+        environ=environ,
     )

@@ -171,6 +171,26 @@ class ExtractRefused(_Event):
     detail: str
 
 
+class ModelRetry(_Event):
+    """The model server failed in a way worth another try; coderoom waits `wait_s` first."""
+
+    type: Literal["model_retry"] = "model_retry"
+    attempt: int
+    max_retries: int
+    status: int | None = None
+    reason: str = ""
+    retry_after: float | None = None  # what the server asked for, before coderoom's cap
+    wait_s: float = 0.0
+
+
+class ModelReplyCut(_Event):
+    """A final reply used all of max_tokens: continued once (`retried`), else marked as cut."""
+
+    type: Literal["model_reply_cut"] = "model_reply_cut"
+    max_tokens: int
+    retried: bool = False
+
+
 class RunEnd(_Event):
     type: Literal["run_end"] = "run_end"
     status: str
@@ -184,11 +204,14 @@ class RunEnd(_Event):
     duration_s: float = 0.0
 
 
-Event = Union[RunStart, ModelStart, ModelCall, ToolStart, ToolResult, Nudge, ExtractRefused, RunEnd]
+Event = Union[
+    RunStart, ModelStart, ModelCall, ModelRetry, ModelReplyCut, ToolStart, ToolResult, Nudge, ExtractRefused, RunEnd
+]
 Listener = Callable[[Event], None]
 
 EVENT_TYPES: dict[str, type[_Event]] = {
     model.model_fields["type"].default: model
-    for model in (RunStart, ModelStart, ModelCall, ToolStart, ToolResult, Nudge, ExtractRefused, RunEnd)
+    for model in (RunStart, ModelStart, ModelCall, ModelRetry, ModelReplyCut, ToolStart, ToolResult, Nudge,
+                  ExtractRefused, RunEnd)
 }
 """Each event type by its `type` value. A new event type is a model here, and nothing more."""

@@ -1,0 +1,112 @@
+"""A wrapper around an HTTP model that bounds each request and names the server in every failure.
+
+Why a wrapper: httpx's timeouts are per read, so a server trickling a byte a second holds a
+request forever; here each attempt has a whole-request deadline (CODEROOM_MODEL_TIMEOUT).
+An answer the client cannot read (not JSON, no choices, missing fields) surfaces in the SDK as
+JSONDecodeError, ModelBehaviorError or AttributeError; here it becomes a `ModelAnswerError` that
+names the server and what was wrong. A reply cut by max_tokens (output tokens reaching the
+limit: the SDK's ModelResponse carries no finish_reason) is never taken silently as the final
+answer: the model is asked once to finish it, and a second cut is marked and recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pydantic
+from agents import Model, ModelResponse, ModelSettings
+from agents.exceptions import ModelBehaviorError
+from agents.items import TResponseInputItem
+from agents.retry import ModelRetryAdvice, ModelRetryAdviceRequest
+from openai import APIError
+
+from .failures import ModelAnswerError, ModelDeadlineExceeded, Notify
+
+CUT_NOTE = "[coderoom: this reply was cut at the max_tokens limit]"
+CONTINUE = (
+    "Your last reply was cut off at the output token limit (max_tokens). Finish it briefly, "
+    "or call a tool."
+)
+
+
+class GuardedModel(Model):
+    """Delegates to `inner`; adds the deadline, readable errors and the max_tokens check."""
+
+    def __init__(self, inner: Model, server: str, deadline_s: float) -> None:
+        self.inner = inner
+        self.server = server
+        self.deadline_s = deadline_s
+        self.notify: Notify = lambda *_args, **_fields: None
+
+    def get_retry_advice(self, request: ModelRetryAdviceRequest) -> ModelRetryAdvice | None:
+        return self.inner.get_retry_advice(request)
+
+    async def get_response(
+        self,
+        system_instructions: str | None,
+        input: str | list[TResponseInputItem],
+        model_settings: ModelSettings,
+        *args: Any,
+        **kwargs: Any,
+    ) -> ModelResponse:
+        response = await self._bounded(system_instructions, input, model_settings, *args, **kwargs)
+        limit = model_settings.max_tokens
+        if not _cut_text(response, limit):
+            return response
+        self.notify("model_reply_cut", max_tokens=limit, retried=True)
+        history = [*_as_list(input), *response.to_input_items(), {"role": "user", "content": CONTINUE}]
+        again = await self._bounded(system_instructions, history, model_settings, *args, **kwargs)
+        if _cut_text(again, limit):
+            self.notify("model_reply_cut", max_tokens=limit, retried=False)
+            _append_note(again)
+        again.usage.add(response.usage)  # both requests count
+        return again
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        return self.inner.stream_response(*args, **kwargs)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    async def _bounded(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        try:
+            async with asyncio.timeout(self.deadline_s):
+                return await self.inner.get_response(*args, **kwargs)
+        except TimeoutError:
+            raise ModelDeadlineExceeded(
+                f"the model server at {self.server} did not finish its answer within "
+                f"{self.deadline_s:g} s; raise CODEROOM_MODEL_TIMEOUT if the server is just slow"
+            ) from None
+        except APIError:
+            raise  # the retry policy and explain_model_error handle these
+        except (json.JSONDecodeError, pydantic.ValidationError, AttributeError, TypeError,
+                ModelBehaviorError) as exc:
+            detail = " ".join(str(exc).split())[:300]
+            raise ModelAnswerError(
+                f"the model server at {self.server} sent an answer that is not a valid "
+                f"completion ({type(exc).__name__}: {detail}); check that the base URL is an "
+                "OpenAI-compatible endpoint (usually ending in /v1) and that the server is healthy"
+            ) from exc
+
+
+def _as_list(input: str | list[TResponseInputItem]) -> list[Any]:
+    return [{"role": "user", "content": input}] if isinstance(input, str) else list(input)
+
+
+def _cut_text(response: ModelResponse, limit: int | None) -> bool:
+    """A final text answer (no tool call) that used every token it was allowed."""
+    if limit is None or response.usage.output_tokens < limit:
+        return False
+    return not any(getattr(item, "type", "") == "function_call" for item in response.output)
+
+
+def _append_note(response: ModelResponse) -> None:
+    for item in reversed(response.output):
+        if getattr(item, "type", "") == "message" and item.content:
+            part = item.content[-1]
+            if getattr(part, "type", "") == "output_text":
+                part.text = f"{part.text}\n\n{CUT_NOTE}"
+                return

@@ -1,0 +1,71 @@
+"""Model settings: the job's `[model]` table and the CLI flags, as the SDK's `ModelSettings`.
+
+Also the retry policy, run by the SDK's runner (`ModelSettings.retry`) rather than hidden in the
+`openai` client (whose retries are turned off): so a retry is visible (each wait is reported
+through `notify` and recorded), a server's Retry-After is honoured only up to a bound, and an
+answer that says the request itself is wrong (400/404/413/422, or a 500 whose reason is a
+context overflow or an unparseable tool call) is not sent again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from agents import ModelSettings
+from agents.retry import ModelRetrySettings, RetryDecision, RetryPolicyContext
+
+from .options import Api, ModelOptions
+from .failures import REQUEST_IS_WRONG, RETRYABLE, WRONG_REQUEST_REASON, Notify, one_line
+
+"""`notify(event_type, **fields)`: the run's recorder (`Recorder.emit`)."""
+
+RETRY_AFTER_CAP_S = 60.0
+BACKOFF_CAP_S = 30.0
+# Chat Completions servers differ in what they assume without tool_choice; say it explicitly.
+_DEFAULTS: dict[Api, dict[str, Any]] = {
+    "chat_completions": {"tool_choice": "auto"},
+    "responses": {},
+    "offline": {},
+}
+
+
+def model_settings(options: ModelOptions, api: Api, notify: Notify, max_retries: int) -> ModelSettings:
+    given = options.model_dump(exclude_none=True, exclude={"context_size", "reasoning_effort"})
+    values: dict[str, Any] = {**_DEFAULTS[api], **given}
+    if options.reasoning_effort is not None:
+        values["reasoning"] = {"effort": options.reasoning_effort}
+    if api != "offline":
+        values["retry"] = ModelRetrySettings(max_retries=max_retries, policy=retry_policy(notify))
+    return ModelSettings(**values)
+
+
+def retry_policy(notify: Notify) -> Callable[[RetryPolicyContext], RetryDecision]:
+    """Retry transient failures with a bounded, reported wait; never a request that is wrong."""
+
+    def policy(context: RetryPolicyContext) -> RetryDecision:
+        error = context.normalized
+        status = error.status_code
+        reason = one_line(error.message or str(context.error), 500)
+        from .failures import ModelDeadlineExceeded
+
+        transient = error.is_network_error or error.is_timeout or status in RETRYABLE
+        transient = transient or isinstance(context.error, ModelDeadlineExceeded) or (
+            status is not None and status >= 500 and not WRONG_REQUEST_REASON.search(reason)
+        )
+        if status in REQUEST_IS_WRONG or not transient:
+            return RetryDecision(retry=False, reason=reason)
+        asked = error.retry_after
+        delay = min(asked, RETRY_AFTER_CAP_S) if asked is not None else min(2.0 ** (context.attempt - 1), BACKOFF_CAP_S)
+        notify(
+            "model_retry",
+            attempt=context.attempt,
+            max_retries=context.max_retries,
+            status=status,
+            reason=reason,
+            retry_after=asked,
+            wait_s=delay,
+        )
+        return RetryDecision(retry=True, delay=delay, reason=reason)
+
+    return policy
