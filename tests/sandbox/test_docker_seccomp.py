@@ -115,9 +115,9 @@ async def test_no_filter_no_session(monkeypatch: pytest.MonkeyPatch) -> None:
     """A program the kernel rejects: PID 1 refuses every command, so the session does not open."""
     from agents.sandbox.errors import ExecNonZeroError
 
-    from coderoom.sandboxes.docker import session as docker_session
+    from coderoom.sandboxes.docker import container
 
-    monkeypatch.setattr(docker_session, "build_filter", lambda arch: b"\xff" * 8)
+    monkeypatch.setattr(container, "build_filter", lambda arch: b"\xff" * 8)
     with pytest.raises(ExecNonZeroError, match="seccomp filter could not be installed"):
         async with open_session(SandboxSpec(backend="docker", limits=LIMITS)):
             pass
@@ -126,7 +126,8 @@ async def test_no_filter_no_session(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("program", ["", "not base64", "//////////8="])  # none, garbage, rejected
 async def test_launcher_without_a_filter_runs_nothing(session: Any, program: str) -> None:
     from coderoom.sandboxes.docker.image import docker_client
-    from coderoom.sandboxes.docker.session import _FILTERED_EXEC, _SECCOMP_ENV
+    from coderoom.sandboxes.docker.container import SECCOMP_ENV as _SECCOMP_ENV
+    from coderoom.sandboxes.docker.session import _FILTERED_EXEC
 
     api = docker_client().api
     exec_id = api.exec_create(

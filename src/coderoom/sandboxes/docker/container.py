@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import functools
 import io
 import logging
 import os
@@ -58,7 +57,7 @@ FILES_SOURCE = (INSIDE / "files.py").read_text()
 ARCHIVER_SOURCE = (INSIDE / "archiver.py").read_text()
 _INIT_ENV = "CODEROOM_INIT"
 INIT_BOOTSTRAP = f"import os; exec(compile(os.environ.pop({_INIT_ENV!r}), 'coderoom-init', 'exec'))"
-_SECCOMP_ENV = "CODEROOM_SECCOMP"  # init.py's SECCOMP_ENV
+SECCOMP_ENV = "CODEROOM_SECCOMP"  # init.py's SECCOMP_ENV
 NO_HOME = "/nonexistent"
 _NOFILE = 1024
 REPLY_SLACK_S = 15.0  # how long past a command's own deadline we wait before blaming the channel
@@ -70,17 +69,13 @@ UNPACK_BATCH = 8 * 1024**2  # small files are unpacked by one `tar -x` per this 
 _FILES = ("python3", "-I", "-S", "-c", FILES_SOURCE)
 
 
-@functools.cache
-def _program(machine: str) -> bytes:
+def seccomp_program(client: Any) -> bytes:
+    """seccomp.py's program for the engine's CPU (DOCKER_HOST may be another machine)."""
+    machine = str(client.version().get("Arch", ""))
     arch = arch_named(machine)
     if arch is None:
         raise SandboxFailed(f"no seccomp syscall table for the Docker engine's CPU ({machine!r})")
     return build_filter(arch)
-
-
-def seccomp_program(client: Any) -> bytes:
-    """seccomp.py's program for the engine's CPU (DOCKER_HOST may be another machine)."""
-    return _program(str(client.version().get("Arch", "")))
 
 
 def container_settings(
@@ -119,7 +114,7 @@ def container_settings(
             "PYTHONNOUSERSITE": "1",
             "HOME": NO_HOME,  # init.py gives each command its own
             _INIT_ENV: INIT_SOURCE,
-            _SECCOMP_ENV: base64.b64encode(program).decode(),
+            SECCOMP_ENV: base64.b64encode(program).decode(),
         },
         "read_only": True,
         "tmpfs": {
