@@ -45,14 +45,16 @@ class ArchiveStream(io.RawIOBase):
         self._ended = False
 
     def feed(self, data: bytes) -> bool:
-        """Queue `data`; False (and nothing queued) once the budget is passed or it failed."""
+        """Queue `data` (dropped, but counted, once the reader closed); False once the budget is
+        passed or the stream failed."""
         if self.error is not None:
             return False
         self.received += len(data)
         if self.received > self.budget:
             self.fail(f"the archive stream passed its {self.budget} byte limit")
             return False
-        self._chunks.put(data)
+        if not self.closed:
+            self._chunks.put(data)
         return True
 
     def end(self) -> None:

@@ -163,6 +163,14 @@ def remove_container(client: Any, container_id: str) -> None:
             raise
 
 
+def _rewrite_and_close(stream: ArchiveStream, max_bytes: int) -> IO[bytes]:
+    """`archive.rewrite`; the stream drops what arrives after (the tar's end, or a failure)."""
+    try:
+        return rewrite(stream, max_bytes)
+    finally:
+        stream.close()
+
+
 def stream_sink(stream: ArchiveStream, over: asyncio.Event) -> Any:
     """The channel sink for the archiver's "data" replies (called in the reader thread)."""
     loop = asyncio.get_running_loop()
@@ -310,7 +318,7 @@ class DockerSandbox:
         max_bytes = self.limits.workspace_size
         loop = asyncio.get_running_loop()
         deadline = loop.time() + ARCHIVE_DEADLINE_S
-        stream = ArchiveStream(stream_budget(max_bytes))
+        stream = ArchiveStream(stream_budget(max_bytes, MAX_ENTRIES))
         over = asyncio.Event()
         request = {
             "op": "helper",
@@ -323,7 +331,7 @@ class DockerSandbox:
                 "max_entries": MAX_ENTRIES,
             },
         }
-        rewriting = asyncio.ensure_future(asyncio.to_thread(rewrite, stream, max_bytes))
+        rewriting = asyncio.ensure_future(asyncio.to_thread(_rewrite_and_close, stream, max_bytes))
         try:
             await self._run_archiver(request, stream, over, deadline - loop.time())
         except BaseException:
@@ -333,10 +341,14 @@ class DockerSandbox:
                     done.close()
             raise
         try:
-            return await asyncio.wait_for(rewriting, max(1.0, deadline - loop.time()))
+            out = await asyncio.wait_for(rewriting, max(1.0, deadline - loop.time()))
         except TimeoutError:
             stream.fail(f"it took longer than its {ARCHIVE_DEADLINE_S:g} s deadline")
             raise SandboxLimitExceeded(f"workspace archive refused: {stream.error}") from None
+        if stream.error is not None:  # the tar ended, but the stream went on past its budget
+            out.close()
+            raise SandboxLimitExceeded(f"workspace archive refused: {stream.error}")
+        return out
 
     async def _run_archiver(self, request: Reply, stream: ArchiveStream, over: asyncio.Event, wait: float) -> None:
         """Run the archiver until it ends, the stream passes its budget, or `wait` runs out;

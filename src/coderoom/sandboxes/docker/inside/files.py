@@ -4,7 +4,7 @@ ordinary command (`python3 -I -S -c SOURCE MODE PATH`, the workspace as working 
 `read PATH`: the file's bytes on stdout (the host caps them). `write PATH` / `append PATH`: stdin
 into the file, parents created. Every component is opened with O_NOFOLLOW beneath the working
 directory, so a link the sandbox planted is refused instead of followed. Exit 2: no such file;
-3: a link or not a regular file / directory on the way; the reason on stderr.
+3: a symlink or a non-directory on the way, or not a regular file; the reason on stderr.
 """
 
 import errno
@@ -51,7 +51,8 @@ def main(mode, path):
             source, sink = 0, fd
     except OSError as e:
         code = 2 if e.errno == errno.ENOENT else 3
-        fail(code, "%s: %s" % (path, "a symlink on the way" if e.errno == errno.ELOOP else e.strerror))
+        on_the_way = e.errno in (errno.ELOOP, errno.ENOTDIR)
+        fail(code, "%s: %s" % (path, "a symlink or a non-directory on the way" if on_the_way else e.strerror))
     while True:
         chunk = os.read(source, 1 << 20)
         if not chunk:
