@@ -7,15 +7,11 @@ that tries to stop, trace or rewrite the archiving helper).
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 import tarfile
-import tempfile
-import threading
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -24,6 +20,8 @@ from backends import require_backend
 
 from coderoom.errors import SandboxLimitExceeded
 from coderoom.sandboxes import Limits, SandboxSpec, get_backend
+
+from .host_temp import host_temp_peak
 
 pytestmark = pytest.mark.docker
 
@@ -42,33 +40,6 @@ async def sandbox() -> AsyncIterator[Any]:
         yield box
     finally:
         await box.close()
-
-
-@contextmanager
-def host_temp_peak() -> Iterator[list[int]]:
-    """The most bytes this process held in files under the temp directory (sampled every 5 ms
-    through /proc/self/fd: TemporaryFile unlinks its file, so `du` would see nothing)."""
-    tmp, peak, stop = tempfile.gettempdir(), [0], threading.Event()
-
-    def sample() -> None:
-        while not stop.is_set():
-            used = 0
-            for fd in os.listdir("/proc/self/fd"):
-                try:
-                    if os.readlink(f"/proc/self/fd/{fd}").startswith(tmp):
-                        used += os.fstat(int(fd)).st_blocks * 512
-                except OSError:
-                    continue
-            peak[0] = max(peak[0], used)
-            time.sleep(0.005)
-
-    thread = threading.Thread(target=sample, daemon=True)
-    thread.start()
-    try:
-        yield peak
-    finally:
-        stop.set()
-        thread.join()
 
 
 def _names(archive: Any) -> dict[str, bytes | None]:
