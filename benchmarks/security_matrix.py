@@ -24,6 +24,31 @@ from coderoom.sandboxes import SandboxSpec, backend_names, get_backend
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "security.md"
+# what the host reads from a docker sandbox, and the bound on each (kept with the matrix)
+DOCKER_ARCHIVE = (
+    'Docker: archiving and helper commands. The host reads four things from a docker sandbox, e'
+    "ach bounded: command replies on init.py's channel (each stream capped at Limits.output_byt"
+    "es, or the read's max_bytes; a reply line longer than the largest reply the host asked for"
+    ' ends the channel; every command has a wall-clock deadline, and the host waits 15 s past i'
+    't at most); file reads (`read_file`: max_bytes, no symlink followed); the workspace archiv'
+    'e; and `docker exec` output of the one long-lived process (the Python kernel, through the '
+    "SDK's PTY bookkeeping). To archive, init.py (PID 1, undumpable; SIGKILL and SIGSTOP from i"
+    'nside do not reach it, a SIGTERM from inside ends the session and no more) first SIGSTOPs '
+    "and then SIGKILLs every other process in the container's PID namespace, found in /proc and"
+    ' not through a pid file the sandbox could write (setsid, nohup, double-forked and SIGTERM-'
+    'ignoring leftovers, and the kernel, alike), and refuses commands until the archive is done'
+    ". The archiver then runs as a forked child of PID 1 (no execve: PID 1's stacked seccomp fi"
+    'lter and undumpable flag, so no ptrace, /proc/PID/mem or replacement by sandbox code, whic'
+    'h is dead anyway), and sums the apparent sizes of the regular files before reading one: a '
+    'sparse `truncate -s 50G` (or a hard link counted once per name) passes workspace_size and '
+    'is refused by name at once, with no byte read. The host parses the stream as it arrives (n'
+    'o raw temp file), stops at a byte budget (workspace_size plus 12 KiB of tar framing per en'
+    'try, at most 100,000 entries), writes one temp file of at most workspace_size of file cont'
+    'ent, and gives the whole step a 600 s deadline after which the archiver is killed. Measure'
+    'd by benchmarks/archive_sparse.py: a 4 GiB sparse file took 17.9 s and 4094 MiB of host te'
+    'mp space before, and is refused in under 0.05 s with no host temp space now; tests/sandbox'
+    '/test_docker_core.py has the attacks.'
+)
 # every backend coderoom offers, and the SDK's unconfined one as the baseline that must leak
 BACKENDS = [(f"coderoom {name}", name) for name in backend_names()] + [("SDK unix_local", "unix_local")]
 
@@ -97,6 +122,8 @@ async def main() -> None:
             "PID namespace, is non-dumpable and talks to the host over an anonymous socket; "
             "tests/sandbox/test_local_launcher.py checks that commands see neither it nor each "
             "other, and that a lost launcher is replaced.",
+            "",
+            DOCKER_ARCHIVE,
             "",
             header,
             "|---|---|" + "---|" * len(columns),

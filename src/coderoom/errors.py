@@ -69,3 +69,12 @@ class SandboxFailed(CoderoomError):
 
 class RunFailed(CoderoomError):
     """The run went wrong after it started; its folder holds what was saved."""
+
+
+class SandboxFailed(RunFailed):
+    """A started sandbox could not do what the host asked: it went away, stopped answering, or
+    sent something the host refuses to read."""
+
+
+class SandboxLimitExceeded(SandboxFailed):
+    """A host-side step on a sandbox passed one of its limits; the message names it and its value."""

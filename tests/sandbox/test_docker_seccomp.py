@@ -100,9 +100,10 @@ def test_dockers_profile_alone_lets_these_calls_through() -> None:
     """Control: the same probe in a container with only Docker's profile gives other answers, so
     the two tests above see coderoom's filter, not Docker's."""
     from coderoom.sandboxes.docker.image import docker_client
+    from coderoom.sandboxes.docker.labels import DEFAULT_IMAGE
 
     out = docker_client().containers.run(
-        SandboxSpec().image, _argv(), remove=True, network_mode="none", user="1000:1000",
+        DEFAULT_IMAGE, _argv(), remove=True, network_mode="none", user="1000:1000",
         cap_drop=["ALL"], security_opt=["no-new-privileges"], entrypoint=[],
     ).decode().splitlines()  # fmt: skip
     assert out[0] == "nnp 1 filters 1"
@@ -115,9 +116,9 @@ async def test_no_filter_no_session(monkeypatch: pytest.MonkeyPatch) -> None:
     """A program the kernel rejects: PID 1 refuses every command, so the session does not open."""
     from agents.sandbox.errors import ExecNonZeroError
 
-    from coderoom.sandboxes.docker import session as docker_session
+    from coderoom.sandboxes.docker import container
 
-    monkeypatch.setattr(docker_session, "build_filter", lambda arch: b"\xff" * 8)
+    monkeypatch.setattr(container, "build_filter", lambda arch: b"\xff" * 8)
     with pytest.raises(ExecNonZeroError, match="seccomp filter could not be installed"):
         async with open_session(SandboxSpec(backend="docker", limits=LIMITS)):
             pass
@@ -126,7 +127,8 @@ async def test_no_filter_no_session(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("program", ["", "not base64", "//////////8="])  # none, garbage, rejected
 async def test_launcher_without_a_filter_runs_nothing(session: Any, program: str) -> None:
     from coderoom.sandboxes.docker.image import docker_client
-    from coderoom.sandboxes.docker.session import _FILTERED_EXEC, _SECCOMP_ENV
+    from coderoom.sandboxes.docker.container import SECCOMP_ENV as _SECCOMP_ENV
+    from coderoom.sandboxes.docker.session import _FILTERED_EXEC
 
     api = docker_client().api
     exec_id = api.exec_create(

@@ -1,15 +1,17 @@
-"""`--sandbox docker`: the SDK's Docker backend, hardened.
+"""`--sandbox docker`: a hardened container.
 
-The SDK's backend runs as root with no limits, leaves stopped containers behind and takes ~10 s
-to close (its `tail -f` PID 1 ignores SIGTERM). Ours (`session`) runs a non-root, read-only,
-capability-less container with coderoom's limits, labelled with their owner (`labels`) so `prune` finds
-leftovers of dead runs, and removes it on close. `image` builds the sandbox image from `inside/`'s
+`container` is the SDK-free core (`DockerSandbox`, what `start` returns): a non-root, read-only,
+capability-less container with coderoom's limits, labelled (`labels`) so `prune` finds
+leftovers, driven through init.py over `channel`, archived within bounds (`archive`), removed
+on close. `session` adapts it to the Agents SDK's Docker client and session (whose own backend
+runs as root with no limits, leaves stopped containers behind and takes ~10 s to close). `image` builds the sandbox image from `inside/`'s
 Dockerfile; `commands` is `coderoom image ...`. This module imports without the `docker`
 package so the registry can say why the backend is unavailable.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 from ..base import Progress
@@ -19,6 +21,9 @@ if TYPE_CHECKING:  # pydantic is not imported for --help
     from pydantic import BaseModel
 
     from ..spec import SandboxSpec
+
+if TYPE_CHECKING:
+    from .container import DockerSandbox
 
 
 class DockerBackend:
@@ -55,6 +60,14 @@ class DockerBackend:
         from .image import ensure_image
 
         ensure_image(spec, progress=progress)
+
+    async def start(self, spec: SandboxSpec) -> DockerSandbox:
+        """A started sandbox for `spec` (the image is built first if it is missing)."""
+        from .container import DockerSandbox
+        from .image import docker_client, ensure_image
+
+        image = await asyncio.to_thread(ensure_image, spec)
+        return await DockerSandbox.create(docker_client(), image=image, limits=spec.limits)
 
     def client(self, spec: SandboxSpec) -> tuple[Any, Any]:
         """A hardened client for `spec`; builds the image first if it is missing (silently: the

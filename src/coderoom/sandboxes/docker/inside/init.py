@@ -10,6 +10,10 @@ everything it started is killed.
 
 Protocol: one JSON object per line each way. Request {"id", "argv", "cwd", "timeout", "limit",
 "stdin" (base64 or null)}; reply {"id", "code", "timed_out", "out", "err"} (output base64) or {"id", "error"}.
+Requests may carry "env" (extra variables). Operations (core-docker, see the block at the end):
+{"id", "op": "quiesce"} kills every other process; {"id", "op": "helper", "source", "args",
+"timeout"} quiesces, then runs host-sent Python in a forked child of PID 1, streaming its stdout
+as {"id", "data"} replies before the final {"id", "code", "timed_out", "err"}.
 Only replies go to stdout. With --exit-on-eof, stdin closing (the host's attach connection
 dropped: it exited or was killed) ends PID 1, so the container stops and auto-removes.
 With --contact-within=S, PID 1 also exits when nothing arrives on stdin within S seconds of its
@@ -83,6 +87,7 @@ class Job:
         self.exited_at = None
         self.timed_out = False
         self.oom_before = oom_kills()
+        self.stream = False  # core-docker: a helper, whose stdout goes out as "data" replies
 
 
 def oom_kills():
@@ -178,7 +183,7 @@ def remove_home(path):
     shutil.rmtree(path, ignore_errors=True)
 
 
-def spawn(argv, cwd, home, stdin_wanted):
+def spawn(argv, cwd, home, stdin_wanted, env=None):
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     in_r, in_w = os.pipe() if stdin_wanted else (None, None)
@@ -200,7 +205,7 @@ def spawn(argv, cwd, home, stdin_wanted):
             os.closerange(3, 65536)
             if cwd:
                 os.chdir(cwd)
-            os.execvpe(argv[0], argv, dict(os.environ, HOME=home))
+            os.execvpe(argv[0], argv, dict(os.environ, **(env or {}), HOME=home))
         except OSError as e:
             os.write(2, ("coderoom: cannot run %s: %s\n" % (argv[0], e.strerror)).encode())
             os._exit(127 if e.errno == errno.ENOENT else 126)
@@ -239,6 +244,7 @@ class Server:
         self.fd_job = {}  # pipe fd -> Job
         self.pending = b""
         self.out = b""  # replies not yet written
+        self.paused = set()  # core-docker: helper stdout fds not polled while replies back up
 
     def run(self):
         sig_r, sig_w = os.pipe()
@@ -300,17 +306,26 @@ class Server:
             rid = req["id"]
             if self.refusal:
                 raise RuntimeError(self.refusal)
+            if req.get("op") is not None:  # core-docker
+                self.operation(rid, req)
+                return
+            if self.helper_running():  # core-docker: nothing may run beside a host helper
+                raise RuntimeError("the host is archiving the workspace")
+            env = {str(k): str(v) for k, v in (req.get("env") or {}).items()}
             argv = [str(a) for a in req["argv"]]
             stdin = base64.b64decode(req["stdin"]) if req.get("stdin") is not None else None
             home = fresh_home()
-            pid, fds, in_w = spawn(argv, req.get("cwd"), home, stdin is not None)
+            pid, fds, in_w = spawn(argv, req.get("cwd"), home, stdin is not None, env)
         except Exception as e:  # a bad request, or fork failed (pids limit)
             if home is not None:
                 remove_home(home)
             self.reply({"id": rid, "error": "%s: %s" % (type(e).__name__, e)})
             return
-        job = Job(rid, pid, home, float(req["timeout"]), int(req["limit"]), fds, in_w, stdin)
-        self.jobs[pid] = job
+        self.add_job(Job(rid, pid, home, float(req["timeout"]), int(req["limit"]), fds, in_w, stdin))
+
+    def add_job(self, job):
+        self.jobs[job.pid] = job
+        fds, in_w = (job.out_fd, job.err_fd), job.stdin_fd
         for fd in fds:
             self.fd_job[fd] = job
             self.poller.register(fd, select.POLLIN)
@@ -336,13 +351,18 @@ class Server:
             data = os.read(fd, CHUNK)
         except BlockingIOError:
             return
-        if data:
+        if data and job.stream and fd == job.out_fd:
+            self.relay(job, data)  # core-docker
+        elif data:
             job.bufs[fd].feed(data)
         else:
             self.close_fd(fd)
 
     def close_fd(self, fd):
-        self.poller.unregister(fd)
+        if fd in self.paused:  # core-docker: a paused helper fd is not registered
+            self.paused.discard(fd)
+        else:
+            self.poller.unregister(fd)
         self.fd_job.pop(fd, None)
         os.close(fd)
 
@@ -370,7 +390,10 @@ class Server:
             if job.status is None:
                 continue
             open_fds = [fd for fd in (job.out_fd, job.err_fd) if fd in self.fd_job]
-            if open_fds and now < job.exited_at + GRACE_S:
+            # core-docker: a helper's output is drained to EOF (it starts nothing that could hold
+            # the pipe open), within QUIESCE_WAIT_S of its exit
+            grace = QUIESCE_WAIT_S if job.stream else GRACE_S
+            if open_fds and now < job.exited_at + grace:
                 continue
             self.finish(job, open_fds)
 
@@ -396,7 +419,7 @@ class Server:
                 "id": job.rid,
                 "code": code,
                 "timed_out": job.timed_out,
-                "out": base64.b64encode(job.bufs[job.out_fd].value()).decode(),
+                "out": "" if job.stream else base64.b64encode(job.bufs[job.out_fd].value()).decode(),
                 "err": base64.b64encode(err).decode(),
             }
         )
@@ -412,6 +435,7 @@ class Server:
             except BlockingIOError:
                 break
             self.out = self.out[sent:]
+        self.resume_relays()  # core-docker
         try:
             if self.out:
                 self.poller.register(1, select.POLLOUT)
@@ -477,6 +501,139 @@ def exec_filtered(argv):
     except OSError as e:
         os.write(2, ("coderoom: cannot run %s: %s\n" % (argv[0], e.strerror)).encode())
         os._exit(127 if e.errno == errno.ENOENT else 126)
+
+
+# ---- core-docker: quiesce and host helpers (issue 10, classes 4 and 5) -------------------------
+# The host reads the workspace through a helper that runs here, as a forked child of PID 1 (no
+# execve): it keeps PID 1's stacked seccomp filter and its undumpable flag (no ptrace, no
+# /proc/PID/mem from sandbox code), and it starts only after every other process in the PID
+# namespace is dead. "Every other process" is read from /proc, not from a pid file the sandbox
+# could write: commands, their orphans, `setsid`/`nohup` leftovers and `docker exec` processes
+# (the kernel) alike. While a helper runs, commands are refused; the helper has a deadline.
+
+QUIESCE_ROUNDS = 20  # stop-and-kill passes before giving up (a pids-limited tree needs one or two)
+QUIESCE_WAIT_S = 5.0  # how long SIGKILLed processes get to disappear
+RELAY_HIGH = 4 << 20  # pause a helper's stdout while this many reply bytes wait for the host
+
+
+def live_pids():
+    """pid -> state letter of every process but this one that is not a zombie."""
+    me, table = os.getpid(), {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open("/proc/%s/stat" % name, "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in (b"Z", b"X"):
+            table[int(name)] = state
+    return table
+
+
+def kill_all_but_me(reap):
+    """SIGSTOP every other process until a pass finds no new one and all are stopped, then
+    SIGKILL them and wait until they are gone. Returns how many, or raises if some survive."""
+    victims = set()
+    for _ in range(QUIESCE_ROUNDS):
+        deadline = time.monotonic() + QUIESCE_WAIT_S
+        while True:
+            live = live_pids()
+            new = set(live) - victims
+            for pid in new:
+                signal_quietly(pid, signal.SIGSTOP)
+            victims |= new
+            # a pass with nothing new, and everything stopped: no one is left to fork
+            if not new and all(state in (b"T", b"t") for state in live.values()):
+                break
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.001)
+        for pid in live_pids():
+            signal_quietly(pid, signal.SIGKILL)
+        while live_pids() and time.monotonic() < deadline:
+            reap()
+            time.sleep(0.005)
+        reap()
+        if not live_pids():
+            return len(victims)
+    raise RuntimeError("processes survived %d kill passes: %s" % (QUIESCE_ROUNDS, sorted(live_pids())))
+
+
+def spawn_helper(source, args):
+    """Fork a child that runs `source` (host-sent Python) with ARGS; stdout/stderr are pipes."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.setsid()
+            signal.set_wakeup_fd(-1)
+            for sig in (signal.SIGPIPE, signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, signal.SIG_DFL)
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            os.closerange(3, 65536)
+            exec(compile(source, "coderoom-helper", "exec"), {"__name__": "coderoom_helper", "ARGS": args})
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+        except BaseException as e:
+            os.write(2, ("coderoom helper: %s: %s\n" % (type(e).__name__, e)).encode())
+        os._exit(code)
+    os.close(out_w)
+    os.close(err_w)
+    for fd in (out_r, err_r):
+        os.set_blocking(fd, False)
+    return pid, (out_r, err_r)
+
+
+def _operation(self, rid, req):
+    op = req["op"]
+    if op == "quiesce":
+        self.reply({"id": rid, "killed": kill_all_but_me(self.reap)})
+    elif op == "helper":
+        if self.helper_running():
+            raise RuntimeError("a helper is already running")
+        kill_all_but_me(self.reap)
+        self.reap()
+        self.check_jobs()  # the killed commands' replies go out now
+        pid, fds = spawn_helper(str(req["source"]), req.get("args"))
+        job = Job(rid, pid, NO_HOME, float(req["timeout"]), 65536, fds, None, None)
+        job.stream = True
+        self.add_job(job)
+    else:
+        raise ValueError("unknown operation %r" % op)
+
+
+def _helper_running(self):
+    return any(job.stream and job.status is None for job in self.jobs.values())
+
+
+def _relay(self, job, data):
+    self.reply({"id": job.rid, "data": base64.b64encode(data).decode()})
+    if len(self.out) > RELAY_HIGH and job.out_fd in self.fd_job:
+        self.poller.unregister(job.out_fd)
+        self.paused.add(job.out_fd)
+
+
+def _resume_relays(self):
+    if self.paused and len(self.out) <= RELAY_HIGH // 4:
+        for fd in self.paused:
+            if fd in self.fd_job:
+                self.poller.register(fd, select.POLLIN)
+        self.paused.clear()
+
+
+Server.operation = _operation
+Server.helper_running = _helper_running
+Server.relay = _relay
+Server.resume_relays = _resume_relays
+# ---- end core-docker ----------------------------------------------------------------------------
 
 
 if __name__ == "__main__":

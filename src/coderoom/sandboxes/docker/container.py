@@ -1,0 +1,418 @@
+"""The docker sandbox core: a hardened container driven through docker-py alone (no Agents SDK).
+
+* Container (`container_settings`): non-root, read-only root, tmpfs /tmp and workspace (sizes
+  from Limits), all capabilities dropped, no-new-privileges, Docker's default seccomp profile,
+  `network none` unless allowed, memory/CPU/pids/rlimits from Limits, no host environment, no
+  logging of command output, labels for `coderoom sandbox prune`.
+* PID 1 is inside/init.py (passed as the command, so any image with Python 3 works). It stacks
+  coderoom's seccomp filter (seccomp.py's program, for the engine's CPU) on Docker's before it
+  runs anything, and runs commands sent over the container's attached stdin (`channel`): a fork
+  instead of a `docker exec` (~50 ms of runc per call), with the local backend's rules
+  (wall-clock deadline killing the whole tree, exit 124; bounded output; 137 on SIGKILL).
+  stdin closing (the host died) ends PID 1, and the daemon removes the container.
+* Files: `read_file`/`write_file` run inside/files.py as a command, never through a symlink.
+* Archive: init.py kills every other process in the container (by PID namespace, not by a pid
+  file the sandbox could write), then runs inside/archiver.py in a forked child of itself: under
+  the same seccomp filter, undumpable, refusing a workspace whose apparent size passes
+  workspace_size before reading it. The host reads the stream with a byte budget and a deadline
+  (`archive`). Docker's archive API is no alternative: it cannot see tmpfs mounts.
+* Close removes the container (`force`), which takes well under a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import logging
+import tarfile
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+from typing import IO, Any
+
+import docker.errors
+from docker.types import LogConfig, Ulimit
+from docker.types import Mount as DockerMount
+
+from ...errors import SandboxFailed, SandboxLimitExceeded
+from ...hostile.names import safe_relative_path, shown
+from ..base import EXIT_TIMEOUT
+from ..core import CommandResult
+from ..limits import Limits
+from ..seccomp import arch_named, build_filter
+from .archive import MAX_ENTRIES, ArchiveStream, clean_members, rewrite, stream_budget
+from .channel import Channel, Reply
+from .labels import CONTACT_WITHIN_S, CREATED_LABEL, LABEL, SESSION_LABEL, owner_labels
+
+logger = logging.getLogger(__name__)
+
+SANDBOX_UID = 1000
+WORKSPACE = "/workspace"
+INSIDE = Path(__file__).with_name("inside")
+INIT_SOURCE = (INSIDE / "init.py").read_text()
+FILES_SOURCE = (INSIDE / "files.py").read_text()
+ARCHIVER_SOURCE = (INSIDE / "archiver.py").read_text()
+_INIT_ENV = "CODEROOM_INIT"
+INIT_BOOTSTRAP = f"import os; exec(compile(os.environ.pop({_INIT_ENV!r}), 'coderoom-init', 'exec'))"
+SECCOMP_ENV = "CODEROOM_SECCOMP"  # init.py's SECCOMP_ENV
+NO_HOME = "/nonexistent"
+_NOFILE = 1024
+REPLY_SLACK_S = 15.0  # how long past a command's own deadline we wait before blaming the channel
+FILE_OP_TIMEOUT_S = 600.0  # reads, writes and unpacking: bounded by size, not by Limits.timeout
+ARCHIVE_DEADLINE_S = 600.0  # the whole archive step, from killing processes to the last byte
+QUIESCE_WAIT_S = 120.0  # init.py's kill passes are bounded at 20 x 5 s
+WRITE_CHUNK = 8 * 1024**2  # one `write_file` command's stdin (the channel carries it in one line)
+UNPACK_BATCH = 8 * 1024**2  # small files are unpacked by one `tar -x` per this many bytes
+_FILES = ("python3", "-I", "-S", "-c", FILES_SOURCE)
+
+
+def seccomp_program(client: Any) -> bytes:
+    """seccomp.py's program for the engine's CPU (DOCKER_HOST may be another machine)."""
+    machine = str(client.version().get("Arch", ""))
+    arch = arch_named(machine)
+    if arch is None:
+        raise SandboxFailed(f"no seccomp syscall table for the Docker engine's CPU ({machine!r})")
+    return build_filter(arch)
+
+
+def container_settings(
+    limits: Limits,
+    *,
+    image: str,
+    program: bytes,
+    root: str = WORKSPACE,
+    session_id: uuid.UUID | None = None,
+    labels: Mapping[str, str] | None = None,
+    environment: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """docker-py's `containers.create` arguments for a hardened sandbox."""
+    session = session_id or uuid.uuid4()
+    mount_opts = "rw,exec,nosuid,nodev"
+    settings: dict[str, Any] = {
+        "image": image,
+        # The source travels in the environment so `ps` in the sandbox shows a short PID 1;
+        # init.py drops the variable before it starts any command.
+        "entrypoint": ["python3", "-I", "-S", "-c", INIT_BOOTSTRAP],
+        "command": ["--exit-on-eof", "--seccomp", f"--contact-within={CONTACT_WITHIN_S:g}"],
+        "name": f"coderoom-{session.hex[:12]}",
+        "hostname": "sandbox",
+        # stdin closes when the host's attach connection drops, init.py then exits and the
+        # daemon removes the container: a killed host leaves nothing behind (SES-04).
+        # (docker-py sets StdinOnce from stdin_open only when detach is False; create() never
+        # attaches by itself.)
+        "detach": False,
+        "stdin_open": True,
+        "auto_remove": True,
+        "tty": False,
+        "init": False,
+        "user": f"{SANDBOX_UID}:{SANDBOX_UID}",
+        "environment": {
+            **(environment or {}),
+            "PYTHONNOUSERSITE": "1",
+            "HOME": NO_HOME,  # init.py gives each command its own
+            _INIT_ENV: INIT_SOURCE,
+            SECCOMP_ENV: base64.b64encode(program).decode(),
+        },
+        "read_only": True,
+        "tmpfs": {
+            "/tmp": f"{mount_opts},size={limits.tmp_size},mode=1777",
+            root: f"{mount_opts},size={limits.workspace_size},uid={SANDBOX_UID},gid={SANDBOX_UID},mode=0755",
+        },
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],  # and Docker's default seccomp profile
+        "network_mode": "bridge" if limits.network else "none",
+        "mem_limit": limits.memory,
+        "memswap_limit": limits.memory,
+        "nano_cpus": int(limits.cpus * 1e9),
+        "pids_limit": limits.pids,
+        "ipc_mode": "private",
+        "ulimits": [
+            Ulimit(name="fsize", soft=limits.file_size, hard=limits.file_size),
+            Ulimit(name="cpu", soft=limits.cpu_time, hard=limits.cpu_time),
+            Ulimit(name="core", soft=0, hard=0),
+            Ulimit(name="nofile", soft=_NOFILE, hard=_NOFILE),
+        ],
+        "shm_size": limits.tmp_size,
+        "log_config": LogConfig(type="none"),
+        "labels": {
+            **(labels or {}),
+            LABEL: "1",
+            SESSION_LABEL: session.hex,
+            CREATED_LABEL: datetime.now(UTC).isoformat(timespec="seconds"),
+            **owner_labels(),
+        },
+    }
+    if not limits.network:
+        # Docker writes the host's resolvers into /etc/resolv.conf even with `network none`
+        # (host layout disclosure, catalogue NET-03); a mount there makes it skip that.
+        settings["mounts"] = [DockerMount("/etc/resolv.conf", "/dev/null", type="bind", read_only=True)]
+    return settings
+
+
+def remove_container(client: Any, container_id: str) -> None:
+    """Kill and remove in one call: no `docker stop` grace period, nothing left behind."""
+    try:
+        client.api.remove_container(container_id, force=True)
+    except docker.errors.NotFound:
+        pass
+    except docker.errors.APIError as e:
+        if e.status_code != 409:  # 409: removal already in progress
+            raise
+
+
+def _rewrite_and_close(stream: ArchiveStream, max_bytes: int) -> IO[bytes]:
+    """`archive.rewrite`; the stream drops what arrives after (the tar's end, or a failure)."""
+    try:
+        return rewrite(stream, max_bytes)
+    finally:
+        stream.close()
+
+
+def stream_sink(stream: ArchiveStream, over: asyncio.Event) -> Any:
+    """The channel sink for the archiver's "data" replies (called in the reader thread)."""
+    loop = asyncio.get_running_loop()
+
+    def sink(reply: Reply) -> None:
+        if not stream.feed(base64.b64decode(reply["data"])):
+            loop.call_soon_threadsafe(over.set)
+
+    return sink
+
+
+class DockerSandbox:
+    """A started container (see the module docstring); implements `core.Sandbox`."""
+
+    def __init__(self, client: Any, container_id: str, limits: Limits, *, root: str = WORKSPACE) -> None:
+        self.client = client
+        self.container_id = container_id
+        self.limits = limits
+        self.root = root
+        self._channel: Channel | None = None
+        self._closed = False
+
+    @classmethod
+    async def create(cls, client: Any, *, image: str, limits: Limits) -> DockerSandbox:
+        """Create, start and connect to a sandbox container; nothing is left if that fails."""
+        settings = container_settings(limits, image=image, program=await asyncio.to_thread(seccomp_program, client))
+        container = await asyncio.to_thread(client.containers.create, **settings)
+        sandbox = cls(client, container.id, limits)
+        try:
+            await asyncio.to_thread(container.start)
+            await asyncio.to_thread(sandbox.channel)
+        except BaseException:
+            await asyncio.shield(sandbox.close())
+            raise
+        return sandbox
+
+    def channel(self) -> Channel:
+        """The command channel, attached on first use (and again if it dropped)."""
+        if self._closed:
+            raise SandboxFailed("the docker sandbox is closed")
+        channel = self._channel
+        if channel is None or channel.closed_reason is not None:
+            channel = self._channel = Channel(self.client.api, self.container_id)
+        return channel
+
+    async def _call(self, request: Reply, *, wait: float, reply_bytes: int, sink: Any = None) -> Reply:
+        try:
+            return await self.channel().call(request, wait=wait, reply_bytes=reply_bytes, sink=sink)
+        except TimeoutError as e:
+            raise SandboxFailed(f"the sandbox's init did not answer within {wait:g} s") from e
+        except (ConnectionError, OSError, docker.errors.APIError) as e:
+            raise SandboxFailed(f"the docker sandbox is unreachable: {e}") from e
+
+    async def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = None,
+        stdin: bytes | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        output_cap: int | None = None,
+    ) -> CommandResult:
+        """`core.Sandbox.exec`; `cwd` (default: the workspace) and `output_cap` (default:
+        Limits.output_bytes, per stream) are for the SDK adapter and the file operations."""
+        limit = self.limits.timeout
+        return await self._command(
+            argv, timeout=limit if timeout is None else min(timeout, limit), stdin=stdin, env=env,
+            cwd=cwd, cap=output_cap or self.limits.output_bytes,
+        )  # fmt: skip
+
+    async def _command(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float,
+        cap: int,
+        stdin: bytes | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> CommandResult:
+        request = {
+            "argv": [str(a) for a in argv],
+            "cwd": cwd or self.root,
+            "env": dict(env or {}),
+            "timeout": timeout,
+            "limit": cap,
+            "stdin": base64.b64encode(stdin).decode() if stdin is not None else None,
+        }
+        reply = await self._call(request, wait=timeout + REPLY_SLACK_S, reply_bytes=2 * cap)
+        if "error" in reply:  # could not start: bad argv, the pids limit, an archive under way
+            message = f"coderoom: could not start the command: {reply['error']}\n"
+            return CommandResult(126, b"", message.encode())
+        timed_out = bool(reply.get("timed_out"))
+        return CommandResult(
+            exit_code=EXIT_TIMEOUT if timed_out else int(reply["code"]),
+            stdout=base64.b64decode(reply["out"]),
+            stderr=base64.b64decode(reply["err"]),
+            timed_out=timed_out,
+            stopped_by=f"the {timeout:g} s wall-clock limit" if timed_out else None,
+        )
+
+    async def read_file(self, path: PurePosixPath, *, max_bytes: int) -> bytes:
+        rel = safe_relative_path(str(path))
+        result = await self._command(
+            [*_FILES, "read", str(rel)], timeout=FILE_OP_TIMEOUT_S, cap=max_bytes + 1
+        )
+        if result.exit_code == 2:
+            raise FileNotFoundError(f"{shown(rel)}: no such file in the workspace")
+        if not result.ok:
+            raise OSError(f"{shown(rel)}: {result.stderr[-500:].decode(errors='replace').strip()}")
+        if len(result.stdout) > max_bytes:
+            raise OverflowError(f"{shown(rel)}: over the {max_bytes} byte read limit")
+        return result.stdout
+
+    async def write_file(self, path: PurePosixPath, data: bytes | IO[bytes]) -> None:
+        rel = safe_relative_path(str(path))
+        source = io.BytesIO(data) if isinstance(data, bytes | bytearray) else data
+        mode = "write"
+        while True:
+            chunk = await asyncio.to_thread(source.read, WRITE_CHUNK)
+            if isinstance(chunk, str):
+                chunk = chunk.encode()
+            if not chunk and mode == "append":
+                return
+            result = await self._command(
+                [*_FILES, mode, str(rel)], timeout=FILE_OP_TIMEOUT_S, cap=4096, stdin=bytes(chunk)
+            )
+            if not result.ok:
+                raise OSError(f"{shown(rel)}: {result.stderr[-500:].decode(errors='replace').strip()}")
+            if not chunk:
+                return
+            mode = "append"
+
+    async def quiesce(self) -> int:
+        """Kill every process in the container but init.py; how many there were."""
+        reply = await self._call({"op": "quiesce"}, wait=QUIESCE_WAIT_S, reply_bytes=4096)
+        if "error" in reply:
+            raise SandboxFailed(f"could not stop the sandbox's processes: {reply['error']}")
+        return int(reply["killed"])
+
+    async def archive(self, *, skip: Iterable[PurePosixPath] = ()) -> IO[bytes]:
+        """A tar of the workspace: every process is killed first; bounded by workspace_size in
+        bytes (apparent sizes, so sparse files count in full) and by ARCHIVE_DEADLINE_S."""
+        max_bytes = self.limits.workspace_size
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ARCHIVE_DEADLINE_S
+        stream = ArchiveStream(stream_budget(max_bytes, MAX_ENTRIES))
+        over = asyncio.Event()
+        request = {
+            "op": "helper",
+            "source": ARCHIVER_SOURCE,
+            "timeout": ARCHIVE_DEADLINE_S,
+            "args": {
+                "root": self.root,
+                "skip": sorted(p.as_posix() for p in skip),
+                "max_bytes": max_bytes,
+                "max_entries": MAX_ENTRIES,
+            },
+        }
+        rewriting = asyncio.ensure_future(asyncio.to_thread(_rewrite_and_close, stream, max_bytes))
+        try:
+            await self._run_archiver(request, stream, over, deadline - loop.time())
+        except BaseException:
+            stream.fail(stream.error or "the archive step failed")
+            for done in await asyncio.gather(rewriting, return_exceptions=True):
+                if not isinstance(done, BaseException):
+                    done.close()
+            raise
+        try:
+            out = await asyncio.wait_for(rewriting, max(1.0, deadline - loop.time()))
+        except TimeoutError:
+            stream.fail(f"it took longer than its {ARCHIVE_DEADLINE_S:g} s deadline")
+            raise SandboxLimitExceeded(f"workspace archive refused: {stream.error}") from None
+        if stream.error is not None:  # the tar ended, but the stream went on past its budget
+            out.close()
+            raise SandboxLimitExceeded(f"workspace archive refused: {stream.error}")
+        return out
+
+    async def _run_archiver(self, request: Reply, stream: ArchiveStream, over: asyncio.Event, wait: float) -> None:
+        """Run the archiver until it ends, the stream passes its budget, or `wait` runs out;
+        then end or fail the stream. A helper still running is killed."""
+        helper = asyncio.ensure_future(
+            self._call(request, wait=wait + REPLY_SLACK_S, reply_bytes=1 << 17, sink=stream_sink(stream, over))
+        )
+        overflow = asyncio.ensure_future(over.wait())
+        try:
+            await asyncio.wait({helper, overflow}, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            overflow.cancel()
+        if helper.done():
+            self._check_helper(helper.result(), stream)
+            stream.end()
+            return
+        helper.cancel()
+        stream.fail(stream.error or f"it took longer than its {ARCHIVE_DEADLINE_S:g} s deadline")
+        await self.quiesce()
+
+    @staticmethod
+    def _check_helper(reply: Reply, stream: ArchiveStream) -> None:
+        """Fail the stream (so `rewrite` raises) unless the archiver ended cleanly."""
+        if "error" in reply:
+            stream.fail(f"the archiver could not start: {reply['error']}")
+        elif reply.get("timed_out"):
+            stream.fail(f"it took longer than its {ARCHIVE_DEADLINE_S:g} s deadline")
+        elif int(reply.get("code", 1)) != 0:
+            stderr = base64.b64decode(reply.get("err", ""))[-1000:].decode(errors="replace").strip()
+            stream.fail(stderr.removeprefix("workspace archive refused: ") or f"archiver exit {reply.get('code')}")
+
+    async def hydrate(self, tar: IO[bytes]) -> None:
+        """Unpack `tar` (directories, regular files, symlinks that stay inside; see
+        `archive.clean_members`): small files in batches through `tar -x`, large ones by chunks."""
+        batch = io.BytesIO()
+        packer = tarfile.open(fileobj=batch, mode="w", format=tarfile.PAX_FORMAT)
+        members = clean_members(tar, self.limits.workspace_size)
+        while (item := await asyncio.to_thread(next, members, None)) is not None:
+            member, data = item
+            if data is not None and member.size > UNPACK_BATCH:
+                await self._unpack(packer, batch)
+                batch = io.BytesIO()
+                packer = tarfile.open(fileobj=batch, mode="w", format=tarfile.PAX_FORMAT)
+                await self.write_file(PurePosixPath(member.name), data)
+                continue
+            packer.addfile(member, data)
+            if batch.tell() > UNPACK_BATCH:
+                await self._unpack(packer, batch)
+                batch = io.BytesIO()
+                packer = tarfile.open(fileobj=batch, mode="w", format=tarfile.PAX_FORMAT)
+        await self._unpack(packer, batch)
+
+    async def _unpack(self, packer: tarfile.TarFile, batch: io.BytesIO) -> None:
+        packer.close()
+        if batch.tell() <= 2 * tarfile.BLOCKSIZE:  # only the end-of-archive blocks
+            return
+        argv = ["tar", "-x", "-f", "-", "--no-same-owner", "--no-same-permissions"]
+        result = await self._command(argv, timeout=FILE_OP_TIMEOUT_S, cap=65536, stdin=batch.getvalue())
+        if not result.ok:
+            raise SandboxFailed(f"unpacking into the workspace failed: {result.stderr[-500:].decode(errors='replace')}")
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._channel is not None:
+            self._channel.close()
+        await asyncio.to_thread(remove_container, self.client, self.container_id)
