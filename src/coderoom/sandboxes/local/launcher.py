@@ -38,7 +38,7 @@ class Settings:
 
     seccomp: bytes  # the BPF program
     clone_nr: int  # clone(2)'s number on this architecture
-    rlimits: list[tuple[int, int]]  # (resource.RLIMIT_*, limit), soft = hard
+    rlimits: list[tuple[int, int, int]]  # (resource.RLIMIT_*, soft, hard)
     tmp_size: int  # bytes, for each command's /tmp and /dev/shm
 
 

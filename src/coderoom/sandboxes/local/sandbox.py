@@ -35,6 +35,8 @@ Limits (see `Limits`):
   tasks (threads included; the launcher and each running command's init count too) and
   nothing of the host.
 * cpu_time: RLIMIT_CPU per process; file_size: RLIMIT_FSIZE.
+* A command that ran into cpu_time, file_size, pids or memory gets a `[coderoom: ...]` line
+  naming the limit and its value at the end of its stderr, and `stopped_by` (see `stops`).
 * workspace_size: the apparent size (st_size) of /workspace, polled every 0.25 s while a
   command runs and checked when it ends; over the limit the command is killed and fails with
   a message. The overshoot is what one command can write in 0.25 s (each file capped by
@@ -60,8 +62,9 @@ from ...hostile import tree
 from ...hostile.names import safe_relative_path
 from ..base import EXIT_KILLED, EXIT_TIMEOUT
 from ..core import CommandResult
-from ..limits import Limits
+from ..limits import CPU_KILL_GRACE_S, Limits
 from ..seccomp import build_filter, host_arch
+from ..stops import named_stop, stop_note
 from . import bwrap, host_dir
 from .launcher import LAUNCHER_LOST, Job, Launcher, LauncherError, Settings
 from .longlived import LongLived
@@ -236,6 +239,10 @@ class LocalSandbox:
             if result.exit_code == EXIT_KILLED:
                 result.exit_code = 1  # we killed it for disk, not memory
             result.stderr += f"\n[coderoom: {result.stopped_by}]\n".encode()
+        else:  # faults2: cpu_time, file_size, pids, memory named from how the command ended
+            result.stopped_by = named_stop(result.exit_code, result.stderr, self.limits)
+            if result.stopped_by:
+                result.stderr += stop_note(result.stopped_by)
         return result
 
     async def _start_job(self, argv: list[str], env: Mapping[str, str] | None, *, stdin: bool) -> Job:
@@ -261,12 +268,12 @@ class LocalSandbox:
     def _settings(self) -> Settings:
         limits = self.limits
         rlimits = [
-            (resource.RLIMIT_CORE, 0),
-            (resource.RLIMIT_NOFILE, MAX_OPEN_FILES),
-            (resource.RLIMIT_CPU, limits.cpu_time),
-            (resource.RLIMIT_FSIZE, limits.file_size),
-            (resource.RLIMIT_AS, limits.memory),
-            (resource.RLIMIT_NPROC, limits.pids),
+            (resource.RLIMIT_CORE, 0, 0),
+            (resource.RLIMIT_NOFILE, MAX_OPEN_FILES, MAX_OPEN_FILES),
+            (resource.RLIMIT_CPU, limits.cpu_time, limits.cpu_time + CPU_KILL_GRACE_S),
+            (resource.RLIMIT_FSIZE, limits.file_size, limits.file_size),
+            (resource.RLIMIT_AS, limits.memory, limits.memory),
+            (resource.RLIMIT_NPROC, limits.pids, limits.pids),
         ]
         return Settings(self._seccomp, self._clone_nr, rlimits, limits.tmp_size)
 

@@ -23,7 +23,7 @@ command runs. The payload cannot reach the launcher: it is outside the command's
 sockets are anonymous socketpairs closed before the payload starts.
 
 Configuration, from files bwrap provides: the seccomp program, and settings with clone(2)'s
-number here, the rlimits ([(resource, limit), ...]) and the tmpfs size in bytes.
+number here, the rlimits ([(resource, soft, hard), ...]) and the tmpfs size in bytes.
 
 Protocol on the SOCK_SEQPACKET control socket, one message each. Host to launcher, `marshal`
 data (the host is trusted here; marshal and the C socket module keep start-up short):
@@ -184,10 +184,11 @@ def _stub(sock, config):
             signal.signal(sig, signal.SIG_DFL)  # Python ignores some; exec keeps ignored ones
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
         os.umask(0o022)
-        for res, value in config.rlimits:
-            hard = resource.getrlimit(res)[1]
-            value = value if hard == resource.RLIM_INFINITY else min(value, hard)
-            resource.setrlimit(res, (value, value))
+        for res, soft, hard in config.rlimits:
+            ceiling = resource.getrlimit(res)[1]
+            if ceiling != resource.RLIM_INFINITY:
+                soft, hard = min(soft, ceiling), min(hard, ceiling)
+            resource.setrlimit(res, (soft, hard))
         _drop_capabilities()
         _install_seccomp(config.seccomp)
     except OSError as exc:
