@@ -7,8 +7,10 @@ import json
 import tarfile
 from pathlib import Path
 
+import pytest
 from agents.testing import assistant_message, function_call
 
+from coderoom.errors import JobError
 from coderoom.jobs import build_job
 from coderoom.run import run_job
 from core.test_run import scripted, shell
@@ -69,3 +71,9 @@ async def test_the_bound_is_the_jobs_tool_output_chars_and_covers_run_python(tmp
     numbers = _tool_output_received(model, "sh-1")
     assert len(numbers) <= 3000 and numbers.rstrip().endswith("2000")  # the tail is kept
     assert "\n2000\n" in _saved_text(tmp_path / "run", "sh-1.txt")
+
+
+def test_a_bound_under_the_minimum_is_refused_naming_the_key() -> None:
+    with pytest.raises(JobError, match="tool_output_chars") as refused:
+        _job("local", tool_output_chars=10)
+    assert "1000" in str(refused.value)

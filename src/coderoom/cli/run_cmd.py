@@ -182,6 +182,8 @@ def run(
             console.print(Text.assemble((exc.message, "red"), *partial))
             raise typer.Exit(exc.exit_code) from None
     _print_summary(result.checks, result.final_output, run_dir)
+    for hit in result.limits_hit:
+        console.print(Text.assemble(("sandbox limit: ", "yellow"), safe(hit)))
     if result.error:
         console.print(Text.assemble((f"{result.status}:", "red"), " ", safe(result.error)))
     raise typer.Exit(0 if result.ok else 1)

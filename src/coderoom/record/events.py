@@ -200,6 +200,7 @@ class RunEnd(_Event):
     signal: str | None = None  # the signal that interrupted the run (SIGINT, SIGTERM, SIGHUP)
     saved: list[str] = Field(default_factory=list)  # what was saved in the run folder
     incomplete: str | None = None  # why the save was cut short, when it was
+    limits_hit: list[str] = Field(default_factory=list)  # sandbox limits commands ran into
     usage: Usage = Field(default_factory=Usage)
     duration_s: float = 0.0
 

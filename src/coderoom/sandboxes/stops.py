@@ -24,6 +24,7 @@ _FORK_FAILED = re.compile(
     re.IGNORECASE,
 )
 _ALLOCATION_FAILED = re.compile(rb"MemoryError|Cannot allocate memory|std::bad_alloc|out of memory", re.IGNORECASE)
+MAX_LOGGED = 20  # limits a session remembers for the run's end
 _FILE_TOO_LARGE = re.compile(rb"File too large|File size limit exceeded")
 
 
@@ -52,6 +53,18 @@ def named_stop(exit_code: int, stderr: bytes, limits: Limits, *, oom_killed: boo
     if _ALLOCATION_FAILED.search(tail):
         return f"probably hit the memory limit (memory = {shown_size(limits.memory)}): an allocation failed"
     return None
+
+
+def log_stop(log: list[str], stopped_by: str | None) -> None:
+    """Keep `stopped_by` for the end of the run: each sentence once, at most MAX_LOGGED."""
+    if stopped_by and stopped_by not in log and len(log) < MAX_LOGGED:
+        log.append(stopped_by)
+
+
+def limits_hit(session: object) -> list[str]:
+    """The limits an SDK session's commands ran into (its adapter's `limits_hit` log)."""
+    inner = getattr(session, "_inner", session)  # the SDK's SandboxSession wraps the adapter
+    return list(getattr(inner, "limits_hit", []))
 
 
 def stop_note(stopped_by: str) -> bytes:

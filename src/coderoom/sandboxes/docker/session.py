@@ -37,6 +37,7 @@ from docker.models.containers import Container
 from ...errors import CoderoomError, SandboxFailed
 from ..limits import Limits
 from ..one_user import plain_shell, refuse_manifest_accounts
+from ..stops import log_stop
 from .container import INIT_BOOTSTRAP, DockerSandbox, container_settings, seccomp_program
 
 # `docker exec` processes get the container's environment, so init.py is there for them too
@@ -51,9 +52,11 @@ class CoderoomDockerSession(DockerSandboxSession):
 
     _limits: Limits
     _core: DockerSandbox
+    limits_hit: list[str]  # see stops.limits_hit
 
     def _adopt(self, limits: Limits) -> None:
         self._limits = limits
+        self.limits_hit = []
         self._core = DockerSandbox(
             self._docker_client, self.state.container_id, limits, root=self.state.manifest.root
         )
@@ -116,6 +119,7 @@ class CoderoomDockerSession(DockerSandboxSession):
             if timeout is not None and timeout < limit:
                 raise ExecTimeoutError(command=command_for_errors, timeout_s=timeout)
             stderr += f"\n[coderoom: killed after the {limit:g} s wall-clock limit]\n".encode()
+        log_stop(self.limits_hit, result.stopped_by)
         return ExecResult(stdout=result.stdout, stderr=stderr, exit_code=result.exit_code)
 
     async def read(self, path: Path, *, user: Any = None) -> io.IOBase:
