@@ -88,8 +88,9 @@ from ...hostile import tree
 from ..base import EXIT_KILLED, EXIT_TIMEOUT
 from ..limits import Limits
 from ..one_user import plain_shell, refuse_manifest_accounts
-from ..seccomp import build_filter, host_arch
-from . import bwrap
+from ..seccomp import host_arch
+from . import bwrap, enforcement
+from .cgroup import MemoryCgroup
 from .launcher import LAUNCHER_LOST, Job, Launcher, LauncherError, Settings
 from .longlived import LongLived
 from .process import CappedBuffer, Outcome, pump, supervise, write_all
@@ -138,7 +139,7 @@ class LocalSandboxSession(BaseSandboxSession):
         self._bwrap = bw
         arch = host_arch()
         assert arch is not None  # unavailable_reason() refuses such hosts
-        self._seccomp = build_filter(arch)
+        self._seccomp = enforcement.seccomp_filter(arch)
         self._clone_nr = arch.table["clone"]
         self._running = False
         self._active_commands = 0
@@ -146,6 +147,7 @@ class LocalSandboxSession(BaseSandboxSession):
         self._quiet = asyncio.Condition()
         self._python, self._views = _python_mounts(self.host_dir)
         self._launch_cache: bwrap.Launch | None = None
+        self._memory: MemoryCgroup | None = None  # limits: made with the launch, removed after it
         self._namespace_fd = -1
         self._launcher: Launcher | None = None
         self._launcher_lock = asyncio.Lock()
@@ -210,6 +212,9 @@ class LocalSandboxSession(BaseSandboxSession):
             else:
                 self._namespace_fd = bwrap.views_namespace(self._views)
                 self._launch_cache = bwrap.as_unprivileged(self._bwrap, self._namespace_fd)
+            self._memory = MemoryCgroup.for_session(self.state.limits.memory)  # limits
+            if self._memory is not None:
+                self._launch_cache = self._memory.wrap(self._launch_cache)
         return self._launch_cache
 
     async def stop_launcher(self) -> None:
@@ -223,6 +228,9 @@ class LocalSandboxSession(BaseSandboxSession):
         if self._namespace_fd >= 0:
             os.close(self._namespace_fd)
             self._namespace_fd = -1
+        if self._memory is not None:  # limits
+            await asyncio.to_thread(self._memory.remove)
+            self._memory = None
 
     async def running(self) -> bool:
         return self._running
@@ -266,6 +274,7 @@ class LocalSandboxSession(BaseSandboxSession):
             self._active_commands += 1
         try:
             job = await self._start_job(argv, stdin=stdin is not None)
+            oom_kills = self._memory.oom_kills() if self._memory else 0  # limits
             pumps = [asyncio.ensure_future(pump(job.stdout, out.feed)), asyncio.ensure_future(pump(job.stderr, err.feed))]
             if job.stdin is not None:
                 pumps.append(asyncio.ensure_future(_feed_and_close(job.stdin, stdin or b"")))
@@ -289,6 +298,9 @@ class LocalSandboxSession(BaseSandboxSession):
         if job.exited.result() == LAUNCHER_LOST and not job.launcher.started:
             raise ExecTransportError(command=tuple(argv), context={"reason": job.launcher.failure()})
         outcome = Outcome(job.exited.result(), out.value(), err.value(), timed_out, stopped_by)
+        memory_note = self._memory.oom_note(oom_kills) if self._memory else None  # limits
+        if memory_note:
+            outcome.stderr += f"\n[coderoom: {memory_note}]\n".encode()
         if outcome.timed_out:
             outcome.exit_code = EXIT_TIMEOUT
             outcome.stderr += f"\n[coderoom: killed after the {timeout:g} s wall-clock limit]\n".encode()
