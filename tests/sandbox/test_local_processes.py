@@ -89,7 +89,7 @@ async def test_exit_code_stdin_and_bounded_output() -> None:
 async def test_the_workspace_limit_stops_a_long_lived_writer() -> None:
     limits = Limits(workspace_size="2M", file_size="64M")
     async with open_session(SandboxSpec(backend="local", limits=limits)) as session:
-        writer = "echo go; sleep 0.3; head -c 8000000 /dev/zero > big; sleep 1000"
+        writer = "echo go; sleep 0.3; for f in a b c; do head -c 1500000 /dev/zero > $f; done; sleep 1000"
         started = await session.pty_exec_start(writer, yield_time_s=0.25)
         assert started.process_id is not None
         update = await session.pty_write_stdin(session_id=started.process_id, chars="", yield_time_s=6)

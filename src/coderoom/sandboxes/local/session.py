@@ -89,7 +89,7 @@ from ..base import EXIT_KILLED, EXIT_TIMEOUT
 from ..limits import Limits
 from ..one_user import plain_shell, refuse_manifest_accounts
 from ..seccomp import host_arch
-from . import bwrap, enforcement
+from . import bwrap, disk, enforcement
 from .cgroup import MemoryCgroup
 from .launcher import LAUNCHER_LOST, Job, Launcher, LauncherError, Settings
 from .longlived import LongLived
@@ -342,7 +342,7 @@ class LocalSandboxSession(BaseSandboxSession):
             (resource.RLIMIT_CORE, 0),
             (resource.RLIMIT_NOFILE, _NOFILE),
             (resource.RLIMIT_CPU, limits.cpu_time),
-            (resource.RLIMIT_FSIZE, limits.file_size),
+            (resource.RLIMIT_FSIZE, min(limits.file_size, limits.workspace_size)),  # limits: no file outgrows it
             (resource.RLIMIT_AS, limits.memory),
             (resource.RLIMIT_NPROC, limits.pids),
         ]
@@ -352,14 +352,8 @@ class LocalSandboxSession(BaseSandboxSession):
         return await asyncio.to_thread(self._workspace_over_limit)
 
     def _workspace_over_limit(self) -> str | None:
-        limit = self.state.limits.workspace_size
-        try:
-            used = tree.usage(self.workspace_dir)
-        except tree.WorkspaceLimitError as exc:
-            return f"workspace over its limits: {exc}"
-        if used > limit:
-            return f"workspace is {used} bytes, over its {limit}-byte limit; command stopped"
-        return None
+        launcher = self._launcher.pid if self._launcher else None  # limits: see disk
+        return disk.over_limit(self.workspace_dir, self.state.limits.workspace_size, launcher)
 
     # ------------------------------------------------------------------ long-lived processes
 
