@@ -14,7 +14,7 @@ from typing import Any
 
 from ..base import Progress
 from ..spec import SandboxSpec
-from . import bwrap
+from . import bwrap, enforcement, network
 
 
 class LocalBackend:
@@ -24,7 +24,10 @@ class LocalBackend:
     summary = "bubblewrap namespaces, seccomp and limits on this machine; no daemon (the default on Linux)"
 
     def unavailable_reason(self, spec: SandboxSpec) -> str | None:
-        return bwrap.probe()[1]
+        return bwrap.probe()[1] or (network.unavailable_reason() if spec.limits.network else None)
+
+    def info(self) -> str:
+        return enforcement.describe()
 
     def prepare(self, spec: SandboxSpec, progress: Progress) -> None:
         """Nothing to build: the sandbox runs the host's own Python read-only."""
@@ -36,6 +39,9 @@ class LocalBackend:
         bw, reason = bwrap.probe()
         if bw is None:  # fail closed: never run unsandboxed
             raise SandboxUnavailable(reason or "bubblewrap is unavailable")
+        egress = network.unavailable_reason() if spec.limits.network else None
+        if egress:  # never the host's network instead
+            raise SandboxUnavailable(egress)
         return LocalSandboxClient(spec.limits, bw), None
 
     def prune(self) -> int:

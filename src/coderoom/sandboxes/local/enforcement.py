@@ -5,7 +5,7 @@ filter that fits it, and the text `coderoom sandbox info` prints (see `cgroup`, 
 from __future__ import annotations
 
 from ..seccomp import NO_CGROUP_DENIED, Arch, build_filter
-from . import cgroup
+from . import cgroup, network
 
 
 def seccomp_filter(arch: Arch) -> bytes:
@@ -26,7 +26,7 @@ def describe() -> str:
         )
     else:
         memory = f"{mode.value}: one cgroup per session counts every process, tmpfs and shared memory"
-    egress: str | None = "not yet"
+    egress = network.unavailable_reason()
     lines = {
         "memory": memory,
         "disk": "workspace_size counts allocated blocks (st_blocks) and deleted files still held "

@@ -89,7 +89,7 @@ from ..base import EXIT_KILLED, EXIT_TIMEOUT
 from ..limits import Limits
 from ..one_user import plain_shell, refuse_manifest_accounts
 from ..seccomp import host_arch
-from . import bwrap, disk, enforcement
+from . import bwrap, disk, enforcement, network
 from .cgroup import MemoryCgroup
 from .launcher import LAUNCHER_LOST, Job, Launcher, LauncherError, Settings
 from .longlived import LongLived
@@ -148,6 +148,7 @@ class LocalSandboxSession(BaseSandboxSession):
         self._python, self._views = _python_mounts(self.host_dir)
         self._launch_cache: bwrap.Launch | None = None
         self._memory: MemoryCgroup | None = None  # limits: made with the launch, removed after it
+        self._egress: network.Egress | None = None  # limits: with network on, stopped with the launcher
         self._namespace_fd = -1
         self._launcher: Launcher | None = None
         self._launcher_lock = asyncio.Lock()
@@ -192,6 +193,10 @@ class LocalSandboxSession(BaseSandboxSession):
                 except OSError as exc:
                     reason = f"cannot start bubblewrap: {exc}"
                     raise ExecTransportError(command=("start",), context={"reason": reason}) from exc
+                if self.state.limits.network:  # limits: a namespace of its own, see network
+                    if self._egress is not None:
+                        self._egress.close()
+                    self._egress = await network.Egress.attach(await self._launcher.sandbox_pid())
             return self._launcher
 
     async def _after_start(self) -> None:
@@ -224,6 +229,9 @@ class LocalSandboxSession(BaseSandboxSession):
             if self._launcher is not None:
                 await self._launcher.close()
                 self._launcher = None
+        if self._egress is not None:  # limits
+            await asyncio.to_thread(self._egress.close)
+            self._egress = None
         self._launch_cache = None
         if self._namespace_fd >= 0:
             os.close(self._namespace_fd)
