@@ -24,6 +24,7 @@ from coderoom.sandboxes import SandboxSpec, get_backend
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "security.md"
+HAND_WRITTEN = "## Resource limits of the local sandbox"  # from here on, docs/security.md is kept
 BACKENDS = [("coderoom local", "local"), ("SDK unix_local", "unix_local"), ("coderoom docker", "docker")]
 
 
@@ -105,8 +106,9 @@ async def main() -> None:
         ]
     )
     print(text)
-    if args.write:
-        DOCS.write_text(text)
+    if args.write:  # the hand-written sections after the matrix are kept
+        kept = DOCS.read_text().partition(HAND_WRITTEN)[1:] if DOCS.exists() else ("", "")
+        DOCS.write_text(text + ("\n" + "".join(kept) if kept[0] else ""))
 
 
 if __name__ == "__main__":

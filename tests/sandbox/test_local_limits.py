@@ -132,3 +132,16 @@ async def test_posix_fallocate_writes_zeros_and_stops_at_the_workspace_limit() -
         taken = free_before - disk_free(folder)
     assert b"File too large" in result.stderr  # EFBIG: no file may outgrow the workspace limit
     assert size <= 300 * MiB and taken <= 300 * MiB + MiB
+
+
+def test_sandbox_info_says_which_memory_enforcement_is_in_force() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", "from coderoom.cli import app; app()", "sandbox", "info"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"memory: {cgroup.mode().value}" in done.stdout
+    assert "docker" in done.stdout

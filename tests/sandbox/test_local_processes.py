@@ -141,3 +141,20 @@ async def test_host_walks_survive_a_tree_changing_under_them() -> None:
             archive.close()
         result = await session.exec("sleep 1; echo survived")  # the watchdog walks meanwhile
         assert result.stdout == b"survived\n", result.stderr
+
+
+async def test_a_fast_long_lived_file_creator_is_stopped_close_to_the_entry_cap() -> None:
+    """Issue 10 class 7: the kernel's watchdog used to let this reach 6x the cap (benchmarks/limits_bench.py)."""
+    from coderoom.hostile import tree
+
+    creator = "i = 0\nwhile True:\n    open(f'f{i}', 'w').close()\n    i += 1\n"
+    async with open_session(SandboxSpec(backend="local")) as session:
+        started = await session.pty_exec_start("python3", "-c", creator, shell=False, yield_time_s=0.1)
+        assert started.process_id is not None
+        update = started
+        deadline = time.monotonic() + 90
+        while update.exit_code is None and time.monotonic() < deadline:
+            update = await session.pty_write_stdin(session_id=started.process_id, chars="", yield_time_s=1)
+        entries = sum(1 for _ in tree.walk(session._inner.workspace_dir))
+    assert update.exit_code is not None and b"more than 100000 entries" in update.output
+    assert entries <= 1.5 * tree.MAX_ENTRIES

@@ -10,7 +10,7 @@ watchdog counts there, every 0.25 s while a command runs (and at its end):
 * files deleted but still open, which no walk finds: the session's processes (those in its user
   namespace) are looked up through /proc/PID/fd and, as root, /proc/PID/map_files (a deleted
   file kept only by an mmap), and each deleted regular file on the workspace's filesystem counts
-  once. A full check of a session with a few processes takes about a millisecond here
+  once. A full check of an idle session takes 2-4 ms here
   (benchmarks/limits_bench.py prints it).
 
 Why counting rather than a size-limited filesystem: a loop-mounted image needs root, mkfs and a
@@ -19,6 +19,10 @@ in RAM. What counting leaves open: a deleted file whose only reference is an fd 
 unix socket's queue (SCM_RIGHTS) is held by no process; the kernel bounds fds in flight by
 RLIMIT_NOFILE (512 here) per user, each file by file_size. The overshoot is what a command
 writes between two polls.
+
+Long-lived processes (the run_python kernel) are checked the same way every 0.25 s, but walk
+only when the session ran or wrote since the last walk (`activity`), and at least every 5 s:
+an idle kernel costs one /proc scan per poll. A long walk spaces the next one by its own time.
 """
 
 from __future__ import annotations
@@ -48,6 +52,20 @@ def session_pids(bwrap_pid: int) -> list[int]:
                 if (st.st_ino, st.st_dev) == (userns.st_ino, userns.st_dev):
                     found.append(int(name))
     return found
+
+
+def activity(bwrap_pid: int | None) -> int:
+    """A number that grows whenever the session runs or writes: CPU ticks (its own and its reaped
+    children's) plus bytes and calls written, over its live processes; reaped processes' counts
+    live on in their parents'. A cheap sign that anything ran since the last look."""
+    total = 0
+    for pid in session_pids(bwrap_pid) if bwrap_pid else []:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+            io = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+            total += int(io["wchar"]) + int(io["syscw"])
+    return total
 
 
 def held_deleted(pids: list[int], device: int) -> int:

@@ -30,16 +30,20 @@ Limits (see `Limits`):
 * timeout: wall clock per command; the sandbox's pid 1 is SIGKILLed, the tree dies with it.
   The command returns exit code 124 (`EXIT_TIMEOUT`); a shorter caller `timeout=` raises the
   SDK's ExecTimeoutError instead.
-* memory: RLIMIT_AS per process (no delegated cgroup here): allocation fails with ENOMEM /
-  MemoryError rather than an OOM kill.
+* memory: a memory cgroup per session where one can be had (`cgroup`): every process, tmpfs and
+  shared memory count; at the limit the kernel kills in the command (exit 137, with a note
+  naming the limit). Also RLIMIT_AS per process, so one large allocation fails with MemoryError.
+  Without a cgroup, RLIMIT_AS only, and memfd_create/shmget are refused (`enforcement`).
 * pids: RLIMIT_NPROC, set inside the session's user namespace, so it counts the session's
   tasks (threads included; the launcher and each running command's init count too) and
   nothing of the host.
-* cpu_time: RLIMIT_CPU per process; file_size: RLIMIT_FSIZE.
-* workspace_size: the apparent size (st_size) of /workspace, polled every 0.25 s while a
-  command runs and checked when it ends; over the limit the command is killed and fails with
-  a message. The overshoot is what one command can write in 0.25 s (each file capped by
-  file_size); also capped: 100 000 entries and 256 levels of directories.
+* cpu_time: RLIMIT_CPU per process; file_size: RLIMIT_FSIZE, at most workspace_size.
+* workspace_size: /workspace by allocated blocks and apparent size, plus deleted files still
+  held open (`disk`), polled every 0.25 s while a command runs and checked when it ends; over
+  the limit the command is killed and fails with a message naming the limit. fallocate is
+  refused. The overshoot is what one command can write in 0.25 s; also capped: 100 000 entries
+  and 256 levels of directories.
+* network: off, only lo; on, a namespace of its own through slirp4netns (`network`).
 * output_bytes: per stream, head and tail kept, the middle replaced by a truncation marker.
 """
 
@@ -100,6 +104,8 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
 _NOFILE = 512
 _LONG_LIVED_MAX = 8
 _PIPE_GRACE_S = 5.0
+_LONG_LIVED_POLL_S = 0.25
+_LONG_LIVED_WALK_AT_LEAST_S = 5.0
 
 BASE_ENV = {
     "PATH": ":".join(
@@ -445,18 +451,25 @@ class LocalSandboxSession(BaseSandboxSession):
     async def _watch_long_lived(self) -> None:
         """The workspace limit while long-lived processes run (commands have their own watchdog).
 
-        Polls at most every second, and less often when a walk is slow, so an idle kernel costs
-        little; over the limit, every long-lived process is killed with a note in its output.
+        limits: every 0.25 s, walking only when the sandbox ran or wrote since the last walk (or
+        5 s have passed), and no sooner than the last walk took (see `disk`); over the
+        limit, every long-lived process is killed with a note in its output.
         """
         loop = asyncio.get_running_loop()
+        seen, walked = -1, 0.0
         while any(entry.alive for entry in self._long_lived.values()):
-            started = loop.time()
-            reason = await asyncio.to_thread(self._workspace_over_limit)
-            if reason:
-                entries = list(self._long_lived.values())
-                await asyncio.gather(*(e.kill(reason) for e in entries), return_exceptions=True)
-                return
-            await asyncio.sleep(max(1.0, 20 * (loop.time() - started)))
+            pause = _LONG_LIVED_POLL_S
+            now = await asyncio.to_thread(disk.activity, self._launcher.pid if self._launcher else None)
+            if now != seen or loop.time() - walked > _LONG_LIVED_WALK_AT_LEAST_S:
+                walked = loop.time()
+                reason = await asyncio.to_thread(self._workspace_over_limit)
+                if reason:
+                    entries = list(self._long_lived.values())
+                    await asyncio.gather(*(e.kill(reason) for e in entries), return_exceptions=True)
+                    return
+                seen = now
+                pause = max(pause, loop.time() - walked)
+            await asyncio.sleep(pause)
 
     # ------------------------------------------------------------------ files
 
