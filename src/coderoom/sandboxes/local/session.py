@@ -201,7 +201,7 @@ class LocalSandboxSession(BaseSandboxSession):
                     raise ExecTransportError(command=("start",), context={"reason": reason}) from exc
                 if self.state.limits.network:  # limits: a namespace of its own, see network
                     if self._egress is not None:
-                        self._egress.close()
+                        await asyncio.to_thread(self._egress.close)
                     self._egress = await network.Egress.attach(await self._launcher.sandbox_pid())
             return self._launcher
 
