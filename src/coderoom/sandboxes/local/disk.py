@@ -7,8 +7,8 @@ watchdog counts there, every 0.25 s while a command runs (and at its end):
   counts in full, and space reserved without growing a file counts too;
 * `fallocate` is refused by seccomp (EOPNOTSUPP), so reservation cannot run ahead of the watchdog
   (glibc's posix_fallocate then writes zeros, which RLIMIT_FSIZE and the watchdog see);
-* files deleted but still open, which no walk finds: the session's processes (those in its user
-  namespace) are looked up through /proc/PID/fd and, as root, /proc/PID/map_files (a deleted
+* files deleted but still open, which no walk finds: the session's processes (bwrap's
+  descendants) are looked up through /proc/PID/fd and, as root, /proc/PID/map_files (a deleted
   file kept only by an mmap), and each deleted regular file on the workspace's filesystem counts
   once. A full check of an idle session takes 2-4 ms here
   (benchmarks/limits_bench.py prints it).
@@ -38,19 +38,22 @@ _HELD = ("fd", "map_files")
 
 
 def session_pids(bwrap_pid: int) -> list[int]:
-    """Host pids of every process in the user namespace of bwrap's sandbox (launcher, commands)."""
-    try:
-        children = Path(f"/proc/{bwrap_pid}/task/{bwrap_pid}/children").read_text().split()
-        userns = os.stat(f"/proc/{children[0]}/ns/user")
-    except (OSError, IndexError):
-        return []
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            with contextlib.suppress(OSError):
-                st = os.stat(f"/proc/{name}/ns/user")
-                if (st.st_ino, st.st_dev) == (userns.st_ino, userns.st_dev):
-                    found.append(int(name))
+    """Host pids of every process of bwrap's sandbox (launcher, commands, their children).
+
+    A walk down the process tree from bwrap (`/proc/PID/task/TID/children`), not a scan of all
+    of /proc: every sandbox process descends from bwrap, since an orphan is re-parented to its
+    command's PID-namespace init, itself the launcher's child. So the cost follows the
+    session's own process count (bounded by `pids`), not the host's."""
+    found: list[int] = []
+    pending = [bwrap_pid]
+    while pending:
+        pid = pending.pop()
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with contextlib.suppress(OSError):
+                    pending.extend(int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split())
+        if pid != bwrap_pid:
+            found.append(pid)
     return found
 
 
