@@ -16,7 +16,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-RECORD_FILE = "run.jsonl"
+from . import RECORD_FILE  # noqa: F401  (re-exported: the record's file name)
+
 RECORD_VERSION = 2
 """2: typed events; run_python results carry a `cell`. 1: the same events, cells only as prose."""
 

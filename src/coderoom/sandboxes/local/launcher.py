@@ -85,6 +85,10 @@ class Launcher:
         """bwrap's host pid."""
         return self._bwrap.pid
 
+    async def sandbox_pid(self) -> int | None:
+        """The host pid of the sandbox's pid 1, whose namespaces the session's commands share."""
+        return await self._bwrap.child_pid()
+
     @classmethod
     def spawn(cls, launch: bwrap.Launch, args: list[str], python: str, settings: Settings) -> Launcher:
         """Start bwrap with `args` running the launcher under `python`. Jobs may be sent at once

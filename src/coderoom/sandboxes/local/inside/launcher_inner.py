@@ -214,6 +214,17 @@ def _stub(sock, config):
     os._exit(_STUB_FAILED)
 
 
+def _first_to_go_at_the_memory_limit():
+    """oom_score_adj 1000 for the command (init and all it starts): at the session's memory
+    cgroup limit the kernel kills in the command, not the launcher. A command may lower it to 0
+    (the launcher's), not below: raising needs no privilege, lowering under 0 does. /proc/self
+    is writable for a dumpable process only, and nothing of the payload runs yet."""
+    _prctl(PR_SET_DUMPABLE, 1)
+    with open("/proc/self/oom_score_adj", "w") as handle:
+        handle.write("1000")
+    _prctl(PR_SET_DUMPABLE, 0)
+
+
 def _init(sock, config):
     """pid 1 of the command's PID namespace."""
     try:
@@ -227,6 +238,7 @@ def _init(sock, config):
                 _mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
         for path in ("/tmp", "/dev/shm"):
             _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={config.tmp_size},mode=1777")
+        _first_to_go_at_the_memory_limit()
     except OSError as exc:
         sys.stderr.write(f"coderoom: cannot set up a command's namespaces: {exc}\n")
         os._exit(_STUB_FAILED)
