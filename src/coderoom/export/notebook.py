@@ -20,8 +20,10 @@ from nbformat.v4 import (
     new_output,
 )
 
+from ..errors import RecordError
+from ..hostile.archive import ArchiveError
 from .script import UNTRUSTED
-from .steps import Step, WorkspaceImages, load_steps
+from .steps import WORKSPACE_ARCHIVE, Step, WorkspaceImages, load_steps
 
 def _stream(name: str, text: str) -> NotebookNode:
     return new_output("stream", name=name, text=text if text.endswith("\n") else text + "\n")
@@ -147,7 +149,10 @@ def outputs_cell(start: dict[str, Any], images: WorkspaceImages) -> NotebookNode
 def build_notebook(run_dir: Path) -> NotebookNode:
     """The notebook of a run directory, validated against nbformat v4."""
     start, steps = load_steps(run_dir)
-    images = WorkspaceImages(run_dir)
+    try:
+        images = WorkspaceImages(run_dir)
+    except ArchiveError as exc:
+        raise RecordError(f"{run_dir / WORKSPACE_ARCHIVE}: {exc}") from None
     try:
         cells = [header_cell(start, run_dir)] + [step_cell(step, images) for step in steps]
         final = outputs_cell(start, images)

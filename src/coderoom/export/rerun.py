@@ -30,13 +30,13 @@ from pydantic import ValidationError
 
 from ..artifacts import WORKSPACE_ARCHIVE, save_workspace, saved_checks
 from ..errors import RecordError, UsageError
-from ..hostile.archive import safe_extract_tar
+from ..hostile.archive import ArchiveError, safe_extract_tar
 from ..hostile.names import UnsafePath, safe_relative_path
 from ..jobs import Job, build_job
 from ..outputs import OutputCheck
 from ..sandboxes.limits import Limits
-from ..sandboxes.session import open_session
 from ..sandboxes.defaults import default_backend_name
+from ..sandboxes.session import open_session
 from ..sandboxes.spec import SandboxSpec
 from ..workspace import stage_inputs
 from . import REPLAY_TIMEOUT
@@ -116,7 +116,10 @@ def archived_inputs(run_dir: Path, paths: list[str], into: Path, max_bytes: int)
     usable = archive.is_file() and not archive.is_symlink() and archive.stat().st_size <= max_bytes
     found: set[str] = set()
     if paths and usable:
-        report = safe_extract_tar(archive, into, members=paths, max_bytes=max_bytes)
+        try:
+            report = safe_extract_tar(archive, into, members=paths, max_bytes=max_bytes)
+        except ArchiveError as exc:
+            raise RecordError(f"{archive}: {exc}") from None
         found = {p for p in paths for name in report.extracted if name == p or name.startswith(p + "/")}
     for path in paths:
         if path not in found:

@@ -13,11 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
+from ..hostile.archive import each_member, open_plain
 from ..record import read_record
 from ..record.events import Cell, MessageItem, ModelCall, ToolResult
 
 WORKSPACE_ARCHIVE = "workspace.tar"
 MAX_IMAGE_BYTES = 10 * 1024 * 1024
+MAX_IMAGES = 1000  # PNG members of a workspace.tar an export looks at
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 Kind = Literal["message", "python", "shell", "stdin", "image", "other"]
@@ -130,17 +132,22 @@ def load_steps(run_dir: Path) -> tuple[dict[str, Any], list[Step]]:
 
 
 class WorkspaceImages:
-    """PNG files read from the run's workspace.tar by member name; never extracted to disk."""
+    """PNG files read from the run's workspace.tar by member name; never extracted to disk.
+
+    The archive is hostile (a run folder from anywhere): it must be an uncompressed tar, its
+    members are read one at a time up to MAX_MEMBERS, and only MAX_IMAGES PNG names are kept."""
 
     def __init__(self, run_dir: Path) -> None:
         archive = run_dir / WORKSPACE_ARCHIVE
-        self._tar = tarfile.open(archive) if archive.is_file() and not archive.is_symlink() else None
+        self._tar = open_plain(archive) if archive.is_file() and not archive.is_symlink() else None
         self._members: dict[str, tarfile.TarInfo] = {}
         if self._tar is not None:
-            for member in self._tar.getmembers():
+            for member in each_member(self._tar):
                 name = PurePosixPath(member.name.lstrip("/"))
-                if member.isreg() and ".." not in name.parts:
+                if member.isreg() and name.suffix == ".png" and ".." not in name.parts:
                     self._members[name.as_posix().removeprefix("./")] = member
+                    if len(self._members) >= MAX_IMAGES:
+                        break
 
     def png(self, path: str) -> bytes | None:
         """The PNG at workspace path `path` (absolute /workspace/... accepted), if it is one."""

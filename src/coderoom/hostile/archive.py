@@ -13,7 +13,7 @@ import os
 import stat
 import tarfile
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO
@@ -21,8 +21,34 @@ from typing import IO
 from .names import UnsafePath, safe_relative_path, shown
 from .tree import GONE, MAX_ENTRIES, Entry, WorkspaceLimitError, copy_bounded, open_dir_beneath, walk
 
-MAX_FILES = 10_000
+MAX_FILES = 10_000  # files, and directories, that one extraction writes
 MAX_BYTES = 2 * 1024**3
+MAX_MEMBERS = MAX_ENTRIES  # members of any kind a tar may hold before reading stops
+
+
+class ArchiveError(ValueError):
+    """A tar archive that is not what a workspace archive may be: compressed, or too many members."""
+
+
+def each_member(tar: tarfile.TarFile, limit: int = MAX_MEMBERS) -> Iterator[tarfile.TarInfo]:
+    """The members of `tar`, one at a time, without tarfile's own list of every member seen (it
+    would grow with a hostile archive's member count); ArchiveError past `limit` members."""
+    for count, member in enumerate(tar, start=1):
+        if count > limit:
+            raise ArchiveError(f"more than {limit} members (MAX_MEMBERS): not read further")
+        tar.members.clear()
+        yield member
+
+
+def open_plain(archive: IO[bytes] | Path) -> tarfile.TarFile:
+    """A workspace tar as coderoom writes it: uncompressed. A compressed one is refused, since
+    its size on disk says nothing of what it holds (an xz of a million empty members is a few KB)."""
+    try:
+        if isinstance(archive, Path):
+            return tarfile.open(archive, mode="r:")
+        return tarfile.open(fileobj=archive, mode="r|")
+    except tarfile.ReadError as exc:
+        raise ArchiveError(f"not an uncompressed tar archive ({exc})") from None
 
 
 @dataclass
@@ -30,6 +56,7 @@ class ExtractReport:
     extracted: list[str] = field(default_factory=list)
     refused: list[tuple[str, str]] = field(default_factory=list)
     bytes_written: int = 0
+    directories: int = 0
     refused_dirs: set[str] = field(default_factory=set, repr=False)  # by `refuse`: contents not listed
 
 
@@ -74,14 +101,9 @@ def safe_extract_tar(
     dest.mkdir(parents=True, exist_ok=True)
     report = ExtractReport()
     root_fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY)
-    tar = (
-        tarfile.open(archive, mode="r:*")
-        if isinstance(archive, Path)
-        else tarfile.open(fileobj=archive, mode="r|*")
-    )
     try:
-        with tar:
-            for member in tar:
+        with open_plain(archive) as tar:
+            for member in each_member(tar):
                 _extract_one(tar, member, root_fd, wanted, refuse, report, max_files, max_bytes)
     finally:
         os.close(root_fd)
@@ -115,6 +137,10 @@ def _extract_one(
             report.refused_dirs.add(name)
         return
     if member.isdir():
+        if report.directories >= max_files:
+            report.refused.append((name, f"more than {max_files} directories"))
+            return
+        report.directories += 1
         try:
             os.close(open_dir_beneath(root_fd, rel.parts, create=True))
         except OSError as exc:
