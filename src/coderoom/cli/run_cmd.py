@@ -20,7 +20,7 @@ from rich.text import Text
 from ..errors import JobError
 from ..jobs import JOB_FILE, Job, build_job, load_job, parse_input_flag
 from ..record.events import (
-    Event, ModelCall, ModelReplyCut, ModelRetry, ModelStart, Nudge, RunStart, ToolResult, ToolStart,
+    ContextTrimmed, Event, ModelCall, ModelReplyCut, ModelRetry, ModelStart, Nudge, RunStart, ToolResult, ToolStart,
 )
 from ..sandboxes import backend_names, get_backend
 from .app import app
@@ -77,6 +77,12 @@ class Progress:
         elif isinstance(event, ModelReplyCut):
             then = "; asking it to finish" if event.retried else ""
             self.console.print(Text(f"the model's reply was cut at max_tokens={event.max_tokens}{then}", "yellow"))
+        elif isinstance(event, ContextTrimmed):
+            self.console.print(Text(
+                f"context: the request took ~{event.tokens_before:,} of {event.context_size:,} tokens; "
+                f"{event.outputs_trimmed} tool outputs trimmed, {event.items_dropped} items left out "
+                f"({event.chars_removed:,} chars) to ~{event.tokens_after:,}", "yellow",
+            ))  # fmt: skip
         elif isinstance(event, Nudge):
             missing = ", ".join(m.path for m in event.missing)
             self.console.print(Text.assemble(("outputs missing or invalid, asking the model again: ", "yellow"), safe(missing)))
