@@ -17,11 +17,13 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ..errors import JobError
+from ..errors import JobError, RecordError
 from ..jobs import JOB_FILE, Job, build_job, load_job, parse_input_flag
 from ..record.events import (
     ContextTrimmed, Event, ModelCall, ModelReplyCut, ModelRetry, ModelStart, Nudge, RunStart, ToolResult, ToolStart,
 )
+from ..record import read_record
+from ..record.notes import run_notes, trim_line
 from ..sandboxes import backend_names, get_backend
 from .app import app
 from .display import first_line, safe, safe_markdown
@@ -78,11 +80,7 @@ class Progress:
             then = "; asking it to finish" if event.retried else ""
             self.console.print(Text(f"the model's reply was cut at max_tokens={event.max_tokens}{then}", "yellow"))
         elif isinstance(event, ContextTrimmed):
-            self.console.print(Text(
-                f"context: the request took ~{event.tokens_before:,} of {event.context_size:,} tokens; "
-                f"{event.outputs_trimmed} tool outputs trimmed, {event.items_dropped} items left out "
-                f"({event.chars_removed:,} chars) to ~{event.tokens_after:,}", "yellow",
-            ))  # fmt: skip
+            self.console.print(safe(trim_line(event), "yellow"))
         elif isinstance(event, Nudge):
             missing = ", ".join(m.path for m in event.missing)
             self.console.print(Text.assemble(("outputs missing or invalid, asking the model again: ", "yellow"), safe(missing)))
@@ -188,9 +186,21 @@ def run(
             console.print(Text.assemble((exc.message, "red"), *partial))
             raise typer.Exit(exc.exit_code) from None
     _print_summary(result.checks, result.final_output, run_dir)
+    _print_notes(run_dir)
     if result.error:
         console.print(Text.assemble((f"{result.status}:", "red"), " ", safe(result.error)))
     raise typer.Exit(0 if result.ok else 1)
+
+
+def _print_notes(run_dir: Path) -> None:
+    """How the run went, where its outputs do not show it (the record's events; `show` prints
+    the same lines)."""
+    try:
+        events = read_record(run_dir).events
+    except RecordError:
+        return
+    for note in run_notes(events):
+        console.print(Text.assemble(("note: ", "yellow"), safe(note)))
 
 
 def _print_summary(checks: list[Any], final_output: str, run_dir: Path) -> None:

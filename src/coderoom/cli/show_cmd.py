@@ -17,7 +17,10 @@ from rich.panel import Panel
 from rich.text import Text
 
 from ..record import read_record
-from ..record.events import Event, MessageItem, ModelCall, Nudge, RunEnd, RunStart, ToolResult
+from ..record.events import (
+    ContextTrimmed, Event, MessageItem, ModelCall, ModelReplyCut, Nudge, RunEnd, RunStart, ToolResult,
+)
+from ..record.notes import run_notes, trim_line
 from .app import app
 from .display import safe, safe_markdown
 from .errors import reported
@@ -32,6 +35,8 @@ def show(run_dir: Annotated[Path, typer.Argument(help="a run folder (holds run.j
         record = read_record(run_dir)
     for event in record.events:
         _show_event(event)
+    for note in run_notes(record.events):
+        out.print(Text.assemble(("note: ", "yellow"), safe(note)))
     if record.skipped:
         out.print(safe(f"({record.skipped} events of types this coderoom does not know were skipped)", "dim"))
     if record.unfinished:
@@ -65,6 +70,11 @@ def _show_event(event: Event) -> None:
         if event.cell and event.cell.state_lost:
             title.append(" · state lost", style="red")
         out.print(Panel(safe(event.output or "(no output)"), title=title, title_align="left", border_style="dim"))
+    elif isinstance(event, ContextTrimmed):
+        out.print(Text.assemble(stamp, " ", safe(trim_line(event), "yellow")))
+    elif isinstance(event, ModelReplyCut):
+        then = "; asked to finish" if event.retried else "; marked as cut"
+        out.print(Text.assemble(stamp, (f" reply cut at max_tokens={event.max_tokens}{then}", "yellow")))
     elif isinstance(event, Nudge):
         reasons = "; ".join(f"{m.path} ({m.reason})" for m in event.missing)
         out.print(Text.assemble(stamp, (" nudge: ", "yellow"), safe(reasons)))
