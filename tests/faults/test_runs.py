@@ -66,7 +66,7 @@ async def test_over_the_workspace_limit_the_outputs_and_record_are_kept(tmp_path
     )
     result = await run_job(_job(tmp_path, "local", workspace_size="2M"), run_dir=tmp_path / "run", model=model)
     big = next(e for e in events(tmp_path / "run") if e["type"] == "tool_result" and e["call_id"] == "c2")
-    assert "2097152-byte limit" in big["output"]  # the model is told which limit, with its value
+    assert "workspace_size limit of 2097152 bytes" in big["output"]  # the model is told which limit, with its value
     assert (tmp_path / "run/output/note.md").read_text() == "# kept\n"
     assert result.ok, result.error
     end = events(tmp_path / "run")[-1]

@@ -128,7 +128,7 @@ async def test_memory_kill_is_137(client: Any) -> None:
     async with open_session(spec) as s:
         result = await s.exec("python3", "-c", "b = bytearray(400 << 20); print(len(b))", shell=False)
         assert result.exit_code == 137
-        assert b"out of memory" in result.stderr
+        assert b"[coderoom: stopped by the memory limit (memory = 96M for the whole sandbox)]" in result.stderr
         assert (await s.exec("echo still here")).stdout == b"still here\n"
 
 

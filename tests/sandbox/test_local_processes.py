@@ -89,7 +89,7 @@ async def test_exit_code_stdin_and_bounded_output() -> None:
 async def test_the_workspace_limit_stops_a_long_lived_writer() -> None:
     limits = Limits(workspace_size="2M", file_size="64M")
     async with open_session(SandboxSpec(backend="local", limits=limits)) as session:
-        writer = "echo go; sleep 0.3; head -c 8000000 /dev/zero > big; sleep 1000"
+        writer = "echo go; sleep 0.3; for f in a b c; do head -c 1500000 /dev/zero > $f; done; sleep 1000"
         started = await session.pty_exec_start(writer, yield_time_s=0.25)
         assert started.process_id is not None
         update = await session.pty_write_stdin(session_id=started.process_id, chars="", yield_time_s=6)
@@ -141,3 +141,20 @@ async def test_host_walks_survive_a_tree_changing_under_them() -> None:
             archive.close()
         result = await session.exec("sleep 1; echo survived")  # the watchdog walks meanwhile
         assert result.stdout == b"survived\n", result.stderr
+
+
+async def test_a_fast_long_lived_file_creator_is_stopped_close_to_the_entry_cap() -> None:
+    """Issue 10 class 7: the kernel's watchdog used to let this reach 6x the cap (benchmarks/limits_bench.py)."""
+    from coderoom.hostile import tree
+
+    creator = "i = 0\nwhile True:\n    open(f'f{i}', 'w').close()\n    i += 1\n"
+    async with open_session(SandboxSpec(backend="local")) as session:
+        started = await session.pty_exec_start("python3", "-c", creator, shell=False, yield_time_s=0.1)
+        assert started.process_id is not None
+        update = started
+        deadline = time.monotonic() + 90
+        while update.exit_code is None and time.monotonic() < deadline:
+            update = await session.pty_write_stdin(session_id=started.process_id, chars="", yield_time_s=1)
+        entries = sum(1 for _ in tree.walk(session._inner.sandbox.workspace_dir))
+    assert update.exit_code is not None and b"more than 100000 entries" in update.output
+    assert entries <= 1.5 * tree.MAX_ENTRIES

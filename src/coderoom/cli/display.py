@@ -9,12 +9,14 @@ never interpreted, no highlighting.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.markdown import Markdown
 from rich.text import Text
 
 from ..hostile.text import terminal_safe
+
+if TYPE_CHECKING:  # rich.markdown loads when a message is shown
+    from rich.markdown import Markdown
 
 
 def safe(value: object, style: str = "") -> Text:
@@ -26,6 +28,8 @@ def safe_markdown(text: str) -> Markdown:
     """Model text rendered as Markdown: made terminal-safe first, so no control character reaches
     the renderer, and without hyperlinks, so a link shows its real target instead of an OSC 8
     link whose target the model chose."""
+    from rich.markdown import Markdown
+
     return Markdown(terminal_safe(text), hyperlinks=False)
 
 

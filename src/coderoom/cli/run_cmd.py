@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
@@ -18,15 +17,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import JobError, RecordError
-from ..jobs import JOB_FILE, Job, build_job, load_job, parse_input_flag
-from ..record.events import (
-    ContextTrimmed, Event, ModelCall, ModelReplyCut, ModelRetry, ModelStart, Nudge, RunStart, ToolResult, ToolStart,
-)
-from ..record import read_record
-from ..record.notes import run_notes, trim_line
 from ..sandboxes import backend_names, get_backend
 from .app import app
-from .display import first_line, safe, safe_markdown
+from .display import safe, safe_markdown
 from .errors import reported
 
 if TYPE_CHECKING:  # pydantic (jobs) and rich.markdown load when a command needs them
@@ -34,57 +27,6 @@ if TYPE_CHECKING:  # pydantic (jobs) and rich.markdown load when a command needs
 
 console = Console(stderr=True)
 out = Console()
-
-
-class Progress:
-    """Turns record events into a live status line plus one printed line per tool call."""
-
-    def __init__(self, console: Console) -> None:
-        self.console = console
-        self.started = time.monotonic()
-        self.turn = 0
-        self.tokens = 0
-        self.doing = "starting the sandbox"
-        self.status = console.status(self._text())
-
-    def _text(self) -> Text:
-        elapsed = time.monotonic() - self.started
-        return Text.assemble(f"turn {self.turn} · ", safe(self.doing), f" · {elapsed:.1f}s · {self.tokens:,} tokens")
-
-    def __call__(self, event: Event) -> None:
-        if isinstance(event, RunStart):
-            if event.notice:
-                self.console.print(safe(event.notice, "yellow"))
-            backend = event.job.get("sandbox", {}).get("backend", "?")
-            self.console.print(Text.assemble("model ", safe(event.model, "bold"), " · sandbox ", safe(backend, "bold")))
-        elif isinstance(event, ModelStart):
-            self.turn = event.turn
-            self.doing = "model thinking"
-        elif isinstance(event, ModelCall):
-            self.tokens += event.usage.total_tokens
-            self.doing = "model answered"
-        elif isinstance(event, ToolStart):
-            self.doing = f"{event.name}: {first_line(event.arguments, 50)}"
-            self.console.print(Text.assemble(
-                (f"{time.monotonic() - self.started:6.1f}s", "dim"), f" turn {self.turn} ",
-                safe(event.name, "cyan"), " ", safe(first_line(event.arguments)),
-            ))  # fmt: skip
-        elif isinstance(event, ToolResult):
-            self.doing = f"{event.name} done"
-        elif isinstance(event, ModelRetry):
-            self.console.print(Text.assemble(
-                ("model server: ", "yellow"), safe(event.reason),
-                (f"; retry {event.attempt} of {event.max_retries} in {event.wait_s:g}s", "yellow"),
-            ))  # fmt: skip
-        elif isinstance(event, ModelReplyCut):
-            then = "; asking it to finish" if event.retried else ""
-            self.console.print(Text(f"the model's reply was cut at max_tokens={event.max_tokens}{then}", "yellow"))
-        elif isinstance(event, ContextTrimmed):
-            self.console.print(safe(trim_line(event), "yellow"))
-        elif isinstance(event, Nudge):
-            missing = ", ".join(m.path for m in event.missing)
-            self.console.print(Text.assemble(("outputs missing or invalid, asking the model again: ", "yellow"), safe(missing)))
-        self.status.update(self._text())
 
 
 def _job_from_flags(
@@ -161,6 +103,7 @@ def run(
     is saved, the sandbox closed, the record ends "interrupted"; exit 130 / 143 / 129.
     """
     from ..interrupts import Interrupted, raising_on_signals, run_interruptible
+    from .progress import Progress
     from ..models import resolve_model
     from ..run import new_run_dir, run_job
 
@@ -187,14 +130,19 @@ def run(
             raise typer.Exit(exc.exit_code) from None
     _print_summary(result.checks, result.final_output, run_dir)
     _print_notes(run_dir)
+    for hit in result.limits_hit:
+        console.print(Text.assemble(("sandbox limit: ", "yellow"), safe(hit)))
     if result.error:
         console.print(Text.assemble((f"{result.status}:", "red"), " ", safe(result.error)))
     raise typer.Exit(0 if result.ok else 1)
 
 
 def _print_notes(run_dir: Path) -> None:
-    """How the run went, where its outputs do not show it (the record's events; `show` prints
-    the same lines)."""
+    """How the run went, where its outputs do not show it (from the record; `show` prints the
+    same lines)."""
+    from ..record import read_record
+    from ..record.notes import run_notes
+
     try:
         events = read_record(run_dir).events
     except RecordError:

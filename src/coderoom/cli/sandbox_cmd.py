@@ -82,6 +82,20 @@ def _write(stream: IO[bytes], data: bytes) -> None:
     stream.flush()
 
 
+@sandbox_app.command("info")
+def info() -> None:
+    """Say which enforcement of the limits is in force on this machine, for every backend."""
+    from ..sandboxes import SandboxSpec
+
+    with reported():
+        for name in backend_names():
+            backend = get_backend(name)
+            reason = backend.unavailable_reason(SandboxSpec(backend=name))
+            typer.echo(f"{name}:")
+            for line in ([f"unavailable: {reason}"] if reason else backend.info().splitlines()):
+                typer.echo(f"  {line}")
+
+
 @sandbox_app.command("prune")
 def prune() -> None:
     """Remove the sandbox resources crashed sessions left behind, for every backend that runs here."""

@@ -36,7 +36,7 @@ from ..jobs import Job, build_job
 from ..outputs import OutputCheck
 from ..sandboxes.limits import Limits
 from ..sandboxes.session import open_session
-from ..sandboxes.registry import default_backend_name
+from ..sandboxes.defaults import default_backend_name
 from ..sandboxes.spec import SandboxSpec
 from ..workspace import stage_inputs
 from . import REPLAY_TIMEOUT

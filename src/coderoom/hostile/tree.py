@@ -78,13 +78,20 @@ def walk(root: Path, *, max_depth: int = MAX_DEPTH) -> Iterator[Entry]:
 
 
 def usage(root: Path, *, max_entries: int = MAX_ENTRIES) -> int:
-    """Apparent size in bytes (st_size, so a sparse file counts in full); raises past the limits."""
+    """Bytes in `root`, each entry counted by the larger of its apparent size (st_size: a sparse
+    file counts in full, as it would archived) and its allocated blocks (st_blocks: space reserved
+    beyond the size counts too); raises past the limits."""
     total = 0
     for count, entry in enumerate(walk(root), start=1):
         if count > max_entries:
             raise WorkspaceLimitError(f"more than {max_entries} entries")
-        total += entry.st.st_size
+        total += footprint(entry.st)
     return total
+
+
+def footprint(st: os.stat_result) -> int:
+    """What a file costs: the larger of its apparent size and the disk blocks it holds."""
+    return max(st.st_size, st.st_blocks * 512)
 
 
 def open_dir_beneath(

@@ -2,11 +2,35 @@
 
 `events` says what a record holds (typed, versioned events), `writer` appends it, `reader` reads
 it back (for `show`, `export`, `rerun`) with `legacy` upgrading version 1 records, `hooks` (which
-needs the Agents SDK) turns a run's lifecycle into events.
+needs the Agents SDK) turns a run's lifecycle into events. The names below load on first use
+(the events are pydantic models): `coderoom --help` needs only RECORD_FILE.
 """
 
-from .events import RECORD_FILE, RECORD_VERSION, Event, Listener
-from .reader import Record, read_record
-from .writer import Recorder, bounded
+from __future__ import annotations
 
-__all__ = ["RECORD_FILE", "RECORD_VERSION", "Event", "Listener", "Record", "Recorder", "bounded", "read_record"]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+RECORD_FILE = "run.jsonl"
+
+if TYPE_CHECKING:
+    from .events import RECORD_VERSION, Event, Listener
+    from .reader import Record, read_record
+    from .writer import Recorder, bounded
+
+_LAZY = {
+    "RECORD_VERSION": ".events",
+    "Event": ".events",
+    "Listener": ".events",
+    "Record": ".reader",
+    "read_record": ".reader",
+    "Recorder": ".writer",
+    "bounded": ".writer",
+}
+__all__ = ["RECORD_FILE", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_LAZY[name], __name__), name)

@@ -16,7 +16,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-RECORD_FILE = "run.jsonl"
+from . import RECORD_FILE  # noqa: F401  (re-exported: the record's file name)
+
 RECORD_VERSION = 2
 """2: typed events; run_python results carry a `cell`. 1: the same events, cells only as prose."""
 
@@ -215,6 +216,7 @@ class RunEnd(_Event):
     signal: str | None = None  # the signal that interrupted the run (SIGINT, SIGTERM, SIGHUP)
     saved: list[str] = Field(default_factory=list)  # what was saved in the run folder
     incomplete: str | None = None  # why the save was cut short, when it was
+    limits_hit: list[str] = Field(default_factory=list)  # sandbox limits commands ran into
     usage: Usage = Field(default_factory=Usage)
     duration_s: float = 0.0
 

@@ -111,8 +111,8 @@ class RecordingHooks(RunHooks[Any]):
         self, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool, result: object
     ) -> None:
         call_id = getattr(context, "tool_call_id", None) or tool.name
-        from ..tools.python_kernel import RunPythonTool
-
+        # a tool with a structured result (run_python's cell) hands it over by call id
+        take_cell = getattr(tool, "take_cell", None)
         started = self._tool_started.pop(call_id, time.monotonic())
         self.recorder.emit(
             "tool_result",
@@ -120,6 +120,6 @@ class RecordingHooks(RunHooks[Any]):
             name=tool.name,
             arguments=_arguments(getattr(context, "tool_arguments", None)),
             output=bounded(tool_output_text(result)),
-            cell=tool.take_cell(call_id) if isinstance(tool, RunPythonTool) else None,
+            cell=take_cell(call_id) if callable(take_cell) else None,
             duration_s=round(time.monotonic() - started, 4),
         )

@@ -12,7 +12,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SandboxUnavailable
-from .registry import backend_names, default_backend_name, get_backend
+from .defaults import default_backend_name
+from .registry import backend_names, get_backend
 
 if TYPE_CHECKING:
     from .limits import Limits, parse_size

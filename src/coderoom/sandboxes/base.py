@@ -54,5 +54,8 @@ class SandboxBackend(Protocol):
     def prune(self) -> int:
         """Remove what crashed sessions of this backend left behind; how many were removed."""
 
+    def info(self) -> str:
+        """What enforces each limit on this machine, one `limit: how` line each (`sandbox info`)."""
+
     def commands(self) -> Any | None:
         """A typer app of this backend's own commands (mounted as `coderoom NAME ...`), or None."""

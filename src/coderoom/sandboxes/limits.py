@@ -44,9 +44,16 @@ MINIMUM_SIZES = {
     "file_size": 64 * 1024,
     "output_bytes": 256,
 }
+# RLIMIT_CPU's hard limit is this much over the soft one: at the soft limit the kernel sends
+# SIGXCPU, which names the cpu_time limit (see `stops`); with soft = hard it sends SIGKILL,
+# which looks like an OOM kill. A process that ignores SIGXCPU is killed a second later.
+CPU_KILL_GRACE_S = 1
+# Below this a cut tool result is mostly the marker that says where the rest is.
+MINIMUM_TOOL_OUTPUT_CHARS = 1000
 
 
-def _shown(size: int) -> str:
+def shown_size(size: int) -> str:
+    """`size` the way a job file would write it: 64M, 2G, or bytes."""
     for unit, factor in (("G", 1024**3), ("M", 1024**2), ("K", 1024)):
         if size >= factor and size % factor == 0:
             return f"{size // factor}{unit}"
@@ -67,6 +74,11 @@ class Limits(BaseModel):
     workspace_size: ByteSize = Field(default=2 * 1024**3, description="total workspace bytes")
     tmp_size: ByteSize = Field(default=256 * 1024**2, description="private /tmp tmpfs size")
     output_bytes: ByteSize = Field(default=1024**2, description="captured stdout/stderr per stream")
+    tool_output_chars: int = Field(
+        default=16_000,
+        ge=MINIMUM_TOOL_OUTPUT_CHARS,
+        description="characters of one tool result the model reads (the rest is saved in the workspace)",
+    )
     network: bool = Field(default=False, description="allow network access from the sandbox")
 
     @field_validator(*MINIMUM_SIZES)
@@ -77,7 +89,7 @@ class Limits(BaseModel):
         minimum = MINIMUM_SIZES[name]
         if value < minimum:
             raise ValueError(
-                f"{name} = {value} bytes is under the {_shown(minimum)} minimum; a plain number "
+                f"{name} = {value} bytes is under the {shown_size(minimum)} minimum; a plain number "
                 f"is bytes: write e.g. '{value}M' for megabytes"
             )
         return value

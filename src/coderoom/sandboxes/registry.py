@@ -9,7 +9,6 @@ isolate (the SDK's `unix_local`) is never offered: it is reached only by name th
 from __future__ import annotations
 
 import importlib
-import sys
 import warnings
 from importlib.metadata import entry_points
 
@@ -21,11 +20,6 @@ _BUILTIN = {
     "docker": "coderoom.sandboxes.docker:backend",
 }
 _UNCONFINED = {"unix_local": "coderoom.sandboxes.unconfined:backend"}
-
-
-def default_backend_name() -> str:
-    """`local` (bubblewrap) on Linux; elsewhere Docker is the only real boundary we ship."""
-    return "local" if sys.platform.startswith("linux") else "docker"
 
 
 def _plugins() -> dict[str, str]:

@@ -14,6 +14,11 @@ exotic socket families, namespace flags on clone):
 * `socket` is allowed for AF_UNIX, AF_INET, AF_INET6 and AF_NETLINK only (else EAFNOSUPPORT);
 * `ioctl(TIOCSTI|TIOCLINUX)` fails with EPERM, comparing the low 32 bits (CVE-2019-10063);
 * `personality` is limited to the values glibc and Python use.
+
+A backend may deny more (`build_filter`'s `also_denied` and `unsupported`): the local sandbox
+answers `fallocate` with EOPNOTSUPP, so space cannot be reserved without writing it (glibc's
+posix_fallocate then writes zeros, which the file-size and workspace limits see), and, without a
+memory cgroup, refuses memfd_create and shmget (`NO_CGROUP_DENIED`): memory RLIMIT_AS does not count.
 """
 
 from __future__ import annotations
@@ -49,6 +54,9 @@ ALLOWED_SOCKET_FAMILIES = (1, 2, 10, 16)  # AF_UNIX, AF_INET, AF_INET6, AF_NETLI
 DENIED_IOCTLS = (0x5412, 0x541C)  # TIOCSTI, TIOCLINUX
 ALLOWED_PERSONALITIES = (0x0, 0x8, 0x20000, 0x20008, 0xFFFFFFFF)
 
+# Shared memory that outlives every mapping, refused where no memory cgroup counts it (local).
+NO_CGROUP_DENIED = ("memfd_create", "shmget")
+
 # Calls that fail with EPERM. Names are the kernel's; numbers per architecture below.
 DENIED_SYSCALLS = (
     "ptrace process_vm_readv process_vm_writev kcmp pidfd_getfd "
@@ -77,6 +85,7 @@ _X86_64 = {
     "open_by_handle_at": 304, "name_to_handle_at": 303, "move_pages": 279, "migrate_pages": 256,
     "iopl": 172, "ioperm": 173, "uselib": 134, "ustat": 136, "sysfs": 139, "_sysctl": 156,
     "clone": 56, "clone3": 435, "socket": 41, "ioctl": 16, "personality": 135,
+    "fallocate": 285, "memfd_create": 319, "shmget": 29,
 }  # fmt: skip
 
 _AARCH64 = {
@@ -93,6 +102,7 @@ _AARCH64 = {
     "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
     "open_by_handle_at": 265, "name_to_handle_at": 264, "move_pages": 239, "migrate_pages": 238,
     "clone": 220, "clone3": 435, "socket": 198, "ioctl": 29, "personality": 92,
+    "fallocate": 47, "memfd_create": 279, "shmget": 194,
 }  # fmt: skip  (aarch64 has no iopl/ioperm/uselib/ustat/sysfs/_sysctl)
 
 
@@ -166,8 +176,9 @@ def errno_ret(code: int) -> int:
     return _RET_ERRNO | code
 
 
-def build_filter(arch: Arch) -> bytes:
-    """The BPF program (struct sock_filter[]) for `arch`, as prctl(PR_SET_SECCOMP) takes it."""
+def build_filter(arch: Arch, *, also_denied: tuple[str, ...] = (), unsupported: tuple[str, ...] = ()) -> bytes:
+    """The BPF program (struct sock_filter[]) for `arch`, as prctl(PR_SET_SECCOMP) takes it;
+    `also_denied` calls fail with EPERM too, `unsupported` ones with EOPNOTSUPP."""
     p = _Program()
     p.load(_OFF_ARCH)
     p.jump(_JEQ_K, arch.audit, jt=1)
@@ -176,10 +187,13 @@ def build_filter(arch: Arch) -> bytes:
     if arch.x32_bit:
         p.jump(_JGE_K, _X32_SYSCALL_BIT, jf=1)
         p.ret(RET_KILL_PROCESS)
-    for name in DENIED_SYSCALLS:
+    for name in (*DENIED_SYSCALLS, *also_denied):
         if name in arch.table:
             p.jump(_JEQ_K, arch.table[name], jf=1)
             p.ret(errno_ret(errno.EPERM))
+    for name in unsupported:
+        p.jump(_JEQ_K, arch.table[name], jf=1)
+        p.ret(errno_ret(errno.EOPNOTSUPP))
     p.jump(_JEQ_K, arch.table["clone3"], jf=1)
     p.ret(errno_ret(errno.ENOSYS))
     for name in ("clone", "socket", "ioctl", "personality"):

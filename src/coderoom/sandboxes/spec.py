@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from .limits import Limits
-from .registry import default_backend_name
+from .defaults import default_backend_name
 
 
 class SandboxSpec(BaseModel):

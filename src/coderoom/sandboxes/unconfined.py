@@ -34,6 +34,9 @@ class UnconfinedBackend:
     def prune(self) -> int:
         return 0
 
+    def info(self) -> str:
+        return "nothing: no limit is enforced (no isolation)"
+
     def commands(self) -> None:
         return None
 

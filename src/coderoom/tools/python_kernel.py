@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..record.events import FIGURE_PATH, Cell, cell_status_text
 from ..record.writer import bounded
+from .bounded import OutputBound, bound_tool
 from .inside import kernel_server
 
 TOOL_NAME = "run_python"
@@ -396,13 +397,14 @@ class PythonKernel(Capability):
     type: Literal["python_kernel"] = "python_kernel"
     images: bool = True
     timeout: float = Field(default=60.0, gt=0)
+    bound: OutputBound = OutputBound()
 
     def tools(self) -> list[Tool]:
         if self.session is None:
             raise ValueError("PythonKernel capability is not bound to a SandboxSession")
         if not keeps_processes(self.session):
             return []  # offering a tool that can only fail would waste the model's turns
-        return [RunPythonTool(self.session, images=self.images, timeout=self.timeout)]
+        return [bound_tool(RunPythonTool(self.session, images=self.images, timeout=self.timeout), self.session, self.bound)]
 
     async def instructions(self, manifest: Manifest) -> str | None:
         if self.session is not None and not keeps_processes(self.session):

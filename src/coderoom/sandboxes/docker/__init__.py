@@ -86,6 +86,9 @@ class DockerBackend:
     def prune(self) -> int:
         return prune()
 
+    def info(self) -> str:
+        return "memory: docker --memory (cgroup), swap included\nnetwork: none unless network = true"
+
     def commands(self) -> Any:
         from .commands import image_app
 

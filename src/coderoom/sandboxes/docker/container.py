@@ -40,8 +40,9 @@ from ...errors import SandboxFailed, SandboxLimitExceeded
 from ...hostile.names import safe_relative_path, shown
 from ..base import EXIT_TIMEOUT
 from ..core import CommandResult
-from ..limits import Limits
+from ..limits import CPU_KILL_GRACE_S, Limits
 from ..seccomp import arch_named, build_filter
+from ..stops import named_stop, stop_note
 from .archive import MAX_ENTRIES, ArchiveStream, clean_members, rewrite, stream_budget
 from .channel import Channel, Reply
 from .labels import CONTACT_WITHIN_S, CREATED_LABEL, LABEL, SESSION_LABEL, owner_labels
@@ -130,7 +131,7 @@ def container_settings(
         "ipc_mode": "private",
         "ulimits": [
             Ulimit(name="fsize", soft=limits.file_size, hard=limits.file_size),
-            Ulimit(name="cpu", soft=limits.cpu_time, hard=limits.cpu_time),
+            Ulimit(name="cpu", soft=limits.cpu_time, hard=limits.cpu_time + CPU_KILL_GRACE_S),
             Ulimit(name="core", soft=0, hard=0),
             Ulimit(name="nofile", soft=_NOFILE, hard=_NOFILE),
         ],
@@ -264,13 +265,19 @@ class DockerSandbox:
             message = f"coderoom: could not start the command: {reply['error']}\n"
             return CommandResult(126, b"", message.encode())
         timed_out = bool(reply.get("timed_out"))
-        return CommandResult(
+        result = CommandResult(
             exit_code=EXIT_TIMEOUT if timed_out else int(reply["code"]),
             stdout=base64.b64decode(reply["out"]),
             stderr=base64.b64decode(reply["err"]),
             timed_out=timed_out,
             stopped_by=f"the {timeout:g} s wall-clock limit" if timed_out else None,
         )
+        if not timed_out:
+            oom = reply.get("oom_killed") is True
+            result.stopped_by = named_stop(result.exit_code, result.stderr, self.limits, oom_killed=oom)
+            if result.stopped_by:
+                result.stderr += stop_note(result.stopped_by)
+        return result
 
     async def read_file(self, path: PurePosixPath, *, max_bytes: int) -> bytes:
         rel = safe_relative_path(str(path))

@@ -12,7 +12,6 @@ nowhere so the SDK's `sh -l` wrappers read no sandbox-written profile.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import io
 import uuid
 from pathlib import Path, PurePosixPath
@@ -23,6 +22,7 @@ from agents.sandbox.errors import (
     ExecTimeoutError,
     ExecTransportError,
     WorkspaceArchiveReadError,
+    WorkspaceReadNotFoundError,
     WorkspaceArchiveWriteError,
 )
 from agents.sandbox.manifest import Manifest
@@ -37,13 +37,11 @@ from docker.models.containers import Container
 from ...errors import CoderoomError, SandboxFailed
 from ..limits import Limits
 from ..one_user import plain_shell, refuse_manifest_accounts
+from ..stops import log_stop
 from .container import INIT_BOOTSTRAP, DockerSandbox, container_settings, seccomp_program
 
 # `docker exec` processes get the container's environment, so init.py is there for them too
 _FILTERED_EXEC = ("python3", "-I", "-S", "-c", INIT_BOOTSTRAP, "--exec")
-
-# Raised by file reads so `cat` of a large workspace file is not cut at Limits.output_bytes.
-_output_cap: contextvars.ContextVar[int | None] = contextvars.ContextVar("output_cap", default=None)
 
 
 class CoderoomDockerSession(DockerSandboxSession):
@@ -51,9 +49,11 @@ class CoderoomDockerSession(DockerSandboxSession):
 
     _limits: Limits
     _core: DockerSandbox
+    limits_hit: list[str]  # see stops.limits_hit
 
     def _adopt(self, limits: Limits) -> None:
         self._limits = limits
+        self.limits_hit = []
         self._core = DockerSandbox(
             self._docker_client, self.state.container_id, limits, root=self.state.manifest.root
         )
@@ -106,7 +106,7 @@ class CoderoomDockerSession(DockerSandboxSession):
             raise ValueError("the docker sandbox runs every command as its one sandbox user")
         limit = self._limits.timeout
         try:
-            result = await self._core.exec(cmd, timeout=timeout, cwd=workdir, output_cap=_output_cap.get())
+            result = await self._core.exec(cmd, timeout=timeout, cwd=workdir)
         except SandboxFailed as e:
             if isinstance(e.__cause__, TimeoutError):
                 raise ExecTimeoutError(command=command_for_errors, timeout_s=timeout, cause=e) from e
@@ -116,21 +116,35 @@ class CoderoomDockerSession(DockerSandboxSession):
             if timeout is not None and timeout < limit:
                 raise ExecTimeoutError(command=command_for_errors, timeout_s=timeout)
             stderr += f"\n[coderoom: killed after the {limit:g} s wall-clock limit]\n".encode()
+        log_stop(self.limits_hit, result.stopped_by)
         return ExecResult(stdout=result.stdout, stderr=stderr, exit_code=result.exit_code)
 
     async def read(self, path: Path, *, user: Any = None) -> io.IOBase:
-        token = _output_cap.set(self._limits.workspace_size + 1)
-        try:
-            return await super().read(path, user=user)
-        finally:
-            _output_cap.reset(token)
+        return io.BytesIO(await self._read_bytes(path, self._limits.workspace_size))
 
     async def _read_bounded(self, path: Path, *, max_bytes: int) -> bytes:
-        token = _output_cap.set(max_bytes + 1)
+        return await self._read_bytes(path, max_bytes)
+
+    async def _read_bytes(self, path: Path, max_bytes: int) -> bytes:
+        """A workspace file through the core (no symlink followed, a FIFO or device refused at
+        once); a path through a symlink is resolved inside the container, where it cannot reach
+        the host, and read only if it is a regular file there."""
+        target = await self._validate_path_access(path)
         try:
-            return await super()._read_bounded(path, max_bytes=max_bytes)
-        finally:
-            _output_cap.reset(token)
+            return await self._core.read_file(self._relative(target), max_bytes=max_bytes)
+        except FileNotFoundError as e:
+            raise WorkspaceReadNotFoundError(path=path, cause=e) from e
+        except OverflowError as e:
+            raise WorkspaceArchiveReadError(path=path, cause=e) from e
+        except OSError:
+            pass
+        script = 'test -f "$1" && exec cat -- "$1"'
+        result = await self._core.exec(["sh", "-c", script, "sh", str(target)], output_cap=max_bytes + 1)
+        if result.exit_code != 0:
+            raise WorkspaceReadNotFoundError(path=path, context={"stderr": result.stderr[:4096]})
+        if len(result.stdout) > max_bytes:
+            raise WorkspaceArchiveReadError(path=path, context={"reason": f"larger than {max_bytes} bytes"})
+        return result.stdout
 
     async def write(self, path: Path, data: io.IOBase, *, user: str | User | None = None) -> None:
         if user is not None:

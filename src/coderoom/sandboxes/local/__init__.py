@@ -33,9 +33,14 @@ class LocalBackend:
     summary = "bubblewrap namespaces, seccomp and limits on this machine; no daemon (the default on Linux)"
 
     def unavailable_reason(self, spec: SandboxSpec) -> str | None:
-        from . import bwrap
+        from . import bwrap, network
 
-        return bwrap.probe()[1]
+        return bwrap.probe()[1] or (network.unavailable_reason() if spec.limits.network else None)
+
+    def info(self) -> str:
+        from . import enforcement
+
+        return enforcement.describe()
 
     def options_model(self) -> type[BaseModel]:
         from .options import LocalOptions
@@ -48,7 +53,7 @@ class LocalBackend:
     async def start(self, spec: SandboxSpec) -> LocalSandbox:
         from .sandbox import LocalSandbox
 
-        sandbox = await LocalSandbox.create(spec.limits, _bubblewrap())
+        sandbox = await LocalSandbox.create(spec.limits, _bubblewrap(spec))
         try:
             await sandbox.start()
         except BaseException:
@@ -59,7 +64,7 @@ class LocalBackend:
     def client(self, spec: SandboxSpec) -> tuple[Any, None]:
         from .session import LocalSandboxClient
 
-        return LocalSandboxClient(spec.limits, _bubblewrap()), None
+        return LocalSandboxClient(spec.limits, _bubblewrap(spec)), None
 
     def prune(self) -> int:
         from .host_dir import prune
@@ -70,12 +75,16 @@ class LocalBackend:
         return None
 
 
-def _bubblewrap() -> bwrap.Bwrap:
-    from . import bwrap
+def _bubblewrap(spec: SandboxSpec) -> bwrap.Bwrap:
+    """bubblewrap for `spec`, or SandboxUnavailable: never unsandboxed, never the host's network."""
+    from . import bwrap, network
 
     bw, reason = bwrap.probe()
-    if bw is None:  # fail closed: never run unsandboxed
+    if bw is None:
         raise SandboxUnavailable(reason or "bubblewrap is unavailable")
+    egress = network.unavailable_reason() if spec.limits.network else None
+    if egress:
+        raise SandboxUnavailable(egress)
     return bw
 
 

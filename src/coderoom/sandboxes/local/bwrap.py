@@ -334,8 +334,6 @@ def build_args(bw: Bwrap, mounts: Mounts, env: dict[str, str]) -> list[str]:
     args = ["--unshare-all", "--unshare-user", "--die-with-parent", "--new-session"]
     if bw.disable_userns:
         args.append("--disable-userns")
-    if mounts.network:
-        args.append("--share-net")
     # capabilities within the sandbox's own user namespace, for the launcher to build each
     # command's namespaces; every command drops them all (see launcher_inner)
     args += ["--cap-add", "ALL", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
@@ -357,13 +355,13 @@ def build_args(bw: Bwrap, mounts: Mounts, env: dict[str, str]) -> list[str]:
 
 
 def host_etc_binds(network: bool) -> list[str]:
-    """Host /etc entries the runtime needs: the loader cache and fonts; TLS and DNS with network."""
-    names = ["ld.so.cache", "fonts"] + (["resolv.conf", "ssl", "ca-certificates"] if network else [])
+    """Host /etc entries the runtime needs: the loader cache and fonts; TLS with network."""
+    names = ["ld.so.cache", "fonts"] + (["ssl", "ca-certificates"] if network else [])
     return [name for name in names if Path("/etc", name).exists()]
 
 
 def write_etc(etc_dir: Path, network: bool) -> None:
-    """A synthetic /etc: a sandbox user, hostname `sandbox`, a resolver only with network."""
+    """A synthetic /etc: a sandbox user, hostname `sandbox`, slirp4netns's resolver only with network."""
     etc_dir.mkdir(mode=0o755)
     files = {
         "passwd": f"root:x:0:0:root:/root:/bin/sh\nsandbox:x:{SANDBOX_UID}:{SANDBOX_UID}:"
@@ -373,6 +371,8 @@ def write_etc(etc_dir: Path, network: bool) -> None:
         "hosts": "127.0.0.1 localhost sandbox\n::1 localhost\n",
         "nsswitch.conf": "passwd: files\ngroup: files\nhosts: files dns\n",
     }
+    if network:  # slirp4netns's resolver (see network)
+        files["resolv.conf"] = "nameserver 10.0.2.3\n"
     for name, text in files.items():
         (etc_dir / name).write_text(text)
     # mount points for host files bound over the read-only /etc (bwrap cannot create them)

@@ -38,7 +38,7 @@ class Settings:
 
     seccomp: bytes  # the BPF program
     clone_nr: int  # clone(2)'s number on this architecture
-    rlimits: list[tuple[int, int]]  # (resource.RLIMIT_*, limit), soft = hard
+    rlimits: list[tuple[int, int, int]]  # (resource.RLIMIT_*, soft, hard)
     tmp_size: int  # bytes, for each command's /tmp and /dev/shm
 
 
@@ -84,6 +84,10 @@ class Launcher:
     def pid(self) -> int:
         """bwrap's host pid."""
         return self._bwrap.pid
+
+    async def sandbox_pid(self) -> int | None:
+        """The host pid of the sandbox's pid 1, whose namespaces the session's commands share."""
+        return await self._bwrap.child_pid()
 
     @classmethod
     def spawn(cls, launch: bwrap.Launch, args: list[str], python: str, settings: Settings) -> Launcher:

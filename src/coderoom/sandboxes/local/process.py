@@ -97,6 +97,7 @@ class BwrapProcess:
                 os.close(fd)
         self.stderr = err_r
         self._status_r = status_r
+        self._child: int | None = None
         loop = asyncio.get_running_loop()
         self.exited: asyncio.Future[int] = loop.create_future()
         self._pidfd = os.pidfd_open(self.popen.pid)
@@ -105,6 +106,19 @@ class BwrapProcess:
     @property
     def pid(self) -> int:
         return self.popen.pid
+
+    async def child_pid(self) -> int | None:
+        """The sandbox's pid 1 (host pid), once bwrap has made its namespaces; None if it exited."""
+        loop = asyncio.get_running_loop()
+        while self._child is None and not self.exited.done() and self._status_r >= 0:
+            readable = loop.create_future()
+            loop.add_reader(self._status_r, lambda: readable.done() or readable.set_result(None))
+            try:
+                await asyncio.wait({readable, self.exited}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                loop.remove_reader(self._status_r)
+            self._child = _child_pid(self._status_r)
+        return self._child
 
     def _on_exit(self) -> None:
         asyncio.get_running_loop().remove_reader(self._pidfd)
@@ -136,7 +150,7 @@ class BwrapProcess:
         Without a known pid 1 (bwrap has not reported it yet), kill bwrap: --die-with-parent
         takes its init down with it.
         """
-        child = _child_pid(self._status_r)
+        child = self._child or _child_pid(self._status_r)
         try:
             if child is None:
                 raise ProcessLookupError

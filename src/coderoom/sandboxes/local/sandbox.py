@@ -29,16 +29,23 @@ not read by the next one (catalogue SES-02).
 Limits (see `Limits`):
 * timeout: wall clock per command; the sandbox's pid 1 is SIGKILLed, the tree dies with it.
   The command returns exit code 124 (`EXIT_TIMEOUT`) with `timed_out` set.
-* memory: RLIMIT_AS per process (no delegated cgroup here): allocation fails with ENOMEM /
-  MemoryError rather than an OOM kill.
+* memory: a memory cgroup per sandbox where one can be had (`cgroup`): every process, tmpfs and
+  shared memory count; at the limit the kernel kills in the command (exit 137, with a note
+  naming the limit). Also RLIMIT_AS per process, so one large allocation fails with MemoryError.
+  Without a cgroup, RLIMIT_AS only, and memfd_create/shmget are refused (`enforcement`).
 * pids: RLIMIT_NPROC, set inside the sandbox's user namespace, so it counts the sandbox's
   tasks (threads included; the launcher and each running command's init count too) and
   nothing of the host.
-* cpu_time: RLIMIT_CPU per process; file_size: RLIMIT_FSIZE.
-* workspace_size: the apparent size (st_size) of /workspace, polled every 0.25 s while a
-  command runs and checked when it ends; over the limit the command is killed and fails with
-  a message. The overshoot is what one command can write in 0.25 s (each file capped by
-  file_size); also capped: 100 000 entries and 256 levels of directories.
+* cpu_time: RLIMIT_CPU per process; file_size: RLIMIT_FSIZE, at most workspace_size.
+* A command that ran into cpu_time, file_size, pids or memory gets a `[coderoom: ...]` line
+  naming the limit and its value at the end of its stderr, and `stopped_by` (see `stops`).
+* workspace_size: /workspace by allocated blocks and apparent size, plus deleted files still
+  held open (`disk`), polled every 0.25 s while a command runs and checked when it ends; over
+  the limit the command is killed and fails with a message naming the limit. fallocate is
+  refused. The overshoot is what one command can write in 0.25 s; also capped: 100 000 entries
+  and 256 levels of directories.
+* network: off, only lo; on, a namespace of its own through slirp4netns (`network`), never
+  the host's.
 * output_bytes: per stream, head and tail kept, the middle replaced by a truncation marker.
 * MAX_PROCESSES long-lived processes at once; MAX_OPEN_FILES descriptors per process.
 """
@@ -60,15 +67,19 @@ from ...hostile import tree
 from ...hostile.names import safe_relative_path
 from ..base import EXIT_KILLED, EXIT_TIMEOUT
 from ..core import CommandResult
-from ..limits import Limits
-from ..seccomp import build_filter, host_arch
-from . import bwrap, host_dir
+from ..limits import CPU_KILL_GRACE_S, Limits
+from ..seccomp import host_arch
+from ..stops import named_stop, stop_note
+from . import bwrap, disk, enforcement, host_dir, network
+from .cgroup import MemoryCgroup
 from .launcher import LAUNCHER_LOST, Job, Launcher, LauncherError, Settings
 from .longlived import LongLived
 from .process import CappedBuffer, pump, supervise, write_all
 
 MAX_OPEN_FILES = 512  # RLIMIT_NOFILE of every sandbox process
 MAX_PROCESSES = 8  # long-lived processes running at once
+PROCESS_POLL_S = 0.25  # how often the long-lived processes' workspace watchdog looks
+PROCESS_WALK_AT_LEAST_S = 5.0  # and walks the workspace at least this often while they run
 _PIPE_GRACE_S = 5.0  # after a command's namespace is gone, for its pipes to reach EOF
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
 
@@ -105,13 +116,15 @@ class LocalSandbox:
         self._bwrap = bw
         arch = host_arch()
         assert arch is not None  # unavailable_reason() refuses such hosts
-        self._seccomp = build_filter(arch)
+        self._seccomp = enforcement.seccomp_filter(arch)
         self._clone_nr = arch.table["clone"]
         self._active_commands = 0
         self._archiving = False
         self._quiet = asyncio.Condition()
         self._python, self._views = host_dir.python_mounts(folder)
         self._launch_cache: bwrap.Launch | None = None
+        self._memory: MemoryCgroup | None = None  # made with the launch, removed after it
+        self._egress: network.Egress | None = None  # with network on, stopped with the launcher
         self._namespace_fd = -1
         self._launcher: Launcher | None = None
         self._launcher_lock = asyncio.Lock()
@@ -149,6 +162,10 @@ class LocalSandbox:
                     )
                 except OSError as exc:
                     raise SandboxFailed(f"cannot start bubblewrap: {exc}") from exc
+                if self.limits.network:  # a network namespace of its own, see `network`
+                    if self._egress is not None:
+                        await asyncio.to_thread(self._egress.close)
+                    self._egress = await network.Egress.attach(await self._launcher.sandbox_pid())
             return self._launcher
 
     def _launch(self) -> bwrap.Launch:
@@ -159,6 +176,9 @@ class LocalSandbox:
             else:
                 self._namespace_fd = bwrap.views_namespace(self._views)
                 self._launch_cache = bwrap.as_unprivileged(self._bwrap, self._namespace_fd)
+            self._memory = MemoryCgroup.for_session(self.limits.memory)
+            if self._memory is not None:
+                self._launch_cache = self._memory.wrap(self._launch_cache)
         return self._launch_cache
 
     async def stop(self) -> None:
@@ -169,10 +189,16 @@ class LocalSandbox:
             if self._launcher is not None:
                 await self._launcher.close()
                 self._launcher = None
+        if self._egress is not None:
+            await asyncio.to_thread(self._egress.close)
+            self._egress = None
         self._launch_cache = None
         if self._namespace_fd >= 0:
             os.close(self._namespace_fd)
             self._namespace_fd = -1
+        if self._memory is not None:
+            await asyncio.to_thread(self._memory.remove)
+            self._memory = None
 
     async def close(self) -> None:
         """Stop everything and delete the host folder (only one `host_dir` made). Idempotent."""
@@ -204,6 +230,7 @@ class LocalSandbox:
             self._active_commands += 1
         try:
             job = await self._start_job(list(argv), env, stdin=stdin is not None)
+            oom_kills = self._memory.oom_kills() if self._memory else 0
             pumps = [asyncio.ensure_future(pump(job.stdout, out.feed)), asyncio.ensure_future(pump(job.stderr, err.feed))]
             if job.stdin is not None:
                 pumps.append(asyncio.ensure_future(_feed_and_close(job.stdin, stdin or b"")))
@@ -227,6 +254,9 @@ class LocalSandbox:
         if job.exited.result() == LAUNCHER_LOST and not job.launcher.started:
             raise SandboxFailed(job.launcher.failure())
         result = CommandResult(job.exited.result(), out.value(), err.value(), timed_out, stopped_by)
+        memory_note = self._memory.oom_note(oom_kills) if self._memory else None
+        if memory_note:
+            result.stderr += f"\n[coderoom: {memory_note}]\n".encode()
         if result.timed_out:
             result.exit_code = EXIT_TIMEOUT
             result.stopped_by = f"the {timeout:g} s wall-clock limit"
@@ -236,6 +266,12 @@ class LocalSandbox:
             if result.exit_code == EXIT_KILLED:
                 result.exit_code = 1  # we killed it for disk, not memory
             result.stderr += f"\n[coderoom: {result.stopped_by}]\n".encode()
+        elif memory_note:  # faults2: named above by the cgroup; listed at the run's end
+            result.stopped_by = memory_note
+        else:  # faults2: cpu_time, file_size, pids, memory named from how the command ended
+            result.stopped_by = named_stop(result.exit_code, result.stderr, self.limits)
+            if result.stopped_by:
+                result.stderr += stop_note(result.stopped_by)
         return result
 
     async def _start_job(self, argv: list[str], env: Mapping[str, str] | None, *, stdin: bool) -> Job:
@@ -260,13 +296,14 @@ class LocalSandbox:
 
     def _settings(self) -> Settings:
         limits = self.limits
+        file_size = min(limits.file_size, limits.workspace_size)
         rlimits = [
-            (resource.RLIMIT_CORE, 0),
-            (resource.RLIMIT_NOFILE, MAX_OPEN_FILES),
-            (resource.RLIMIT_CPU, limits.cpu_time),
-            (resource.RLIMIT_FSIZE, limits.file_size),
-            (resource.RLIMIT_AS, limits.memory),
-            (resource.RLIMIT_NPROC, limits.pids),
+            (resource.RLIMIT_CORE, 0, 0),
+            (resource.RLIMIT_NOFILE, MAX_OPEN_FILES, MAX_OPEN_FILES),
+            (resource.RLIMIT_CPU, limits.cpu_time, limits.cpu_time + CPU_KILL_GRACE_S),
+            (resource.RLIMIT_FSIZE, file_size, file_size),  # no file outgrows the workspace
+            (resource.RLIMIT_AS, limits.memory, limits.memory),
+            (resource.RLIMIT_NPROC, limits.pids, limits.pids),
         ]
         return Settings(self._seccomp, self._clone_nr, rlimits, limits.tmp_size)
 
@@ -274,14 +311,8 @@ class LocalSandbox:
         return await asyncio.to_thread(self._workspace_over_limit)
 
     def _workspace_over_limit(self) -> str | None:
-        limit = self.limits.workspace_size
-        try:
-            used = tree.usage(self.workspace_dir)
-        except tree.WorkspaceLimitError as exc:
-            return f"workspace over its limits: {exc}"
-        if used > limit:
-            return f"workspace is {used} bytes, over its {limit}-byte limit; command stopped"
-        return None
+        launcher = self._launcher.pid if self._launcher else None  # its processes' open files count
+        return disk.over_limit(self.workspace_dir, self.limits.workspace_size, launcher)
 
     # ------------------------------------------------------------------ long-lived processes
 
@@ -322,18 +353,25 @@ class LocalSandbox:
     async def _watch_processes(self) -> None:
         """The workspace limit while long-lived processes run (commands have their own watchdog).
 
-        Polls at most every second, and less often when a walk is slow, so an idle kernel costs
-        little; over the limit, every long-lived process is killed with a note in its output.
+        Every PROCESS_POLL_S, walking only when the sandbox ran or wrote since the last walk (or
+        PROCESS_WALK_AT_LEAST_S have passed), and no sooner than the last walk took (see
+        `disk`); over the limit, every long-lived process is killed with a note in its output.
         """
         loop = asyncio.get_running_loop()
+        seen, walked = -1, 0.0
         while any(entry.alive for entry in self._processes):
-            started = loop.time()
-            reason = await asyncio.to_thread(self._workspace_over_limit)
-            if reason:
-                entries = list(self._processes)
-                await asyncio.gather(*(e.kill(reason) for e in entries), return_exceptions=True)
-                return
-            await asyncio.sleep(max(1.0, 20 * (loop.time() - started)))
+            pause = PROCESS_POLL_S
+            now = await asyncio.to_thread(disk.activity, self._launcher.pid if self._launcher else None)
+            if now != seen or loop.time() - walked > PROCESS_WALK_AT_LEAST_S:
+                walked = loop.time()
+                reason = await asyncio.to_thread(self._workspace_over_limit)
+                if reason:
+                    entries = list(self._processes)
+                    await asyncio.gather(*(e.kill(reason) for e in entries), return_exceptions=True)
+                    return
+                seen = now
+                pause = max(pause, loop.time() - walked)
+            await asyncio.sleep(pause)
 
     # ------------------------------------------------------------------ files
 

@@ -50,6 +50,7 @@ from pydantic import Field
 from ...errors import SandboxFailed
 from ..limits import Limits
 from ..one_user import plain_shell, refuse_manifest_accounts
+from ..stops import log_stop
 from . import bwrap, host_dir
 from .longlived import LongLived
 from .sandbox import LocalSandbox
@@ -82,6 +83,7 @@ class LocalSandboxSession(BaseSandboxSession):
         self.sandbox = LocalSandbox(state.limits, bw, Path(state.host_dir))
         self._running = False
         self._processes: dict[int, tuple[LongLived, codecs.IncrementalDecoder]] = {}
+        self.limits_hit: list[str] = []  # see stops.limits_hit
 
     @property
     def host_dir(self) -> Path:
@@ -132,6 +134,7 @@ class LocalSandboxSession(BaseSandboxSession):
             result = await self.sandbox.exec([str(c) for c in command], timeout=timeout, env=await self._env())
         if result.timed_out and timeout is not None and timeout < self.state.limits.timeout:
             raise ExecTimeoutError(command=command, timeout_s=timeout)
+        log_stop(self.limits_hit, result.stopped_by)
         return ExecResult(stdout=result.stdout, stderr=result.stderr, exit_code=result.exit_code)
 
     async def _env(self) -> dict[str, str]:

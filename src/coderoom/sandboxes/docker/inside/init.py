@@ -412,13 +412,14 @@ class Server:
         remove_home(job.home)
         code = exit_code(job)
         err = job.bufs[job.err_fd].value()
-        if code == 137 and job.oom_before is not None and (oom_kills() or 0) > job.oom_before:
-            err += b"\n[coderoom: command killed: out of memory]\n"
+        # the host names the memory limit with its value (see sandboxes/stops.py)
+        oom = code == 137 and job.oom_before is not None and (oom_kills() or 0) > job.oom_before
         self.reply(
             {
                 "id": job.rid,
                 "code": code,
                 "timed_out": job.timed_out,
+                "oom_killed": oom,
                 "out": "" if job.stream else base64.b64encode(job.bufs[job.out_fd].value()).decode(),
                 "err": base64.b64encode(err).decode(),
             }

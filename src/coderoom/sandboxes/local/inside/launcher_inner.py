@@ -23,7 +23,7 @@ command runs. The payload cannot reach the launcher: it is outside the command's
 sockets are anonymous socketpairs closed before the payload starts.
 
 Configuration, from files bwrap provides: the seccomp program, and settings with clone(2)'s
-number here, the rlimits ([(resource, limit), ...]) and the tmpfs size in bytes.
+number here, the rlimits ([(resource, soft, hard), ...]) and the tmpfs size in bytes.
 
 Protocol on the SOCK_SEQPACKET control socket, one message each. Host to launcher, `marshal`
 data (the host is trusted here; marshal and the C socket module keep start-up short):
@@ -184,10 +184,11 @@ def _stub(sock, config):
             signal.signal(sig, signal.SIG_DFL)  # Python ignores some; exec keeps ignored ones
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
         os.umask(0o022)
-        for res, value in config.rlimits:
-            hard = resource.getrlimit(res)[1]
-            value = value if hard == resource.RLIM_INFINITY else min(value, hard)
-            resource.setrlimit(res, (value, value))
+        for res, soft, hard in config.rlimits:
+            ceiling = resource.getrlimit(res)[1]
+            if ceiling != resource.RLIM_INFINITY:
+                soft, hard = min(soft, ceiling), min(hard, ceiling)
+            resource.setrlimit(res, (soft, hard))
         _drop_capabilities()
         _install_seccomp(config.seccomp)
     except OSError as exc:
@@ -213,6 +214,17 @@ def _stub(sock, config):
     os._exit(_STUB_FAILED)
 
 
+def _first_to_go_at_the_memory_limit():
+    """oom_score_adj 1000 for the command (init and all it starts): at the session's memory
+    cgroup limit the kernel kills in the command, not the launcher. A command may lower it to 0
+    (the launcher's), not below: raising needs no privilege, lowering under 0 does. /proc/self
+    is writable for a dumpable process only, and nothing of the payload runs yet."""
+    _prctl(PR_SET_DUMPABLE, 1)
+    with open("/proc/self/oom_score_adj", "w") as handle:
+        handle.write("1000")
+    _prctl(PR_SET_DUMPABLE, 0)
+
+
 def _init(sock, config):
     """pid 1 of the command's PID namespace."""
     try:
@@ -226,6 +238,7 @@ def _init(sock, config):
                 _mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
         for path in ("/tmp", "/dev/shm"):
             _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={config.tmp_size},mode=1777")
+        _first_to_go_at_the_memory_limit()
     except OSError as exc:
         sys.stderr.write(f"coderoom: cannot set up a command's namespaces: {exc}\n")
         os._exit(_STUB_FAILED)

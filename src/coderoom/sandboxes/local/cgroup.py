@@ -1,0 +1,189 @@
+"""Sandbox-wide memory accounting for the local backend: one memory cgroup per session.
+
+RLIMIT_AS bounds one process's address space, so alone it misses what a job can pin outside
+it: several processes each get the full limit; memfd and SysV shm pages, and tmpfs contents in
+/tmp and /dev/shm, outlive every mapping. A memory cgroup charges all of them (anonymous
+memory of every process, shmem/tmpfs pages, page cache, kernel memory) to one counter and the
+kernel OOM-kills inside the cgroup at the limit, so a session's total stays at `Limits.memory`.
+
+Where it comes from, first that works (`Mode`):
+
+* cgroup v1 as root: a child of this process's own memory cgroup (so the limits above ours
+  still apply), memory.limit_in_bytes and, where swap accounting exists,
+  memory.memsw.limit_in_bytes = the limit (swap does not extend it). Tested here.
+* cgroup v2 with the memory controller delegated to us (a systemd user scope: our cgroup's
+  parent is writable and lists `memory` in cgroup.subtree_control): a sibling of our cgroup
+  with memory.max and memory.swap.max = 0. Written to the same contract; untested on this
+  machine (cgroups are v1 here).
+* otherwise none: the session keeps RLIMIT_AS per process, with tmpfs caps and memfd/SysV shm
+  refused by seccomp (`seccomp.NO_CGROUP_DENIED`), and `coderoom sandbox info` says that several
+  processes can each take the limit.
+
+bwrap is placed in the cgroup between fork and exec (`MemoryCgroup.wrap`), so the launcher and every
+command inherit it before any of them runs; nothing inside can leave it (cgroupfs is not
+mounted in the sandbox, and its cgroup namespace is rooted at its own cgroup). The cgroup is
+removed when the session's launcher has exited.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import time
+import uuid
+from dataclasses import replace
+from enum import Enum
+from pathlib import Path
+
+from .bwrap import Launch
+
+_V1_ROOT = Path("/sys/fs/cgroup/memory")
+_V2_ROOT = Path("/sys/fs/cgroup")
+_PREFIX = "coderoom-"
+_RMDIR_TRIES = 50  # tasks leave a cgroup a little after they are reaped
+
+
+class Mode(Enum):
+    V1 = "cgroup v1 memory controller"
+    V2 = "cgroup v2 memory controller (delegated)"
+    NONE = "no memory cgroup"
+
+
+def _own_path(controller: str) -> str | None:
+    """This process's cgroup path for `controller` ("" = the v2 unified line), or None."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controller in controllers.split(","):
+            return path
+    return None
+
+
+def _v1_parent() -> Path | None:
+    own = _own_path("memory")
+    if own is None or os.geteuid() != 0:
+        return None
+    parent = _V1_ROOT / own.lstrip("/")
+    return parent if (parent / "memory.limit_in_bytes").exists() and os.access(parent, os.W_OK) else None
+
+
+def _v2_parent() -> Path | None:
+    own = _own_path("")
+    if own is None or not (_V2_ROOT / "cgroup.controllers").exists():
+        return None
+    parent = (_V2_ROOT / own.lstrip("/")).parent
+    try:
+        delegated = "memory" in (parent / "cgroup.subtree_control").read_text().split()
+    except OSError:
+        return None
+    return parent if delegated and os.access(parent, os.W_OK) else None
+
+
+@functools.cache
+def detect() -> tuple[Mode, Path | None]:
+    """Which memory accounting this machine gives us, and the parent for session cgroups."""
+    for mode, find in ((Mode.V1, _v1_parent), (Mode.V2, _v2_parent)):
+        parent = find()
+        if parent is not None:
+            return mode, parent
+    return Mode.NONE, None
+
+
+def mode() -> Mode:
+    """The memory accounting sessions get here (see the module docstring)."""
+    return detect()[0]
+
+
+class MemoryCgroup:
+    """One session's memory cgroup: made with its limit, bwrap put in it by `wrap`, removed by
+    `remove` after the launcher has exited."""
+
+    def __init__(self, mode: Mode, path: Path, limit: int) -> None:
+        self.mode = mode
+        self.path = path
+        self.limit = limit
+        self._procs_fd = -1
+
+    @classmethod
+    def for_session(cls, limit: int) -> MemoryCgroup | None:
+        """A new cgroup holding `limit` bytes, or None where there is no memory cgroup here."""
+        found, parent = detect()
+        if parent is None:
+            return None
+        group = cls(found, parent / f"{_PREFIX}{uuid.uuid4().hex[:12]}", limit)
+        group.path.mkdir(mode=0o755)
+        try:
+            if found is Mode.V1:
+                group._write("memory.limit_in_bytes", limit)
+                if (group.path / "memory.memsw.limit_in_bytes").exists():  # memsw >= memory: second
+                    group._write("memory.memsw.limit_in_bytes", limit)
+            else:
+                group._write("memory.max", limit)
+                if (group.path / "memory.swap.max").exists():
+                    group._write("memory.swap.max", 0)
+            group._procs_fd = os.open(group.path / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
+        except BaseException:
+            group.remove()
+            raise
+        return group
+
+    def _write(self, name: str, value: int) -> None:
+        (self.path / name).write_text(str(value))
+
+    def wrap(self, launch: Launch) -> Launch:
+        """`launch`, with bwrap moved into this cgroup between fork and exec, before anything else."""
+        fd, then = self._procs_fd, launch.preexec
+
+        def hook() -> None:  # in the child: no allocation-heavy work
+            os.write(fd, b"0")  # 0: the writing process
+            if then is not None:
+                then()
+
+        return replace(launch, preexec=hook)
+
+    def oom_kills(self) -> int:
+        """How many processes the kernel has OOM-killed in this cgroup so far."""
+        name = "memory.oom_control" if self.mode is Mode.V1 else "memory.events"
+        with contextlib.suppress(OSError):
+            for line in (self.path / name).read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        return 0
+
+    def oom_note(self, kills_before: int) -> str | None:
+        """What to tell the user if the kernel OOM-killed something since `kills_before`."""
+        if self.oom_kills() == kills_before:
+            return None
+        return (
+            f"a process was killed at the sandbox's memory limit (memory = {self.limit} bytes, "
+            f"{self.limit / 2**20:g} MiB, counting every process, /tmp, /dev/shm and shared memory)"
+        )
+
+    def peak(self) -> int | None:
+        """The most memory the session has used at once, in bytes (None if the kernel has no peak)."""
+        name = "memory.max_usage_in_bytes" if self.mode is Mode.V1 else "memory.peak"
+        try:
+            return int((self.path / name).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def remove(self) -> None:
+        """Remove the cgroup; its tasks are gone once the launcher's bwrap has exited, and leave
+        the cgroup shortly after they are reaped."""
+        if self._procs_fd >= 0:
+            os.close(self._procs_fd)
+            self._procs_fd = -1
+        for _ in range(_RMDIR_TRIES):
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.02)
+        self.path.rmdir()  # still busy: raise, naming the path

@@ -1,0 +1,105 @@
+"""The workspace limit (`Limits.workspace_size`) as the disk sees it, for the local backend.
+
+The workspace is a host directory, so what a session may take of the host's disk is what the
+watchdog counts there, every 0.25 s while a command runs (and at its end):
+
+* every entry by the larger of st_size and st_blocks * 512 (`tree.footprint`): a sparse file
+  counts in full, and space reserved without growing a file counts too;
+* `fallocate` is refused by seccomp (EOPNOTSUPP), so reservation cannot run ahead of the watchdog
+  (glibc's posix_fallocate then writes zeros, which RLIMIT_FSIZE and the watchdog see);
+* files deleted but still open, which no walk finds: the session's processes (bwrap's
+  descendants) are looked up through /proc/PID/fd and, as root, /proc/PID/map_files (a deleted
+  file kept only by an mmap), and each deleted regular file on the workspace's filesystem counts
+  once. A full check of an idle session takes 2-4 ms here
+  (benchmarks/limits_bench.py prints it).
+
+Why counting rather than a size-limited filesystem: a loop-mounted image needs root, mkfs and a
+host mount per session (left behind by a crash), and a tmpfs workspace would hold the workspace
+in RAM. What counting leaves open: a deleted file whose only reference is an fd in flight in a
+unix socket's queue (SCM_RIGHTS) is held by no process; the kernel bounds fds in flight by
+RLIMIT_NOFILE (512 here) per user, each file by file_size. The overshoot is what a command
+writes between two polls.
+
+Long-lived processes (the run_python kernel) are checked the same way every 0.25 s, but walk
+only when the session ran or wrote since the last walk (`activity`), and at least every 5 s:
+an idle kernel costs one /proc scan per poll. A long walk spaces the next one by its own time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from pathlib import Path
+
+from ...hostile import tree
+
+_HELD = ("fd", "map_files")
+
+
+def session_pids(bwrap_pid: int) -> list[int]:
+    """Host pids of every process of bwrap's sandbox (launcher, commands, their children).
+
+    A walk down the process tree from bwrap (`/proc/PID/task/TID/children`), not a scan of all
+    of /proc: every sandbox process descends from bwrap, since an orphan is re-parented to its
+    command's PID-namespace init, itself the launcher's child. So the cost follows the
+    session's own process count (bounded by `pids`), not the host's."""
+    found: list[int] = []
+    pending = [bwrap_pid]
+    while pending:
+        pid = pending.pop()
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with contextlib.suppress(OSError):
+                    pending.extend(int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split())
+        if pid != bwrap_pid:
+            found.append(pid)
+    return found
+
+
+def activity(bwrap_pid: int | None) -> int:
+    """A number that grows whenever the session runs or writes: CPU ticks (its own and its reaped
+    children's) plus bytes and calls written, over its live processes; reaped processes' counts
+    live on in their parents'. A cheap sign that anything ran since the last look."""
+    total = 0
+    for pid in session_pids(bwrap_pid) if bwrap_pid else []:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+            io = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+            total += int(io["wchar"]) + int(io["syscw"])
+    return total
+
+
+def held_deleted(pids: list[int], device: int) -> int:
+    """Bytes of deleted regular files on `device` that the processes `pids` still hold open or mapped."""
+    sizes: dict[int, int] = {}
+    for pid in pids:
+        for kind in _HELD:
+            base = f"/proc/{pid}/{kind}"
+            try:
+                names = os.listdir(base)
+            except OSError:  # gone, or map_files without CAP_SYS_ADMIN
+                continue
+            for name in names:
+                with contextlib.suppress(OSError):
+                    st = os.stat(f"{base}/{name}")
+                    if st.st_nlink == 0 and st.st_dev == device and stat.S_ISREG(st.st_mode):
+                        sizes[st.st_ino] = tree.footprint(st)
+    return sum(sizes.values())
+
+
+def over_limit(workspace: Path, limit: int, bwrap_pid: int | None) -> str | None:
+    """Why the workspace is over `limit` (naming it), or None."""
+    try:
+        used = tree.usage(workspace)
+    except tree.WorkspaceLimitError as exc:
+        return f"workspace over its limits: {exc}"
+    held = held_deleted(session_pids(bwrap_pid), os.stat(workspace).st_dev) if bwrap_pid else 0
+    if used + held <= limit:
+        return None
+    detail = f" ({held} of them in deleted files still open)" if held else ""
+    return (
+        f"workspace is {used + held} bytes{detail}, over its workspace_size limit of {limit} bytes; "
+        "command stopped"
+    )

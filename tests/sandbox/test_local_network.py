@@ -1,0 +1,107 @@
+"""Local backend, network = true (issue 10, class 10): a network namespace of its own with
+outbound internet only, never the host's. Only loopback servers this test starts are contacted;
+no packet goes to a real private or public address (10.0.2.2 is slirp4netns's virtual alias for
+the host's loopback, reached from inside the sandbox only)."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from backends import require_backend
+
+from coderoom.errors import SandboxUnavailable
+from coderoom.sandboxes import Limits, SandboxSpec, get_backend
+from coderoom.sandboxes.local import network
+from coderoom.sandboxes.session import open_session
+
+
+@pytest.fixture(autouse=True)
+def _local() -> None:
+    require_backend("local")
+    if network.unavailable_reason():
+        pytest.skip(network.unavailable_reason())
+
+
+@contextlib.contextmanager
+def host_loopback_servers() -> Iterator[list[tuple[str, int, socket.socket]]]:
+    """Listening TCP servers on the host's 127.0.0.1 and, if the host has it, ::1."""
+    servers = []
+    for family, address in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+        with contextlib.suppress(OSError):
+            server = socket.socket(family)
+            server.bind((address, 0))
+            server.listen()
+            server.setblocking(False)
+            servers.append((address, server.getsockname()[1], server))
+    try:
+        yield servers
+    finally:
+        for _, _, server in servers:
+            server.close()
+
+
+def accepted_nothing(server: socket.socket) -> bool:
+    try:
+        server.accept()[0].close()
+    except BlockingIOError:
+        return True
+    return False
+
+
+CONNECT = """
+import socket, sys
+for host, port in zip(sys.argv[1::2], sys.argv[2::2]):
+    try:
+        socket.create_connection((host, int(port)), timeout=3).close()
+        print(host, "CONNECTED")
+    except OSError as e:
+        print(host, type(e).__name__)
+"""
+
+
+def interfaces(proc_net_dev: bytes) -> list[str]:
+    return sorted(line.split(":")[0].strip() for line in proc_net_dev.decode().splitlines()[2:])
+
+
+async def test_network_on_is_a_namespace_of_its_own_without_the_host_loopback() -> None:
+    with host_loopback_servers() as servers:
+        targets = [(address, port) for address, port, _ in servers]
+        v4_port = targets[0][1]
+        targets.append(("10.0.2.2", v4_port))  # slirp's alias for the host's 127.0.0.1
+        args = [str(x) for target in targets for x in target]
+        async with open_session(SandboxSpec(backend="local", limits=Limits(network=True))) as session:
+            devices = await session.exec("cat /proc/net/dev")
+            routes = await session.exec("cat /proc/net/route")
+            tried = await session.exec("python3", "-c", CONNECT, *args, shell=False)
+        assert all(accepted_nothing(server) for _, _, server in servers)
+    assert interfaces(devices.stdout) == ["lo", "tap0"]
+    assert b"CONNECTED" not in tried.stdout
+    assert tried.stdout.count(b"\n") == len(targets), tried.stderr
+    # prohibit routes for the private and link-local ranges (read, nothing sent): 169.254.0.0/16
+    # and 10.0.0.0/8, as /proc/net/route writes them (little-endian hex)
+    prohibited = {line.split()[1] for line in routes.stdout.decode().splitlines()[1:] if line.split()[3] == "0201"}
+    assert {"0000FEA9", "0000000A", "000010AC", "0000A8C0"} <= prohibited
+
+
+async def test_network_off_has_only_loopback() -> None:
+    async with open_session(SandboxSpec(backend="local")) as session:
+        devices = await session.exec("cat /proc/net/dev")
+    assert interfaces(devices.stdout) == ["lo"]
+
+
+def test_without_slirp4netns_network_on_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for tool in ("nsenter", "ip"):
+        found = shutil.which(tool)
+        assert found
+        (tmp_path / tool).symlink_to(found)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    spec = SandboxSpec(backend="local", limits=Limits(network=True))
+    backend = get_backend("local")
+    assert "slirp4netns" in (backend.unavailable_reason(spec) or "")
+    with pytest.raises(SandboxUnavailable, match="needs slirp4netns"):
+        backend.client(spec)
