@@ -138,8 +138,22 @@ def _tokens(value: Any) -> int:
 class OpenAIServer:
     """Start with `with OpenAIServer([...]) as server:`; point clients at `server.url`."""
 
-    def __init__(self, script: Iterable[Step] = (), *, api_key: str | None = None) -> None:
+    def __init__(
+        self,
+        script: Iterable[Step] = (),
+        *,
+        api_key: str | None = None,
+        n_ctx: int | None = None,
+        models: Iterable[str] | None = None,
+    ) -> None:
+        """`n_ctx`: behave like llama.cpp with that context: `GET /props` says it, and a Chat
+        Completions request whose body (at ~4 bytes a token) plus max_tokens exceeds it is refused
+        with llama.cpp's 400. `models`: the ids `GET /v1/models` lists (None: no such endpoint)."""
         self.api_key = api_key
+        self.n_ctx = n_ctx
+        self.models = None if models is None else list(models)
+        self.refused: list[int] = []  # the token counts of requests refused for their size
+        self.probes: list[str] = []  # GETs and llama.cpp/Ollama POSTs: asked about, not model calls
         self.requests: list[Seen] = []
         self.errors: list[str] = []
         self._steps: list[Step] = list(script)
@@ -425,7 +439,16 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
             return None
 
         def do_GET(self) -> None:  # noqa: N802
-            self._error(404, f"Invalid URL (GET {self.path})", "invalid_request_error", None)
+            path = self.path.split("?")[0]
+            server.probes.append(path)
+            if path == "/props" and server.n_ctx is not None:
+                props = {"default_generation_settings": {"n_ctx": server.n_ctx}, "modalities": {"vision": False}}
+                self._json(200, props)
+            elif path == "/v1/models" and server.models is not None:
+                data = [{"id": name, "object": "model", "created": 0, "owned_by": "test"} for name in server.models]
+                self._json(200, {"object": "list", "data": data})
+            else:
+                self._error(404, f"Invalid URL (GET {self.path})", "invalid_request_error", None)
 
         def do_POST(self) -> None:  # noqa: N802
             length = int(self.headers.get("Content-Length") or 0)
@@ -442,6 +465,10 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
                 return
             headers = {k.lower(): v for k, v in self.headers.items()}
             path = self.path.split("?")[0]
+            if path in ("/api/show", "/tokenize"):
+                server.probes.append(path)
+                self._error(404, f"Invalid URL (POST {path})", "invalid_request_error", None)
+                return
             if path not in ("/v1/chat/completions", "/v1/responses"):
                 server.requests.append(Seen(path, headers, body, None))
                 self._error(404, f"Invalid URL (POST {path})", "invalid_request_error", None)
@@ -455,6 +482,19 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
                     401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key"
                 )
                 return
+            if server.n_ctx is not None and path == "/v1/chat/completions":
+                tokens = len(raw) // 4 + (body.get("max_completion_tokens") or body.get("max_tokens") or 0)
+                if tokens > server.n_ctx:
+                    server.requests.append(Seen(path, headers, body, None))
+                    server.refused.append(tokens)
+                    self._error(
+                        400,
+                        f"request ({tokens} tokens) exceeds the available context size "
+                        f"({server.n_ctx} tokens), try increasing it",
+                        "exceed_context_size_error",
+                        None,
+                    )
+                    return
             step = server._next_step()
             server.requests.append(Seen(path, headers, body, step))
             try:

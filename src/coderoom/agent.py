@@ -91,6 +91,7 @@ def build_agent(job: Job, model: ResolvedModel, notify: Notify) -> SandboxAgent[
     settings = model_settings(job.model_settings, model.api, notify, model.max_retries)
     if isinstance(model.model, GuardedModel):
         model.model.notify = notify
+        model.model.context.declared = job.model_settings.context_size
     return SandboxAgent(
         name=job.name,
         base_instructions=base_instructions(model),

@@ -37,6 +37,7 @@ from .sandboxes.stops import limits_hit
 from .workspace import stage_inputs
 
 MAX_NUDGES = 2
+DECLINED = "the model could not serve this request (see its final message)"
 SAVE_TIMEOUT_S = 60.0  # saving the workspace after the agent stopped (or was interrupted)
 
 Status = Literal["ok", "failed", "error", "interrupted"]
@@ -164,6 +165,11 @@ async def _run_in_sandbox(
                     agent, run_input, max_turns=remaining, hooks=hooks, run_config=run_config
                 )
                 result.final_output = str(outcome.final_output or "")
+                # a model that says the request is outside what it does (the offline analyst)
+                # gets no nudge: the same request would get the same answer
+                if getattr(model.model, "declined", None):
+                    result.error = DECLINED
+                    break
                 checks = await check_in_session(session, job.outputs)
                 problems = [c for c in checks if not c.ok]
                 if not problems or attempt == MAX_NUDGES:
@@ -180,7 +186,7 @@ async def _run_in_sandbox(
             await _save(session, job, run_dir, recorder, result.saved)
     result.checks = saved_checks(run_dir, job.outputs, result.saved.refused)
     failed = [c for c in result.checks if not c.ok]
-    result.status = "failed" if failed else "ok"
+    result.status = "failed" if failed or result.error == DECLINED else "ok"
     if failed and result.error is None:
         result.error = "required outputs missing or invalid: " + "; ".join(
             f"{c.path} ({c.detail})" for c in failed

@@ -63,15 +63,15 @@ async def test_a_run_ends_in_bounded_time_with_a_clear_status_and_a_complete_rec
     result = await run_job(job, run_dir=tmp_path / "run", environ=environ)
 
     assert time.monotonic() - started < 600
-    events = read_record(result.run_dir)
-    kinds = [e["type"] for e in events]
+    events = read_record(result.run_dir).events
+    kinds = [e.type for e in events]
     assert kinds[0] == "run_start" and kinds[-1] == "run_end" and kinds.count("run_end") == 1
     end = events[-1]
-    assert end["status"] in ("ok", "failed") and (end["status"] == "ok") == (end["error"] is None)
-    assert end["usage"]["requests"] >= 1 and end["usage"] == result.usage
-    calls = [e for e in events if e["type"] == "model_call"]
-    assert calls and all(c["usage"]["input_tokens"] + 24 <= llama.n_ctx for c in calls)
+    assert end.status in ("ok", "failed") and (end.status == "ok") == (end.error is None)
+    assert end.usage.requests >= 1 and end.usage.model_dump() == result.usage
+    calls = [e for e in events if e.type == "model_call"]
+    assert calls and all(c.usage.input_tokens + 24 <= llama.n_ctx for c in calls)
     # the server never refused coderoom's request for its form or size
-    assert not [e for e in events if e["type"] == "model_retry" and e["status"] is not None]
+    assert not [e for e in events if e.type == "model_retry" and e.status is not None]
     assert "exceeds the available context size" not in llama.log.read_text()
-    assert not (result.run_dir / "output/count.txt").exists() or end["status"] == "ok"
+    assert not (result.run_dir / "output/count.txt").exists() or end.status == "ok"

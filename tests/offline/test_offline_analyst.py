@@ -177,11 +177,17 @@ CANNOT = {
     "other_task": ({"input/e.csv": (EXAMPLE / "data/building_energy.csv").read_text()},
                    "Train a neural network to forecast next week's load from input/e.csv and save "
                    "output/forecast.csv.", "does not ask for anomalies"),
+    "summary": ({"input/sales.csv": "month,revenue\n2024-01,10\n2024-02,12\n"},
+                "Summarise monthly revenue in input/sales.csv and save output/summary.md",
+                "does not ask for anomalies"),
 }
 
 
 @pytest.mark.parametrize("case", sorted(CANNOT))
 async def test_cannot_serve_is_reported_and_nothing_is_faked(case: str, tmp_path: Path) -> None:
+    """A request outside the analyst's scope gets one plain final answer saying what it does and
+    how to use a model instead; the run fails without a second pass (no nudge: the same request
+    would get the same answer). Before, such runs were nudged twice."""
     files, prompt, reason = CANNOT[case]
     inputs = {}
     for rel, text in files.items():
@@ -192,13 +198,15 @@ async def test_cannot_serve_is_reported_and_nothing_is_faked(case: str, tmp_path
     job = build_job({"name": case, "model": "offline", "prompt": prompt, "inputs": inputs,
                      "outputs": list(required), "sandbox": {"backend": BACKEND}})
     result = await run_job(job, run_dir=tmp_path / "run")
-    assert result.status == "failed"
-    assert "could not complete" in result.final_output or "re-ran the analysis" in result.final_output
+    assert result.status == "failed" and result.error
+    assert reason in result.final_output and "did not create" in result.final_output
+    assert "--model openai-compatible:MODEL@" in result.final_output and "time series" in result.final_output
     record = read_record(tmp_path / "run").events
-    first = next(r.output[0].text for r in record
-                 if r.type == "model_call" and r.output[0].kind == "message")
-    assert reason in first and "did not create" in first
-    assert any(r.type == "nudge" for r in record)
+    assert not any(r.type == "nudge" for r in record)
+    answers = [r for r in record if r.type == "model_call" and r.output[0].kind == "message"]
+    assert len(answers) == 1 and answers[0].output[0].text == result.final_output
+    if case in ("other_task", "summary"):  # known from the prompt alone: answered at once
+        assert [r.type for r in record].count("model_call") == 1 and not any(r.type == "tool_start" for r in record)
     assert not (tmp_path / "run/output").exists() or not any((tmp_path / "run/output").iterdir())
 
 
@@ -229,3 +237,18 @@ def test_usage_is_estimated_for_progress_displays(showcase: tuple[Path, Path]) -
     assert all(c.usage.input_tokens > 0 and c.usage.output_tokens > 0 for c in calls)
     analyse = next(c for c in calls if getattr(c.output[0], "call_id", "").startswith("cr-analyse"))
     assert analyse.usage.output_tokens >= len(json.dumps(analyse.output[0].arguments)) // 5
+
+
+def test_the_readme_summary_example_exits_1_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from coderoom.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    Path("sales.csv").write_text("month,revenue\n2024-01,10\n2024-02,12\n")
+    args = ["run", "--input", "sales.csv=input/sales.csv", "--output", "output/summary.md", "--model", "offline",
+            "--sandbox", BACKEND, "--out", "run", "Summarise monthly revenue in input/sales.csv and save output/summary.md"]
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 1, result.output
+    assert "could not serve this request" in result.output and "--model" in result.output
+    assert [e.type for e in read_record(tmp_path / "run").events].count("model_call") == 1

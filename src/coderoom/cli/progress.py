@@ -11,8 +11,9 @@ from rich.console import Console
 from rich.text import Text
 
 from ..record.events import (
-    Event, ModelCall, ModelReplyCut, ModelRetry, ModelStart, Nudge, RunStart, ToolResult, ToolStart,
+    ContextTrimmed, Event, ModelCall, ModelReplyCut, ModelRetry, ModelStart, Nudge, RunStart, ToolResult, ToolStart,
 )
+from ..record.notes import trim_line
 from .display import first_line, safe
 
 
@@ -59,6 +60,8 @@ class Progress:
         elif isinstance(event, ModelReplyCut):
             then = "; asking it to finish" if event.retried else ""
             self.console.print(Text(f"the model's reply was cut at max_tokens={event.max_tokens}{then}", "yellow"))
+        elif isinstance(event, ContextTrimmed):
+            self.console.print(safe(trim_line(event), "yellow"))
         elif isinstance(event, Nudge):
             missing = ", ".join(m.path for m in event.missing)
             self.console.print(Text.assemble(("outputs missing or invalid, asking the model again: ", "yellow"), safe(missing)))

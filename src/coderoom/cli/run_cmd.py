@@ -16,7 +16,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ..errors import JobError
+from ..errors import JobError, RecordError
 from ..sandboxes import backend_names, get_backend
 from .app import app
 from .display import safe, safe_markdown
@@ -129,11 +129,26 @@ def run(
             console.print(Text.assemble((exc.message, "red"), *partial))
             raise typer.Exit(exc.exit_code) from None
     _print_summary(result.checks, result.final_output, run_dir)
+    _print_notes(run_dir)
     for hit in result.limits_hit:
         console.print(Text.assemble(("sandbox limit: ", "yellow"), safe(hit)))
     if result.error:
         console.print(Text.assemble((f"{result.status}:", "red"), " ", safe(result.error)))
     raise typer.Exit(0 if result.ok else 1)
+
+
+def _print_notes(run_dir: Path) -> None:
+    """How the run went, where its outputs do not show it (from the record; `show` prints the
+    same lines)."""
+    from ..record import read_record
+    from ..record.notes import run_notes
+
+    try:
+        events = read_record(run_dir).events
+    except RecordError:
+        return
+    for note in run_notes(events):
+        console.print(Text.assemble(("note: ", "yellow"), safe(note)))
 
 
 def _print_summary(checks: list[Any], final_output: str, run_dir: Path) -> None:

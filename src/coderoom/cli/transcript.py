@@ -9,7 +9,10 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.text import Text
 
-from ..record.events import Event, MessageItem, ModelCall, Nudge, RunEnd, RunStart, ToolResult
+from ..record.events import (
+    ContextTrimmed, Event, MessageItem, ModelCall, ModelReplyCut, Nudge, RunEnd, RunStart, ToolResult,
+)
+from ..record.notes import run_notes, trim_line
 from ..record.reader import Record
 from .display import safe, safe_markdown
 
@@ -19,6 +22,8 @@ out = Console(highlight=False)
 def print_record(record: Record) -> None:
     for event in record.events:
         _show_event(event)
+    for note in run_notes(record.events):
+        out.print(Text.assemble(("note: ", "yellow"), safe(note)))
     if record.skipped:
         out.print(safe(f"({record.skipped} events of types this coderoom does not know were skipped)", "dim"))
     if record.unfinished:
@@ -52,6 +57,11 @@ def _show_event(event: Event) -> None:
         if event.cell and event.cell.state_lost:
             title.append(" · state lost", style="red")
         out.print(Panel(safe(event.output or "(no output)"), title=title, title_align="left", border_style="dim"))
+    elif isinstance(event, ContextTrimmed):
+        out.print(Text.assemble(stamp, " ", safe(trim_line(event), "yellow")))
+    elif isinstance(event, ModelReplyCut):
+        then = "; asked to finish" if event.retried else "; marked as cut"
+        out.print(Text.assemble(stamp, (f" reply cut at max_tokens={event.max_tokens}{then}", "yellow")))
     elif isinstance(event, Nudge):
         reasons = "; ".join(f"{m.path} ({m.reason})" for m in event.missing)
         out.print(Text.assemble(stamp, (" nudge: ", "yellow"), safe(reasons)))

@@ -18,6 +18,7 @@ from openai import AsyncOpenAI
 
 from ..errors import ModelSpecError
 from .options import Api
+from .server import ServerProbe
 
 
 DEFAULT_TIMEOUT_S = 600.0
@@ -36,6 +37,7 @@ class ResolvedModel:
     notice: str | None = None
     client: AsyncOpenAI | None = field(default=None, repr=False)
     max_retries: int = 0
+    probe: ServerProbe | None = field(default=None, repr=False)  # the server's own facts, if any
 
     async def aclose(self) -> None:
         """Close the HTTP client (the SDK's HTTP models don't own theirs)."""
@@ -44,16 +46,23 @@ class ResolvedModel:
 
 
 def http_model(
-    inner: Model, *, client: AsyncOpenAI, environ: Mapping[str, str], **fields: Any
+    inner: Model,
+    *,
+    client: AsyncOpenAI,
+    environ: Mapping[str, str],
+    probe: ServerProbe | None = None,
+    **fields: Any,
 ) -> ResolvedModel:
     """A ResolvedModel for an `openai` client's model: its retries moved to the runner, each
-    request bounded by the whole-request deadline."""
+    request bounded by the whole-request deadline and fitted into the context `probe` reports."""
+    from .context import ContextGuard
     from .guard import GuardedModel
 
     max_retries, timeout = client_settings(environ)
     client.max_retries = 0
-    guarded = GuardedModel(inner, str(client.base_url).rstrip("/"), deadline_s=timeout)
-    return ResolvedModel(model=guarded, client=client, max_retries=max_retries, **fields)
+    server = str(client.base_url).rstrip("/")
+    guarded = GuardedModel(inner, server, deadline_s=timeout, context=ContextGuard(server, probe))
+    return ResolvedModel(model=guarded, client=client, max_retries=max_retries, probe=probe, **fields)
 
 
 def client_settings(environ: Mapping[str, str]) -> tuple[int, float]:

@@ -16,6 +16,7 @@ from openai import AsyncOpenAI
 
 from ..errors import ModelSpecError
 from .base import ResolvedModel, check_base_url, client_settings, http_model, images_override
+from .server import ServerProbe
 
 FORM = "openai-compatible:MODEL@BASE_URL, e.g. openai-compatible:llama3.1@http://localhost:11434/v1"
 KEY_VAR = "OPENAI_COMPATIBLE_API_KEY"
@@ -61,4 +62,5 @@ def resolve(rest: str, environ: Mapping[str, str]) -> ResolvedModel:
         notice=notice,
         client=client,
         environ=environ,
+        probe=ServerProbe(base_url, name, key),
     )

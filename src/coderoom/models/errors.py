@@ -20,10 +20,10 @@ _RETRIES = "after retries (CODEROOM_MODEL_MAX_RETRIES, CODEROOM_MODEL_TIMEOUT)"
 def explain_model_error(exc: BaseException) -> str | None:
     """One line for a model error (an `openai` client error or coderoom's own `ModelAnswerError`)
     anywhere in `exc`'s chain or group, else None."""
-    from .failures import ModelAnswerError
+    from .failures import ContextTooSmall, ModelAnswerError
 
     for error in _chain(exc):
-        if isinstance(error, ModelAnswerError):
+        if isinstance(error, (ModelAnswerError, ContextTooSmall)):
             return error.message
         if isinstance(error, openai.APIError):
             return _explain(error)

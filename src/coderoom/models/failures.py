@@ -21,6 +21,10 @@ class ModelDeadlineExceeded(ModelAnswerError):
     """One request took longer than the whole-request deadline (retried like a timeout)."""
 
 
+class ContextTooSmall(RunFailed):
+    """Even the smallest form of the next request does not fit the model's context window."""
+
+
 # Statuses that mean "this request is wrong": sending it again gets the same answer.
 REQUEST_IS_WRONG = frozenset({400, 401, 403, 404, 413, 422})
 RETRYABLE = frozenset({408, 409, 429})

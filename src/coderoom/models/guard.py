@@ -7,6 +7,7 @@ JSONDecodeError, ModelBehaviorError or AttributeError; here it becomes a `ModelA
 names the server and what was wrong. A reply cut by max_tokens (output tokens reaching the
 limit: the SDK's ModelResponse carries no finish_reason) is never taken silently as the final
 answer: the model is asked once to finish it, and a second cut is marked and recorded.
+Every request, the continuation too, is first fitted into the model's context (`context`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from agents.items import TResponseInputItem
 from agents.retry import ModelRetryAdvice, ModelRetryAdviceRequest
 from openai import APIError
 
+from .context import ContextGuard
 from .failures import ModelAnswerError, ModelDeadlineExceeded, Notify
 
 CUT_NOTE = "[coderoom: this reply was cut at the max_tokens limit]"
@@ -35,10 +37,11 @@ CONTINUE = (
 class GuardedModel(Model):
     """Delegates to `inner`; adds the deadline, readable errors and the max_tokens check."""
 
-    def __init__(self, inner: Model, server: str, deadline_s: float) -> None:
+    def __init__(self, inner: Model, server: str, deadline_s: float, context: ContextGuard | None = None) -> None:
         self.inner = inner
         self.server = server
         self.deadline_s = deadline_s
+        self.context = context or ContextGuard(server, None)
         self.notify: Notify = lambda *_args, **_fields: None
 
     def get_retry_advice(self, request: ModelRetryAdviceRequest) -> ModelRetryAdvice | None:
@@ -71,7 +74,19 @@ class GuardedModel(Model):
     async def close(self) -> None:
         await self.inner.close()
 
-    async def _bounded(self, *args: Any, **kwargs: Any) -> ModelResponse:
+    async def _bounded(
+        self,
+        system_instructions: str | None,
+        input: str | list[TResponseInputItem],
+        model_settings: ModelSettings,
+        tools: Any,
+        *args: Any,
+        **kwargs: Any,
+    ) -> ModelResponse:
+        input, trimmed = await self.context.fit(system_instructions, input, tools, model_settings.max_tokens)
+        if trimmed is not None:
+            self.notify("context_trimmed", **trimmed)
+        args = (system_instructions, input, model_settings, tools, *args)
         try:
             async with asyncio.timeout(self.deadline_s):
                 return await self.inner.get_response(*args, **kwargs)

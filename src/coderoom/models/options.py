@@ -23,5 +23,5 @@ class ModelOptions(BaseModel):
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
     extra_body: dict[str, Any] | None = None
     context_size: int | None = Field(
-        default=None, ge=512, description="tokens; read from the server when it says (llama.cpp)"
+        default=None, ge=512, description="tokens; used when the server does not say (llama.cpp /props, Ollama /api/show)"
     )

@@ -192,6 +192,21 @@ class ModelReplyCut(_Event):
     retried: bool = False
 
 
+class ContextTrimmed(_Event):
+    """The next request did not fit the model's context: old tool outputs were trimmed for it."""
+
+    type: Literal["context_trimmed"] = "context_trimmed"
+    context_size: int
+    source: str = ""  # where the size came from: the server's endpoint, or the job
+    method: str = ""  # how tokens were counted
+    budget: int = 0  # tokens the request may use: the context less the reply reserve and a margin
+    tokens_before: int = 0
+    tokens_after: int = 0
+    outputs_trimmed: int = 0
+    items_dropped: int = 0
+    chars_removed: int = 0
+
+
 class RunEnd(_Event):
     type: Literal["run_end"] = "run_end"
     status: str
@@ -207,13 +222,14 @@ class RunEnd(_Event):
 
 
 Event = Union[
-    RunStart, ModelStart, ModelCall, ModelRetry, ModelReplyCut, ToolStart, ToolResult, Nudge, ExtractRefused, RunEnd
+    RunStart, ModelStart, ModelCall, ModelRetry, ModelReplyCut, ContextTrimmed, ToolStart, ToolResult, Nudge,
+    ExtractRefused, RunEnd,
 ]
 Listener = Callable[[Event], None]
 
 EVENT_TYPES: dict[str, type[_Event]] = {
     model.model_fields["type"].default: model
-    for model in (RunStart, ModelStart, ModelCall, ModelRetry, ModelReplyCut, ToolStart, ToolResult, Nudge,
-                  ExtractRefused, RunEnd)
+    for model in (RunStart, ModelStart, ModelCall, ModelRetry, ModelReplyCut, ContextTrimmed, ToolStart,
+                  ToolResult, Nudge, ExtractRefused, RunEnd)
 }
 """Each event type by its `type` value. A new event type is a model here, and nothing more."""

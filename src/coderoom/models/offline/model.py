@@ -39,7 +39,14 @@ MODEL_NAME = "offline"
 
 
 class OfflineAnalyst(Model):
-    """Deterministic analyst: same transcript, same next step."""
+    """Deterministic analyst: same transcript, same next step.
+
+    `declined` holds its last answer when that answer said the request is outside its scope: the
+    runner then ends the run failed, without nudging (the same transcript gets the same answer).
+    It only reports; the next step is still chosen from the transcript alone."""
+
+    def __init__(self) -> None:
+        self.declined: str | None = None
 
     async def get_response(
         self,
@@ -92,6 +99,7 @@ class OfflineAnalyst(Model):
             out_chars = len(args)
         else:
             assert isinstance(action, Final)
+            self.declined = action.text if action.declined else None
             item = _message(action.text, f"msg-{turn}")
             out_chars = len(action.text)
         in_chars = len(instructions or "") + len(json.dumps(items, default=str))

@@ -38,6 +38,7 @@ class ToolCall:
 @dataclass(frozen=True)
 class Final:
     text: str
+    declined: bool = False  # the request is outside what the analyst does: the run fails at once
 
 
 Action = ToolCall | Final
@@ -106,7 +107,10 @@ def decide(transcript: Transcript, tool_names: list[str], instructions: str = ""
         return Final(_give_up(transcript))
     if "exec_command" not in tool_names:
         return Final("I cannot act: no `exec_command` tool is available, so I ran nothing and "
-                     "wrote no files.")
+                     "wrote no files.", declined=True)
+    if not request.wants_anomalies:
+        return _decline(request, "The request does not ask for anomalies or abnormal events, and "
+                                 "that is the only analysis the offline analyst performs.")
     last = transcript.calls[-1] if transcript.calls else None
     if last is not None and not last.done:
         return _poll(last, tool_names)
@@ -114,26 +118,26 @@ def decide(transcript: Transcript, tool_names: list[str], instructions: str = ""
     if listing is None:
         return ToolCall("list", "exec_command", {"cmd": LIST_CMD})
     if call_exit(listing) != 0:
-        return Final(_cannot(request, f"Listing the workspace failed (exit code "
-                                      f"{call_exit(listing)}):\n\n{_tail(listing)}"))
+        return _decline(request, f"Listing the workspace failed (exit code "
+                                      f"{call_exit(listing)}):\n\n{_tail(listing)}", scope=False)
     data = _pick_data_file(request, call_text(listing))
     if data is None:
-        return Final(_cannot(request, "I found no CSV file in the workspace to analyse."))
+        return _decline(request, "I found no CSV file in the workspace to analyse.")
     install = transcript.step("install")
     if install is None:
         return ToolCall("install", "exec_command", {"cmd": install_scripts()})
     if call_exit(install) != 0:
-        return Final(_cannot(request, f"Writing my scripts into {SCRIPT_DIR}/ failed (exit code "
-                                      f"{call_exit(install)}):\n\n{_tail(install)}"))
+        return _decline(request, f"Writing my scripts into {SCRIPT_DIR}/ failed (exit code "
+                                      f"{call_exit(install)}):\n\n{_tail(install)}", scope=False)
     prof_call = transcript.step("profile")
     if prof_call is None:
         return run_script("profile", "profile.py", [data], tool_names)
     profile = marker(call_text(prof_call), "CODEROOM_PROFILE")
     if profile is None:
-        return Final(_cannot(request, f"Profiling {data} failed:\n\n{_tail(prof_call)}"))
+        return _decline(request, f"Profiling {data} failed:\n\n{_tail(prof_call)}")
     problem = _unservable(profile, request)
     if problem:
-        return Final(_cannot(request, problem, profile))
+        return _decline(request, problem, profile)
     outputs = [o for o in request.outputs if o.lower().endswith(SUPPORTED_OUTPUTS)]
     analyse = transcript.step("analyse")
     if analyse is None:
@@ -142,7 +146,7 @@ def decide(transcript: Transcript, tool_names: list[str], instructions: str = ""
         return run_script("analyse", "analyse.py", [cfg_path], tool_names, {cfg_path: config})
     result = marker(call_text(analyse), "CODEROOM_RESULT")
     if result is None:
-        return Final(_cannot(request, f"The analysis script failed:\n\n{_tail(analyse)}", profile))
+        return _decline(request, f"The analysis script failed:\n\n{_tail(analyse)}", profile, scope=False)
     verify = transcript.step("verify")
     if verify is None and request.outputs:
         return run_script("verify", "verify.py", list(request.outputs), tool_names)
@@ -180,9 +184,6 @@ def _unservable(profile: dict[str, Any], request: Request) -> str | None:
         return f"{profile['path']} has no numeric column to analyse besides time and temperature."
     if (profile.get("step_seconds") or 0) <= 0 or profile.get("rows", 0) < 48:
         return f"{profile['path']} has too few timestamped rows for a baseline (need 48 or more)."
-    if not request.wants_anomalies:
-        return ("The request does not ask for anomalies or abnormal events, and that is the only "
-                "analysis the offline analyst performs (it has no language model to improvise).")
     return None
 
 
@@ -197,13 +198,29 @@ def _profile_lines(profile: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _cannot(request: Request, reason: str, profile: dict[str, Any] | None = None) -> str:
+SCOPE = (
+    "I am coderoom's offline analyst, not a language model: I find abnormal events in a time "
+    "series (a CSV with a date/time column and a numeric column, 48 or more rows) and write them "
+    "as a table, a plot and a report. For any other request, run with a model: "
+    "`--model gpt-5.4` (OpenAI, with OPENAI_API_KEY set) or "
+    "`--model openai-compatible:MODEL@http://localhost:11434/v1` (a local OpenAI-compatible "
+    "server: Ollama, llama.cpp, vLLM, LM Studio; `coderoom models check SPEC` tests one)."
+)
+
+
+def _decline(request: Request, reason: str, profile: dict[str, Any] | None = None, *,
+             scope: bool = True) -> Final:
+    """The final answer for a request the analyst cannot serve (`scope`: outside what it does,
+    said with SCOPE) or whose step failed; asking again changes nothing, so the run ends failed
+    without a second pass."""
     lines = ["I could not complete this request.", "", reason.strip()]
     if profile:
         lines += ["", "What I found:", *_profile_lines(profile)]
     if request.outputs:
         lines += ["", "I did not create these requested files: " + ", ".join(request.outputs) + "."]
-    return "\n".join(lines)
+    if scope:
+        lines += ["", SCOPE]
+    return Final("\n".join(lines), declined=True)
 
 
 def _summary(request: Request, profile: dict[str, Any], result: dict[str, Any],

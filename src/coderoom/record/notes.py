@@ -1,0 +1,54 @@
+"""What a user should know about how a run went that its outputs do not show: the model never
+called a tool, replies were cut at max_tokens, the history was trimmed to fit the context. Read
+from the record's events, so `coderoom run` (at its end) and `coderoom show` say the same."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .events import ContextTrimmed, Event, ModelCall, ModelReplyCut, ToolStart
+
+
+def run_notes(events: Iterable[Event]) -> list[str]:
+    calls = tools = 0
+    cuts: list[ModelReplyCut] = []
+    trims: list[ContextTrimmed] = []
+    for event in events:
+        if isinstance(event, ModelCall):
+            calls += 1
+        elif isinstance(event, ToolStart):
+            tools += 1
+        elif isinstance(event, ModelReplyCut):
+            cuts.append(event)
+        elif isinstance(event, ContextTrimmed):
+            trims.append(event)
+    notes = []
+    if calls and not tools:
+        notes.append(f"the model never called a tool ({_count(calls, 'reply', 'replies')}, all text): nothing was run in the sandbox")
+    if cuts:
+        final = sum(1 for c in cuts if not c.retried)
+        notes.append(
+            f"{_count(len(cuts), 'reply was', 'replies were')} cut at max_tokens={cuts[-1].max_tokens}"
+            + (f"; {final} still cut after being asked to finish (marked in the reply)" if final else "")
+        )
+    if trims:
+        last = trims[-1]
+        notes.append(
+            f"the history was trimmed to fit the model's context ({last.context_size:,} tokens, {last.source}) "
+            f"for {len(trims)} of {calls} requests; up to {max(t.chars_removed for t in trims):,} characters "
+            f"of tool output left out ({last.method})"
+        )
+    return notes
+
+
+def trim_line(event: ContextTrimmed) -> str:
+    """One context_trimmed event as a line (the live progress and `show`)."""
+    return (
+        f"context: the request took ~{event.tokens_before:,} of {event.context_size:,} tokens; "
+        f"{event.outputs_trimmed} tool outputs trimmed, {event.items_dropped} items left out "
+        f"({event.chars_removed:,} chars) to ~{event.tokens_after:,}"
+    )
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
