@@ -10,6 +10,8 @@ says it is not `finished`, `show` marks it and the exporters refuse it.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,10 +67,17 @@ class Record:
 def read_record(run_dir: Path) -> Record:
     """The record of the run in `run_dir`."""
     path = run_dir / RECORD_FILE
-    try:
-        handle = path.open("rb")
+    try:  # a forged run folder may hold a FIFO, a device or a link here: never block, never follow
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):
         raise RecordError(f"{run_dir}: no {RECORD_FILE} here; give a run directory (runs/NAME-TIME)") from None
+    except OSError as exc:
+        raise RecordError(f"{path}: cannot be read as a record ({exc.strerror})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise RecordError(f"{path}: not a regular file; not a coderoom record")
+    os.set_blocking(fd, True)
+    handle = os.fdopen(fd, "rb")
     record = Record(path)
     with handle:
         number = 0
