@@ -29,9 +29,9 @@ from .interrupts import received_signal
 from .jobs import Job
 from .models import ResolvedModel, explain_model_error, resolve_model
 from .outputs import OutputCheck
-from .record import Listener, Recorder
+from .record import Listener, Recorder, bounded
 from .record.events import Event, ModelCall
-from .record.hooks import RecordingHooks
+from .record.hooks import MAX_MESSAGE_CHARS, RecordingHooks
 from .sandboxes.session import open_session
 from .sandboxes.stops import limits_hit
 from .workspace import stage_inputs
@@ -131,7 +131,7 @@ async def run_job(
         recorder.emit(
             "run_end",
             status=result.status,
-            final_output=result.final_output,
+            final_output=bounded(result.final_output, MAX_MESSAGE_CHARS),
             error=result.error,
             outputs=[vars(c) for c in result.checks],
             signal=result.signal,

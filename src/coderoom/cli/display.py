@@ -40,3 +40,13 @@ def first_line(value: Any, limit: int = 90) -> str:
     lines = str(value or "").strip().split("\n")
     line = lines[0]
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+SHOWN_CHARS = 20_000  # of any one text shown: a forged record's 16 MiB lines would take minutes
+
+
+def shown(text: str) -> str:
+    """`text`, cut at SHOWN_CHARS with a marker (the record keeps what it holds)."""
+    if len(text) <= SHOWN_CHARS:
+        return text
+    return text[:SHOWN_CHARS] + f"\n[... {len(text) - SHOWN_CHARS:,} more characters not shown ...]"

@@ -19,7 +19,7 @@ from rich.text import Text
 from ..errors import JobError, RecordError
 from ..sandboxes import backend_names, get_backend
 from .app import app
-from .display import safe, safe_markdown
+from .display import safe, safe_markdown, shown
 from .errors import reported
 
 if TYPE_CHECKING:  # pydantic (jobs) and rich.markdown load when a command needs them
@@ -164,4 +164,4 @@ def _print_summary(checks: list[Any], final_output: str, run_dir: Path) -> None:
     if checks:
         out.print(table)
     if final_output:
-        out.print(Panel(safe_markdown(final_output), title="final message", title_align="left"))
+        out.print(Panel(safe_markdown(shown(final_output)), title="final message", title_align="left"))

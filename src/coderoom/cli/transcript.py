@@ -14,19 +14,9 @@ from ..record.events import (
 )
 from ..record.notes import run_notes, trim_line
 from ..record.reader import Record
-from .display import safe, safe_markdown
+from .display import safe, safe_markdown, shown
 
 out = Console(highlight=False)
-
-
-SHOWN_CHARS = 20_000  # of any one text of a record: a forged record's 16 MiB lines would take minutes
-
-
-def _shown(text: str) -> str:
-    """`text`, cut at SHOWN_CHARS with a marker: the record itself keeps it whole."""
-    if len(text) <= SHOWN_CHARS:
-        return text
-    return text[:SHOWN_CHARS] + f"\n[... {len(text) - SHOWN_CHARS:,} more characters not shown ...]"
 
 
 def print_record(record: Record) -> None:
@@ -52,21 +42,21 @@ def _show_event(event: Event) -> None:
         job = event.job
         sandbox = job.get("sandbox") if isinstance(job.get("sandbox"), dict) else {}
         title = safe(f"{job.get('name', '?')} · model {event.model} · sandbox {sandbox.get('backend', '?')}")
-        out.print(Panel(safe(_shown(str(job.get("prompt", "")))), title=title, title_align="left"))
+        out.print(Panel(safe(shown(str(job.get("prompt", "")))), title=title, title_align="left"))
     elif isinstance(event, ModelCall):
         out.print(Text.assemble(stamp, (f" turn {event.turn}", "bold"), (
             f" model call ({event.input_items} items in, {event.usage.total_tokens:,} tokens, {event.duration_s}s)"
         )))  # fmt: skip
         for item in event.output:
             if isinstance(item, MessageItem) and item.text:
-                out.print(Panel(safe_markdown(_shown(item.text)), title="assistant", title_align="left"))
+                out.print(Panel(safe_markdown(shown(item.text)), title="assistant", title_align="left"))
     elif isinstance(event, ToolResult):
         out.print(Text.assemble(stamp, " ", safe(event.name, "cyan"), f" ({event.duration_s}s)"))
-        out.print(Panel(safe(_shown(_input_of(event.arguments))), title="input", title_align="left", border_style="cyan"))
+        out.print(Panel(safe(shown(_input_of(event.arguments))), title="input", title_align="left", border_style="cyan"))
         title = safe(f"cell {event.cell.number}: {event.cell.status_text}") if event.cell else Text("result")
         if event.cell and event.cell.state_lost:
             title.append(" · state lost", style="red")
-        out.print(Panel(safe(_shown(event.output) or "(no output)"), title=title, title_align="left", border_style="dim"))
+        out.print(Panel(safe(shown(event.output) or "(no output)"), title=title, title_align="left", border_style="dim"))
     elif isinstance(event, ContextTrimmed):
         out.print(Text.assemble(stamp, " ", safe(trim_line(event), "yellow")))
     elif isinstance(event, ModelReplyCut):

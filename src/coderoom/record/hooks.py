@@ -12,10 +12,19 @@ from agents.items import ModelResponse, TResponseInputItem
 from .writer import Recorder, bounded
 
 
+# A model's text and a tool call's arguments are the model's to choose, of any size: bounded in
+# the record (a marker says how much more there was), so no event outgrows the reader's line
+# limit, even with every character escaped (\uXXXX is 6 bytes).
+MAX_MESSAGE_CHARS = 100_000
+MAX_ARGUMENT_CHARS = 1_000_000
+
+
 def _arguments(raw: str) -> Any:
+    if isinstance(raw, str) and len(raw) > MAX_ARGUMENT_CHARS:
+        return bounded(raw, MAX_ARGUMENT_CHARS)  # kept as text: cut JSON does not parse
     try:
         return json.loads(raw)
-    except (TypeError, json.JSONDecodeError):
+    except (TypeError, json.JSONDecodeError, RecursionError):
         return raw
 
 
@@ -25,7 +34,7 @@ def _output_items(response: ModelResponse) -> list[dict[str, Any]]:
         kind = getattr(item, "type", None)
         if kind == "message":
             text = "".join(getattr(part, "text", "") or "" for part in item.content)
-            items.append({"kind": "message", "text": text})
+            items.append({"kind": "message", "text": bounded(text, MAX_MESSAGE_CHARS)})
         elif kind == "function_call":
             items.append(
                 {
