@@ -55,3 +55,23 @@ def test_a_kill_before_the_first_command_leaks_no_container(tmp_path: Path) -> N
         run.process.send_signal(signal.SIGKILL)
         run.finish()
     no_leftovers(run)  # without prune
+
+
+def test_prune_spares_a_live_run_in_another_pid_namespace(backend: str, tmp_path: Path) -> None:
+    """A coderoom in another PID namespace (a container, `unshare -p`) names itself by a pid
+    that means nothing here: prune must not take its resources for a dead run's (attack B05)."""
+    run = subprocess.Popen(
+        ["unshare", "--pid", "--fork", "--mount-proc", *COMMAND, "sandbox", "run", "--sandbox", backend,
+         "--timeout", "60", "--", "sh", "-c", "sleep 8; echo finished-normally"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(),
+    )  # fmt: skip
+    try:
+        time.sleep(4)  # the sandbox runs its sleep now
+        assert run.poll() is None, run.communicate()
+        _prune()
+        out, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 0, err
+    assert "finished-normally" in out

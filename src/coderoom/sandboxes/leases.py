@@ -3,7 +3,9 @@ of a dead coderoom (SIGKILLed, OOM-killed, power cut) from resources of a live r
 
 An owner is (boot id, pid, start time): the start time (field 22 of /proc/PID/stat, clock ticks
 since boot) tells a reused pid from the original, and the boot id tells a pid from before a
-reboot. An owner is gone when, on this boot, no process has that pid with that start time.
+reboot. An owner is gone when, on this boot and in this PID namespace, no process has that pid with that
+start time. An owner in another PID namespace (a coderoom in a container or under `unshare -p`
+on the same machine) cannot be judged from here, so it is never taken for gone.
 An owner from another boot is gone too: its process died with that boot. (A Docker engine on
 another machine, via DOCKER_HOST, is out of reach: its containers are judged by the engine's
 own boot, which is ours only when the engine runs here; see `docker.leases`.)
@@ -27,6 +29,11 @@ def _boot_id() -> str:
     return _BOOT_ID.read_text().strip()
 
 
+def pid_namespace() -> int:
+    """The inode of this process's PID namespace: pids mean something only within one."""
+    return os.stat("/proc/self/ns/pid").st_ino
+
+
 def start_time(pid: int) -> int | None:
     """Field 22 of /proc/PID/stat (after the parenthesised command name), or None if no such pid."""
     try:
@@ -42,15 +49,21 @@ class Owner:
     boot: str
     pid: int
     start: int
+    pidns: int = 0  # 0: a lease written before namespaces were recorded, judged as ours
 
     @classmethod
     def me(cls) -> Owner:
         own = start_time(os.getpid())
         assert own is not None  # our own /proc entry always exists
-        return cls(_boot_id(), os.getpid(), own)
+        return cls(_boot_id(), os.getpid(), own, pid_namespace())
 
     def alive(self) -> bool:
-        return self.boot == _boot_id() and start_time(self.pid) == self.start
+        """False only when the owner is known to be gone; another namespace's owner counts as alive."""
+        if self.boot != _boot_id():
+            return False
+        if self.pidns not in (0, pid_namespace()):
+            return True
+        return start_time(self.pid) == self.start
 
 
 def write_lease(folder: Path) -> None:
@@ -66,6 +79,6 @@ def read_lease(folder: Path) -> Owner | None:
         fd = os.open(folder / LEASE_FILE, os.O_RDONLY | os.O_NOFOLLOW)
         with os.fdopen(fd) as source:
             data = json.loads(source.read(4096))
-        return Owner(str(data["boot"]), int(data["pid"]), int(data["start"]))
+        return Owner(str(data["boot"]), int(data["pid"]), int(data["start"]), int(data.get("pidns", 0)))
     except (OSError, ValueError, KeyError, TypeError):
         return None

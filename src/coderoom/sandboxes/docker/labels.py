@@ -19,13 +19,19 @@ CREATED_LABEL = "coderoom.created"
 HOST_PID_LABEL = "coderoom.host-pid"
 HOST_START_LABEL = "coderoom.host-start"
 HOST_BOOT_LABEL = "coderoom.host-boot"
+HOST_PIDNS_LABEL = "coderoom.host-pidns"
 # init.py exits if the host has not attached by then (see inside/init.py, --contact-within)
 CONTACT_WITHIN_S = 30.0
 
 
 def owner_labels() -> dict[str, str]:
     owner = Owner.me()
-    return {HOST_PID_LABEL: str(owner.pid), HOST_START_LABEL: str(owner.start), HOST_BOOT_LABEL: owner.boot}
+    return {
+        HOST_PID_LABEL: str(owner.pid),
+        HOST_START_LABEL: str(owner.start),
+        HOST_BOOT_LABEL: owner.boot,
+        HOST_PIDNS_LABEL: str(owner.pidns),
+    }
 
 
 def owner_gone(labels: dict[str, str]) -> bool:
@@ -37,7 +43,8 @@ def owner_gone(labels: dict[str, str]) -> bool:
     if HOST_START_LABEL not in labels or HOST_BOOT_LABEL not in labels:
         return start_time(pid) is None
     try:
-        owner = Owner(labels[HOST_BOOT_LABEL], pid, int(labels[HOST_START_LABEL]))
+        start, pidns = int(labels[HOST_START_LABEL]), int(labels.get(HOST_PIDNS_LABEL, 0))
+        owner = Owner(labels[HOST_BOOT_LABEL], pid, start, pidns)
     except ValueError:
         return False
     return owner.boot == Owner.me().boot and not owner.alive()
