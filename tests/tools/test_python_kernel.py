@@ -3,6 +3,7 @@ crashes, and what the kernel can see of the host."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import json
@@ -255,3 +256,35 @@ async def test_every_coderoom_backend_offers_run_python(backend: str) -> None:
         capability.bind(live)
         assert [tool.name for tool in capability.tools()] == ["run_python"]
         assert await capability.instructions(live.state.manifest)
+
+
+def _rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+async def test_a_cell_flooding_the_kernels_own_streams_costs_the_host_nothing(tool: RunPythonTool) -> None:
+    """Attack B01/B13: code in a cell writes 300 MiB into the supervisor's stdout and stderr
+    (reopened through /proc, where the backend lets it), also after the cell returned. The host
+    keeps at most output_bytes of a long-lived process's output, so its memory stays put."""
+    code = (
+        "import os, threading, time\n"
+        "def flood():\n"
+        "    for name in ('1', '2'):\n"
+        "        try:\n"
+        "            fd = os.open('/proc/%d/fd/%s' % (os.getppid(), name), os.O_WRONLY)\n"
+        "        except OSError:\n"
+        "            continue\n"
+        "        for _ in range(75):\n"
+        "            os.write(fd, b'A' * (2 << 20))\n"
+        "threading.Thread(target=flood, daemon=True).start()\n"
+        "'started'"
+    )
+    before = _rss_mib()
+    assert "started" in str(await tool.run(code))
+    await asyncio.sleep(6)  # the flood goes on after the cell returned
+    out = await tool.run("1 + 1")
+    assert "2" in str(out)  # the kernel still answers
+    assert _rss_mib() - before < 64, "the host buffered what the sandbox wrote"

@@ -81,6 +81,18 @@ class CoderoomDockerSession(DockerSandboxSession):
             yield_time_s=yield_time_s, max_output_tokens=max_output_tokens,
         )  # fmt: skip
 
+    async def _append_pty_output_chunks(self, entry: Any, chunks: list[bytes]) -> None:
+        """The SDK keeps a long-lived process's output, without a bound, until someone collects
+        it; sandbox code can write into that stream at will (the kernel's `docker exec` fds,
+        through /proc), so only the newest `output_bytes` of it are kept (attack B01/B13)."""
+        cap = self._limits.output_bytes
+        async with entry.output_lock:
+            entry.output_chunks.extend(chunks)
+            total = sum(len(chunk) for chunk in entry.output_chunks)
+            while total > cap and entry.output_chunks:
+                total -= len(entry.output_chunks.popleft())
+        entry.output_notify.set()
+
     async def provision_manifest_accounts(self) -> None:
         refuse_manifest_accounts(self.state.manifest, "docker")
 
