@@ -88,10 +88,14 @@ async def check_in_session(session: SandboxSession, outputs: Sequence[OutputSpec
     rest = [spec for spec in outputs if spec.path not in early]
     checked: dict[str, OutputCheck] = {}
     if rest:
-        await session.mkdir(Path(CHECKER_PATH).parent, parents=True)
-        await session.write(Path(CHECKER_PATH), io.BytesIO(checker_source()))
-        done = await session.exec("python3", "-I", CHECKER_PATH, checker_args(rest), shell=False)
-        if done.exit_code == 0:
+        try:
+            await session.mkdir(Path(CHECKER_PATH).parent, parents=True)
+            await session.write(Path(CHECKER_PATH), io.BytesIO(checker_source()))
+            done = await session.exec("python3", "-I", CHECKER_PATH, checker_args(rest), shell=False)
+            ran = done.exit_code == 0
+        except Exception:  # no room to write it (a full workspace), say
+            ran = False
+        if ran:
             checked = {check.path: check for check in parse_reply(rest, done.stdout, None)}
         else:  # the sandbox cannot run it (over a limit, say): check copies in the rlimited child
             checked = {check.path: check for check in await _check_copies(session, rest)}

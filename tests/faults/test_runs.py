@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from agents.testing import assistant_message
+from backends import require_backend
 
 from coderoom.jobs import build_job
 from coderoom.run import run_job
@@ -87,3 +88,21 @@ async def test_a_symlinked_output_is_named_in_the_nudge_and_the_table(backend: s
     assert nudge["missing"] == [{"path": "output/note.md", "reason": "a symlink: an output must be a regular file"}]
     assert result.status == "failed"
     assert result.checks[0].detail == "not saved: symlink not extracted"
+
+
+async def test_a_workspace_filled_past_memory_on_docker_keeps_the_run(tmp_path: Path) -> None:
+    """Attack B08: tmpfs pages count against the container's memory but belong to no process;
+    filled past the memory limit, the kernel OOM-killed PID 1 and the run lost its outputs. The
+    workspace tmpfs is capped below the memory limit, so the write fails with ENOSPC instead."""
+    require_backend("docker")
+    model = scripted(
+        shell("mkdir -p output && echo '# kept' > output/note.md", "c1"),
+        shell("head -c 300M /dev/zero > big; echo exit=$?", "c2"),
+        [assistant_message("done")],
+    )
+    job = _job(tmp_path, "docker", memory="256M")
+    result = await run_job(job, run_dir=tmp_path / "run", model=model)
+    assert result.ok, result.error
+    assert (tmp_path / "run/output/note.md").read_text() == "# kept\n"
+    big = next(e for e in events(tmp_path / "run") if e["type"] == "tool_result" and e["call_id"] == "c2")
+    assert "No space left" in big["output"] and "exit=1" in big["output"]

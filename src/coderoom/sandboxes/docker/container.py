@@ -78,6 +78,15 @@ def seccomp_program(client: Any) -> bytes:
     return build_filter(arch)
 
 
+def workspace_tmpfs_size(limits: Limits) -> int:
+    """The workspace tmpfs: at most workspace_size, and small enough to leave the container's
+    processes room in its memory limit. tmpfs pages count against memory but belong to no
+    process, so a workspace filled past memory would make the kernel OOM-kill PID 1 (init.py)
+    and lose the run; capped, filling it fails with ENOSPC instead (attack B08)."""
+    headroom = max(64 * 1024**2, limits.memory // 4)
+    return max(16 * 1024**2, min(limits.workspace_size, limits.memory - headroom))
+
+
 def container_settings(
     limits: Limits,
     *,
@@ -119,7 +128,7 @@ def container_settings(
         "read_only": True,
         "tmpfs": {
             "/tmp": f"{mount_opts},size={limits.tmp_size},mode=1777",
-            root: f"{mount_opts},size={limits.workspace_size},uid={SANDBOX_UID},gid={SANDBOX_UID},mode=0755",
+            root: f"{mount_opts},size={workspace_tmpfs_size(limits)},uid={SANDBOX_UID},gid={SANDBOX_UID},mode=0755",
         },
         "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges"],  # and Docker's default seccomp profile

@@ -494,6 +494,11 @@ def install_filter():
 def exec_filtered(argv):
     """`--exec` mode: run argv under the filter, with a fresh HOME like a command of PID 1."""
     problem = install_filter() if argv else "--exec needs a command"
+    try:  # as for every command: if memory runs out, this process goes before pid 1
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
     if problem:
         os.write(2, ("coderoom: not running the command without its seccomp filter: %s\n" % problem).encode())
         os._exit(126)
