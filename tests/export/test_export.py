@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 
 from coderoom.cli import app
 from coderoom.errors import RecordError
+from coderoom.export.notebook import export_notebook
 from coderoom.export.rerun import rerun
 from coderoom.export.script import export_script, literal
 from coderoom.export.steps import load_steps
@@ -53,7 +54,7 @@ def test_notebook_is_valid_and_in_order(kernel_run: Path, tmp_path: Path) -> Non
     for cell, step in zip(code_cells, expected):
         assert step.source in cell.source
     assert code_cells[0].source.startswith("%%bash\nmkdir -p output")
-    assert code_cells[4].source.startswith("%%bash\ncd 'output' || exit\nprintf")
+    assert code_cells[4].source.startswith("%%bash\ncd output || exit\nprintf")  # shell quoting (shlex), not Python's
 
     load, missing, analysis = code_cells[1:4]
     assert [c.execution_count for c in (load, missing, analysis)] == [1, 2, 3]
@@ -182,3 +183,24 @@ def test_showcase_rerun_reproduces_its_outputs(tmp_path: Path) -> None:
             assert Image.open(again).size == Image.open(original).size
         else:
             assert again.read_bytes() == original.read_bytes(), spec.path
+
+
+def test_forged_record_text_is_inert_in_the_notebook_and_the_script(kernel_run: Path, tmp_path: Path) -> None:
+    """Attack B10-B12: model text with raw HTML, a remote image, a javascript: link and a NUL;
+    a shell step whose folder holds `$(...)` and whose shell is not a plain word."""
+    forged = tmp_path / "forged"
+    shutil.copytree(kernel_run, forged)
+    lines = (forged / "run.jsonl").read_text().splitlines()
+    message = {"type": "model_call", "turn": 99, "output": [{"kind": "message", "text":
+               "<img src=x onerror=alert(1)> ![beacon](http://127.0.0.1:9/?k=canary) [x](javascript:alert(1)) nul\x00"}]}
+    shell_step = {"type": "tool_result", "call_id": "f9", "name": "exec_command", "output": "",
+                  "arguments": {"cmd": "echo hi", "workdir": "out$(touch PWNED)", "shell": "bash\nrm -rf ~"}}
+    lines[-1:-1] = [json.dumps(message), json.dumps(shell_step)]
+    (forged / "run.jsonl").write_text("\n".join(lines) + "\n")
+    source = export_script(forged, tmp_path / "replay.py").read_text()  # compiles: no NUL left raw
+    assert "\x00" not in source and "nul\\x00" in source
+    notebook = nbformat.read(export_notebook(forged, tmp_path / "nb.ipynb"), as_version=4)
+    text = "\n".join(cell.source for cell in notebook.cells)
+    assert "<img" not in text and "![beacon]" not in text and "javascript:" not in text
+    assert "cd 'out$(touch PWNED)' || exit" in text  # quoted for the shell: no command substitution
+    assert "%%script bash\nrm" not in text and "%%bash\ncd 'out" in text

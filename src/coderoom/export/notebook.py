@@ -8,6 +8,8 @@ workspace.tar), in the order they happened.
 from __future__ import annotations
 
 import base64
+import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -57,16 +59,29 @@ def image_outputs(step: Step, images: WorkspaceImages) -> list[NotebookNode]:
     return outputs
 
 
+_PLAIN_WORD = re.compile(r"[A-Za-z0-9_./-]{1,64}")
+_SCRIPT_LINK = re.compile(r"(?i)javascript:")
+
+
 def shell_source(step: Step) -> str:
-    command = step.source if step.workdir is None else f"cd {step.workdir!r} || exit\n{step.source}"
-    if step.shell:
+    """A shell step as a cell: the folder quoted for the shell (not for Python), and a shell
+    named by one plain word only (anything else from a record falls back to bash)."""
+    command = step.source if step.workdir is None else f"cd {shlex.quote(step.workdir)} || exit\n{step.source}"
+    if step.shell and _PLAIN_WORD.fullmatch(step.shell):
         return f"%%script {step.shell}\n{command}"
     return f"%%bash\n{command}"
 
 
+def inert_markdown(text: str) -> str:
+    """Model text for a markdown cell, with nothing a notebook viewer would fetch or run: raw
+    HTML shown as text, and image syntax shown as text (a remote image is a beacon)."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace("![", "!\\[")
+    return _SCRIPT_LINK.sub("javascript&#58;", text)  # a link that would run code: shown, not followed
+
+
 def step_cell(step: Step, images: WorkspaceImages) -> NotebookNode:
     if step.kind == "message":
-        return new_markdown_cell(step.source, metadata={"coderoom": {"kind": "message"}})
+        return new_markdown_cell(inert_markdown(step.source), metadata={"coderoom": {"kind": "message"}})
     if step.kind == "python":
         cell = new_code_cell(
             step.source,

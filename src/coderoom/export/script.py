@@ -17,6 +17,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..errors import RecordError
+from ..hostile.text import terminal_safe
 from .steps import Step, load_steps
 
 RUNTIME = '''
@@ -127,7 +129,8 @@ def step_code(step: Step) -> list[str]:
             options += f", workdir={step.workdir!r}"
         return [f"shell({literal(step.source)}{options})"]
     if step.kind == "message":
-        return [f"# agent: {line}" if line else "#" for line in step.source.strip().splitlines()[:20]]
+        # comments hold no NUL or control character (a NUL cannot even compile): escaped
+        return [f"# agent: {terminal_safe(line)}" if line else "#" for line in step.source.strip().splitlines()[:20]]
     return [f"# not replayed: {step.tool!r} {step.source[:80]!r}"]
 
 
@@ -165,7 +168,10 @@ def build_script(start: dict[str, Any], steps: list[Step]) -> str:
 def export_script(run_dir: Path, target: Path) -> Path:
     start, steps = load_steps(run_dir)
     source = build_script(start, steps)
-    compile(source, str(target), "exec")  # never write a script that cannot run
+    try:
+        compile(source, str(target), "exec")  # never write a script that cannot run
+    except (SyntaxError, ValueError) as exc:
+        raise RecordError(f"{run_dir}: its record does not make a valid script ({exc})") from None
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(source, encoding="utf-8")
     target.chmod(0o755)
