@@ -317,6 +317,31 @@ def test_art10_copy_back_leaves_out_hooks_the_sandbox_planted(backend: str, tmp_
         assert "--copy-back-all" in done.stderr
 
 
+PLANT_BARE_REPO = (
+    "mkdir -p sub/objects/info sub/refs/heads objects refs && printf 'ref: refs/heads/main\\n' > sub/HEAD && "
+    "printf '[core]\\n\\tbare = true\\n\\tpager = echo PLANTED\\n' > sub/config && cp sub/HEAD sub/config . && "
+    "echo kept > sub/notes.txt"
+)
+
+
+def test_copy_back_leaves_out_an_implicit_bare_repository(backend: str, tmp_path: Path) -> None:
+    """Attack A02: HEAD, config, objects/ and refs/ make any folder a repository to git (its
+    config's core.pager then runs on `git diff`), whatever the folder is called; at the root too."""
+    done = subprocess.run(
+        [sys.executable, "-m", "coderoom", "sandbox", "run", "--sandbox", backend, "--workspace", str(tmp_path),
+         "--", "sh", "-c", PLANT_BARE_REPO],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "sub" / "notes.txt").read_text() == "kept\n"  # the folder's other files come back
+    for folder in (tmp_path / "sub", tmp_path):
+        assert not any((folder / name).exists() for name in ("HEAD", "config", "objects", "refs")), folder
+    git = subprocess.run(["git", "rev-parse", "--git-dir"], cwd=tmp_path / "sub", capture_output=True, text=True,
+                         env={**os.environ, "GIT_CEILING_DIRECTORIES": str(tmp_path.parent)})  # fmt: skip
+    assert git.returncode != 0, git.stdout  # host git sees no repository there
+    assert "git would take for a repository" in done.stderr
+
+
 def test_ses05_fails_closed_without_bubblewrap(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Local only: no working bwrap means a clear refusal, never an unsandboxed run."""
     from coderoom.sandboxes import local

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..errors import SandboxUnavailable
 from ..hostile.archive import ExtractReport, archive, safe_extract_tar
-from ..hostile.planted import host_hook
+from ..hostile.planted import hook_refusal
 from .base import EXIT_TIMEOUT
 from .registry import get_backend
 from .spec import SandboxSpec
@@ -55,7 +55,7 @@ async def run_once(
         report = None
         if workspace is not None:
             with await sandbox.archive() as out:
-                refuse = None if copy_back_all else host_hook
+                refuse = None if copy_back_all else await asyncio.to_thread(hook_refusal, out)
                 report = await asyncio.to_thread(safe_extract_tar, out, workspace, max_bytes=limit, refuse=refuse)
     finally:
         await asyncio.shield(sandbox.close())
