@@ -373,3 +373,22 @@ def test_catalogue_ids_exist_in_the_catalogue(shared_dir: Path) -> None:
     text = (shared_dir / "security" / "attack-catalogue.md").read_text()
     for case in [*BY_ID, *TAR_CASES]:
         assert f"**{case} —" in text, case
+
+
+async def test_a_read_through_a_symlink_stays_in_the_workspace_and_in_its_bound(backend: str) -> None:
+    """Attack A01: a symlink to /proc/self/pagemap (a "regular" file of ~256 GiB) read through
+    view_image's bounded read made the host buffer 3x workspace_size. A read through a link
+    resolves inside the sandbox, only to a regular file under /workspace, and stops at the
+    caller's bound there."""
+    def rss_mib() -> float:
+        line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith("VmRSS:"))
+        return int(line.split()[1]) / 1024
+
+    async with open_session(_spec(backend, workspace_size="400M")) as session:
+        await session.exec("ln -s /proc/self/pagemap pagemap.png && head -c 3000000 /dev/zero > big && ln -s big link")
+        before = rss_mib()
+        with pytest.raises((WorkspaceReadNotFoundError, WorkspaceArchiveReadError)):
+            await session.read_bounded(Path("pagemap.png"), max_bytes=10 * 1024**2)
+        assert rss_mib() - before < 32
+        prefix = await session.read_bounded(Path("link"), max_bytes=1000)  # a prefix, as the SDK says
+        assert prefix == b"\0" * 1000

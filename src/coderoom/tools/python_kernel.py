@@ -131,7 +131,8 @@ class CellReply(BaseModel):
     stderr: str = ""
     value: str | None = None
     error: str | None = None
-    figures: list[Figure] = Field(default_factory=list)
+    # the kernel saves at most MAX_FIGURES; a reply listing more was forged (each is a file read)
+    figures: list[Figure] = Field(default_factory=list, max_length=kernel_server.MAX_FIGURES)
     duration_s: float | None = None
     timed_out: float | None = None
     state_lost: bool = False

@@ -135,9 +135,10 @@ class CoderoomDockerSession(DockerSandboxSession):
         return io.BytesIO(await self._read_bytes(path, self._limits.workspace_size))
 
     async def _read_bounded(self, path: Path, *, max_bytes: int) -> bytes:
-        return await self._read_bytes(path, max_bytes)
+        """At most the first `max_bytes` (the SDK's contract: a prefix, not an error)."""
+        return await self._read_bytes(path, max_bytes, prefix=True)
 
-    async def _read_bytes(self, path: Path, max_bytes: int) -> bytes:
+    async def _read_bytes(self, path: Path, max_bytes: int, *, prefix: bool = False) -> bytes:
         """A workspace file through the core (no symlink followed, a FIFO or device refused at
         once); a path through a symlink is resolved inside the container, where it cannot reach
         the host, and read only if it is a regular file there."""
@@ -147,16 +148,24 @@ class CoderoomDockerSession(DockerSandboxSession):
         except FileNotFoundError as e:
             raise WorkspaceReadNotFoundError(path=path, cause=e) from e
         except OverflowError as e:
-            raise WorkspaceArchiveReadError(path=path, cause=e) from e
+            if not prefix:
+                raise WorkspaceArchiveReadError(path=path, cause=e) from e
         except OSError:
             pass
-        script = 'test -f "$1" && exec cat -- "$1"'
-        result = await self._core.exec(["sh", "-c", script, "sh", str(target)], output_cap=max_bytes + 1)
+        # the container stops at max_bytes + 1 itself (head -c), so the host never buffers more
+        script = (
+            'real=$(readlink -f -- "$1") && case "$real" in "$3"/*) ;; *) exit 3 ;; esac '
+            '&& test -f "$real" && exec head -c "$2" -- "$real"'
+        )  # only a regular file under the workspace (not /proc/self/pagemap), as on local
+        root = str(self._workspace_root_path())
+        result = await self._core.exec(
+            ["sh", "-c", script, "sh", str(target), str(max_bytes + 1), root], output_cap=max_bytes + 1
+        )
         if result.exit_code != 0:
             raise WorkspaceReadNotFoundError(path=path, context={"stderr": result.stderr[:4096]})
-        if len(result.stdout) > max_bytes:
+        if len(result.stdout) > max_bytes and not prefix:
             raise WorkspaceArchiveReadError(path=path, context={"reason": f"larger than {max_bytes} bytes"})
-        return result.stdout
+        return result.stdout[:max_bytes]
 
     async def write(self, path: Path, data: io.IOBase, *, user: str | User | None = None) -> None:
         if user is not None:

@@ -375,34 +375,46 @@ class LocalSandbox:
 
     # ------------------------------------------------------------------ files
 
-    async def open_file(self, path: PurePosixPath) -> IO[bytes]:
+    async def open_file(self, path: PurePosixPath, *, max_bytes: int | None = None, whole: bool = True) -> IO[bytes]:
         """A workspace file to read. Never through a symlink on the host: a path through one is
-        read inside the sandbox (where links cannot reach the host), bounded by workspace_size.
-        FileNotFoundError if absent, OverflowError if the in-sandbox read passes the bound."""
+        read inside the sandbox (where links cannot reach the host), and only when it resolves
+        to a regular file under /workspace (not /proc/self/pagemap, say), at most `max_bytes`
+        (default workspace_size). FileNotFoundError if absent; OverflowError past the bound, unless
+        `whole` is False (the caller wants a prefix)."""
         rel = _checked(path)
         try:
             fd = await asyncio.to_thread(tree.open_beneath, self.workspace_dir, rel, os.O_RDONLY)
         except FileNotFoundError:
             raise
         except OSError:
-            return await self._open_in_sandbox(rel)
+            cap = self.limits.workspace_size if max_bytes is None else max_bytes
+            return await self._open_in_sandbox(rel, cap, whole=whole)
         return os.fdopen(fd, "rb")
 
-    async def _open_in_sandbox(self, rel: PurePosixPath) -> IO[bytes]:
-        cap = self.limits.workspace_size
+    async def _open_in_sandbox(self, rel: PurePosixPath, cap: int, *, whole: bool) -> IO[bytes]:
+        # the sandbox stops at cap + 1 bytes itself (head -c): the host never buffers more
+        script = (
+            'real=$(readlink -f -- "$1") && case "$real" in "$2"/*) ;; *) exit 3 ;; esac '
+            '&& test -f "$real" && exec head -c "$3" -- "$real"'
+        )
         result = await self.exec(
-            ["sh", "-c", 'test -f "$1" && exec cat -- "$1"', "sh", f"{bwrap.WORKSPACE}/{rel}"],
+            ["sh", "-c", script, "sh", f"{bwrap.WORKSPACE}/{rel}", bwrap.WORKSPACE, str(cap + 1)],
             output_cap=cap + 1,
         )
         if result.exit_code != 0:
             detail = result.stderr[:4096].decode(errors="replace").strip()
-            raise FileNotFoundError(errno.ENOENT, detail or "not a regular file", str(rel))
-        if len(result.stdout) > cap:
-            raise OverflowError(f"{rel}: larger than the {cap}-byte workspace limit")
-        return io.BytesIO(result.stdout)
+            raise FileNotFoundError(errno.ENOENT, detail or "not a regular file in the workspace", str(rel))
+        if len(result.stdout) > cap and whole:
+            raise OverflowError(f"{rel}: larger than {cap} bytes")
+        return io.BytesIO(result.stdout[:cap])
+
+    async def read_prefix(self, path: PurePosixPath, *, max_bytes: int) -> bytes:
+        """At most the first `max_bytes` of a workspace file (the SDK's `read_bounded`)."""
+        with await self.open_file(path, max_bytes=max_bytes, whole=False) as source:
+            return await asyncio.to_thread(source.read, max_bytes)
 
     async def read_file(self, path: PurePosixPath, *, max_bytes: int) -> bytes:
-        with await self.open_file(path) as source:
+        with await self.open_file(path, max_bytes=max_bytes) as source:
             data = await asyncio.to_thread(source.read, max_bytes + 1)
         if len(data) > max_bytes:
             raise OverflowError(f"{path}: larger than {max_bytes} bytes")

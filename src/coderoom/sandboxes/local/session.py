@@ -216,6 +216,14 @@ class LocalSandboxSession(BaseSandboxSession):
         except OverflowError as exc:
             raise WorkspaceArchiveReadError(path=path, context={"reason": "larger than the workspace limit"}) from exc
 
+    async def _read_bounded(self, path: Path, *, max_bytes: int) -> bytes:
+        """The caller's bound reaches the sandbox: a read through a symlink stops there (A01)."""
+        try:
+            async with _transport(("read", str(path))):
+                return await self.sandbox.read_prefix(self._rel(path), max_bytes=max_bytes)
+        except FileNotFoundError as exc:
+            raise WorkspaceReadNotFoundError(path=path, cause=exc) from exc
+
     async def write(self, path: Path, data: io.IOBase, *, user: str | User | None = None) -> None:
         payload = coerce_write_payload(path=path, data=data)
         try:
