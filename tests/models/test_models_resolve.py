@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from agents import Model, OpenAIChatCompletionsModel, OpenAIResponsesModel
 
+from coderoom.errors import ModelSpecError
 from coderoom.models import DEFAULT_MODEL, resolve_model
 from coderoom.models.resolve import OFFLINE_NOTICE
 
@@ -184,3 +185,10 @@ def test_plugin_providers_come_from_entry_points(
     assert resolve_model("fake:tiny", environ={}).label == "fake:tiny"
     compatible = resolve_model("openai-compatible:m@http://127.0.0.1:9/v1", environ={})
     assert compatible.label == "openai-compatible:m@http://127.0.0.1:9/v1"
+
+
+def test_a_key_in_the_base_url_is_refused_without_echoing_it() -> None:
+    """Attack A07: `MODEL@http://user:KEY@host` put the key in run.jsonl and on screen."""
+    with pytest.raises(ModelSpecError) as error:
+        resolve_model("openai-compatible:m@http://u:sk-canary-url@127.0.0.1:9/v1", environ={})
+    assert "sk-canary-url" not in str(error.value) and "OPENAI_COMPATIBLE_API_KEY" in str(error.value)

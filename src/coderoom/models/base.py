@@ -107,6 +107,11 @@ def check_base_url(url: str, spec: str, expected: str) -> str:
         parts.port  # noqa: B018  (raises ValueError on a bad port)
     except ValueError:
         raise error from None
+    if parts.username is not None or parts.password is not None:  # named without echoing it
+        raise ModelSpecError(
+            "the model's base URL holds credentials (user:key@host), which would be recorded and "
+            "shown; give the key in OPENAI_COMPATIBLE_API_KEY (or OPENAI_API_KEY) instead"
+        )
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
         raise error
     return url
