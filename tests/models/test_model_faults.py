@@ -137,3 +137,24 @@ async def test_a_reply_cut_twice_is_marked_for_the_user(openai_server: OpenAISer
 
     assert result.final_output == f"is\n\n{CUT_NOTE}"
     assert [fields["retried"] for _, fields in events] == [True, False]
+
+
+async def test_an_answer_over_the_size_bound_is_not_read_further(openai_server: OpenAIServer) -> None:
+    """Attack B07: one 150 MiB completion kept the CLI busy for minutes at 1.6 GB. Reading stops
+    at MAX_RESPONSE_BYTES, and the error names the limit."""
+    import json
+    import resource
+
+    from coderoom.models.transport import MAX_RESPONSE_BYTES
+
+    text = "a" * (MAX_RESPONSE_BYTES + 1024**2)
+    body = json.dumps({"id": "x", "object": "chat.completion", "created": 1, "model": "m", "choices": [
+        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}]}).encode()
+    openai_server.script([Raw(body)])
+    del text, body
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(Exception) as caught:
+        await run_agent(resolved(openai_server, CODEROOM_MODEL_MAX_RETRIES="0"))
+    assert "MAX_RESPONSE_BYTES" in (explain_model_error(caught.value) or str(caught.value))
+    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mib < 3 * MAX_RESPONSE_BYTES / 1024**2  # never the whole answer, parsed

@@ -16,6 +16,7 @@ from openai import AsyncOpenAI
 
 from ..errors import ModelSpecError
 from .base import ResolvedModel, check_base_url, client_settings, http_model, images_override
+from .transport import bounded_http_client
 from .server import ServerProbe
 
 FORM = "openai-compatible:MODEL@BASE_URL, e.g. openai-compatible:llama3.1@http://localhost:11434/v1"
@@ -39,6 +40,7 @@ def resolve(rest: str, environ: Mapping[str, str]) -> ResolvedModel:
         base_url=base_url,
         # per read; the whole-request deadline (GuardedModel) is the bound that acts first
         timeout=timeout + 1,
+        http_client=bounded_http_client(),  # answers bounded in bytes as they arrive
         # Explicit, so an Authorization in the host's OPENAI_CUSTOM_HEADERS cannot replace it.
         default_headers={"Authorization": f"Bearer {key}"},
     )

@@ -14,6 +14,7 @@ from openai import AsyncOpenAI
 
 from ..errors import ModelSpecError
 from .base import ResolvedModel, check_base_url, client_settings, http_model, images_override
+from .transport import bounded_http_client
 
 DEFAULT_MODEL = "gpt-5.4"
 OPENAI_URL = "https://api.openai.com/v1"
@@ -42,6 +43,7 @@ def resolve(name: str, environ: Mapping[str, str]) -> ResolvedModel:
         project=environ.get("OPENAI_PROJECT_ID") or None,
         # per read; the whole-request deadline (GuardedModel) is the bound that acts first
         timeout=timeout + 1,
+        http_client=bounded_http_client(),  # answers bounded in bytes as they arrive
     )
     override = images_override(environ)
     return http_model(
