@@ -84,7 +84,7 @@ def workspace_tmpfs_size(limits: Limits) -> int:
     process, so a workspace filled past memory would make the kernel OOM-kill PID 1 (init.py)
     and lose the run; capped, filling it fails with ENOSPC instead (attack B08)."""
     headroom = max(64 * 1024**2, limits.memory // 4)
-    return max(16 * 1024**2, min(limits.workspace_size, limits.memory - headroom))
+    return min(limits.workspace_size, max(16 * 1024**2, limits.memory - headroom))
 
 
 def container_settings(
