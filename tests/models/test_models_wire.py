@@ -181,3 +181,14 @@ async def test_compatible_server_never_gets_host_openai_credentials(
     (seen,) = openai_server.requests
     assert seen.headers["authorization"] == "Bearer no-key"
     assert "canary" not in json.dumps(seen.headers) + json.dumps(seen.body)
+
+
+async def test_an_assistant_turn_of_tool_calls_goes_out_with_text_content(openai_server: OpenAIServer) -> None:
+    """llama-cpp-python's server answers HTTP 500 to `"content": null` on the assistant message
+    of a tool call (valid OpenAI form); coderoom sends "" instead."""
+    openai_server.script([call("add", a=2, b=3), say("5")])
+    resolved = resolve_model(spec_for("chat_completions", openai_server), environ=server_environ(openai_server))
+    await run_agent(resolved)
+    second = openai_server.requests[1].body["messages"]
+    calls = [m for m in second if m.get("role") == "assistant" and m.get("tool_calls")]
+    assert calls and all(m.get("content") == "" for m in calls), calls

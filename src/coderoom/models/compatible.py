@@ -17,6 +17,7 @@ from openai import AsyncOpenAI
 from ..errors import ModelSpecError
 from .base import ResolvedModel, check_base_url, client_settings, http_model, images_override
 from .transport import bounded_http_client
+from .wire import with_text_content
 from .server import ServerProbe
 
 FORM = "openai-compatible:MODEL@BASE_URL, e.g. openai-compatible:llama3.1@http://localhost:11434/v1"
@@ -47,6 +48,7 @@ def resolve(rest: str, environ: Mapping[str, str]) -> ResolvedModel:
     # The client fills these from the host's OPENAI_ORG_ID / OPENAI_PROJECT_ID; they are OpenAI's.
     client.organization = None
     client.project = None
+    with_text_content(client)  # "" rather than null content: some servers refuse null
     override = images_override(environ)
     notice = None
     if urlsplit(base_url).path in ("", "/"):
