@@ -23,13 +23,15 @@ the same signals into `Interrupted`, so they exit with the same codes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
+import sys
 from collections.abc import Awaitable, Coroutine, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from .errors import CoderoomError
 
@@ -65,8 +67,27 @@ def received_signal() -> str | None:
     return signal.Signals(received.first).name
 
 
+_first_signal: list[int] = []  # the first signal this process got, once it got one
+
+
 def _raise_interrupted(signum: int, _frame: object) -> None:
+    _first_signal[:1] = _first_signal[:1] or [signum]
     raise Interrupted(signum)
+
+
+def _exit_at_once(_signum: int, _frame: object) -> None:
+    os._exit(128 + _first_signal[0])
+
+
+def exit_now(code: int) -> NoReturn:
+    """End an interrupted process with `code`, now: stdio flushed, no interpreter finalization.
+    Finalization restores the default signal handlers, so a second signal while it ran (it can
+    take a second: threads, atexit, freeing a run's objects) would end the process by SIGTERM's
+    default action (-15) instead of with 143. Everything worth keeping is saved by now."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 @contextmanager
@@ -76,8 +97,10 @@ def raising_on_signals() -> Iterator[None]:
     try:
         yield
     finally:
+        # once stopped by a signal, a later one (while the process winds down) exits with the
+        # first one's code at once, never by the default action (-15 instead of 143)
         for signum, handler in previous.items():
-            signal.signal(signum, handler)
+            signal.signal(signum, _exit_at_once if _first_signal else handler)
 
 
 async def run_interruptible(run: Coroutine[Any, Any, T]) -> T:
@@ -92,6 +115,7 @@ async def run_interruptible(run: Coroutine[Any, Any, T]) -> T:
         received.count += 1
         if received.first is None:
             received.first = signum
+            _first_signal[:1] = _first_signal[:1] or [signum]
         if received.count >= SIGNALS_BEFORE_HARD_EXIT:
             os._exit(128 + received.first)
         task.cancel()

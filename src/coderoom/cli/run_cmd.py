@@ -102,7 +102,7 @@ def run(
     SIGINT, SIGTERM and SIGHUP stop it the same way (see `coderoom.interrupts`): the workspace
     is saved, the sandbox closed, the record ends "interrupted"; exit 130 / 143 / 129.
     """
-    from ..interrupts import Interrupted, raising_on_signals, run_interruptible
+    from ..interrupts import Interrupted, exit_now, raising_on_signals, run_interruptible
     from .progress import Progress
     from ..models import resolve_model
     from ..run import new_run_dir, run_job
@@ -127,7 +127,7 @@ def run(
         except Interrupted as exc:
             partial = ("; the sandbox was closed. Partial record: ", safe(run_dir)) if run_dir else ()
             console.print(Text.assemble((exc.message, "red"), *partial))
-            raise typer.Exit(exc.exit_code) from None
+            exit_now(exc.exit_code)
     _print_summary(result.checks, result.final_output, run_dir)
     _print_notes(run_dir)
     for hit in result.limits_hit:
