@@ -103,18 +103,33 @@ async def check_in_session(session: SandboxSession, outputs: Sequence[OutputSpec
 
 
 async def _check_copies(session: SandboxSession, outputs: Sequence[OutputSpec]) -> list[OutputCheck]:
-    """Copy each output out (bounded by MAX_OUTPUT_READ) and check the copies on the host, in
-    `check_on_host`'s child process: never parsed in this one."""
+    """Copy the outputs out (`_copy_out`) and check the copies on the host, in `check_on_host`'s
+    child process: never parsed in this one."""
     with tempfile.TemporaryDirectory(prefix="coderoom-check-") as folder:
-        for spec in outputs:
-            try:
-                data = await session.read_bounded(Path(spec.path), max_bytes=MAX_OUTPUT_READ)
-            except Exception:  # missing, a directory, unreadable: all mean "not there"
-                continue
-            copy = Path(folder) / spec.path
-            copy.parent.mkdir(parents=True, exist_ok=True)
-            copy.write_bytes(data)
+        await _copy_out(session, outputs, Path(folder))
         return await asyncio.to_thread(check_on_host, Path(folder), outputs)
+
+
+async def _copy_out(
+    session: SandboxSession, outputs: Sequence[OutputSpec], folder: Path
+) -> tuple[list[str], dict[str, str]]:
+    """Copy each output from the session into `folder` (each bounded by MAX_OUTPUT_READ, written
+    O_EXCL|O_NOFOLLOW); the paths copied, and why the others were not."""
+    copied: list[str] = []
+    refused: dict[str, str] = {}
+    for spec in outputs:
+        try:
+            data = await session.read_bounded(Path(spec.path), max_bytes=MAX_OUTPUT_READ)
+        except Exception as exc:  # missing, a directory, unreadable
+            refused[spec.path] = f"could not be read: {_cause(exc)}"
+            continue
+        target = folder / spec.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        copied.append(spec.path)
+    return copied, refused
 
 
 async def _output_kinds(session: SandboxSession, outputs: Sequence[OutputSpec]) -> dict[str, str]:
@@ -229,18 +244,9 @@ async def _save_outputs_only(
     session: SandboxSession, run_dir: Path, outputs: Sequence[OutputSpec], report: SaveReport
 ) -> None:
     with _staging(run_dir) as staging:
-        for spec in outputs:
-            try:
-                data = await session.read_bounded(Path(spec.path), max_bytes=MAX_OUTPUT_READ)
-            except Exception as exc:
-                report.refused[spec.path] = f"could not be read: {_cause(exc)}"
-                continue
-            target = staging / spec.path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-            with os.fdopen(fd, "wb") as out:
-                out.write(data)
-            report.saved.append(spec.path)
+        copied, refused = await _copy_out(session, outputs, staging)
+        report.saved += copied
+        report.refused.update(refused)
         _publish(staging, run_dir)
 
 

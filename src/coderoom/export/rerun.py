@@ -36,6 +36,7 @@ from ..jobs import Job, build_job
 from ..outputs import OutputCheck
 from ..sandboxes.limits import Limits
 from ..sandboxes.defaults import default_backend_name
+from ..sandboxes.docker.labels import DEFAULT_IMAGE
 from ..sandboxes.session import open_session
 from ..sandboxes.spec import SandboxSpec
 from ..workspace import stage_inputs
@@ -89,7 +90,8 @@ def sandbox_notes(recorded: Any, granted: SandboxSpec) -> list[str]:
         )
     # backend tables ([sandbox.docker] image and packages; record version 1 kept them top level)
     options = {k: v for k, v in recorded.items() if k not in ("backend", "limits") and v}
-    options.pop("image", None) if options.get("image") == "coderoom-sandbox:latest" else None
+    if options.get("image") == DEFAULT_IMAGE:
+        del options["image"]
     if options:
         notes.append(f"the run's sandbox options ({', '.join(sorted(options))[:80]}) are not reused: "
                      "this rerun uses the backend's defaults")

@@ -18,6 +18,17 @@ from pathlib import PurePosixPath
 from typing import IO, Protocol
 
 
+# `sh -c READ_IN_WORKSPACE sh PATH ROOT N`: at most N bytes of PATH, run inside a sandbox for a
+# path the host will not open itself (it passes through a symlink). The path is resolved there,
+# where a link cannot reach the host, and read only if it lands on a regular file under ROOT (not
+# /proc/self/pagemap, a "regular" file of ~256 GiB); the sandbox stops at N bytes (`head -c`), so
+# the host never buffers more. Exit 3: outside ROOT; 1: not a regular file.
+READ_IN_WORKSPACE = (
+    'real=$(readlink -f -- "$1") && case "$real" in "$2"/*) ;; *) exit 3 ;; esac '
+    '&& test -f "$real" && exec head -c "$3" -- "$real"'
+)
+
+
 @dataclass
 class CommandResult:
     exit_code: int  # base.EXIT_TIMEOUT when the wall clock killed it, base.EXIT_KILLED on SIGKILL

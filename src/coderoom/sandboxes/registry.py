@@ -8,6 +8,7 @@ isolate (the SDK's `unix_local`) is never offered: it is reached only by name th
 
 from __future__ import annotations
 
+import functools
 import importlib
 import warnings
 from importlib.metadata import entry_points
@@ -22,8 +23,10 @@ _BUILTIN = {
 _UNCONFINED = {"unix_local": "coderoom.sandboxes.unconfined:backend"}
 
 
+@functools.cache
 def _plugins() -> dict[str, str]:
-    """Entry points of other distributions; a plugin cannot shadow a built-in."""
+    """Entry points of other distributions (read once: the installed set does not change while
+    coderoom runs, and every job validation and help text asks); a plugin cannot shadow a built-in."""
     found = {ep.name: ep.value for ep in entry_points(group="coderoom.sandboxes")}
     return {name: target for name, target in found.items() if name not in _BUILTIN and name not in _UNCONFINED}
 

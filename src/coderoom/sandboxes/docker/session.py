@@ -35,6 +35,7 @@ from agents.sandbox.types import ExecResult, User
 from docker.models.containers import Container
 
 from ...errors import CoderoomError, SandboxFailed
+from ..core import READ_IN_WORKSPACE
 from ..limits import Limits
 from ..one_user import plain_shell, refuse_manifest_accounts
 from ..stops import log_stop
@@ -152,14 +153,9 @@ class CoderoomDockerSession(DockerSandboxSession):
                 raise WorkspaceArchiveReadError(path=path, cause=e) from e
         except OSError:
             pass
-        # the container stops at max_bytes + 1 itself (head -c), so the host never buffers more
-        script = (
-            'real=$(readlink -f -- "$1") && case "$real" in "$3"/*) ;; *) exit 3 ;; esac '
-            '&& test -f "$real" && exec head -c "$2" -- "$real"'
-        )  # only a regular file under the workspace (not /proc/self/pagemap), as on local
         root = str(self._workspace_root_path())
         result = await self._core.exec(
-            ["sh", "-c", script, "sh", str(target), str(max_bytes + 1), root], output_cap=max_bytes + 1
+            ["sh", "-c", READ_IN_WORKSPACE, "sh", str(target), root, str(max_bytes + 1)], output_cap=max_bytes + 1
         )
         if result.exit_code != 0:
             raise WorkspaceReadNotFoundError(path=path, context={"stderr": result.stderr[:4096]})

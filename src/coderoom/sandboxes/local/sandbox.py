@@ -66,7 +66,7 @@ from ...hostile import archive as hostile_archive
 from ...hostile import tree
 from ...hostile.names import safe_relative_path
 from ..base import EXIT_KILLED, EXIT_TIMEOUT
-from ..core import CommandResult
+from ..core import READ_IN_WORKSPACE, CommandResult
 from ..limits import CPU_KILL_GRACE_S, Limits
 from ..seccomp import host_arch
 from ..stops import named_stop, stop_note
@@ -392,13 +392,8 @@ class LocalSandbox:
         return os.fdopen(fd, "rb")
 
     async def _open_in_sandbox(self, rel: PurePosixPath, cap: int, *, whole: bool) -> IO[bytes]:
-        # the sandbox stops at cap + 1 bytes itself (head -c): the host never buffers more
-        script = (
-            'real=$(readlink -f -- "$1") && case "$real" in "$2"/*) ;; *) exit 3 ;; esac '
-            '&& test -f "$real" && exec head -c "$3" -- "$real"'
-        )
         result = await self.exec(
-            ["sh", "-c", script, "sh", f"{bwrap.WORKSPACE}/{rel}", bwrap.WORKSPACE, str(cap + 1)],
+            ["sh", "-c", READ_IN_WORKSPACE, "sh", f"{bwrap.WORKSPACE}/{rel}", bwrap.WORKSPACE, str(cap + 1)],
             output_cap=cap + 1,
         )
         if result.exit_code != 0:
