@@ -256,19 +256,19 @@ class LocalSandbox:
         result = CommandResult(job.exited.result(), out.value(), err.value(), timed_out, stopped_by)
         memory_note = self._memory.oom_note(oom_kills) if self._memory else None
         if memory_note:
-            result.stderr += f"\n[coderoom: {memory_note}]\n".encode()
+            result.stderr += stop_note(memory_note)
         if result.timed_out:
             result.exit_code = EXIT_TIMEOUT
             result.stopped_by = f"the {timeout:g} s wall-clock limit"
-            result.stderr += f"\n[coderoom: killed after the {timeout:g} s wall-clock limit]\n".encode()
+            result.stderr += stop_note(f"killed after the {timeout:g} s wall-clock limit")
         elif result.stopped_by:
             result.exit_code = result.exit_code or 1
             if result.exit_code == EXIT_KILLED:
                 result.exit_code = 1  # we killed it for disk, not memory
-            result.stderr += f"\n[coderoom: {result.stopped_by}]\n".encode()
-        elif memory_note:  # faults2: named above by the cgroup; listed at the run's end
+            result.stderr += stop_note(result.stopped_by)
+        elif memory_note:  # named above by the cgroup; listed at the run's end
             result.stopped_by = memory_note
-        else:  # faults2: cpu_time, file_size, pids, memory named from how the command ended
+        else:  # cpu_time, file_size, pids, memory named from how the command ended
             result.stopped_by = named_stop(result.exit_code, result.stderr, self.limits)
             if result.stopped_by:
                 result.stderr += stop_note(result.stopped_by)

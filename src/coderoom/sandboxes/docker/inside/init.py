@@ -10,7 +10,7 @@ everything it started is killed.
 
 Protocol: one JSON object per line each way. Request {"id", "argv", "cwd", "timeout", "limit",
 "stdin" (base64 or null)}; reply {"id", "code", "timed_out", "out", "err"} (output base64) or {"id", "error"}.
-Requests may carry "env" (extra variables). Operations (core-docker, see the block at the end):
+Requests may carry "env" (extra variables). Operations (see the block at the end):
 {"id", "op": "quiesce"} kills every other process; {"id", "op": "helper", "source", "args",
 "timeout"} quiesces, then runs host-sent Python in a forked child of PID 1, streaming its stdout
 as {"id", "data"} replies before the final {"id", "code", "timed_out", "err"}.
@@ -87,7 +87,7 @@ class Job:
         self.exited_at = None
         self.timed_out = False
         self.oom_before = oom_kills()
-        self.stream = False  # core-docker: a helper, whose stdout goes out as "data" replies
+        self.stream = False  # a helper, whose stdout goes out as "data" replies
 
 
 def oom_kills():
@@ -244,7 +244,7 @@ class Server:
         self.fd_job = {}  # pipe fd -> Job
         self.pending = b""
         self.out = b""  # replies not yet written
-        self.paused = set()  # core-docker: helper stdout fds not polled while replies back up
+        self.paused = set()  # helper stdout fds not polled while replies back up
 
     def run(self):
         sig_r, sig_w = os.pipe()
@@ -306,10 +306,10 @@ class Server:
             rid = req["id"]
             if self.refusal:
                 raise RuntimeError(self.refusal)
-            if req.get("op") is not None:  # core-docker
+            if req.get("op") is not None:
                 self.operation(rid, req)
                 return
-            if self.helper_running():  # core-docker: nothing may run beside a host helper
+            if self.helper_running():  # nothing may run beside a host helper
                 raise RuntimeError("the host is archiving the workspace")
             env = {str(k): str(v) for k, v in (req.get("env") or {}).items()}
             argv = [str(a) for a in req["argv"]]
@@ -352,14 +352,14 @@ class Server:
         except BlockingIOError:
             return
         if data and job.stream and fd == job.out_fd:
-            self.relay(job, data)  # core-docker
+            self.relay(job, data)
         elif data:
             job.bufs[fd].feed(data)
         else:
             self.close_fd(fd)
 
     def close_fd(self, fd):
-        if fd in self.paused:  # core-docker: a paused helper fd is not registered
+        if fd in self.paused:  # a paused helper fd is not registered
             self.paused.discard(fd)
         else:
             self.poller.unregister(fd)
@@ -390,7 +390,7 @@ class Server:
             if job.status is None:
                 continue
             open_fds = [fd for fd in (job.out_fd, job.err_fd) if fd in self.fd_job]
-            # core-docker: a helper's output is drained to EOF (it starts nothing that could hold
+            # a helper's output is drained to EOF (it starts nothing that could hold
             # the pipe open), within QUIESCE_WAIT_S of its exit
             grace = QUIESCE_WAIT_S if job.stream else GRACE_S
             if open_fds and now < job.exited_at + grace:
@@ -436,7 +436,7 @@ class Server:
             except BlockingIOError:
                 break
             self.out = self.out[sent:]
-        self.resume_relays()  # core-docker
+        self.resume_relays()
         try:
             if self.out:
                 self.poller.register(1, select.POLLOUT)
@@ -509,7 +509,7 @@ def exec_filtered(argv):
         os._exit(127 if e.errno == errno.ENOENT else 126)
 
 
-# ---- core-docker: quiesce and host helpers (issue 10, classes 4 and 5) -------------------------
+# ---- quiesce and host helpers (issue 10, classes 4 and 5) -------------------------
 # The host reads the workspace through a helper that runs here, as a forked child of PID 1 (no
 # execve): it keeps PID 1's stacked seccomp filter and its undumpable flag (no ptrace, no
 # /proc/PID/mem from sandbox code), and it starts only after every other process in the PID
@@ -639,7 +639,7 @@ Server.operation = _operation
 Server.helper_running = _helper_running
 Server.relay = _relay
 Server.resume_relays = _resume_relays
-# ---- end core-docker ----------------------------------------------------------------------------
+# ---- end of quiesce and host helpers -----------------------------------------------------------
 
 
 if __name__ == "__main__":
