@@ -406,7 +406,9 @@ class Session:
                     await asyncio.gather(self._asking, return_exceptions=True)
                 result.limits_hit = limits_hit(self._live.session)
                 await save(self._live.session, self.job, self.run_dir, self._recorder, result.saved)
-                result.status, result.error = "ok", None
+                result.status, result.error, result.signal = "ok", None, received_signal()
+                if result.signal:  # closed by the service's shutdown on a signal
+                    result.status, result.error = "interrupted", f"interrupted by {result.signal}"
             except asyncio.CancelledError:
                 result.status, result.signal = "interrupted", received_signal()
                 result.error = f"interrupted by {result.signal}" if result.signal else "interrupted"
