@@ -13,10 +13,9 @@ from pathlib import Path
 import httpx2
 import pytest
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 
 from coderoom.record import read_record
-from conftest import http_server, stdio_server  # noqa: F401  (the fixture)
+from conftest import stdio_server
 
 CSV = "city,temp\nOslo,3\nRome,18\nCairo,31\n"
 LOAD = "import pandas as pd\ndf = pd.read_csv('input/cities.csv')\nlen(df)"
@@ -38,11 +37,6 @@ def text_of(result) -> str:
 def session_id(result) -> str:
     assert not result.is_error, text_of(result)
     return text_of(result).split()[1]
-
-
-def with_token(url: str, token: str | None) -> Client:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return Client(streamable_http_client(url, http_client=httpx2.AsyncClient(headers=headers, timeout=120)))
 
 
 async def analyse_and_close(client: Client, data: Path) -> Path:
@@ -82,12 +76,12 @@ async def test_a_calling_agent_analyses_a_csv_over_stdio(backend: str, data: Pat
 
 async def test_over_http_the_token_is_required(http_server, data: Path, tmp_path: Path) -> None:
     server = http_server("--allow-read", str(data), "--runs", str(tmp_path / "runs"))
-    async with with_token(server.url, server.token) as client:
+    async with server.client() as client:
         await analyse_and_close(client, data)
     wrong = server.token[:-1] + ("A" if server.token[-1] != "A" else "B")
     for token in (None, wrong):
         with pytest.raises(Exception):  # the SDK's client cannot even initialize
-            async with with_token(server.url, token) as client:
+            async with server.client(token) as client:
                 await client.list_tools()
     # what the server answered each of them, on the wire
     initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
@@ -101,7 +95,7 @@ async def test_over_http_the_token_is_required(http_server, data: Path, tmp_path
 
 async def test_sigterm_closes_and_saves_every_live_session(http_server, data: Path, tmp_path: Path) -> None:
     server = http_server("--runs", str(tmp_path / "runs"))
-    async with with_token(server.url, server.token) as client:
+    async with server.client() as client:
         sid = session_id(await client.call_tool("open_session", {"uploads": {"input/x.txt": "aGk="}}))
         await client.call_tool("run_python", {"session_id": sid, "code": "kept = 1"})
         server.process.send_signal(signal.SIGTERM)

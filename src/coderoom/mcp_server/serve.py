@@ -29,6 +29,7 @@ from ..service import SessionManager
 
 MAX_HTTP_BODY_BYTES = 48 * 1024**2  # one HTTP request (uploads are base64: 32 MiB decoded)
 MCP_PATH = "/mcp"
+LISTEN_BACKLOG = 128
 LOOPBACK_NAMES = ("localhost",)
 
 
@@ -94,6 +95,7 @@ async def serve_http(
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
+    sock.listen(LISTEN_BACKLOG)  # listening before it is announced: an early client waits, never is refused
     bound = sock.getsockname()[1]
     config = uvicorn.Config(BearerToken(app, token), log_level="warning", lifespan="on")
     async with manager:
