@@ -95,13 +95,17 @@ class Jupyter:
         assert reply["content"]["status"] == "ok", reply["content"]
 
 
-async def first_cell(pool: WarmPool | None, runs: Path) -> tuple[float, Session]:
+async def first_cell(pool: WarmPool | None, runs: Path, cells: list[float] | None = None) -> tuple[float, Session]:
+    """Open + first cell, in seconds (the cell alone appended to `cells`), and the session."""
     started = time.perf_counter()
     session = await Session.open(model="offline", files=FILES, runs_dir=runs, pool=pool)
+    opened = time.perf_counter()
     result = await session.run_python(FIRST)
-    took = time.perf_counter() - started
+    done = time.perf_counter()
     assert result.status == "ok" and "DataFrame: 24 rows" in result.text, result.text
-    return took, session
+    if cells is not None:
+        cells.append(done - opened)
+    return done - started, session
 
 
 async def warm_cells(session: Session, n: int) -> list[float]:
@@ -121,18 +125,22 @@ async def measure(trials: int, warm_runs: int, sessions: int) -> str:
     pool = WarmPool(size=1, max_idle_s=3600, spec=SandboxSpec(backend="local"))
     await pool.start()
     pooled, cold, fresh = [], [], []
+    pooled_cell: list[float] = []
+    cold_cell: list[float] = []
     warm_pooled, warm_cold, warm_jupyter = [], [], []
     try:
         for _ in range(trials):
             await pool.wait_ready(300)
             await asyncio.sleep(0.5)  # the refill's processes settle
-            took, session = await first_cell(pool, runs)
+            took, session = await first_cell(pool, runs, pooled_cell)
             pooled.append(took)
+            await pool.wait_ready(300)  # the replacement's start would compete with the warm cells
+            await asyncio.sleep(0.5)
             warm_pooled += await warm_cells(session, warm_runs)
             await session.close()
             await pool.wait_ready(300)
             await asyncio.sleep(0.5)
-            took, session = await first_cell(None, runs)
+            took, session = await first_cell(None, runs, cold_cell)
             cold.append(took)
             warm_cold += await warm_cells(session, warm_runs)
             await session.close()
@@ -173,6 +181,8 @@ async def measure(trials: int, warm_runs: int, sessions: int) -> str:
         f"| first cell, new session from the warm pool (local sandbox) | {len(pooled)} | {ms(pooled)} |",
         f"| first cell, new session without the pool (local sandbox) | {len(cold)} | {ms(cold)} |",
         f"| first cell, fresh Jupyter kernel (no sandbox) | {len(fresh)} | {ms(fresh)} |",
+        f"| the first cell alone, from the pool (read_csv + groupby; imports done) | {len(pooled_cell)} | {ms(pooled_cell)} |",
+        f"| the first cell alone, without the pool (kernel start + imports + read_csv + groupby) | {len(cold_cell)} | {ms(cold_cell)} |",
         f"| warm cell, session (from the pool) | {len(warm_pooled)} | {ms(warm_pooled)} |",
         f"| warm cell, session (without the pool) | {len(warm_cold)} | {ms(warm_cold)} |",
         f"| warm cell, Jupyter kernel | {len(warm_jupyter)} | {ms(warm_jupyter)} |",
