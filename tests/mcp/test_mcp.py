@@ -135,3 +135,25 @@ def _png_header(width: int, height: int) -> bytes:
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
     chunk = b"IHDR" + ihdr
     return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", len(ihdr)) + chunk + struct.pack(">I", zlib.crc32(chunk))
+
+
+async def test_run_job_runs_a_whole_agent_with_the_servers_model(tmp_path: Path) -> None:
+    energy = Path(__file__).resolve().parents[2] / "examples/building_energy/data"
+    params = stdio_server("--allow-read", str(energy), "--runs", str(tmp_path / "runs"), "--model", "offline")
+    async with Client(params) as client:
+        done = await client.call_tool("run_job", {
+            "request": "Find abnormal energy use in input/building_energy.csv and save output/anomalies.csv",
+            "files": {"input/building_energy.csv": str(energy / "building_energy.csv")},
+            "outputs": ["output/anomalies.csv"],
+        })
+        assert not done.is_error, text_of(done)
+        assert "status: ok" in text_of(done) and "abnormal event" in text_of(done)
+        [link] = [block for block in done.content if block.type == "resource_link"]
+        artifact = await client.read_resource(str(link.uri))
+        import base64
+        header = base64.b64decode(artifact.contents[0].blob).decode().splitlines()[0]
+        assert "start" in header
+        escape = await client.call_tool("read_file", {"session_id": "x", "path": "y"})
+        assert escape.is_error
+        with pytest.raises(Exception):
+            await client.read_resource(str(link.uri).replace("output/anomalies.csv", "run.jsonl"))
