@@ -37,6 +37,8 @@ async def test_a_pooled_sandbox_is_warm_used_once_and_replaced(tmp_path: Path) -
         session = await Session.open(model="offline", runs_dir=tmp_path, pool=pool)
         first = await session.run_python(IMPORTED)
         assert "['matplotlib.pyplot', 'numpy', 'pandas']" in first.text and first.cell.number == 1
+        unbound = await session.run_python("sorted(n for n in ('numpy', 'pandas', 'matplotlib', '_m') if n in globals())")
+        assert unbound.text.endswith("[]")  # imported, but no name a cold kernel would lack
         await pool.wait_ready(120)  # a replacement, not the same sandbox back
         other = await Session.open(model="offline", runs_dir=tmp_path, pool=pool)
         assert "'pandas'" in (await other.run_python(IMPORTED)).text  # the replacement is warm too
