@@ -157,3 +157,22 @@ async def test_run_job_runs_a_whole_agent_with_the_servers_model(tmp_path: Path)
         assert escape.is_error
         with pytest.raises(Exception):
             await client.read_resource(str(link.uri).replace("output/anomalies.csv", "run.jsonl"))
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--http", "--host", "0.0.0.0"], "not a loopback address"),
+    (["--http", "--host", "192.168.1.10"], "not a loopback address"),
+    (["--allow-read", "/no/such/folder"], "not a folder"),
+    (["--model", "nonsense:spec@"], "model"),
+    (["--limit", "memory=1"], "--limit"),
+])
+def test_usage_errors_exit_2_before_anything_starts(args: list[str], message: str, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from mcp_process import server_env
+
+    done = subprocess.run([sys.executable, "-m", "coderoom", "mcp", *args, "--runs", str(tmp_path / "runs")],
+                          capture_output=True, text=True, timeout=120, env=server_env(), stdin=subprocess.DEVNULL)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and not (tmp_path / "runs").exists()

@@ -372,6 +372,7 @@ class Session:
             self._end()
         if len(data) > cap:
             raise RequestRefused(f"{rel}: over the {cap:,} byte read limit")
+        self._recorder.emit("file_read", path=str(rel), size=len(data))
         return data
 
     async def files(self) -> list[FileInfo]:
@@ -390,6 +391,7 @@ class Session:
             entries.append(FileInfo(_text(name), int(size), KINDS.get(_text(kind), "other")))
             if len(entries) >= MAX_LISTED_FILES:
                 break
+        self._recorder.emit("files_listed", entries=len(entries))
         return entries
 
     # -- the end -------------------------------------------------------------------------
