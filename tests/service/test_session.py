@@ -167,3 +167,13 @@ async def test_over_the_wire_a_follow_up_carries_the_history_and_the_kernel_keep
     results = [e for e in read_record(run_dir).events if e.type == "tool_result"]
     assert [(e.origin, e.cell.status) for e in results] == [("agent", "ok"), ("agent", "ok"), ("client", "ok")]
     assert "max 31" in results[1].output
+
+
+async def test_a_refused_file_at_open_leaves_no_run_folder(tmp_path: Path) -> None:
+    (tmp_path / "real.csv").write_text("a\n1\n")
+    (tmp_path / "link.csv").symlink_to(tmp_path / "real.csv")
+    for files in ({"../up.csv": b"x"}, {"input/link.csv": tmp_path / "link.csv"},
+                  {"input/big.bin": b"\0" * (1024**2 + 1)}):
+        with pytest.raises(RequestRefused):
+            await Session.open(model="offline", runs_dir=tmp_path / "runs", files=files, limits=Limits(file_size="1M"))
+    assert not (tmp_path / "runs").exists()
