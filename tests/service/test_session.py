@@ -96,6 +96,11 @@ async def test_a_sessions_run_folder_reruns_without_a_model(tmp_path: Path) -> N
                            capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert again.returncode == 0, again.stdout + again.stderr
     assert (tmp_path / "again/output/sorted.csv").read_text().splitlines()[1] == "Oslo,3"
+    notebook = tmp_path / "session.ipynb"
+    exported = subprocess.run([sys.executable, "-m", "coderoom", "export", str(run_dir), "--notebook", str(notebook)],
+                              capture_output=True, text=True, timeout=120)
+    assert exported.returncode == 0, exported.stderr
+    assert "df.sort_values('temp')" in notebook.read_text()
 
 
 async def test_limits_of_a_job_hold_in_a_session(tmp_path: Path) -> None:
