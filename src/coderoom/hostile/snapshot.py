@@ -46,6 +46,7 @@ MAX_HEADER_DATA = 1024**2  # bytes of one PAX or GNU long-name header, which tar
 FRAMING_PER_MEMBER = 12 * 1024  # tar framing of one member at most (headers, long names, padding)
 _BLOCK = tarfile.BLOCKSIZE
 _META_TYPES = frozenset(b"xgLK")  # PAX (x, g) and GNU long name/link (L, K) header payloads
+_COMPRESSED = ((b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ", "xz"), (b"\x28\xb5\x2f\xfd", "zstd"))
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 Kind = Literal["dir", "file", "symlink", "hardlink"]
@@ -160,10 +161,17 @@ def _scan_headers(source: IO[bytes], max_members: int) -> None:
     MAX_HEADER_DATA, no data past the end of the input, at most `max_members` members, and the
     end-of-archive marker present (else the snapshot was cut)."""
     length = source.seek(0, os.SEEK_END)
+    source.seek(0)
+    magic = source.read(6)
+    for prefix, name in _COMPRESSED:
+        if magic.startswith(prefix):
+            raise SnapshotRefused("<tar>", f"not an uncompressed tar archive ({name}-compressed)")
     offset, count = 0, 0
     while True:
         source.seek(offset)
         block = source.read(_BLOCK)
+        if len(block) < _BLOCK and offset == 0:
+            raise SnapshotRefused("<tar>", "not an uncompressed tar archive (shorter than one header)")
         if len(block) < _BLOCK:
             raise SnapshotRefused("<tar>", "truncated: it ends without the end-of-archive marker")
         if block == bytes(_BLOCK):
