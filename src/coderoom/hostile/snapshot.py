@@ -88,13 +88,15 @@ class Snapshot:
 
     members: list[Member]
     source: IO[bytes]
+    owned: bool = True  # a spooled copy, closed with the snapshot; else the caller's stream
 
     def data(self, member: Member) -> IO[bytes]:
         """A regular file member's content, exactly `member.size` bytes."""
         return _Slice(self.source, member.offset, member.size)
 
     def close(self) -> None:
-        self.source.close()
+        if self.owned:
+            self.source.close()
 
 
 def restored_mode(mode: int, kind: Kind) -> int:
@@ -112,20 +114,31 @@ def restored_mode(mode: int, kind: Kind) -> int:
 def check(data: IO[bytes], *, max_bytes: int, max_members: int = MAX_SNAPSHOT_MEMBERS) -> Snapshot:
     """The members of snapshot `data`, all checked (SnapshotRefused on the first that is not
     restorable); `max_bytes` bounds the files' total size and, with framing, the input."""
-    source = _seekable(data, max_bytes + max_members * FRAMING_PER_MEMBER + 2 * tarfile.RECORDSIZE)
+    owned = not _at_start(data)
+    source = _spooled(data, max_bytes + max_members * FRAMING_PER_MEMBER + 2 * tarfile.RECORDSIZE) if owned else data
     try:
         _scan_headers(source, max_members)
         source.seek(0)
         members = _members(source, max_bytes, max_members)
         source.seek(0)
     except BaseException:
-        source.close()
+        if owned:
+            source.close()
         raise
-    return Snapshot([m for m in members if m.kind != "symlink"] + [m for m in members if m.kind == "symlink"], source)
+    ordered = [m for m in members if m.kind != "symlink"] + [m for m in members if m.kind == "symlink"]
+    return Snapshot(ordered, source, owned)
 
 
-def _seekable(data: IO[bytes], budget: int) -> IO[bytes]:
-    """A seekable copy of `data` (at most `budget` bytes), read from its current position."""
+def _at_start(data: IO[bytes]) -> bool:
+    """Whether `data` can be read in place: seekable and at its start (a snapshot file)."""
+    try:
+        return data.seekable() and data.tell() == 0
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def _spooled(data: IO[bytes], budget: int) -> IO[bytes]:
+    """A seekable copy of a stream (at most `budget` bytes), read from its current position."""
     out = tempfile.TemporaryFile()
     try:
         copy_bounded(data, out, budget)  # type: ignore[arg-type]

@@ -37,7 +37,8 @@ from docker.models.containers import Container
 from ...errors import CoderoomError, SandboxFailed
 from ..core import READ_IN_WORKSPACE
 from ..limits import Limits
-from ..one_user import plain_shell, refuse_manifest_accounts
+from ..one_user import plain_shell
+from ..sdk_errors import refuse_unsupported, snapshot_errors
 from ..stops import log_stop
 from .container import INIT_BOOTSTRAP, DockerSandbox, container_settings, seccomp_program
 
@@ -95,7 +96,7 @@ class CoderoomDockerSession(DockerSandboxSession):
         entry.output_notify.set()
 
     async def provision_manifest_accounts(self) -> None:
-        refuse_manifest_accounts(self.state.manifest, "docker")
+        refuse_unsupported(self.state.manifest, "docker")  # create() refused them already
 
     def _prepare_exec_command(
         self, *command: str | Path, shell: bool | list[str], user: str | User | None
@@ -180,15 +181,15 @@ class CoderoomDockerSession(DockerSandboxSession):
         copies to /tmp and uses Docker's archive API, which cannot see tmpfs mounts.)"""
         skip = {PurePosixPath(p.as_posix()) for p in self._persist_workspace_skip_relpaths()}
         try:
-            return await self._core.archive(skip=skip)  # type: ignore[return-value]
+            return await self._core.archive(skip=skip, snapshot=True)  # type: ignore[return-value]
         except CoderoomError as e:
             raise WorkspaceArchiveReadError(path=self._workspace_root_path(), cause=e) from e
 
     async def hydrate_workspace(self, data: io.IOBase) -> None:
-        try:
-            await self._core.hydrate(data)  # type: ignore[arg-type]
-        except (OSError, ValueError, CoderoomError) as e:
-            raise WorkspaceArchiveWriteError(path=self._workspace_root_path(), cause=e) from e
+        """The snapshot restored exactly, or WorkspaceArchiveWriteError with the SDK's `reason`
+        and `member` context (see `hostile.snapshot`)."""
+        with snapshot_errors(self._workspace_root_path()):
+            await self._core.restore_snapshot(data)  # type: ignore[arg-type]
 
     async def _shutdown_backend(self) -> None:
         await self._core.close()
