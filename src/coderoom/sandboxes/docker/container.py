@@ -68,6 +68,9 @@ QUIESCE_WAIT_S = 120.0  # init.py's kill passes are bounded at 20 x 5 s
 WRITE_CHUNK = 8 * 1024**2  # one `write_file` command's stdin (the channel carries it in one line)
 UNPACK_BATCH = 8 * 1024**2  # small files are unpacked by one `tar -x` per this many bytes
 _FILES = ("python3", "-I", "-S", "-c", FILES_SOURCE)
+# (source, target) of the one bind mount, when the network is off: Docker would otherwise write
+# the host's resolvers into /etc/resolv.conf (catalogue NET-03); resume recognises it by this
+RESOLV_CONF_BIND = ("/dev/null", "/etc/resolv.conf")
 
 
 def seccomp_program(client: Any) -> bytes:
@@ -158,7 +161,7 @@ def container_settings(
     if not limits.network:
         # Docker writes the host's resolvers into /etc/resolv.conf even with `network none`
         # (host layout disclosure, catalogue NET-03); a mount there makes it skip that.
-        settings["mounts"] = [DockerMount("/etc/resolv.conf", "/dev/null", type="bind", read_only=True)]
+        settings["mounts"] = [DockerMount(RESOLV_CONF_BIND[1], RESOLV_CONF_BIND[0], type="bind", read_only=True)]
     return settings
 
 
@@ -302,10 +305,12 @@ class DockerSandbox:
             raise OverflowError(f"{shown(rel)}: over the {max_bytes} byte read limit")
         return result.stdout
 
-    async def write_file(self, path: PurePosixPath, data: bytes | IO[bytes]) -> None:
+    async def write_file(self, path: PurePosixPath, data: bytes | IO[bytes], *, exclusive: bool = False) -> None:
+        """Create or replace a workspace file, never through a symlink (inside/files.py); with
+        `exclusive`, FileExistsError when the name exists as anything (apply_patch's "Add File")."""
         rel = safe_relative_path(str(path))
         source = io.BytesIO(data) if isinstance(data, bytes | bytearray) else data
-        mode = "write"
+        mode = "create" if exclusive else "write"
         while True:
             chunk = await asyncio.to_thread(source.read, WRITE_CHUNK)
             if isinstance(chunk, str):
@@ -315,6 +320,8 @@ class DockerSandbox:
             result = await self._command(
                 [*_FILES, mode, str(rel)], timeout=FILE_OP_TIMEOUT_S, cap=4096, stdin=bytes(chunk)
             )
+            if result.exit_code == 4 and mode == "create":
+                raise FileExistsError(f"{shown(rel)}: exists in the workspace")
             if not result.ok:
                 raise OSError(f"{shown(rel)}: {result.stderr[-500:].decode(errors='replace').strip()}")
             if not chunk:
