@@ -75,9 +75,16 @@ async def test_scripted_run(api: str, tmp_path: Path, monkeypatch: pytest.Monkey
     expected_auth = f"Bearer {CANARY}" if api == "responses" else "Bearer no-key"
     for seen in server.requests:
         assert seen.headers["authorization"] == expected_auth
-        assert {tool["type"] for tool in seen.body["tools"]} == {"function"}
-        assert "exec_command" in seen.tool_names
-        assert "context_management" not in seen.body
+        # Chat Completions gets plain function tools; Responses also the SDK's defaults
+        # (the custom apply_patch tool, and compaction)
+        if api == "responses":
+            assert sorted(seen.tool_names) == ["apply_patch", "exec_command", "run_python", "view_image"]
+            assert {tool["type"] for tool in seen.body["tools"]} == {"function", "custom"}
+            assert seen.body["context_management"][0]["type"] == "compaction"
+        else:
+            assert sorted(seen.tool_names) == ["exec_command", "run_python", "view_image"]
+            assert {tool["type"] for tool in seen.body["tools"]} == {"function"}
+            assert "context_management" not in seen.body
         items = seen.body.get("input") if api == "responses" else seen.body["messages"]
         assert not [i for i in items if isinstance(i, dict) and i.get("type") == "compaction"]
         assert CANARY not in json.dumps(seen.body)
