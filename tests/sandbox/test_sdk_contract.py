@@ -37,7 +37,7 @@ def _mine(backend: str) -> set[str]:
     return {p.name for p in host_dir.parent().glob(host_dir.PREFIX + "*")}
 
 
-@pytest.mark.parametrize("feature", ["users", "grants", "mounts", "ports"])
+@pytest.mark.parametrize("feature", ["users", "grants", "mounts", "ports", "root"])
 async def test_unsupported_features_are_refused_at_create_naming_the_alternative(
     backend: str, feature: str, tmp_path: Path
 ) -> None:
@@ -50,6 +50,10 @@ async def test_unsupported_features_are_refused_at_create_naming_the_alternative
     elif feature == "mounts":  # never mounted: refused before any container or folder exists
         strategy = InContainerMountStrategy(pattern=MountpointMountPattern())
         manifest = Manifest(entries={"data": S3Mount(bucket="b", mount_strategy=strategy)})
+    elif feature == "root":
+        if backend != "local":
+            pytest.skip("a container's workspace may be at any path")
+        manifest = Manifest(root="/srv/work")
     elif backend == "local":
         pytest.skip("the local client takes no exposed ports option")
     else:
@@ -59,7 +63,8 @@ async def test_unsupported_features_are_refused_at_create_naming_the_alternative
         await client.create(manifest=manifest, options=options)
     assert isinstance(caught.value, ConfigurationError)  # the SDK's type, and coderoom's exit 2
     assert caught.value.exit_code == EXIT_USAGE
-    named = {"users": "manifest users and groups", "grants": "extra path grants", "mounts": "mounts", "ports": "exposed ports"}
+    named = {"users": "manifest users and groups", "grants": "extra path grants", "mounts": "mounts", "ports": "exposed ports",
+             "root": "a workspace root other than /workspace"}
     assert named[feature] in str(caught.value) and ": " in str(caught.value)
     assert _mine(backend) == before  # nothing was made, let alone started
 

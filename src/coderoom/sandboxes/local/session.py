@@ -50,7 +50,7 @@ from pydantic import Field
 from ...errors import SandboxFailed
 from ..limits import Limits
 from ..one_user import plain_shell
-from ..sdk_errors import refuse_unsupported, snapshot_errors
+from ..sdk_errors import UnsupportedFeature, refuse_unsupported, snapshot_errors
 from ..stops import log_stop
 from . import bwrap, host_dir
 from .longlived import LongLived
@@ -324,6 +324,11 @@ class LocalSandboxClient(BaseSandboxClient[LocalSandboxClientOptions | None]):
 
 
 def _check_manifest(manifest: Manifest) -> None:
-    if manifest.root != bwrap.WORKSPACE:
-        raise ValueError(f"the local sandbox's workspace is {bwrap.WORKSPACE}, not {manifest.root!r}")
+    """What the local sandbox cannot offer, refused before a session folder exists."""
     refuse_unsupported(manifest, "local")
+    if manifest.root != bwrap.WORKSPACE:
+        raise UnsupportedFeature(
+            f"a workspace root other than {bwrap.WORKSPACE} ({manifest.root!r})",
+            f"leave Manifest.root at {bwrap.WORKSPACE}, where the sandbox mounts its workspace",
+            "local",
+        )
