@@ -179,7 +179,7 @@ def _scan_headers(source: IO[bytes], max_members: int) -> None:
     for prefix, name in _COMPRESSED:
         if magic.startswith(prefix):
             raise SnapshotRefused("<tar>", f"not an uncompressed tar archive ({name}-compressed)")
-    offset, count = 0, 0
+    offset, count, pax_size = 0, 0, None
     while True:
         source.seek(offset)
         block = source.read(_BLOCK)
@@ -199,18 +199,36 @@ def _scan_headers(source: IO[bytes], max_members: int) -> None:
         kind = block[156]
         if kind == ord("S"):
             raise SnapshotRefused("<tar>", "a GNU sparse member (coderoom's snapshots hold none)")
+        if kind == ord("g"):
+            raise SnapshotRefused("<tar>", "a global PAX header (no workspace archiver writes one)")
         if kind in _META_TYPES:
             if size > MAX_HEADER_DATA:
                 raise SnapshotRefused("<tar>", f"a {size} byte metadata header (MAX_HEADER_DATA is {MAX_HEADER_DATA})")
+            if kind == ord("x"):
+                pax_size = _pax_size(source.read(size))
         else:
             count += 1
             if count > max_members:
                 raise SnapshotRefused("<tar>", f"more than {max_members} members (MAX_SNAPSHOT_MEMBERS)")
-        if kind in b"1256":  # links, devices, directories, FIFOs carry no data, whatever size says
+            size, pax_size = (size if pax_size is None else pax_size), None  # PAX size wins, as in tarfile
+        if kind in b"123456":  # links, devices, directories, FIFOs carry no data, whatever size says
             size = 0
         offset += _BLOCK + -(-size // _BLOCK) * _BLOCK
         if offset > length:
             raise SnapshotRefused("<tar>", f"truncated: a member claims {size} bytes past the end of the snapshot")
+
+
+def _pax_size(payload: bytes) -> int | None:
+    """The `size` record of a PAX extended header ("LEN size=N\n"), if it has one."""
+    for record in payload.split(b"\n"):
+        _, _, keyword_value = record.partition(b" ")
+        keyword, _, value = keyword_value.partition(b"=")
+        if keyword == b"size":
+            try:
+                return int(value)
+            except ValueError:
+                raise SnapshotRefused("<tar>", "a PAX header with an invalid size") from None
+    return None
 
 
 def _members(source: IO[bytes], max_bytes: int, max_members: int) -> list[Member]:
