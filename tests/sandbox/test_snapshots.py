@@ -92,6 +92,11 @@ def _huge_claim() -> io.BytesIO:
     return out
 
 
+def _huge_header() -> io.BytesIO:
+    """A PAX header of 2 MiB (a name that long), which tarfile would read whole."""
+    return _tar((_info("n" * 2 * 2**20), b"x"))
+
+
 @pytest.mark.parametrize(
     ("make", "reason"),
     [
@@ -99,8 +104,9 @@ def _huge_claim() -> io.BytesIO:
         (_truncated, "truncated"),
         (_compressed, "not an uncompressed tar"),
         (_huge_claim, "claims 1000000000000 bytes past the end"),
+        (_huge_header, "metadata header (MAX_HEADER_DATA"),
     ],
-    ids=["not-a-tar", "truncated", "gzip", "huge-claim"],
+    ids=["not-a-tar", "truncated", "gzip", "huge-claim", "huge-header"],
 )
 async def test_an_invalid_snapshot_raises_the_sdks_write_error_and_leaves_the_workspace(
     backend: str, make: Callable[[], io.BytesIO], reason: str
@@ -178,3 +184,18 @@ async def test_a_snapshot_of_a_million_members_is_refused_at_the_member_limit(ba
             await session.hydrate_workspace(_ManyMembers(10**6))  # type: ignore[arg-type]
         assert "more than 100000 members (MAX_SNAPSHOT_MEMBERS)" in str(caught.value.context["reason"])
         assert (await session.exec("ls -A | wc -l")).stdout == b"0\n"
+
+
+async def test_a_symlink_planted_in_the_workspace_is_never_followed_on_the_host(backend: str, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir(mode=0o777)
+    outside.chmod(0o777)
+    async with open_session(_spec(backend)) as session:
+        await session.exec(f"ln -s {outside} d")  # the host's path: a host-side write would land there
+        with pytest.raises(WorkspaceArchiveWriteError) as refused:
+            await session.hydrate_workspace(_tar((_info("d/planted.txt"), b"x")))
+    # local refuses on the host, by reason; docker's tar -x follows the link inside the
+    # container, where that path does not exist
+    expected = "a symlink or a file on its way" if backend == "local" else "Cannot open"
+    assert expected in str(refused.value.context["reason"])
+    assert list(outside.iterdir()) == []

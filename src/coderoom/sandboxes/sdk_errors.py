@@ -78,5 +78,7 @@ def snapshot_errors(root: Path) -> Iterator[None]:
         raise WorkspaceArchiveWriteError(
             path=root, context={"reason": exc.reason, "member": exc.member}, cause=exc
         ) from exc
-    except (OSError, CoderoomError) as exc:
-        raise WorkspaceArchiveWriteError(path=root, cause=exc) from exc
+    except CoderoomError as exc:  # docker: tar -x in the container failed (the reason is its stderr)
+        raise WorkspaceArchiveWriteError(path=root, context={"reason": exc.message}, cause=exc) from exc
+    except OSError as exc:
+        raise WorkspaceArchiveWriteError(path=root, context={"reason": str(exc)}, cause=exc) from exc
