@@ -4,7 +4,9 @@ exclusive, and `client.resume(state)` of a live session and of a closed one."""
 
 from __future__ import annotations
 
+import io
 import os
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ from agents.editor import ApplyPatchOperation
 from agents.sandbox import Manifest
 from agents.sandbox.apply_patch import WorkspaceEditor
 from agents.sandbox.entries import InContainerMountStrategy, MountpointMountPattern, S3Mount
-from agents.sandbox.errors import ApplyPatchDiffError, ConfigurationError
+from agents.sandbox.errors import ApplyPatchDiffError, ConfigurationError, WorkspaceArchiveWriteError
 from agents.sandbox.manifest import SandboxPathGrant
 from agents.sandbox.snapshot import LocalSnapshotSpec
 from agents.sandbox.types import User
@@ -106,3 +108,28 @@ async def test_resume_adopts_a_live_session_and_restores_a_closed_one_from_its_s
     finally:
         await restored.aclose()
         await client.delete(restored)
+
+
+async def test_resume_refuses_an_invalid_snapshot_before_clearing_the_live_workspace(
+    backend: str, tmp_path: Path
+) -> None:
+    client, options = get_backend(backend).client(SandboxSpec(backend=backend))
+    session = await client.create(manifest=Manifest(), snapshot=LocalSnapshotSpec(base_path=tmp_path), options=options)
+    await session.start()
+    try:
+        await session.exec("echo live > keep.txt")
+        forged = io.BytesIO()
+        with tarfile.open(fileobj=forged, mode="w") as tar:
+            link = tarfile.TarInfo("link")
+            link.type, link.linkname = tarfile.SYMTYPE, "../outside"
+            tar.addfile(link)
+        forged.seek(0)
+        await session.state.snapshot.persist(forged)
+        resumed = await client.resume(session.state)
+        with pytest.raises(WorkspaceArchiveWriteError) as refused:
+            await resumed.start()
+        assert "escapes archive root" in str(refused.value.context["reason"])
+        assert (await session.exec("ls -A; cat keep.txt")).stdout == b"keep.txt\nlive\n"
+    finally:
+        await session.aclose()
+        await client.delete(session)

@@ -434,26 +434,30 @@ class DockerSandbox:
         container by `tar -x` in clean batches, symlinks last (a large file goes by
         `write_file`, its mode set after). SnapshotRefused names the member and the reason."""
         checked = await asyncio.to_thread(hostile_snapshot.check, tar, max_bytes=self.limits.workspace_size)
-        modes: dict[int, list[str]] = {}
         try:
-            batch, packer = io.BytesIO(), None
-            for info, data in hostile_snapshot.members_of(checked):
-                if data is not None and info.size > UNPACK_BATCH:
-                    if packer is not None:
-                        await self._unpack(packer, batch, keep_modes=True)
-                        batch, packer = io.BytesIO(), None
-                    await self.write_file(PurePosixPath(info.name), data)
-                    modes.setdefault(info.mode, []).append(info.name)
-                    continue
-                packer = packer or tarfile.open(fileobj=batch, mode="w", format=tarfile.PAX_FORMAT)
-                await asyncio.to_thread(packer.addfile, info, data)
-                if batch.tell() > UNPACK_BATCH:
-                    await self._unpack(packer, batch, keep_modes=True)
-                    batch, packer = io.BytesIO(), None
-            if packer is not None:
-                await self._unpack(packer, batch, keep_modes=True)
+            await self.restore_checked(checked)
         finally:
             checked.close()
+
+    async def restore_checked(self, checked: hostile_snapshot.Snapshot) -> None:
+        """Unpack a snapshot `hostile_snapshot.check` accepted (see `restore_snapshot`)."""
+        modes: dict[int, list[str]] = {}
+        batch, packer = io.BytesIO(), None
+        for info, data in hostile_snapshot.members_of(checked):
+            if data is not None and info.size > UNPACK_BATCH:
+                if packer is not None:
+                    await self._unpack(packer, batch, keep_modes=True)
+                    batch, packer = io.BytesIO(), None
+                await self.write_file(PurePosixPath(info.name), data)
+                modes.setdefault(info.mode, []).append(info.name)
+                continue
+            packer = packer or tarfile.open(fileobj=batch, mode="w", format=tarfile.PAX_FORMAT)
+            await asyncio.to_thread(packer.addfile, info, data)
+            if batch.tell() > UNPACK_BATCH:
+                await self._unpack(packer, batch, keep_modes=True)
+                batch, packer = io.BytesIO(), None
+        if packer is not None:
+            await self._unpack(packer, batch, keep_modes=True)
         for mode, names in modes.items():
             result = await self._command(["chmod", f"{mode:o}", "--", *names], timeout=FILE_OP_TIMEOUT_S, cap=65536)
             if not result.ok:

@@ -46,6 +46,7 @@ from ..core import READ_IN_WORKSPACE
 from ..limits import Limits
 from ..one_user import plain_shell
 from ..sdk_errors import refuse_unsupported, snapshot_errors
+from ..sdk_snapshots import restore_on_resume
 from ..stops import log_stop
 from .container import INIT_BOOTSTRAP, RESOLV_CONF_BIND, DockerSandbox, container_settings, seccomp_program
 from .labels import LABEL, SESSION_LABEL
@@ -212,6 +213,10 @@ class CoderoomDockerSession(DockerSandboxSession):
         and `member` context (see `hostile.snapshot`)."""
         with snapshot_errors(self._workspace_root_path()):
             await self._core.restore_snapshot(data)  # type: ignore[arg-type]
+
+    async def _restore_snapshot_into_workspace_on_resume(self) -> None:
+        """Checked before the workspace is cleared (`sdk_snapshots`)."""
+        await restore_on_resume(self, self._core, self._limits.workspace_size)
 
     async def _shutdown_backend(self) -> None:
         await self._core.close()

@@ -519,9 +519,13 @@ class LocalSandbox:
         the member and the reason; nothing is written then."""
         checked = await asyncio.to_thread(hostile_snapshot.check, tar, max_bytes=self.limits.workspace_size)
         try:
-            await asyncio.to_thread(hostile_snapshot.restore, checked, self.workspace_dir, owner=bwrap.host_id())
+            await self.restore_checked(checked)
         finally:
             checked.close()
+
+    async def restore_checked(self, checked: hostile_snapshot.Snapshot) -> None:
+        """Write a snapshot `hostile_snapshot.check` accepted (see `restore_snapshot`)."""
+        await asyncio.to_thread(hostile_snapshot.restore, checked, self.workspace_dir, owner=bwrap.host_id())
 
 
 def _checked(path: PurePosixPath, *, root_ok: bool = False) -> PurePosixPath:

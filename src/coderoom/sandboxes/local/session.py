@@ -51,6 +51,7 @@ from ...errors import SandboxFailed
 from ..limits import Limits
 from ..one_user import plain_shell
 from ..sdk_errors import UnsupportedFeature, refuse_unsupported, snapshot_errors
+from ..sdk_snapshots import restore_on_resume
 from ..stops import log_stop
 from . import bwrap, host_dir
 from .longlived import LongLived
@@ -267,6 +268,10 @@ class LocalSandboxSession(BaseSandboxSession):
         and `member` context (see `hostile.snapshot`)."""
         with snapshot_errors(Path(bwrap.WORKSPACE)):
             await self.sandbox.restore_snapshot(data)  # type: ignore[arg-type]
+
+    async def _restore_snapshot_into_workspace_on_resume(self) -> None:
+        """Checked before the workspace is cleared (`sdk_snapshots`)."""
+        await restore_on_resume(self, self.sandbox, self.state.limits.workspace_size)
 
 
 class LocalSandboxClient(BaseSandboxClient[LocalSandboxClientOptions | None]):
