@@ -43,6 +43,7 @@ from .tree import MAX_DEPTH, MAX_ENTRIES, copy_bounded, open_dir_beneath
 
 MAX_SNAPSHOT_MEMBERS = MAX_ENTRIES  # members of any kind; the archivers stop at the same count
 MAX_HEADER_DATA = 1024**2  # bytes of one PAX or GNU long-name header, which tarfile reads whole
+MAX_PLAIN_NAME = 200  # characters of a name a reason repeats as it is (longer ones are cut)
 FRAMING_PER_MEMBER = 12 * 1024  # tar framing of one member at most (headers, long names, padding)
 _BLOCK = tarfile.BLOCKSIZE
 _META_TYPES = frozenset(b"xgLK")  # PAX (x, g) and GNU long name/link (L, K) header payloads
@@ -325,10 +326,16 @@ def _check_link_target(target: str, rel: PurePosixPath, name: str) -> None:
     if not target or "\0" in target:
         raise SnapshotRefused(name, "an empty symlink target")
     if target.startswith("/"):
-        raise SnapshotRefused(name, f"absolute symlink target not allowed: {shown(target)}")
+        raise SnapshotRefused(name, f"absolute symlink target not allowed: {_plain(target)}")
     joined = posixpath.normpath(posixpath.join(str(rel.parent), target))
     if joined == ".." or joined.startswith("../"):
-        raise SnapshotRefused(name, f"symlink target escapes archive root: {shown(target)}")
+        raise SnapshotRefused(name, f"symlink target escapes archive root: {_plain(target)}")
+
+
+def _plain(text: str) -> str:
+    """A snapshot-chosen name in a reason: as it is when short and printable (the SDK's exact
+    wording), else quoted, escaped and cut (`names.shown`)."""
+    return text if len(text) <= MAX_PLAIN_NAME and text.isprintable() else shown(text)
 
 
 class _Slice(io.RawIOBase):
