@@ -29,10 +29,12 @@ SERVER_KEY = "sk-test-server-key"
 
 @dataclass(frozen=True)
 class Call:
-    """One function call the scripted model makes; `arguments` is sent as a JSON string."""
+    """One function call the scripted model makes; `arguments` is sent as a JSON string. With
+    `custom` (Responses only), a custom tool call whose raw input is `arguments` (apply_patch)."""
 
     name: str
     arguments: dict[str, Any] | str = field(default_factory=dict)
+    custom: bool = False
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,8 @@ class Seen:
 
     @property
     def tool_outputs(self) -> list[str]:
-        """Tool results sent back: Chat `tool` messages or Responses `function_call_output`."""
+        """Tool results sent back: Chat `tool` messages or Responses `function_call_output` (and
+        `custom_tool_call_output`)."""
         if self.path.endswith("/chat/completions"):
             return [
                 _text(m.get("content"))
@@ -119,7 +122,8 @@ class Seen:
         items = self.body.get("input")
         if not isinstance(items, list):
             return []
-        return [_text(i.get("output")) for i in items if i.get("type") == "function_call_output"]
+        kinds = ("function_call_output", "custom_tool_call_output")
+        return [_text(i.get("output")) for i in items if i.get("type") in kinds]
 
 
 def _text(content: Any) -> str:
@@ -310,6 +314,17 @@ class OpenAIServer:
                 }
             )
         for c in reply.calls:
+            if c.custom:
+                output.append(
+                    {
+                        "id": self._new_id("ctc"),
+                        "type": "custom_tool_call",
+                        "call_id": self._new_id("call"),
+                        "name": c.name,
+                        "input": str(c.arguments),
+                    }
+                )
+                continue
             output.append(
                 {
                     "id": self._new_id("fc"),
@@ -396,6 +411,11 @@ class OpenAIServer:
                 yield event(
                     "response.content_part.done", content_index=0, part=item["content"][0], **where
                 )
+            elif item["type"] == "custom_tool_call":
+                yield event("response.output_item.added", output_index=index, item={**item, "input": ""})
+                for piece in _halves(item["input"]):
+                    yield event("response.custom_tool_call_input.delta", delta=piece, **where)
+                yield event("response.custom_tool_call_input.done", input=item["input"], **where)
             else:
                 yield event(
                     "response.output_item.added",

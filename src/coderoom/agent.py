@@ -2,8 +2,8 @@
 
 Why coderoom writes its own base prompt: the SDK's SandboxAgent default (`agents/sandbox/
 instructions/prompt.md`, ~17,800 characters, ~4,000 tokens) describes a coding assistant with
-`apply_patch`, approvals, AGENTS.md files and `rg`, none of which a coderoom model gets; on a
-4k-context local server it does not even fit. `SandboxAgent.base_instructions` is the SDK's
+approvals, AGENTS.md files and `rg`, which coderoom's sandboxes do not offer, and `apply_patch`,
+which only Responses models get; on a 4k-context local server it does not even fit. `SandboxAgent.base_instructions` is the SDK's
 supported override: the SDK still appends the job's instructions, each capability's
 instructions and the workspace layout after it.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 from agents import FunctionTool, RunConfig, Tool
 from agents.sandbox import Manifest, SandboxAgent, SandboxRunConfig
-from agents.sandbox.capabilities import Capability, Shell
+from agents.sandbox.capabilities import Capability, Compaction, Filesystem, Shell
 from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
 
 from .jobs import Job, OutputSpec
@@ -74,7 +74,10 @@ def output_contract(outputs: Sequence[OutputSpec]) -> str:
 
 
 def capabilities(model: ResolvedModel, job: Job) -> list[Capability]:
-    """The tools the model gets. All are plain function tools, so Chat Completions works too."""
+    """The tools the model gets: exec_command, view_image and run_python for every model; an
+    OpenAI Responses model also gets the SDK's default Filesystem (view_image and the custom
+    `apply_patch` tool) and Compaction (server-side context compaction), which Chat Completions
+    servers reject, so those keep plain function tools only."""
     from .tools.python_kernel import PythonKernel, cell_timeout
     from .tools.view_image import ViewImage
 
@@ -83,6 +86,8 @@ def capabilities(model: ResolvedModel, job: Job) -> list[Capability]:
     limits = job.sandbox.limits
     bound = OutputBound(chars=limits.tool_output_chars, saved_bytes=2 * limits.output_bytes)
     kernel = PythonKernel(images=model.accepts_images, timeout=cell_timeout(limits.timeout), bound=bound)
+    if model.api == "responses":
+        return [SandboxShell(bound=bound), Filesystem(), kernel, Compaction()]
     return [SandboxShell(bound=bound), ViewImage(), kernel]
 
 

@@ -18,7 +18,7 @@ import pytest
 from coderoom.jobs import build_job
 from coderoom.record import read_record
 from coderoom.run import run_job
-from openai_server import OpenAIServer, call, say, spec_for
+from openai_server import Call, OpenAIServer, Reply, call, say, spec_for
 
 CANARY = "sk-canary-3f9a1c77e2"
 SHOW_ENV = "env; cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n'"
@@ -75,9 +75,16 @@ async def test_scripted_run(api: str, tmp_path: Path, monkeypatch: pytest.Monkey
     expected_auth = f"Bearer {CANARY}" if api == "responses" else "Bearer no-key"
     for seen in server.requests:
         assert seen.headers["authorization"] == expected_auth
-        assert {tool["type"] for tool in seen.body["tools"]} == {"function"}
-        assert "exec_command" in seen.tool_names
-        assert "context_management" not in seen.body
+        # Chat Completions gets plain function tools; Responses also the SDK's defaults
+        # (the custom apply_patch tool, and compaction)
+        if api == "responses":
+            assert sorted(seen.tool_names) == ["apply_patch", "exec_command", "run_python", "view_image"]
+            assert {tool["type"] for tool in seen.body["tools"]} == {"function", "custom"}
+            assert seen.body["context_management"][0]["type"] == "compaction"
+        else:
+            assert sorted(seen.tool_names) == ["exec_command", "run_python", "view_image"]
+            assert {tool["type"] for tool in seen.body["tools"]} == {"function"}
+            assert "context_management" not in seen.body
         items = seen.body.get("input") if api == "responses" else seen.body["messages"]
         assert not [i for i in items if isinstance(i, dict) and i.get("type") == "compaction"]
         assert CANARY not in json.dumps(seen.body)
@@ -143,3 +150,36 @@ def _text_of(content: object) -> str:
     if isinstance(content, str):
         return content
     return "".join(part.get("text", "") for part in content if isinstance(part, dict))  # type: ignore[union-attr]
+
+
+PATCH = "*** Begin Patch\n*** Add File: output/summary.md\n+# Result\n+\n+Patched.\n*** End Patch\n"
+
+
+async def test_a_responses_model_writes_with_apply_patch_and_add_file_never_clobbers(tmp_path: Path) -> None:
+    """The SDK's custom apply_patch tool, offered to Responses models, works in coderoom's
+    sandbox; a second "Add File" of the same name is refused to the model, not applied."""
+    clobber = PATCH.replace("Patched.", "Clobbered.")
+    script = [
+        Reply(calls=(Call("apply_patch", PATCH, custom=True),)),
+        Reply(calls=(Call("apply_patch", clobber, custom=True),)),
+        say("Wrote the summary."),
+    ]
+    with OpenAIServer(script, api_key=CANARY) as server:
+        job = build_job(
+            {
+                "name": "patched",
+                "prompt": "Write output/summary.md.",
+                "outputs": ["output/summary.md"],
+                "model": spec_for("responses", server),
+                "max_turns": 4,
+            }
+        )
+        environ = {**os.environ, "OPENAI_API_KEY": CANARY, "OPENAI_BASE_URL": server.url}
+        result = await run_job(job, run_dir=tmp_path / "run", environ=environ)
+
+    assert not server.errors, server.errors
+    assert result.status == "ok", result.error
+    assert (result.run_dir / "output/summary.md").read_text() == "# Result\n\nPatched."
+    first, second = server.requests[1].tool_outputs[0], server.requests[2].tool_outputs[-1]
+    assert "Created output/summary.md" in first
+    assert "already exists" in second

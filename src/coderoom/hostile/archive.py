@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-from .names import UnsafePath, safe_relative_path, shown
+from .names import UnsafePath, rebased_link, safe_relative_path, shown
 from .tree import GONE, MAX_ENTRIES, Entry, WorkspaceLimitError, copy_bounded, open_dir_beneath, walk
 
 MAX_FILES = 10_000  # files, and directories, that one extraction writes
@@ -176,14 +176,21 @@ def archive(
     skip: set[PurePosixPath],
     max_bytes: int,
     max_entries: int = MAX_ENTRIES,
+    snapshot_root: str | None = None,
 ) -> io.BufferedRandom:
     """A tar of the workspace with relative names: dirs, regular files, symlinks kept as links.
 
     FIFOs, sockets and devices are left out; files are opened O_NOFOLLOW|O_NONBLOCK and checked
     to be regular after opening. Modes are normalised (no setuid/setgid/sticky).
+
+    With `snapshot_root` (the sandbox's workspace path: a snapshot for `hydrate_workspace`), the
+    tar is exact: a file's second name is a hard link to its first, and an absolute symlink under
+    that root becomes relative (`names.rebased_link`), so a restore can take it. Without it (the
+    run's workspace.tar), every name is a file of its own, which `safe_extract_tar` takes.
     """
     out = tempfile.TemporaryFile()
     total = 0
+    first_names: dict[tuple[int, int], str] = {}
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for count, entry in enumerate(walk(root), start=1):
             if count > max_entries:
@@ -203,26 +210,37 @@ def archive(
                     if exc.errno in GONE:
                         continue
                     raise
+                if snapshot_root is not None:
+                    info.linkname = rebased_link(info.linkname, entry.rel, snapshot_root)
                 info.type, info.mode = tarfile.SYMTYPE, 0o777
                 tar.addfile(info)
             elif stat.S_ISREG(entry.st.st_mode):
-                total += _add_file(tar, info, entry, mode, max_bytes - total)
+                inode = (entry.st.st_dev, entry.st.st_ino)
+                if snapshot_root is not None and inode in first_names:
+                    info.type, info.linkname, info.mode = tarfile.LNKTYPE, first_names[inode], mode
+                    tar.addfile(info)
+                    continue
+                added = _add_file(tar, info, entry, mode, max_bytes - total)
+                if added is not None and snapshot_root is not None and entry.st.st_nlink > 1:
+                    first_names[inode] = info.name
+                total += added or 0
     out.seek(0)
     return out  # type: ignore[return-value]
 
 
-def _add_file(tar: tarfile.TarFile, info: tarfile.TarInfo, entry: Entry, mode: int, budget: int) -> int:
+def _add_file(tar: tarfile.TarFile, info: tarfile.TarInfo, entry: Entry, mode: int, budget: int) -> int | None:
+    """The bytes added; None when the entry is gone or is no longer the file that was listed."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         fd = os.open(entry.name, flags, dir_fd=entry.dir_fd)
     except OSError as exc:
         if exc.errno in GONE:
-            return 0
+            return None
         raise
     with os.fdopen(fd, "rb") as source:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return 0
+        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (entry.st.st_dev, entry.st.st_ino):
+            return None
         if st.st_size > budget:
             raise WorkspaceLimitError(f"{shown(entry.rel)}: workspace archive over its size limit")
         info.size, info.mode = st.st_size, mode

@@ -28,3 +28,20 @@ def shown(name: object, limit: int = 80) -> str:
     """A sandbox-chosen name for a message: quoted, escaped and short."""
     text = repr(str(name))
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def rebased_link(target: str, link: PurePosixPath, root: str) -> str:
+    """An absolute symlink target under `root` (the sandbox's /workspace) as one relative to the
+    link, so a snapshot stays valid wherever it is restored; anything else unchanged.
+
+    Only simple targets are rewritten (every component after `root` a plain name, as the SDK's
+    tar helpers do): `/workspace/a/../b` could mean something else once a component is a link,
+    so it stays absolute, and restoring refuses it instead of guessing."""
+    prefix = root.rstrip("/") + "/"
+    if not target.startswith(prefix):
+        return target
+    parts = target[len(prefix):].split("/")
+    if not parts or any(part in ("", ".", "..") for part in parts):
+        return target
+    climb = [".."] * (len(link.parts) - 1)
+    return "/".join([*climb, *parts])

@@ -6,13 +6,7 @@ mixin's different object layout forbids.
 
 from __future__ import annotations
 
-from agents.sandbox import Manifest
 from agents.sandbox.types import User
-
-
-def refuse_manifest_accounts(manifest: Manifest, backend: str) -> None:
-    if manifest.users or manifest.groups:
-        raise ValueError(f"the {backend} sandbox has one user; manifest users and groups are not supported")
 
 
 def plain_shell(shell: bool | list[str], user: str | User | None, backend: str) -> bool | list[str]:

@@ -17,11 +17,12 @@ import posixpath
 import queue
 import tarfile
 import tempfile
+from pathlib import PurePosixPath
 from collections.abc import Iterator
 from typing import IO
 
 from ...errors import SandboxFailed, SandboxLimitExceeded
-from ...hostile.names import UnsafePath, safe_relative_path, shown
+from ...hostile.names import UnsafePath, rebased_link, safe_relative_path, shown
 
 MAX_ENTRIES = 100_000
 # tar framing per entry at most: a header, a PAX header with a PATH_MAX name and link, padding
@@ -85,10 +86,15 @@ class ArchiveStream(io.RawIOBase):
         return n
 
 
-def rewrite(raw: IO[bytes], max_bytes: int, max_entries: int = MAX_ENTRIES) -> IO[bytes]:
-    """A clean tar (host temp file) of `raw`'s directories, regular files and symlinks."""
+def rewrite(
+    raw: IO[bytes], max_bytes: int, max_entries: int = MAX_ENTRIES, *, snapshot_root: str | None = None
+) -> IO[bytes]:
+    """A clean tar (host temp file) of `raw`'s directories, regular files and symlinks; with
+    `snapshot_root` (a snapshot), also hard links to an earlier regular file, and absolute
+    symlinks under that root made relative (`names.rebased_link`)."""
     out = tempfile.TemporaryFile()
     total = 0
+    files: set[str] = set()
     try:
         with tarfile.open(fileobj=raw, mode="r|") as src, tarfile.open(
             fileobj=out, mode="w", format=tarfile.PAX_FORMAT
@@ -107,8 +113,13 @@ def rewrite(raw: IO[bytes], max_bytes: int, max_entries: int = MAX_ENTRIES) -> I
                     member.mode |= 0o700
                     dst.addfile(member)
                 elif member.issym():
+                    if snapshot_root is not None:
+                        member.linkname = rebased_link(member.linkname, PurePosixPath(member.name), snapshot_root)
+                    dst.addfile(member)
+                elif member.islnk() and snapshot_root is not None and member.linkname in files:
                     dst.addfile(member)
                 elif member.isreg():
+                    files.add(member.name)
                     total += member.size
                     if total > max_bytes:
                         raise SandboxLimitExceeded(

@@ -37,6 +37,7 @@ from docker.types import LogConfig, Ulimit
 from docker.types import Mount as DockerMount
 
 from ...errors import SandboxFailed, SandboxLimitExceeded
+from ...hostile import snapshot as hostile_snapshot
 from ...hostile.names import safe_relative_path, shown
 from ..base import EXIT_TIMEOUT
 from ..core import CommandResult
@@ -67,6 +68,9 @@ QUIESCE_WAIT_S = 120.0  # init.py's kill passes are bounded at 20 x 5 s
 WRITE_CHUNK = 8 * 1024**2  # one `write_file` command's stdin (the channel carries it in one line)
 UNPACK_BATCH = 8 * 1024**2  # small files are unpacked by one `tar -x` per this many bytes
 _FILES = ("python3", "-I", "-S", "-c", FILES_SOURCE)
+# (source, target) of the one bind mount, when the network is off: Docker would otherwise write
+# the host's resolvers into /etc/resolv.conf (catalogue NET-03); resume recognises it by this
+RESOLV_CONF_BIND = ("/dev/null", "/etc/resolv.conf")
 
 
 def seccomp_program(client: Any) -> bytes:
@@ -157,7 +161,7 @@ def container_settings(
     if not limits.network:
         # Docker writes the host's resolvers into /etc/resolv.conf even with `network none`
         # (host layout disclosure, catalogue NET-03); a mount there makes it skip that.
-        settings["mounts"] = [DockerMount("/etc/resolv.conf", "/dev/null", type="bind", read_only=True)]
+        settings["mounts"] = [DockerMount(RESOLV_CONF_BIND[1], RESOLV_CONF_BIND[0], type="bind", read_only=True)]
     return settings
 
 
@@ -172,10 +176,10 @@ def remove_container(client: Any, container_id: str) -> None:
             raise
 
 
-def _rewrite_and_close(stream: ArchiveStream, max_bytes: int) -> IO[bytes]:
+def _rewrite_and_close(stream: ArchiveStream, max_bytes: int, snapshot_root: str | None) -> IO[bytes]:
     """`archive.rewrite`; the stream drops what arrives after (the tar's end, or a failure)."""
     try:
-        return rewrite(stream, max_bytes)
+        return rewrite(stream, max_bytes, snapshot_root=snapshot_root)
     finally:
         stream.close()
 
@@ -301,10 +305,12 @@ class DockerSandbox:
             raise OverflowError(f"{shown(rel)}: over the {max_bytes} byte read limit")
         return result.stdout
 
-    async def write_file(self, path: PurePosixPath, data: bytes | IO[bytes]) -> None:
+    async def write_file(self, path: PurePosixPath, data: bytes | IO[bytes], *, exclusive: bool = False) -> None:
+        """Create or replace a workspace file, never through a symlink (inside/files.py); with
+        `exclusive`, FileExistsError when the name exists as anything (apply_patch's "Add File")."""
         rel = safe_relative_path(str(path))
         source = io.BytesIO(data) if isinstance(data, bytes | bytearray) else data
-        mode = "write"
+        mode = "create" if exclusive else "write"
         while True:
             chunk = await asyncio.to_thread(source.read, WRITE_CHUNK)
             if isinstance(chunk, str):
@@ -314,6 +320,8 @@ class DockerSandbox:
             result = await self._command(
                 [*_FILES, mode, str(rel)], timeout=FILE_OP_TIMEOUT_S, cap=4096, stdin=bytes(chunk)
             )
+            if result.exit_code == 4 and mode == "create":
+                raise FileExistsError(f"{shown(rel)}: exists in the workspace")
             if not result.ok:
                 raise OSError(f"{shown(rel)}: {result.stderr[-500:].decode(errors='replace').strip()}")
             if not chunk:
@@ -327,9 +335,11 @@ class DockerSandbox:
             raise SandboxFailed(f"could not stop the sandbox's processes: {reply['error']}")
         return int(reply["killed"])
 
-    async def archive(self, *, skip: Iterable[PurePosixPath] = ()) -> IO[bytes]:
+    async def archive(self, *, skip: Iterable[PurePosixPath] = (), snapshot: bool = False) -> IO[bytes]:
         """A tar of the workspace: every process is killed first; bounded by workspace_size in
-        bytes (apparent sizes, so sparse files count in full) and by ARCHIVE_DEADLINE_S."""
+        bytes (apparent sizes, so sparse files count in full) and by ARCHIVE_DEADLINE_S. A
+        `snapshot` (for `restore_snapshot`) keeps hard links and makes absolute symlinks under
+        the workspace relative."""
         max_bytes = self.limits.workspace_size
         loop = asyncio.get_running_loop()
         deadline = loop.time() + ARCHIVE_DEADLINE_S
@@ -344,9 +354,11 @@ class DockerSandbox:
                 "skip": sorted(p.as_posix() for p in skip),
                 "max_bytes": max_bytes,
                 "max_entries": MAX_ENTRIES,
+                "hard_links": snapshot,
             },
         }
-        rewriting = asyncio.ensure_future(asyncio.to_thread(_rewrite_and_close, stream, max_bytes))
+        root = self.root if snapshot else None
+        rewriting = asyncio.ensure_future(asyncio.to_thread(_rewrite_and_close, stream, max_bytes, root))
         try:
             await self._run_archiver(request, stream, over, deadline - loop.time())
         except BaseException:
@@ -416,11 +428,46 @@ class DockerSandbox:
                 packer = tarfile.open(fileobj=batch, mode="w", format=tarfile.PAX_FORMAT)
         await self._unpack(packer, batch)
 
-    async def _unpack(self, packer: tarfile.TarFile, batch: io.BytesIO) -> None:
+    async def restore_snapshot(self, tar: IO[bytes]) -> None:
+        """Restore a snapshot exactly (`hostile.snapshot`: modes, hard links, in-workspace
+        symlinks): checked whole on the host before anything is sent, then unpacked inside the
+        container by `tar -x` in clean batches, symlinks last (a large file goes by
+        `write_file`, its mode set after). SnapshotRefused names the member and the reason."""
+        checked = await asyncio.to_thread(hostile_snapshot.check, tar, max_bytes=self.limits.workspace_size)
+        try:
+            await self.restore_checked(checked)
+        finally:
+            checked.close()
+
+    async def restore_checked(self, checked: hostile_snapshot.Snapshot) -> None:
+        """Unpack a snapshot `hostile_snapshot.check` accepted (see `restore_snapshot`)."""
+        modes: dict[int, list[str]] = {}
+        batch, packer = io.BytesIO(), None
+        for info, data in hostile_snapshot.members_of(checked):
+            if data is not None and info.size > UNPACK_BATCH:
+                if packer is not None:
+                    await self._unpack(packer, batch, keep_modes=True)
+                    batch, packer = io.BytesIO(), None
+                await self.write_file(PurePosixPath(info.name), data)
+                modes.setdefault(info.mode, []).append(info.name)
+                continue
+            packer = packer or tarfile.open(fileobj=batch, mode="w", format=tarfile.PAX_FORMAT)
+            await asyncio.to_thread(packer.addfile, info, data)
+            if batch.tell() > UNPACK_BATCH:
+                await self._unpack(packer, batch, keep_modes=True)
+                batch, packer = io.BytesIO(), None
+        if packer is not None:
+            await self._unpack(packer, batch, keep_modes=True)
+        for mode, names in modes.items():
+            result = await self._command(["chmod", f"{mode:o}", "--", *names], timeout=FILE_OP_TIMEOUT_S, cap=65536)
+            if not result.ok:
+                raise SandboxFailed(f"restoring file modes failed: {result.stderr[-500:].decode(errors='replace')}")
+
+    async def _unpack(self, packer: tarfile.TarFile, batch: io.BytesIO, *, keep_modes: bool = False) -> None:
         packer.close()
         if batch.tell() <= 2 * tarfile.BLOCKSIZE:  # only the end-of-archive blocks
             return
-        argv = ["tar", "-x", "-f", "-", "--no-same-owner", "--no-same-permissions"]
+        argv = ["tar", "-x", "-f", "-", "--no-same-owner", "-p" if keep_modes else "--no-same-permissions"]
         result = await self._command(argv, timeout=FILE_OP_TIMEOUT_S, cap=65536, stdin=batch.getvalue())
         if not result.ok:
             raise SandboxFailed(f"unpacking into the workspace failed: {result.stderr[-500:].decode(errors='replace')}")

@@ -26,20 +26,30 @@ from agents.sandbox.errors import (
     WorkspaceArchiveWriteError,
 )
 from agents.sandbox.manifest import Manifest
-from agents.sandbox.sandboxes.docker import DockerSandboxClient, DockerSandboxSession
+from agents.sandbox.sandboxes.docker import (
+    DockerSandboxClient,
+    DockerSandboxClientOptions,
+    DockerSandboxSession,
+    DockerSandboxSessionState,
+)
 from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
 from agents.sandbox.session.manager import Instrumentation
 from agents.sandbox.session.pty_types import PtyExecUpdate
+from agents.sandbox.session.sandbox_client import SandboxSessionState
 from agents.sandbox.session.sandbox_session import SandboxSession
+from agents.sandbox.snapshot import SnapshotBase, SnapshotSpec
 from agents.sandbox.types import ExecResult, User
 from docker.models.containers import Container
 
 from ...errors import CoderoomError, SandboxFailed
 from ..core import READ_IN_WORKSPACE
 from ..limits import Limits
-from ..one_user import plain_shell, refuse_manifest_accounts
+from ..one_user import plain_shell
+from ..sdk_errors import refuse_unsupported, snapshot_errors
+from ..sdk_snapshots import restore_on_resume
 from ..stops import log_stop
-from .container import INIT_BOOTSTRAP, DockerSandbox, container_settings, seccomp_program
+from .container import INIT_BOOTSTRAP, RESOLV_CONF_BIND, DockerSandbox, container_settings, seccomp_program
+from .labels import LABEL, SESSION_LABEL
 
 # `docker exec` processes get the container's environment, so init.py is there for them too
 _FILTERED_EXEC = ("python3", "-I", "-S", "-c", INIT_BOOTSTRAP, "--exec")
@@ -95,7 +105,7 @@ class CoderoomDockerSession(DockerSandboxSession):
         entry.output_notify.set()
 
     async def provision_manifest_accounts(self) -> None:
-        refuse_manifest_accounts(self.state.manifest, "docker")
+        refuse_unsupported(self.state.manifest, "docker")  # create() refused them already
 
     def _prepare_exec_command(
         self, *command: str | Path, shell: bool | list[str], user: str | User | None
@@ -172,6 +182,20 @@ class CoderoomDockerSession(DockerSandboxSession):
         except (OSError, ValueError, CoderoomError) as e:
             raise WorkspaceArchiveWriteError(path=target, cause=e) from e
 
+    async def _write_new_file(self, path: Path, data: io.IOBase, *, user: str | User | None = None) -> None:
+        """apply_patch's "Add File": FileExistsError (the SDK's signal) when the name exists,
+        a dangling symlink included; no symlink followed on the way (inside/files.py)."""
+        if user is not None:
+            raise ValueError("the docker sandbox writes every file as its one sandbox user")
+        requested = self._workspace_path_policy().absolute_workspace_path(path)
+        target = await self._validate_path_access(requested.parent, for_write=True) / requested.name
+        try:
+            await self._core.write_file(self._relative(target), data, exclusive=True)  # type: ignore[arg-type]
+        except FileExistsError:
+            raise
+        except (OSError, ValueError, CoderoomError) as e:
+            raise WorkspaceArchiveWriteError(path=target, cause=e) from e
+
     def _relative(self, path: Path) -> PurePosixPath:
         return PurePosixPath(path.as_posix()).relative_to(self._workspace_root_path().as_posix())
 
@@ -180,15 +204,19 @@ class CoderoomDockerSession(DockerSandboxSession):
         copies to /tmp and uses Docker's archive API, which cannot see tmpfs mounts.)"""
         skip = {PurePosixPath(p.as_posix()) for p in self._persist_workspace_skip_relpaths()}
         try:
-            return await self._core.archive(skip=skip)  # type: ignore[return-value]
+            return await self._core.archive(skip=skip, snapshot=True)  # type: ignore[return-value]
         except CoderoomError as e:
             raise WorkspaceArchiveReadError(path=self._workspace_root_path(), cause=e) from e
 
     async def hydrate_workspace(self, data: io.IOBase) -> None:
-        try:
-            await self._core.hydrate(data)  # type: ignore[arg-type]
-        except (OSError, ValueError, CoderoomError) as e:
-            raise WorkspaceArchiveWriteError(path=self._workspace_root_path(), cause=e) from e
+        """The snapshot restored exactly, or WorkspaceArchiveWriteError with the SDK's `reason`
+        and `member` context (see `hostile.snapshot`)."""
+        with snapshot_errors(self._workspace_root_path()):
+            await self._core.restore_snapshot(data)  # type: ignore[arg-type]
+
+    async def _restore_snapshot_into_workspace_on_resume(self) -> None:
+        """Checked before the workspace is cleared (`sdk_snapshots`)."""
+        await restore_on_resume(self, self._core, self._limits.workspace_size)
 
     async def _shutdown_backend(self) -> None:
         await self._core.close()
@@ -213,6 +241,38 @@ class CoderoomDockerClient(DockerSandboxClient):
             assert isinstance(inner, CoderoomDockerSession)
             inner._adopt(self._limits)
         return super()._wrap_session(inner, instrumentation=instrumentation)
+
+    async def create(
+        self,
+        *,
+        snapshot: SnapshotSpec | SnapshotBase | None = None,
+        manifest: Manifest | None = None,
+        options: DockerSandboxClientOptions,
+    ) -> SandboxSession:
+        """The SDK's create, after refusing what coderoom does not offer (before any container)."""
+        refuse_unsupported(manifest or Manifest(), "docker", exposed_ports=options.exposed_ports)
+        return await super().create(snapshot=snapshot, manifest=manifest, options=options)
+
+    async def resume(self, state: SandboxSessionState) -> SandboxSession:
+        """Resume a session: its container if it still runs, else a new one restored from the
+        snapshot (the SDK's path). The SDK refuses a live container with any bind mount the
+        manifest did not grant, and coderoom's carry one when the network is off (/dev/null on
+        /etc/resolv.conf, NET-03); so a live container is checked here against what coderoom
+        made (its labels and session, that one bind, network none) and adopted."""
+        if not isinstance(state, DockerSandboxSessionState):
+            raise TypeError("CoderoomDockerClient.resume expects a DockerSandboxSessionState")
+        refuse_unsupported(state.manifest, "docker", exposed_ports=state.exposed_ports)
+        container = self.get_container(state.container_id)
+        if container is None or state.mount_authority_rebound:
+            return await super().resume(state)
+        await asyncio.to_thread(container.reload)
+        _assert_coderoom_container(container, state, self._limits)
+        inner = DockerSandboxSession(
+            container=container, docker_client=self.docker_client, state=state, removal_service=self._removal_service
+        )
+        inner._resume_workspace_probe_pending = True
+        inner._set_start_state_preserved(True)
+        return self._wrap_session(inner, instrumentation=self._instrumentation)
 
     async def _create_container(
         self,
@@ -241,3 +301,22 @@ class CoderoomDockerClient(DockerSandboxClient):
             environment=await manifest.environment.resolve(),
         )  # fmt: skip
         return self.docker_client.containers.create(**settings)
+
+
+def _assert_coderoom_container(container: Container, state: DockerSandboxSessionState, limits: Limits) -> None:
+    """ValueError (the SDK's refusal) unless `container` is the one coderoom made for `state`:
+    coderoom's labels with this session's id, network none when the limits say so, and no bind
+    mount but coderoom's own resolv.conf one."""
+    attrs = container.attrs or {}
+    labels = (attrs.get("Config") or {}).get("Labels") or {}
+    if labels.get(LABEL) != "1" or labels.get(SESSION_LABEL) != state.session_id.hex:
+        raise ValueError("the container is not this coderoom session's; create a fresh sandbox session")
+    if any(labels.get(key) != value for key, value in state.labels.items()):
+        raise ValueError("Existing Docker sandbox labels do not match persisted labels; create a fresh sandbox session")
+    binds = [m for m in attrs.get("Mounts") or [] if isinstance(m, dict) and m.get("Type") == "bind"]
+    expected = [] if limits.network else [RESOLV_CONF_BIND]
+    if [(m.get("Source"), m.get("Destination")) for m in binds] != expected:
+        raise ValueError("the container's bind mounts are not coderoom's; create a fresh sandbox session")
+    network_mode = (attrs.get("HostConfig") or {}).get("NetworkMode")
+    if not limits.network and network_mode != "none":
+        raise ValueError("the container has a network but the limits allow none; create a fresh sandbox session")

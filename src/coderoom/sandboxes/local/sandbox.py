@@ -63,6 +63,7 @@ from typing import IO
 
 from ...errors import SandboxFailed
 from ...hostile import archive as hostile_archive
+from ...hostile import snapshot as hostile_snapshot
 from ...hostile import tree
 from ...hostile.names import safe_relative_path
 from ..base import EXIT_KILLED, EXIT_TIMEOUT
@@ -82,6 +83,15 @@ PROCESS_POLL_S = 0.25  # how often the long-lived processes' workspace watchdog 
 PROCESS_WALK_AT_LEAST_S = 5.0  # and walks the workspace at least this often while they run
 _PIPE_GRACE_S = 5.0  # after a command's namespace is gone, for its pipes to reach EOF
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+EXIT_EXISTS = 17  # CREATE_IN_SANDBOX: the name is taken
+# `sh -c CREATE_IN_SANDBOX sh PATH`: stdin into a new file PATH, for a path whose parent passes
+# through a symlink (resolved in the sandbox, where it cannot reach the host); refused when the
+# name exists as anything, a dangling symlink included, and `set -C` opens O_EXCL
+CREATE_IN_SANDBOX = (
+    'if [ -e "$1" ] || [ -L "$1" ]; then exit 17; fi; '
+    'mkdir -p -- "$(dirname -- "$1")" && set -C && exec cat > "$1"'
+)
 
 BASE_ENV = {
     "PATH": ":".join(
@@ -436,6 +446,37 @@ class LocalSandbox:
             return
         await asyncio.to_thread(_copy_into, fd, data, self.limits.file_size, bwrap.host_id())
 
+    async def create_file(self, path: PurePosixPath, data: bytes | IO[bytes]) -> None:
+        """Create a new workspace file (parents made): FileExistsError when the name exists as
+        anything, a dangling symlink included (apply_patch's "Add File"). O_EXCL|O_NOFOLLOW on
+        the host; a parent through a symlink is handled inside the sandbox."""
+        rel = _checked(path)
+        if isinstance(data, bytes):
+            data = io.BytesIO(data)
+        try:
+            await self.make_dir(rel.parent, parents=True)
+            parent_fd = await asyncio.to_thread(tree.open_dir_beneath, self.workspace_dir, rel.parts[:-1])
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+            await self._create_in_sandbox(rel, data)
+            return
+        try:
+            fd = os.open(rel.name, _CREATE_FLAGS, 0o644, dir_fd=parent_fd)
+        finally:
+            os.close(parent_fd)
+        await asyncio.to_thread(_copy_into, fd, data, self.limits.file_size, bwrap.host_id())
+
+    async def _create_in_sandbox(self, rel: PurePosixPath, data: IO[bytes]) -> None:
+        result = await self.exec(
+            ["sh", "-c", CREATE_IN_SANDBOX, "sh", f"{bwrap.WORKSPACE}/{rel}"], stdin=data.read(self.limits.file_size + 1)
+        )
+        if result.exit_code == EXIT_EXISTS:
+            raise FileExistsError(errno.EEXIST, "the name exists in the workspace", str(rel))
+        if result.exit_code != 0:
+            detail = result.stderr[:4096].decode(errors="replace").strip()
+            raise OSError(errno.EIO, f"creating {rel} inside the sandbox failed: {detail}")
+
     async def make_dir(self, path: PurePosixPath, *, parents: bool) -> None:
         """`mkdir [-p]` on the host, never through a symlink (OSError: callers may retry inside)."""
         rel = _checked(path, root_ok=True)
@@ -443,15 +484,20 @@ class LocalSandbox:
 
     # ------------------------------------------------------------------ archives
 
-    async def archive(self, *, skip: Set[PurePosixPath] = frozenset()) -> IO[bytes]:
+    async def archive(self, *, skip: Set[PurePosixPath] = frozenset(), snapshot: bool = False) -> IO[bytes]:
         """A tar of the workspace but `skip`, made once no command runs (long-lived processes
-        may); bounded by workspace_size. OSError if the workspace cannot be read."""
+        may); bounded by workspace_size. OSError if the workspace cannot be read. A `snapshot`
+        (for `restore_snapshot`) keeps hard links and rebases absolute in-workspace symlinks."""
         async with self._quiet:
             await self._quiet.wait_for(lambda: self._active_commands == 0 and not self._archiving)
             self._archiving = True
         try:
             return await asyncio.to_thread(
-                hostile_archive.archive, self.workspace_dir, skip=set(skip), max_bytes=self.limits.workspace_size
+                hostile_archive.archive,
+                self.workspace_dir,
+                skip=set(skip),
+                max_bytes=self.limits.workspace_size,
+                snapshot_root=bwrap.WORKSPACE if snapshot else None,
             )
         finally:
             async with self._quiet:
@@ -465,6 +511,21 @@ class LocalSandbox:
         ids = bwrap.host_id()
         if ids is not None:
             await asyncio.to_thread(tree.chown_tree, self.workspace_dir, ids)
+
+    async def restore_snapshot(self, tar: IO[bytes]) -> None:
+        """Restore a snapshot exactly (`hostile.snapshot`: modes, hard links, in-workspace
+        symlinks): checked whole before anything is written, then written on the host without
+        following a symlink, every entry owned by the sandbox's host uid. SnapshotRefused names
+        the member and the reason; nothing is written then."""
+        checked = await asyncio.to_thread(hostile_snapshot.check, tar, max_bytes=self.limits.workspace_size)
+        try:
+            await self.restore_checked(checked)
+        finally:
+            checked.close()
+
+    async def restore_checked(self, checked: hostile_snapshot.Snapshot) -> None:
+        """Write a snapshot `hostile_snapshot.check` accepted (see `restore_snapshot`)."""
+        await asyncio.to_thread(hostile_snapshot.restore, checked, self.workspace_dir, owner=bwrap.host_id())
 
 
 def _checked(path: PurePosixPath, *, root_ok: bool = False) -> PurePosixPath:

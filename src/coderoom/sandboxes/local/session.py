@@ -49,7 +49,9 @@ from pydantic import Field
 
 from ...errors import SandboxFailed
 from ..limits import Limits
-from ..one_user import plain_shell, refuse_manifest_accounts
+from ..one_user import plain_shell
+from ..sdk_errors import UnsupportedFeature, refuse_unsupported, snapshot_errors
+from ..sdk_snapshots import restore_on_resume
 from ..stops import log_stop
 from . import bwrap, host_dir
 from .longlived import LongLived
@@ -118,7 +120,7 @@ class LocalSandboxSession(BaseSandboxSession):
         return False
 
     async def provision_manifest_accounts(self) -> None:
-        refuse_manifest_accounts(self.state.manifest, "local")
+        refuse_unsupported(self.state.manifest, "local")  # create() refused them already
 
     # ------------------------------------------------------------------ exec
 
@@ -232,6 +234,20 @@ class LocalSandboxSession(BaseSandboxSession):
         except OSError as exc:
             raise WorkspaceArchiveWriteError(path=Path(path), cause=exc) from exc
 
+    async def _write_new_file(self, path: Path, data: io.IOBase, *, user: str | User | None = None) -> None:
+        """apply_patch's "Add File": FileExistsError (the SDK's signal) when the name exists,
+        a dangling symlink included; never written through a symlink on the host."""
+        if user is not None:
+            raise ValueError("the local sandbox writes every file as its one sandbox user")
+        payload = coerce_write_payload(path=path, data=data)
+        try:
+            async with _transport(("write", str(path))):
+                await self.sandbox.create_file(self._rel(path, for_write=True), payload.stream)
+        except FileExistsError:
+            raise
+        except OSError as exc:
+            raise WorkspaceArchiveWriteError(path=Path(path), cause=exc) from exc
+
     async def mkdir(self, path: Path | str, *, parents: bool = False, user: str | User | None = None) -> None:
         try:
             await self.sandbox.make_dir(self._rel(path, for_write=True), parents=parents)
@@ -243,15 +259,19 @@ class LocalSandboxSession(BaseSandboxSession):
     async def persist_workspace(self) -> io.IOBase:
         skip = {PurePosixPath(p.as_posix()) for p in self._persist_workspace_skip_relpaths()}
         try:
-            return await self.sandbox.archive(skip=skip)  # type: ignore[return-value]
+            return await self.sandbox.archive(skip=skip, snapshot=True)  # type: ignore[return-value]
         except OSError as exc:
             raise WorkspaceArchiveReadError(path=Path(bwrap.WORKSPACE), cause=exc) from exc
 
     async def hydrate_workspace(self, data: io.IOBase) -> None:
-        try:
-            await self.sandbox.hydrate(data)  # type: ignore[arg-type]
-        except (OSError, ValueError) as exc:
-            raise WorkspaceArchiveWriteError(path=Path(bwrap.WORKSPACE), cause=exc) from exc
+        """The snapshot restored exactly, or WorkspaceArchiveWriteError with the SDK's `reason`
+        and `member` context (see `hostile.snapshot`)."""
+        with snapshot_errors(Path(bwrap.WORKSPACE)):
+            await self.sandbox.restore_snapshot(data)  # type: ignore[arg-type]
+
+    async def _restore_snapshot_into_workspace_on_resume(self) -> None:
+        """Checked before the workspace is cleared (`sdk_snapshots`)."""
+        await restore_on_resume(self, self.sandbox, self.state.limits.workspace_size)
 
 
 class LocalSandboxClient(BaseSandboxClient[LocalSandboxClientOptions | None]):
@@ -309,7 +329,11 @@ class LocalSandboxClient(BaseSandboxClient[LocalSandboxClientOptions | None]):
 
 
 def _check_manifest(manifest: Manifest) -> None:
+    """What the local sandbox cannot offer, refused before a session folder exists."""
+    refuse_unsupported(manifest, "local")
     if manifest.root != bwrap.WORKSPACE:
-        raise ValueError(f"the local sandbox's workspace is {bwrap.WORKSPACE}, not {manifest.root!r}")
-    if manifest.extra_path_grants:
-        raise ValueError("the local sandbox exposes /workspace only; extra path grants are not supported")
+        raise UnsupportedFeature(
+            f"a workspace root other than {bwrap.WORKSPACE} ({manifest.root!r})",
+            f"leave Manifest.root at {bwrap.WORKSPACE}, where the sandbox mounts its workspace",
+            "local",
+        )

@@ -1,13 +1,15 @@
 """The workspace archiver: runs inside the container as init.py's helper (a forked child of PID 1,
 after every other process is dead), writes a tar of the workspace to stdout.
 
-Sent by the host as source and run with ARGS = {"root", "skip", "max_bytes", "max_entries"}; the
+Sent by the host as source and run with ARGS = {"root", "skip", "max_bytes", "max_entries",
+"hard_links"}; the
 standard library only (any image with Python 3). What it writes is what the host reads, so it
 is bounded here before a byte is read: the apparent sizes (`st_size`) of the regular files are
 summed and the archive is refused (exit 3, the limit named on stderr) once they pass
 `max_bytes`. A sparse file counts at its full size, so a `truncate -s 50G` is refused at once
 instead of being read as 50 GB of zeros. Only directories, regular files and symlinks are
-archived, with relative names, plain modes and no owners; FIFOs, sockets and devices are left
+archived, with relative names, plain modes and no owners (with "hard_links", for a snapshot, a file's
+second name is a hard link to its first, counted once); FIFOs, sockets and devices are left
 out without being opened. The sandbox user owns every entry but can lock itself out (`chmod
 000`, catalogue ART-11): the archiver gives itself read access first, as the local backend's
 host-side archiver reads everything. Nothing can change the tree meanwhile (no process runs).
@@ -68,6 +70,8 @@ def entries(root, skip, max_entries):
 def main(args):
     max_bytes, total = int(args["max_bytes"]), 0
     skip = set(args["skip"])
+    links = bool(args.get("hard_links"))
+    first_names = {}  # (dev, inode) -> the first name of a file with more than one
     out = os.fdopen(1, "wb", buffering=1 << 20)
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
         for rel, dir_fd, name, st in entries(args["root"], skip, int(args["max_entries"])):
@@ -80,7 +84,12 @@ def main(args):
             elif stat.S_ISLNK(st.st_mode):
                 info.type, info.linkname = tarfile.SYMTYPE, os.readlink(name, dir_fd=dir_fd)
                 tar.addfile(info)
+            elif stat.S_ISREG(st.st_mode) and links and (st.st_dev, st.st_ino) in first_names:
+                info.type, info.linkname = tarfile.LNKTYPE, first_names[st.st_dev, st.st_ino]
+                tar.addfile(info)
             elif stat.S_ISREG(st.st_mode):
+                if st.st_nlink > 1:
+                    first_names[st.st_dev, st.st_ino] = rel
                 total += st.st_size
                 if total > max_bytes:
                     refuse(

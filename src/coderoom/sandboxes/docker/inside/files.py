@@ -2,7 +2,8 @@
 ordinary command (`python3 -I -S -c SOURCE MODE PATH`, the workspace as working directory).
 
 `read PATH`: the file's bytes on stdout (the host caps them). `write PATH` / `append PATH`: stdin
-into the file, parents created. Every component is opened with O_NOFOLLOW beneath the working
+into the file, parents created. `create PATH`: the same into a new file (O_EXCL: exit 4 when the
+name exists as anything, a dangling symlink included). Every component is opened with O_NOFOLLOW beneath the working
 directory, so a link the sandbox planted is refused instead of followed. Exit 2: no such file;
 3: a symlink or a non-directory on the way, or not a regular file; the reason on stderr.
 """
@@ -46,10 +47,12 @@ def main(mode, path):
                 fail(3, "%s: not a regular file" % path)
             source, sink = fd, 1
         else:
-            how = os.O_APPEND if mode == "append" else os.O_TRUNC
+            how = {"append": os.O_APPEND, "create": os.O_EXCL}.get(mode, os.O_TRUNC)
             fd = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | how, 0o644, dir_fd=dir_fd)
             source, sink = 0, fd
     except OSError as e:
+        if e.errno == errno.EEXIST:
+            fail(4, "%s: exists" % path)
         code = 2 if e.errno == errno.ENOENT else 3
         on_the_way = e.errno in (errno.ELOOP, errno.ENOTDIR)
         fail(code, "%s: %s" % (path, "a symlink or a non-directory on the way" if on_the_way else e.strerror))
