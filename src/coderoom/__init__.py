@@ -1,3 +1,24 @@
-"""coderoom: files and a request go in, an agent writes and runs code in a sandbox, artifacts come out."""
+"""coderoom: files and a request go in, an agent writes and runs code in a sandbox, artifacts come out.
+
+`coderoom.Session`, `coderoom.SessionManager` and `coderoom.WarmPool` (live sessions, see
+`coderoom.service`) load on first use, so `import coderoom` (and `coderoom --help`) stays light.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from .service import Session, SessionManager, WarmPool
+
+_SERVICE = ("Session", "SessionManager", "WarmPool")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SERVICE:
+        from . import service
+
+        return getattr(service, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

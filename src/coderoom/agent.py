@@ -75,14 +75,14 @@ def output_contract(outputs: Sequence[OutputSpec]) -> str:
 
 def capabilities(model: ResolvedModel, job: Job) -> list[Capability]:
     """The tools the model gets. All are plain function tools, so Chat Completions works too."""
-    from .tools.python_kernel import PythonKernel
+    from .tools.python_kernel import PythonKernel, cell_timeout
     from .tools.view_image import ViewImage
 
     # figures go back as images to a model that reads them (for Chat Completions, through
     # `images_after_tool_outputs`), else as paths with a short description
     limits = job.sandbox.limits
     bound = OutputBound(chars=limits.tool_output_chars, saved_bytes=2 * limits.output_bytes)
-    kernel = PythonKernel(images=model.accepts_images, timeout=limits.timeout, bound=bound)
+    kernel = PythonKernel(images=model.accepts_images, timeout=cell_timeout(limits.timeout), bound=bound)
     return [SandboxShell(bound=bound), ViewImage(), kernel]
 
 

@@ -78,3 +78,27 @@ class SandboxFailed(RunFailed):
 
 class SandboxLimitExceeded(SandboxFailed):
     """A host-side step on a sandbox passed one of its limits; the message names it and its value."""
+
+
+class SessionError(CoderoomError):
+    """A request to a live session (`coderoom.service`) that cannot be served; the message says why."""
+
+
+class UnknownSession(SessionError, KeyError):
+    """No live session has this id: it was never opened, was closed, or idled out."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return self.message
+
+
+class SessionClosed(SessionError):
+    """The session was closed (by its client, its idle timeout or shutdown) before this request."""
+
+
+class TooManySessions(SessionError):
+    """The cap on live sessions is reached; close one or wait for one to idle out."""
+
+
+class RequestRefused(SessionError):
+    """A session request asked for what its bounds forbid: an unsafe name, an upload or read over
+    its size limit, a path outside the allowed roots."""

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agents import Runner
+from agents.sandbox import Manifest
 from agents.exceptions import MaxTurnsExceeded
 
 from . import __version__
@@ -105,17 +106,9 @@ async def run_job(
     resolved = model = model or resolve_model(job.model or None, environ=environ)
     run_dir = run_dir or new_run_dir(job)
     result = RunResult(status="error", run_dir=run_dir)
-    # usage is summed from the model_call events, so run_end has it however the run ended
-    recorder = Recorder(run_dir, [*(listeners or []), lambda event: _count_usage(result, event)])
+    recorder = start_record(run_dir, job, model, listeners or [], result)
     started = time.monotonic()
     try:
-        recorder.emit(
-            "run_start",
-            job=job.model_dump(mode="json"),
-            model=model.label,
-            notice=model.notice,
-            coderoom_version=__version__,
-        )
         await _run_in_sandbox(job, model, run_dir, recorder, result)
     except (KeyboardInterrupt, asyncio.CancelledError):
         result.status, result.signal = "interrupted", received_signal()
@@ -128,42 +121,82 @@ async def run_job(
         result.status = "error"
         result.error = explain_model_error(exc) or f"{type(exc).__name__}: {exc}"
     finally:
-        recorder.emit(
-            "run_end",
-            status=result.status,
-            final_output=bounded(result.final_output, MAX_MESSAGE_CHARS),
-            error=result.error,
-            outputs=[vars(c) for c in result.checks],
-            signal=result.signal,
-            saved=result.saved.saved,
-            incomplete=result.saved.incomplete,
-            limits_hit=result.limits_hit,
-            usage=result.usage,
-            duration_s=round(time.monotonic() - started, 3),
-        )
-        recorder.close()
+        end_record(recorder, result, started)
         await resolved.aclose()
     return result
+
+
+def start_record(
+    run_dir: Path, job: Job, model: ResolvedModel, listeners: Sequence[Listener], result: RunResult
+) -> Recorder:
+    """Open run_dir's record and write run_start; usage is summed from the model_call events
+    into `result`, so run_end has it however the run (or session) ended."""
+    recorder = Recorder(run_dir, [*listeners, lambda event: _count_usage(result, event)])
+    recorder.emit(
+        "run_start",
+        job=job.model_dump(mode="json"),
+        model=model.label,
+        notice=model.notice,
+        coderoom_version=__version__,
+    )
+    return recorder
+
+
+def end_record(recorder: Recorder, result: RunResult, started: float) -> None:
+    """Write run_end from `result` and close the record: the last line of every run folder."""
+    recorder.emit(
+        "run_end",
+        status=result.status,
+        final_output=bounded(result.final_output, MAX_MESSAGE_CHARS),
+        error=result.error,
+        outputs=[vars(c) for c in result.checks],
+        signal=result.signal,
+        saved=result.saved.saved,
+        incomplete=result.saved.incomplete,
+        limits_hit=result.limits_hit,
+        usage=result.usage,
+        duration_s=round(time.monotonic() - started, 3),
+    )
+    recorder.close()
+
+
+@dataclass
+class AgentRig:
+    """What drives the agent in one sandbox session: the agent, its recording hooks (which
+    count turns across calls) and the run config bound to the session. A one-shot run and a
+    live session (`coderoom.service`) both take their turns through `turns`."""
+
+    agent: Any
+    hooks: RecordingHooks
+    run_config: Any
+
+    @classmethod
+    def build(cls, job: Job, model: ResolvedModel, recorder: Recorder, session: Any) -> AgentRig:
+        agent = build_agent(job, model, recorder.emit)
+        return cls(agent, RecordingHooks(recorder), build_run_config(model, session))
+
+    async def turns(self, run_input: str | list[Any], max_turns: int) -> Any:
+        """One Runner.run of at most `max_turns` model turns; its result (to_input_list, ...)."""
+        return await Runner.run(
+            self.agent, run_input, max_turns=max_turns, hooks=self.hooks, run_config=self.run_config
+        )
 
 
 async def _run_in_sandbox(
     job: Job, model: ResolvedModel, run_dir: Path, recorder: Recorder, result: RunResult
 ) -> None:
-    agent = build_agent(job, model, recorder.emit)
-    hooks = RecordingHooks(recorder)
-    async with open_session(job.sandbox, agent.default_manifest) as session:
+    # an empty manifest: inputs are copied in by `stage_inputs`, never granted as host paths
+    async with open_session(job.sandbox, Manifest()) as session:
         await stage_inputs(session, job.inputs)
-        run_config = build_run_config(model, session)
+        rig = AgentRig.build(job, model, recorder, session)
         run_input: str | list[Any] = job.prompt
         checks: list[OutputCheck] = []
         try:
             for attempt in range(MAX_NUDGES + 1):
-                remaining = job.max_turns - hooks.turn
+                remaining = job.max_turns - rig.hooks.turn
                 if remaining <= 0:
                     break
-                outcome = await Runner.run(
-                    agent, run_input, max_turns=remaining, hooks=hooks, run_config=run_config
-                )
+                outcome = await rig.turns(run_input, remaining)
                 result.final_output = str(outcome.final_output or "")
                 # a model that says the request is outside what it does (the offline analyst)
                 # gets no nudge: the same request would get the same answer
@@ -183,7 +216,7 @@ async def _run_in_sandbox(
         finally:
             result.limits_hit = limits_hit(session)
             # Whatever happened, keep what the agent produced so far.
-            await _save(session, job, run_dir, recorder, result.saved)
+            await save(session, job, run_dir, recorder, result.saved)
     result.checks = saved_checks(run_dir, job.outputs, result.saved.refused)
     failed = [c for c in result.checks if not c.ok]
     result.status = "failed" if failed or result.error == DECLINED else "ok"
@@ -193,7 +226,8 @@ async def _run_in_sandbox(
         )
 
 
-async def _save(session: Any, job: Job, run_dir: Path, recorder: Recorder, report: SaveReport) -> None:
+async def save(session: Any, job: Job, run_dir: Path, recorder: Recorder, report: SaveReport) -> None:
+    """Save the workspace into run_dir within SAVE_TIMEOUT_S; refusals become record events."""
     limits = job.sandbox.limits
     try:
         async with asyncio.timeout(SAVE_TIMEOUT_S):

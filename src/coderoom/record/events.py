@@ -19,7 +19,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from . import RECORD_FILE  # noqa: F401  (re-exported: the record's file name)
 
 RECORD_VERSION = 2
-"""2: typed events; run_python results carry a `cell`. 1: the same events, cells only as prose."""
+"""2: typed events; run_python results carry a `cell`. 1: the same events, cells only as prose.
+Live sessions added event types (session_open, ask_start, ask_end, file_written) and a tool
+event's `origin`; a reader of version 2 skips unknown types and fields, so the version stays."""
 
 FIGURE_PATH = re.compile(r"^\.coderoom/figures/cell-\d+-\d+\.png$")
 """The only names the kernel gives figures; a record naming any other file is not coderoom's."""
@@ -121,10 +123,16 @@ class _Event(_Model):
     t: float = 0.0  # seconds since the run started
 
 
+Origin = Literal["agent", "client"]
+"""Who made a call: the agent's model, or a live session's client (`coderoom.service`: the web
+page, an MCP client, the Python API) calling run_python, exec or a file write directly."""
+
+
 class _ToolEvent(_Event):
     call_id: str
     name: str
     arguments: Any = None  # the parsed JSON arguments, or the raw string when they were not JSON
+    origin: Origin = "agent"
 
 
 class RunStart(_Event):
@@ -207,6 +215,49 @@ class ContextTrimmed(_Event):
     chars_removed: int = 0
 
 
+class SessionOpen(_Event):
+    """A live session started (after run_start): its id, whether its sandbox came warm from the
+    pool, and the workspace files it was opened with."""
+
+    type: Literal["session_open"] = "session_open"
+    session_id: str
+    pooled: bool = False
+    files: list[str] = Field(default_factory=list)
+
+
+class AskStart(_Event):
+    """A session's client asked the agent something: the turns that follow answer it."""
+
+    type: Literal["ask_start"] = "ask_start"
+    request: str
+
+
+class AskEnd(_Event):
+    type: Literal["ask_end"] = "ask_end"
+    status: str  # ok, failed (the model declined or ran out of turns), error
+    final_output: str = ""
+    error: str | None = None
+    history_items: int = 0  # conversation items the next ask starts from
+    history_dropped: int = 0  # old items dropped to keep the conversation within its bound
+
+
+class FileWritten(_Event):
+    """A session's client wrote a workspace file (uploaded content or an allowed host file)."""
+
+    type: Literal["file_written"] = "file_written"
+    path: str
+    size: int
+    origin: Origin = "client"
+
+
+class EventsLost(_Event):
+    """Never written to a record: what a slow subscriber of a live session gets in place of the
+    `count` oldest events its bounded queue dropped."""
+
+    type: Literal["events_lost"] = "events_lost"
+    count: int
+
+
 class RunEnd(_Event):
     type: Literal["run_end"] = "run_end"
     status: str
@@ -223,13 +274,14 @@ class RunEnd(_Event):
 
 Event = Union[
     RunStart, ModelStart, ModelCall, ModelRetry, ModelReplyCut, ContextTrimmed, ToolStart, ToolResult, Nudge,
-    ExtractRefused, RunEnd,
+    ExtractRefused, SessionOpen, AskStart, AskEnd, FileWritten, EventsLost, RunEnd,
 ]
 Listener = Callable[[Event], None]
 
 EVENT_TYPES: dict[str, type[_Event]] = {
     model.model_fields["type"].default: model
     for model in (RunStart, ModelStart, ModelCall, ModelRetry, ModelReplyCut, ContextTrimmed, ToolStart,
-                  ToolResult, Nudge, ExtractRefused, RunEnd)
+                  ToolResult, Nudge, ExtractRefused, SessionOpen, AskStart, AskEnd, FileWritten, EventsLost,
+                  RunEnd)
 }
 """Each event type by its `type` value. A new event type is a model here, and nothing more."""

@@ -39,9 +39,11 @@ KERNEL_DIR = kernel_server.KERNEL_DIR
 MAX_CODE_BYTES = 4 * 1024 * 1024
 MAX_ARGV_PAYLOAD = 100_000  # bytes; Linux allows 128 KiB per argument, larger requests go by file
 MAX_IMAGE_BYTES = 5 * 1024 * 1024
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 START_WAIT_S = 30.0
 FIGURES_LINE = "figures: "
 KEPT_CELLS = 64  # cells waiting for the recording hook; more means no hook is taking them
+RELAY_MARGIN_S = 1.0  # between the kernel's reply to an interrupted cell and the wall clock
 
 # One bash process per cell: ~2 ms, where `python3 -c` to relay would cost ~12 ms. After the ack
 # the client reads through a read-only descriptor, so the supervisor's death shows as EOF at once.
@@ -96,6 +98,17 @@ INSTRUCTIONS = (
     "Use `run_python` for data analysis: it keeps a live Python session, so load the data once "
     "and reuse the variables in later calls instead of re-running scripts."
 )
+
+
+def cell_timeout(wall_clock: float) -> float:
+    """The kernel's per-cell timeout under a sandbox's per-command wall clock (`Limits.timeout`).
+
+    Each cell is relayed by one sandbox command, which the wall clock kills; a relay killed
+    before the kernel interrupted the cell and replied is taken for a lost kernel (its variables
+    gone). So the cell is interrupted GRACE_S + RELAY_MARGIN_S before the wall clock, or at
+    half of it when the wall clock is shorter than that."""
+    room = wall_clock - kernel_server.GRACE_S - RELAY_MARGIN_S
+    return room if room >= wall_clock / 2 else wall_clock / 2
 
 
 def kernel_source() -> str:
@@ -383,13 +396,22 @@ class RunPythonTool(FunctionTool):
         return parts, cell
 
     async def _image(self, path: str) -> ToolOutputImage | None:
-        try:
-            data = await self.client.session.read_bounded(Path(path), max_bytes=MAX_IMAGE_BYTES + 1)
-        except Exception:  # removed by a later command, or not readable
-            return None
-        if len(data) > MAX_IMAGE_BYTES or not data.startswith(b"\x89PNG\r\n\x1a\n"):
+        data = await read_figure(self.client.session, path)
+        if data is None:
             return None
         return ToolOutputImage(image_url="data:image/png;base64," + base64.b64encode(data).decode())
+
+
+async def read_figure(session: BaseSandboxSession, path: str) -> bytes | None:
+    """A cell's figure, read with a bound (MAX_IMAGE_BYTES) and only if it is a PNG (signature
+    and an IHDR chunk first): the sandbox wrote it, so anything else is refused (None)."""
+    try:
+        data = await session.read_bounded(Path(path), max_bytes=MAX_IMAGE_BYTES + 1)
+    except Exception:  # removed by a later command, or not readable
+        return None
+    if len(data) > MAX_IMAGE_BYTES or not (data.startswith(PNG_SIGNATURE) and data[12:16] == b"IHDR"):
+        return None
+    return data
 
 
 class PythonKernel(Capability):

@@ -1,0 +1,118 @@
+"""`SessionManager`: the live sessions of a long-lived service (the web page, the MCP server),
+with a cap on how many live at once, an idle timeout, and the same limits for every session.
+
+Why here and not in each server: both servers must refuse the same way when full, close the same
+way when idle, and leave nothing behind on shutdown (`close_all`, which saves every workspace
+into its run folder as a run's end does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+from typing import Any
+
+from ..errors import TooManySessions, UnknownSession
+from ..sandboxes.limits import Limits
+from .pool import WarmPool
+from .session import Session
+
+MAX_SESSIONS = 8  # live sessions at once, by default
+IDLE_TIMEOUT_S = 900.0  # a session nobody used for this long is closed (its record kept)
+REAP_INTERVAL_MAX_S = 5.0  # how often, at most this far apart, idle sessions are looked for
+
+
+class SessionManager:
+    """Opens, finds and closes sessions; `async with` closes them all (and its pool) at the end."""
+
+    def __init__(
+        self,
+        *,
+        max_sessions: int = MAX_SESSIONS,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
+        limits: Limits | None = None,
+        sandbox: str = "local",
+        model: str | None = None,
+        runs_dir: Path = Path("runs"),
+        pool: WarmPool | None = None,
+        instructions: str = "",
+    ) -> None:
+        if max_sessions < 1 or idle_timeout_s <= 0:
+            raise ValueError("max_sessions must be >= 1 and idle_timeout_s > 0")
+        self.max_sessions = max_sessions
+        self.idle_timeout_s = idle_timeout_s
+        self.defaults: dict[str, Any] = {
+            "limits": limits or Limits(), "sandbox": sandbox, "model": model, "runs_dir": runs_dir,
+            "pool": pool, "instructions": instructions,
+        }
+        self.pool = pool
+        self._sessions: dict[str, Session] = {}
+        self._opening = 0
+        self._reaper: asyncio.Task[None] | None = None
+
+    @property
+    def live(self) -> list[Session]:
+        return list(self._sessions.values())
+
+    async def open(self, **kw: Any) -> Session:
+        """A new session with the manager's settings (`kw` overrides them, see `Session.open`)."""
+        if len(self._sessions) + self._opening >= self.max_sessions:
+            raise TooManySessions(
+                f"{self.max_sessions} sessions are live (the max_sessions limit); close one first"
+            )
+        self._start_reaper()
+        self._opening += 1
+        try:
+            session = await Session.open(**{**self.defaults, **kw})
+        finally:
+            self._opening -= 1
+        self._sessions[session.id] = session
+        return session
+
+    def get(self, session_id: str) -> Session:
+        try:
+            return self._sessions[session_id]
+        except KeyError:
+            raise UnknownSession(
+                f"no live session {session_id[:40]!r}: it was closed, idled out, or never opened"
+            ) from None
+
+    async def close(self, session_id: str) -> Path:
+        """Close one session (its run folder); an unknown id is UnknownSession."""
+        session = self.get(session_id)
+        try:
+            return await session.close()
+        finally:
+            self._sessions.pop(session_id, None)
+
+    async def close_all(self) -> None:
+        """Shutdown: the reaper stops, every session is closed and saved, and the pool too."""
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+            self._reaper = None
+        sessions, self._sessions = list(self._sessions.values()), {}
+        await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
+        if self.pool is not None:
+            await self.pool.close()
+
+    async def __aenter__(self) -> SessionManager:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close_all()
+
+    def _start_reaper(self) -> None:
+        if self._reaper is None or self._reaper.done():
+            self._reaper = asyncio.create_task(self._reap(), name="coderoom-session-reaper")
+
+    async def _reap(self) -> None:
+        interval = min(REAP_INTERVAL_MAX_S, self.idle_timeout_s / 4)
+        while True:
+            await asyncio.sleep(interval)
+            for session in list(self._sessions.values()):
+                if session.idle_for() > self.idle_timeout_s:
+                    with contextlib.suppress(Exception):
+                        await self.close(session.id)

@@ -1,0 +1,71 @@
+"""`LiveSandbox`: one started sandbox session kept open across requests, for a live session or
+the warm pool, closed (and deleted) exactly once.
+
+A one-shot run holds its sandbox in an `async with open_session(...)` block; a live session's
+sandbox outlives every request, so the same context manager is entered on an exit stack here and
+left by `aclose` (from whichever task closes the session: its client, the idle reaper, shutdown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import AsyncExitStack
+from typing import Any
+
+from agents.sandbox import Manifest
+
+from ..interrupts import finish_uncancelled
+from ..sandboxes.session import open_session
+from ..sandboxes.spec import SandboxSpec
+from ..tools.python_kernel import KernelClient, KernelError, cell_timeout
+
+WARM_IMPORTS = (
+    "import numpy, pandas, matplotlib\n"
+    "matplotlib.use('Agg')\n"
+    "import matplotlib.pyplot\n"
+)
+"""What a warm kernel has imported before its session's first cell (the pool's whole point)."""
+
+
+class LiveSandbox:
+    """A started SDK sandbox session (`session`) with its spec; `aclose` is idempotent."""
+
+    def __init__(self, spec: SandboxSpec, session: Any, stack: AsyncExitStack) -> None:
+        self.spec = spec
+        self.session = session
+        self._stack = stack
+        self._closed = False
+
+    @classmethod
+    async def start(cls, spec: SandboxSpec) -> LiveSandbox:
+        stack = AsyncExitStack()
+        try:
+            session = await stack.enter_async_context(open_session(spec, Manifest()))
+        except BaseException:
+            await finish_uncancelled(stack.aclose())
+            raise
+        return cls(spec, session, stack)
+
+    async def warm(self) -> None:
+        """Start the run_python kernel and do WARM_IMPORTS in it, then number cells from 1 again,
+        so the session's first cell is cell 1 and costs what a warm cell costs."""
+        client = KernelClient(self.session)
+        result = await client.run(WARM_IMPORTS, cell_timeout(self.spec.limits.timeout))
+        if result.reply.status != "ok":
+            raise KernelError(f"the warm-up imports failed: {(result.reply.error or result.reply.detail)[-500:]}")
+        client.state.cells = 0
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await finish_uncancelled(self._stack.aclose())
+
+
+async def close_all(sandboxes: list[LiveSandbox]) -> None:
+    """Close several at once (shutdown): one failing close does not keep the others open."""
+    await asyncio.gather(*(s.aclose() for s in sandboxes), return_exceptions=True)

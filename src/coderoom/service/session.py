@@ -1,0 +1,442 @@
+"""`Session`: a sandbox, its Python kernel, its workspace and a conversation that live across
+requests, recorded as a run folder like a CLI run's (so `show`, `export` and `rerun` read it).
+
+Why one class for the web page, the MCP server and scripts: each request (an `ask` of the
+agent, or a direct `run_python`, `exec` or file call) must meet the same limits and land in the
+same record. The agent loop is run.py's (`AgentRig`: the same agent, hooks, run config and
+Runner call as a one-shot run); the kernel is the agent's own, so a direct `run_python` and the
+model's calls share variables. Everything the sandbox sends back is bounded here; what is done
+with it (escaping, image checks beyond the PNG header) is the caller's boundary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import secrets
+import stat
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from agents.exceptions import MaxTurnsExceeded
+from agents.sandbox.errors import ExecTimeoutError, WorkspaceReadNotFoundError
+
+from ..errors import RequestRefused, SandboxUnavailable, SessionClosed
+from ..hostile.names import UnsafePath, safe_relative_path
+from ..interrupts import received_signal
+from ..jobs import DEFAULT_INSTRUCTIONS, Job, build_job
+from ..models import ResolvedModel, explain_model_error, resolve_model
+from ..record import Recorder, bounded
+from ..record.events import Cell, Event
+from ..record.hooks import MAX_ARGUMENT_CHARS
+from ..run import DECLINED, AgentRig, RunResult, end_record, new_run_dir, save, start_record
+from ..sandboxes.limits import Limits
+from ..sandboxes.registry import get_backend
+from ..sandboxes.stops import limits_hit
+from ..tools.python_kernel import (
+    MAX_CODE_BYTES, KernelClient, KernelError, cell_record, cell_timeout, format_result, read_figure,
+)
+from .events import EventHub
+from .history import History
+from .sandbox import LiveSandbox
+
+if TYPE_CHECKING:
+    from .pool import WarmPool
+
+SESSION_PROMPT = "a live session: each request is an ask_start event"
+"""The job prompt a session's record carries (a job needs one); the requests are events."""
+MAX_REQUEST_CHARS = 100_000  # one ask's request
+MAX_UPLOAD_BYTES = 256 * 1024**2  # one file written into the workspace (also at most file_size)
+MAX_READ_BYTES = 64 * 1024**2  # one file read back (a caller may ask for less)
+MAX_LISTED_FILES = 10_000  # entries `files()` returns; the rest are counted, not listed
+EXIT_TIMEOUT = 124
+# one entry per line-free record: kind, size, path (relative), NUL-terminated; .coderoom is ours
+LIST_FILES = r"find . -mindepth 1 -path ./.coderoom -prune -o -printf '%y %s %P\0'"
+KINDS = {"f": "file", "d": "dir", "l": "link"}
+
+
+@dataclass
+class AskResult:
+    status: Literal["ok", "failed", "error", "interrupted"]
+    final_output: str = ""
+    error: str | None = None
+
+
+@dataclass
+class CellResult:
+    """One direct `run_python` cell: status as the kernel said ('ok', 'error', 'interrupted',
+    'restarted', 'crashed', 'bad_request'; 'unreachable' when no kernel answered), the text a
+    model would read (bounded by tool_output_chars) and each figure as PNG bytes."""
+
+    status: str
+    text: str
+    images: list[bytes] = field(default_factory=list)
+    cell: Cell | None = None
+
+
+@dataclass
+class CommandResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+
+
+@dataclass
+class FileInfo:
+    path: str
+    size: int
+    kind: str  # file, dir, link, other
+
+
+def session_job(
+    *, name: str, model: str | None, sandbox: str, limits: Limits, instructions: str
+) -> Job:
+    """The job a session's record carries: what `rerun` and `show` read back."""
+    return build_job(
+        {
+            "name": name,
+            "prompt": SESSION_PROMPT,
+            "instructions": instructions or DEFAULT_INSTRUCTIONS,
+            "model": model or "",
+            "sandbox": {"backend": sandbox, "limits": limits.model_dump()},
+        },
+        source="session",
+    )
+
+
+class Session:
+    """A live session; make one with `await Session.open(...)`, end it with `await close()`."""
+
+    def __init__(
+        self, job: Job, model: ResolvedModel, live: LiveSandbox, recorder: Recorder, hub: EventHub,
+        result: RunResult, started: float,
+    ) -> None:
+        self.id = secrets.token_urlsafe(16)
+        self.job = job
+        self.model = model
+        self.run_dir = result.run_dir
+        self.limits = job.sandbox.limits
+        self._live = live
+        self._recorder = recorder
+        self._hub = hub
+        self._result = result
+        self._started = started
+        self._rig = AgentRig.build(job, model, recorder, live.session)
+        self._history = History()
+        self._ask_lock = asyncio.Lock()
+        self._close_lock = asyncio.Lock()
+        self._asking: asyncio.Task[Any] | None = None
+        self._active = 0
+        self._calls = 0
+        self._closed = False
+        self.last_used = time.monotonic()
+
+    @classmethod
+    async def open(
+        cls,
+        *,
+        model: str | ResolvedModel | None = None,
+        sandbox: str = "local",
+        limits: Limits | None = None,
+        files: Mapping[str, bytes | Path] | None = None,
+        runs_dir: Path = Path("runs"),
+        name: str = "session",
+        pool: WarmPool | None = None,
+        instructions: str = "",
+        environ: dict[str, str] | None = None,
+    ) -> Session:
+        """Start the sandbox (warm from `pool` when it has one for these limits), copy `files`
+        in, and begin the record. Host paths in `files` are read as given (O_NOFOLLOW, regular
+        files only): which host paths a client may name is the caller's policy. `model` is a
+        spec (`--model`'s forms; None: OpenAI with OPENAI_API_KEY, else offline) or a resolved
+        model (tests pass a scripted one)."""
+        spec = model if isinstance(model, str) or model is None else None
+        job = session_job(name=name, model=spec, sandbox=sandbox, limits=limits or Limits(), instructions=instructions)
+        # usage errors (model spec, backend unavailable) come before the run folder exists
+        resolved = model if isinstance(model, ResolvedModel) else resolve_model(job.model or None, environ=environ)
+        reason = get_backend(job.sandbox.backend).unavailable_reason(job.sandbox)
+        if reason is not None:
+            await resolved.aclose()
+            raise SandboxUnavailable(reason)
+        run_dir = new_run_dir(job, runs_dir)
+        result = RunResult(status="error", run_dir=run_dir)
+        hub = EventHub()
+        recorder = start_record(run_dir, job, resolved, [hub.publish], result)
+        started = time.monotonic()
+        try:
+            live = await pool.claim(job.sandbox) if pool is not None else None
+            pooled = live is not None
+            live = live or await LiveSandbox.start(job.sandbox)
+        except BaseException as exc:
+            result.error = f"the sandbox did not start: {type(exc).__name__}: {exc}"
+            end_record(recorder, result, started)
+            hub.close()
+            await resolved.aclose()
+            raise
+        self = cls(job, resolved, live, recorder, hub, result, started)
+        try:
+            written = [await self._write(path, data) for path, data in (files or {}).items()]
+            recorder.emit("session_open", session_id=self.id, pooled=pooled, files=written)
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    # -- state ---------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def busy(self) -> bool:
+        """A request is in flight: the idle reaper leaves the session alone."""
+        return self._active > 0
+
+    def idle_for(self) -> float:
+        return 0.0 if self.busy else time.monotonic() - self.last_used
+
+    def subscribe(self) -> AsyncIterator[Event]:
+        """The record's events from now on, as they are written, until run_end (see EventHub)."""
+        return self._hub.subscribe()
+
+    def _begin(self) -> None:
+        if self._closed:
+            raise SessionClosed(f"session {self.id} is closed; its record is in {self.run_dir}")
+        self._active += 1
+        self.last_used = time.monotonic()
+
+    def _end(self) -> None:
+        self._active -= 1
+        self.last_used = time.monotonic()
+
+    def _call_id(self) -> str:
+        self._calls += 1
+        return f"client-{self._calls}"
+
+    # -- the agent -----------------------------------------------------------------------
+
+    async def ask(self, request: str) -> AskResult:
+        """One request to the agent with the session's model; the model sees the earlier asks
+        (bounded: `History`) and the kernel keeps its variables. Asks run one at a time."""
+        if len(request) > MAX_REQUEST_CHARS:
+            raise RequestRefused(f"the request is over {MAX_REQUEST_CHARS:,} characters (MAX_REQUEST_CHARS)")
+        if not request.strip():
+            raise RequestRefused("the request is empty")
+        self._begin()
+        try:
+            async with self._ask_lock:
+                if self._closed:
+                    raise SessionClosed(f"session {self.id} was closed while this request waited")
+                self._asking = asyncio.current_task()
+                try:
+                    return await self._ask(request)
+                finally:
+                    self._asking = None
+        finally:
+            self._end()
+
+    async def _ask(self, request: str) -> AskResult:
+        self._recorder.emit("ask_start", request=request)
+        answer = AskResult(status="error")
+        dropped = 0
+        try:
+            outcome = await self._rig.turns(self._history.next_input(request), self.job.max_turns)
+            answer.final_output = str(outcome.final_output or "")
+            dropped = self._history.update(outcome.to_input_list())
+            if getattr(self.model.model, "declined", None):
+                answer.status, answer.error = "failed", DECLINED
+            else:
+                answer.status = "ok"
+        except MaxTurnsExceeded:
+            answer.status, answer.error = "failed", f"the agent used all {self.job.max_turns} turns"
+            dropped = self._history.update(self._history.next_input(request))
+        except asyncio.CancelledError:
+            answer.status, answer.error = "interrupted", "the session was closed during this request"
+            raise
+        except Exception as exc:
+            answer.error = explain_model_error(exc) or f"{type(exc).__name__}: {exc}"
+        finally:
+            self._recorder.emit(
+                "ask_end", status=answer.status, final_output=bounded(answer.final_output, MAX_ARGUMENT_CHARS),
+                error=answer.error, history_items=len(self._history.items), history_dropped=dropped,
+            )
+            self._result.final_output = answer.final_output
+        return answer
+
+    # -- direct calls --------------------------------------------------------------------
+
+    async def run_python(self, code: str) -> CellResult:
+        """One cell in the agent's own kernel (the same variables as its run_python calls)."""
+        if len(code.encode("utf-8")) > MAX_CODE_BYTES:
+            raise RequestRefused(f"the code is over {MAX_CODE_BYTES // 1024**2} MiB (MAX_CODE_BYTES)")
+        self._begin()
+        try:
+            call_id, started = self._call_id(), time.monotonic()
+            arguments = {"code": code} if len(code) <= MAX_ARGUMENT_CHARS else bounded(code, MAX_ARGUMENT_CHARS)
+            self._recorder.emit("tool_start", call_id=call_id, name="run_python", arguments=arguments, origin="client")
+            timeout = cell_timeout(self.limits.timeout)  # as the agent's own run_python
+            session = self._live.session
+            try:
+                result = await KernelClient(session).run(code, timeout)
+            except KernelError as exc:
+                done = CellResult(status="unreachable", text=f"[kernel] {exc}")
+            else:
+                cell = cell_record(result, timeout=timeout)
+                text = format_result(result, images=True, timeout=timeout)
+                images = [data for fig in result.figures if (data := await read_figure(session, fig.path))]
+                done = CellResult(status=cell.status, text=bounded(text, self.limits.tool_output_chars),
+                                  images=images, cell=cell)
+            self._recorder.emit(
+                "tool_result", call_id=call_id, name="run_python", arguments=arguments, output=bounded(done.text),
+                cell=done.cell, duration_s=round(time.monotonic() - started, 4), origin="client",
+            )
+            return done
+        finally:
+            self._end()
+
+    async def exec(self, command: str, timeout: float | None = None) -> CommandResult:
+        """`sh -c command` in the workspace, at most the session's timeout; streams bounded by
+        output_bytes. Recorded like the agent's exec_command, so exports and rerun include it."""
+        if len(command) > MAX_ARGUMENT_CHARS:
+            raise RequestRefused(f"the command is over {MAX_ARGUMENT_CHARS:,} characters")
+        self._begin()
+        try:
+            call_id, started = self._call_id(), time.monotonic()
+            wall = min(timeout or self.limits.timeout, self.limits.timeout)
+            self._recorder.emit("tool_start", call_id=call_id, name="exec_command", arguments={"cmd": command}, origin="client")
+            try:
+                raw = await self._live.session.exec("sh", "-c", command, shell=False, timeout=wall)
+                cap = self.limits.output_bytes
+                done = CommandResult(raw.exit_code, _text(raw.stdout[:cap]), _text(raw.stderr[:cap]))
+            except (ExecTimeoutError, TimeoutError):
+                done = CommandResult(EXIT_TIMEOUT, "", f"[coderoom: stopped after {wall:g} s (the timeout limit)]", True)
+            took = time.monotonic() - started
+            # the header of the SDK's exec_command output, which exports parse
+            output = (f"Chunk ID: {call_id}\nWall time: {took:.4f} seconds\nProcess exited with code "
+                      f"{done.exit_code}\nOutput:\n{done.stdout}{done.stderr}")
+            self._recorder.emit(
+                "tool_result", call_id=call_id, name="exec_command", arguments={"cmd": command},
+                output=bounded(output), duration_s=round(took, 4), origin="client",
+            )
+            return done
+        finally:
+            self._end()
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        """Write `data` at workspace path `path` (a safe relative name; at most MAX_UPLOAD_BYTES
+        and file_size)."""
+        self._begin()
+        try:
+            await self._write(path, data)
+        finally:
+            self._end()
+
+    async def _write(self, path: str, data: bytes | Path) -> str:
+        try:
+            rel = safe_relative_path(path)
+        except UnsafePath as exc:
+            raise RequestRefused(f"not a workspace path: {exc}") from None
+        cap = min(MAX_UPLOAD_BYTES, self.limits.file_size)
+        content = _read_host_file(data, cap) if isinstance(data, Path) else data
+        if len(content) > cap:
+            raise RequestRefused(f"{rel}: {len(content):,} bytes, over the {cap:,} byte limit for one file")
+        session = self._live.session
+        if len(rel.parts) > 1:
+            await session.mkdir(Path(rel.parent), parents=True)
+        await session.write(Path(rel), io.BytesIO(content))
+        self._recorder.emit("file_written", path=str(rel), size=len(content))
+        return str(rel)
+
+    async def read_file(self, path: str, max_bytes: int = MAX_READ_BYTES) -> bytes:
+        """A workspace file's bytes, at most `max_bytes` (and MAX_READ_BYTES), else RequestRefused.
+        A link is resolved inside the sandbox only, and only to a regular file under the workspace."""
+        try:
+            rel = safe_relative_path(path)
+        except UnsafePath as exc:
+            raise RequestRefused(f"not a workspace path: {exc}") from None
+        cap = max(0, min(max_bytes, MAX_READ_BYTES))
+        self._begin()
+        try:
+            data = await self._live.session.read_bounded(Path(rel), max_bytes=cap + 1)
+        except WorkspaceReadNotFoundError:
+            raise RequestRefused(f"{rel}: no such regular file in the workspace") from None
+        finally:
+            self._end()
+        if len(data) > cap:
+            raise RequestRefused(f"{rel}: over the {cap:,} byte read limit")
+        return data
+
+    async def files(self) -> list[FileInfo]:
+        """The workspace's entries (not .coderoom/), at most MAX_LISTED_FILES."""
+        self._begin()
+        try:
+            raw = await self._live.session.exec("sh", "-c", LIST_FILES, shell=False, timeout=self.limits.timeout)
+        finally:
+            self._end()
+        entries: list[FileInfo] = []
+        for record in raw.stdout.split(b"\0"):
+            kind, _, rest = record.partition(b" ")
+            size, _, name = rest.partition(b" ")
+            if not name or not size.isdigit():
+                continue  # the cut-off last record, or not find's
+            entries.append(FileInfo(_text(name), int(size), KINDS.get(_text(kind), "other")))
+            if len(entries) >= MAX_LISTED_FILES:
+                break
+        return entries
+
+    # -- the end -------------------------------------------------------------------------
+
+    async def close(self) -> Path:
+        """Stop any ask in flight, save the workspace into the run folder as a run does, close
+        the sandbox and end the record (run_end); the run folder. Idempotent."""
+        async with self._close_lock:
+            if self._closed:
+                return self.run_dir
+            self._closed = True
+            result = self._result
+            try:
+                if self._asking is not None:
+                    self._asking.cancel()
+                    await asyncio.gather(self._asking, return_exceptions=True)
+                result.limits_hit = limits_hit(self._live.session)
+                await save(self._live.session, self.job, self.run_dir, self._recorder, result.saved)
+                result.status, result.error = "ok", None
+            except asyncio.CancelledError:
+                result.status, result.signal = "interrupted", received_signal()
+                result.error = f"interrupted by {result.signal}" if result.signal else "interrupted"
+                raise
+            except Exception as exc:
+                result.status, result.error = "error", f"{type(exc).__name__}: {exc}"
+            finally:
+                try:
+                    await self._live.aclose()
+                finally:
+                    end_record(self._recorder, result, self._started)
+                    self._hub.close()
+                    await self.model.aclose()
+        return self.run_dir
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
+
+
+def _read_host_file(path: Path, cap: int) -> bytes:
+    """A host file's bytes: opened O_NOFOLLOW (a link is refused), a regular file, at most `cap`."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise RequestRefused(f"{path}: cannot open ({exc.strerror}; links are not followed)") from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise RequestRefused(f"{path}: not a regular file")
+        return handle.read(cap + 1)
+
+
+__all__ = ["AskResult", "CellResult", "CommandResult", "FileInfo", "Session"]

@@ -1,0 +1,123 @@
+"""A live session: its sandbox, kernel, workspace and conversation outlive each request, every
+call lands in its record, and closing it leaves a run folder `coderoom show` reads."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from coderoom import Session
+from coderoom.errors import RequestRefused, SessionClosed
+from coderoom.record import read_record
+from coderoom.sandboxes.limits import Limits
+
+ROOT = Path(__file__).resolve().parents[2]
+ENERGY = ROOT / "examples/building_energy/data/building_energy.csv"
+CSV = b"city,temp\nOslo,3\nRome,18\nCairo,31\n"
+
+
+def events_of(run_dir: Path) -> list:
+    return read_record(run_dir).events
+
+
+async def test_files_go_in_the_kernel_keeps_its_state_and_close_leaves_a_run_folder(backend: str, tmp_path: Path) -> None:
+    host = tmp_path / "notes.txt"
+    host.write_text("from the host\n")
+    session = await Session.open(model="offline", sandbox=backend, runs_dir=tmp_path / "runs",
+                                 files={"input/cities.csv": CSV, "input/notes.txt": host})
+    try:
+        first = await session.run_python("import pandas as pd\ndf = pd.read_csv('input/cities.csv')\nlen(df)")
+        assert first.status == "ok" and "3" in first.text
+        second = await session.run_python("import matplotlib.pyplot as plt\nplt.bar(df.city, df.temp)\nprint(df.temp.max())")
+        assert second.status == "ok" and "31" in second.text
+        assert len(second.images) == 1 and second.images[0].startswith(b"\x89PNG\r\n\x1a\n")
+        listed = {f.path: f for f in await session.files()}
+        assert listed["input/cities.csv"].size == len(CSV) and listed["input"].kind == "dir"
+        assert await session.read_file("input/notes.txt") == b"from the host\n"
+        command = await session.exec("wc -l < input/cities.csv; echo oops >&2; exit 3")
+        assert (command.exit_code, command.stdout.strip(), command.stderr) == (3, "4", "oops\n")
+        await session.write_file("output/summary.md", b"# summary\n")
+    finally:
+        run_dir = await session.close()
+    assert await session.close() == run_dir  # idempotent
+    events = events_of(run_dir)
+    kinds = [e.type for e in events]
+    assert kinds[:2] == ["run_start", "file_written"] and kinds[-1] == "run_end"
+    assert events[-1].status == "ok" and "workspace.tar" in events[-1].saved
+    assert (run_dir / "output/summary.md").read_text() == "# summary\n"
+    results = [e for e in events if e.type == "tool_result"]
+    assert [(r.name, r.origin) for r in results] == [("run_python", "client")] * 2 + [("exec_command", "client")]
+    assert [r.cell.number for r in results[:2]] == [1, 2]
+    shown = subprocess.run([sys.executable, "-m", "coderoom", "show", str(run_dir)], capture_output=True,
+                           text=True, timeout=120)
+    assert shown.returncode == 0 and "df = pd.read_csv('input/cities.csv')" in shown.stdout
+
+
+async def test_a_follow_up_ask_continues_the_conversation_and_shares_the_kernel(tmp_path: Path) -> None:
+    session = await Session.open(model="offline", runs_dir=tmp_path / "runs",
+                                 files={"input/building_energy.csv": ENERGY})
+    try:
+        first = await session.ask("Find abnormal energy use in input/building_energy.csv and save "
+                                  "output/anomalies.csv")
+        assert first.status == "ok", first
+        assert "abnormal event" in first.final_output
+        # the analyst ran its steps in the kernel: a direct cell sees what the model's cells left
+        shared = await session.run_python("print(sorted(k for k in globals() if k.endswith('_globals')))")
+        assert "analyse_globals" in shared.text
+        await session.ask("Now the same again, please.")
+        third = await session.ask("And once more?")
+        # the model saw the earlier answers: the offline analyst quotes its last report
+        assert "My last report was" in third.final_output
+        assert first.final_output.splitlines()[0] in third.final_output
+    finally:
+        run_dir = await session.close()
+    events = events_of(run_dir)
+    asks = [i for i, e in enumerate(events) if e.type == "ask_start"]
+    assert len(asks) == 3
+    inputs = [next(e for e in events[i:] if e.type == "model_call").input_items for i in asks]
+    assert inputs[0] == 1 and inputs[1] > inputs[0] and inputs[2] > inputs[1]
+    assert (run_dir / "output/anomalies.csv").is_file()
+
+
+async def test_limits_of_a_job_hold_in_a_session(tmp_path: Path) -> None:
+    session = await Session.open(model="offline", runs_dir=tmp_path / "runs",
+                                 limits=Limits(timeout=2, file_size="1M"))
+    try:
+        slow = await session.run_python("import time\nx = 41\ntime.sleep(30)")
+        assert slow.status == "interrupted"
+        assert (await session.run_python("x + 1")).text.count("42") == 1  # the kernel survived
+        command = await session.exec("sleep 30")
+        assert command.exit_code != 0 and "wall-clock limit" in command.stderr
+        with pytest.raises(RequestRefused, match="byte limit"):
+            await session.write_file("input/big.bin", b"\0" * (1024**2 + 1))
+        with pytest.raises(RequestRefused, match="not a workspace path"):
+            await session.write_file("../escape.txt", b"x")
+        await session.exec("head -c 5000 /dev/zero > blob")
+        with pytest.raises(RequestRefused, match="read limit"):
+            await session.read_file("blob", max_bytes=4096)
+        with pytest.raises(RequestRefused, match="no such regular file"):
+            await session.read_file("missing.txt")
+    finally:
+        await session.close()
+    with pytest.raises(SessionClosed):
+        await session.run_python("1")
+
+
+async def test_subscribers_see_events_as_they_are_written_and_stop_at_run_end(tmp_path: Path) -> None:
+    session = await Session.open(model="offline", runs_dir=tmp_path / "runs")
+    seen: list[str] = []
+
+    async def follow() -> None:
+        async for event in session.subscribe():
+            seen.append(event.type)
+
+    follower = asyncio.create_task(follow())
+    await asyncio.sleep(0)
+    await session.run_python("1 + 1")
+    await session.close()
+    await asyncio.wait_for(follower, 10)
+    assert seen[:2] == ["tool_start", "tool_result"] and seen[-1] == "run_end"
