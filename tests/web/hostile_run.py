@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+from html.parser import HTMLParser
 from pathlib import Path
 
 CANARY = "coderoom-web-canary"
@@ -60,3 +61,25 @@ def forge_run(runs_dir: Path, name: str = "forged-run") -> Path:
     ]  # fmt: skip
     (run / "run.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     return run
+
+
+ACTIVE_TAGS = {"script", "style", "img", "form", "iframe", "object", "embed", "svg", "link", "meta", "base", "input"}
+
+
+def active_parts(html: str) -> list[str]:
+    """Whatever in `html` could run, load or send something: active tags, event-handler
+    attributes, and URLs that are not http, https or mailto."""
+    found: list[str] = []
+
+    class Finder(HTMLParser):
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            if tag in ACTIVE_TAGS:
+                found.append(f"<{tag}>")
+            for name, value in attrs:
+                if name.startswith("on") or name in ("style", "srcdoc", "formaction"):
+                    found.append(f"{tag} {name}")
+                if name in ("href", "src", "action") and not (value or "").startswith(("http://", "https://", "mailto:")):
+                    found.append(f"{tag} {name}={value}")
+
+    Finder().feed(html)
+    return found

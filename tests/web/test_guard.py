@@ -24,12 +24,17 @@ def test_a_request_without_the_token_is_refused(server: Served, path: str) -> No
     assert b"csrf" not in reply.body.lower()
 
 
+def _changed(token: str) -> str:
+    """`token` with its last character replaced by another one."""
+    return token[:-1] + ("A" if token[-1] != "A" else "B")
+
+
 def test_a_wrong_token_is_refused_and_sets_no_cookie(server: Served) -> None:
-    for wrong in ("x" + server.token[1:], "", server.token[:-1]):
+    for wrong in (_changed(server.token), "", server.token[:-1], server.token + "A"):
         reply = server.request("GET", f"/?token={wrong}")
         assert reply.status == 403
         assert "set-cookie" not in reply.headers
-    assert server.request("GET", "/", {"Cookie": "coderoom_token=" + server.token[:-1] + "x"}).status == 403
+    assert server.request("GET", "/", {"Cookie": "coderoom_token=" + _changed(server.token)}).status == 403
 
 
 def test_the_token_is_exchanged_for_a_strict_httponly_cookie_and_leaves_the_url(server: Served) -> None:

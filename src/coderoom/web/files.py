@@ -23,6 +23,7 @@ from urllib.parse import quote
 
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from ..errors import RequestRefused
 from ..hostile.markup import markdown_html
 from ..hostile.names import UnsafePath, safe_relative_path
 from ..hostile.preview import as_text, csv_table, image_type
@@ -57,7 +58,8 @@ class FileSource(Protocol):
     async def list(self) -> list[FileInfo]: ...
 
     async def read(self, path: PurePosixPath, max_bytes: int) -> bytes:
-        """At most `max_bytes + 1` bytes of `path` (so a caller sees that it is over)."""
+        """`path`'s bytes: at most `max_bytes + 1` (so a caller sees that it is over), or
+        FileTooLarge; FileNotFoundError when it is not a regular file there."""
 
 
 class RunFolderFiles:
@@ -85,13 +87,20 @@ class RunFolderFiles:
         return await asyncio.to_thread(self._read, path, max_bytes)
 
     def _read(self, path: PurePosixPath, max_bytes: int) -> bytes:
-        fd = open_beneath(self.root, path, os.O_RDONLY)
+        try:
+            fd = open_beneath(self.root, path, os.O_RDONLY)
+        except OSError:  # a link (ELOOP), a folder, a FIFO or nothing: not a file of this run
+            raise FileNotFoundError(str(path)) from None
         with os.fdopen(fd, "rb") as handle:
             return handle.read(max_bytes + 1)
 
 
 class SessionFiles:
-    """The workspace of a live session, through the session's own bounded, link-refusing reads."""
+    """The workspace of a live session, through the session's own bounded, link-refusing reads.
+
+    A session refuses a read over its bound rather than cut it, so a file too large for what is
+    asked (a preview, a download) is FileTooLarge here, found from the listing after the refusal.
+    """
 
     def __init__(self, session: Any) -> None:
         self.session = session
@@ -101,7 +110,13 @@ class SessionFiles:
         return [FileInfo(str(i.path), int(i.size)) for i in infos if i.kind == "file"][:MAX_LISTED_FILES]
 
     async def read(self, path: PurePosixPath, max_bytes: int) -> bytes:
-        return await self.session.read_file(str(path), max_bytes=max_bytes + 1)
+        try:
+            return await self.session.read_file(str(path), max_bytes=max_bytes)
+        except RequestRefused:
+            listed = {f.path: f.size for f in await self.list()}
+            if listed.get(str(path), 0) > max_bytes:
+                raise FileTooLarge(f"{path} is over {max_bytes} bytes") from None
+            raise FileNotFoundError(str(path)) from None
 
 
 def checked_path(raw: str | None) -> PurePosixPath:
@@ -120,7 +135,10 @@ async def listing(source: FileSource) -> list[dict[str, Any]]:
 
 async def preview(source: FileSource, path: PurePosixPath) -> dict[str, Any]:
     """What the page shows for `path`: a table, sanitised HTML, an image to load, text, or nothing."""
-    data = await source.read(path, MAX_PREVIEW_BYTES)
+    try:
+        data = await source.read(path, MAX_PREVIEW_BYTES)
+    except FileTooLarge:
+        return {"kind": "binary", "note": f"over {MAX_PREVIEW_BYTES} bytes: download it to look at it"}
     complete = len(data) <= MAX_PREVIEW_BYTES
     data = data[:MAX_PREVIEW_BYTES]
     suffix = path.suffix.lower()
