@@ -91,7 +91,7 @@ function renderEvent(ev) {
         if (item.kind === "message" && item.text) box.append(el("div", "message", item.text));
       }
       if (!box.querySelector(".message")) return null;
-      title("The model says");
+      box.prepend(el("h4", null, "The model says"));
       break;
     case "tool_start":
       title(`${ev.name}${ev.origin === "client" ? " (from the page)" : ""}`);
