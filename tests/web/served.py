@@ -88,3 +88,16 @@ def serve(runs_dir: Path, *args: str) -> Served:
             break
     process.kill()
     raise AssertionError(f"coderoom serve did not start: {process.stderr.read() if process.stderr else ''}")
+
+
+def multipart(fields: dict[str, str], files: list[tuple[str, bytes]]) -> tuple[dict[str, str], bytes]:
+    """A multipart/form-data body as a browser sends it: `fields`, then each (name, content) as `files`."""
+    boundary = "coderoom-test-boundary-7f3a"
+    parts: list[bytes] = []
+    for name, value in fields.items():
+        parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode())
+    for filename, content in files:
+        head = f'--{boundary}\r\nContent-Disposition: form-data; name="files"; filename="{filename}"\r\nContent-Type: application/octet-stream\r\n\r\n'
+        parts.append(head.encode() + content + b"\r\n")
+    body = b"".join(parts) + f"--{boundary}--\r\n".encode()
+    return {"Content-Type": f"multipart/form-data; boundary={boundary}"}, body

@@ -8,10 +8,13 @@ bound and a model spec that does not resolve are usage errors (exit 2) found bef
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+import signal
 import socket
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -20,6 +23,7 @@ from .app import app
 from .errors import reported
 
 DEFAULT_PORT = 8765
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @app.command()
@@ -88,5 +92,33 @@ def _serve(listener: socket.socket, host: str, runs_dir: Path, choices, public_h
     web_app = build_app(config, SessionManager())
     shown = f"[{host}]" if ":" in host else host
     print(f"coderoom serve: http://{shown}:{port}/?token={secrets_.token}", flush=True)
-    server = uvicorn.Server(uvicorn.Config(web_app, log_level="warning", lifespan="on"))
+    server = _server_class()(uvicorn.Config(web_app, log_level="warning", lifespan="on"))
     asyncio.run(server.serve(sockets=[listener]))
+    if server.received is not None:  # shut down by a signal: every session was saved and closed
+        raise typer.Exit(128 + server.received)
+
+
+def _server_class():  # noqa: ANN202  (a uvicorn.Server subclass; uvicorn loads when serving)
+    import uvicorn
+
+    class SignalledServer(uvicorn.Server):
+        """uvicorn's server, but a signal ends it with coderoom's exit code (130, 143, 129)
+        instead of being raised again after shutdown."""
+
+        received: int | None = None
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            previous = {sig: signal.signal(sig, self._signalled) for sig in SIGNALS}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+        def _signalled(self, sig: int, frame: Any) -> None:
+            if self.received is None:
+                self.received = sig
+            self.handle_exit(sig, frame)  # a second SIGINT forces the exit, as uvicorn's own
+
+    return SignalledServer
