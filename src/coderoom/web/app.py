@@ -26,7 +26,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..errors import CoderoomError
+from ..errors import EXIT_USAGE, CoderoomError, RequestRefused, SessionClosed, TooManySessions, UnknownSession
 from ..hostile.names import UnsafePath
 from . import files as artifact_files
 from .files import FileSource, FileTooLarge, RunFolderFiles, SessionFiles, checked_path
@@ -161,9 +161,15 @@ async def _run(request: Request) -> JSONResponse:
     return JSONResponse(run_record(folder))
 
 
+HTTP_STATUS = {UnknownSession: 404, SessionClosed: 409, TooManySessions: 429, RequestRefused: 400}
+"""What a session's refusal is to a browser; any other usage error is 400, the rest 500."""
+
+
 async def _coderoom_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, CoderoomError)
-    status = 400 if exc.exit_code == 2 else 500
+    status = next((code for kind, code in HTTP_STATUS.items() if isinstance(exc, kind)), None)
+    if status is None:
+        status = 400 if exc.exit_code == EXIT_USAGE else 500
     return JSONResponse({"error": exc.message[:2000]}, status_code=status)
 
 
