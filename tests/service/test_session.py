@@ -81,6 +81,21 @@ async def test_a_follow_up_ask_continues_the_conversation_and_shares_the_kernel(
     inputs = [next(e for e in events[i:] if e.type == "model_call").input_items for i in asks]
     assert inputs[0] == 1 and inputs[1] > inputs[0] and inputs[2] > inputs[1]
     assert (run_dir / "output/anomalies.csv").is_file()
+    shown = subprocess.run([sys.executable, "-m", "coderoom", "show", str(run_dir)], capture_output=True,
+                           text=True, timeout=120)
+    assert shown.returncode == 0 and "Now the same again, please." in shown.stdout
+
+
+async def test_a_sessions_run_folder_reruns_without_a_model(tmp_path: Path) -> None:
+    session = await Session.open(model="offline", runs_dir=tmp_path / "runs", files={"input/cities.csv": CSV})
+    await session.run_python("import pandas as pd\ndf = pd.read_csv('input/cities.csv')")
+    await session.exec("mkdir -p output")
+    await session.run_python("df.sort_values('temp').to_csv('output/sorted.csv', index=False)")
+    run_dir = await session.close()
+    again = subprocess.run([sys.executable, "-m", "coderoom", "rerun", str(run_dir), "--out", str(tmp_path / "again")],
+                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert (tmp_path / "again/output/sorted.csv").read_text().splitlines()[1] == "Oslo,3"
 
 
 async def test_limits_of_a_job_hold_in_a_session(tmp_path: Path) -> None:

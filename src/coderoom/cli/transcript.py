@@ -10,7 +10,8 @@ from rich.panel import Panel
 from rich.text import Text
 
 from ..record.events import (
-    ContextTrimmed, Event, MessageItem, ModelCall, ModelReplyCut, Nudge, RunEnd, RunStart, ToolResult,
+    AskEnd, AskStart, ContextTrimmed, Event, FileWritten, MessageItem, ModelCall, ModelReplyCut, Nudge, RunEnd,
+    RunStart, ToolResult,
 )
 from ..record.notes import run_notes, trim_line
 from ..record.reader import Record
@@ -50,8 +51,20 @@ def _show_event(event: Event) -> None:
         for item in event.output:
             if isinstance(item, MessageItem) and item.text:
                 out.print(Panel(safe_markdown(shown(item.text)), title="assistant", title_align="left"))
+    elif isinstance(event, AskStart):  # a live session's request
+        out.print(Panel(safe(shown(event.request)), title=Text.assemble(stamp, " request"), title_align="left",
+                        border_style="magenta"))
+    elif isinstance(event, AskEnd):
+        colour = "green" if event.status == "ok" else "red"
+        line = Text.assemble(stamp, " ", safe(f"request {event.status}", colour))
+        if event.error:
+            line.append_text(Text.assemble(": ", safe(event.error)))
+        out.print(line)
+    elif isinstance(event, FileWritten):
+        out.print(Text.assemble(stamp, " ", safe(f"client wrote {event.path} ({event.size:,} bytes)", "dim")))
     elif isinstance(event, ToolResult):
-        out.print(Text.assemble(stamp, " ", safe(event.name, "cyan"), f" ({event.duration_s}s)"))
+        by = " (client)" if event.origin == "client" else ""
+        out.print(Text.assemble(stamp, " ", safe(event.name, "cyan"), f"{by} ({event.duration_s}s)"))
         out.print(Panel(safe(shown(_input_of(event.arguments))), title="input", title_align="left", border_style="cyan"))
         title = safe(f"cell {event.cell.number}: {event.cell.status_text}") if event.cell else Text("result")
         if event.cell and event.cell.state_lost:

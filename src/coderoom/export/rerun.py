@@ -34,6 +34,8 @@ from ..hostile.archive import ArchiveError, safe_extract_tar
 from ..hostile.names import UnsafePath, safe_relative_path
 from ..jobs import Job, build_job
 from ..outputs import OutputCheck
+from ..record import read_record
+from ..record.events import SessionOpen
 from ..sandboxes.limits import Limits
 from ..sandboxes.defaults import default_backend_name
 from ..sandboxes.docker.labels import DEFAULT_IMAGE
@@ -141,14 +143,28 @@ def recorded_input_paths(job: dict[str, Any]) -> list[str]:
         raise RecordError(f"run.jsonl: an input's workspace path is not usable: {exc}") from None
 
 
+def session_input_paths(run_dir: Path) -> list[str]:
+    """A live session's inputs: the workspace paths its client wrote when it opened it (its
+    session_open event; a run's record has none). Their content comes from workspace.tar."""
+    try:
+        return [
+            str(safe_relative_path(path))
+            for event in read_record(run_dir).events if isinstance(event, SessionOpen)
+            for path in event.files
+        ]
+    except UnsafePath as exc:
+        raise RecordError(f"run.jsonl: a session file's workspace path is not usable: {exc}") from None
+
+
 def rerun_job(
     run_dir: Path, start: dict[str, Any], inputs: dict[str, Path], sandbox: SandboxSpec, archive_dir: Path
 ) -> tuple[Job, list[str]]:
     """The rerun's job and its notes: the recorded job's name, prompt and outputs (from the
     run_start event `start`); the user's sandbox; the user's inputs, else the run folder's
-    archived copies (extracted into `archive_dir`)."""
+    archived copies (extracted into `archive_dir`), for a run's inputs and a session's files."""
     recorded = start["job"]
-    missing = [p for p in recorded_input_paths(recorded) if p not in inputs]
+    wanted = dict.fromkeys(recorded_input_paths(recorded) + session_input_paths(run_dir))
+    missing = [p for p in wanted if p not in inputs]
     archived = archived_inputs(run_dir, missing, archive_dir, sandbox.limits.workspace_size)
     data = {key: recorded.get(key) for key in ("name", "prompt", "outputs") if key in recorded}
     job = build_job(

@@ -19,12 +19,11 @@ from ..sandboxes.session import open_session
 from ..sandboxes.spec import SandboxSpec
 from ..tools.python_kernel import KernelClient, KernelError, cell_timeout
 
-WARM_IMPORTS = (
-    "import numpy, pandas, matplotlib\n"
-    "matplotlib.use('Agg')\n"
-    "import matplotlib.pyplot\n"
-)
-"""What a warm kernel has imported before its session's first cell (the pool's whole point)."""
+WARM_IMPORTS = "for _m in ('numpy', 'pandas', 'matplotlib.pyplot'):\n    __import__(_m)\ndel _m\n"
+"""What a warm kernel has imported before its session's first cell (the pool's whole point).
+Imported, not bound: the cell leaves no name behind, so a session's cells need their own
+imports exactly as in a kernel that was not warmed (and as its notebook export and rerun do);
+matplotlib's backend is the kernel's own default (Agg)."""
 
 
 class LiveSandbox:

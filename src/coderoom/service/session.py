@@ -54,7 +54,7 @@ MAX_UPLOAD_BYTES = 256 * 1024**2  # one file written into the workspace (also at
 MAX_READ_BYTES = 64 * 1024**2  # one file read back (a caller may ask for less)
 MAX_LISTED_FILES = 10_000  # entries `files()` returns; the rest are counted, not listed
 EXIT_TIMEOUT = 124
-# one entry per line-free record: kind, size, path (relative), NUL-terminated; .coderoom is ours
+# one NUL-terminated entry per file: kind, size, workspace-relative path; .coderoom/ is coderoom's
 LIST_FILES = r"find . -mindepth 1 -path ./.coderoom -prune -o -printf '%y %s %P\0'"
 KINDS = {"f": "file", "d": "dir", "l": "link"}
 
@@ -305,6 +305,8 @@ class Session:
         output_bytes. Recorded like the agent's exec_command, so exports and rerun include it."""
         if len(command) > MAX_ARGUMENT_CHARS:
             raise RequestRefused(f"the command is over {MAX_ARGUMENT_CHARS:,} characters")
+        if timeout is not None and timeout <= 0:
+            raise RequestRefused("a command's timeout must be more than 0 seconds")
         self._begin()
         try:
             call_id, started = self._call_id(), time.monotonic()
@@ -406,7 +408,9 @@ class Session:
                     await asyncio.gather(self._asking, return_exceptions=True)
                 result.limits_hit = limits_hit(self._live.session)
                 await save(self._live.session, self.job, self.run_dir, self._recorder, result.saved)
-                result.status, result.error = "ok", None
+                result.status, result.error, result.signal = "ok", None, received_signal()
+                if result.signal:  # closed by the service's shutdown on a signal
+                    result.status, result.error = "interrupted", f"interrupted by {result.signal}"
             except asyncio.CancelledError:
                 result.status, result.signal = "interrupted", received_signal()
                 result.error = f"interrupted by {result.signal}" if result.signal else "interrupted"

@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""Live sessions, side by side in one run: the first cell of a new session from the warm pool,
+without it, and in a fresh Jupyter kernel; a warm cell in each; and memory per session.
+
+Every trial measures the three one after another, with the pool refilled (and idle) before the
+next measurement, so they share the machine's load. The cell is the same everywhere: import
+pandas, read the showcase CSV, an hourly groupby. "First cell" is timed from asking for a new
+session (or kernel) to the cell's result. Jupyter (jupyter_client + ipykernel) runs on the host
+with no sandbox at all: it is the floor a sandbox is compared with, not an alternative.
+Memory: the proportional set size (PSS, /proc/PID/smaps_rollup) of every process a session
+added (its sandbox and kernel, with the frame loaded), and of an ipykernel holding the same.
+
+    PYTHONPATH=src python benchmarks/session_bench.py [--trials 5] [--warm-runs 30] [--sessions 4] [--write-docs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from docs_table import DOCS, machine, write_section
+
+from coderoom import Session, WarmPool
+from coderoom.sandboxes import SandboxSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "examples" / "building_energy" / "data" / "building_energy.csv"
+FIRST = (
+    "import pandas as pd\n"
+    "df = pd.read_csv('input/building_energy.csv', parse_dates=['timestamp'], index_col='timestamp')\n"
+    "df.groupby(df.index.hour).mean()"
+)
+CELL = "df.groupby(df.index.hour).mean()"
+FILES = {"input/building_energy.csv": DATA.read_bytes()}
+
+
+def ms(samples: list[float]) -> str:
+    ordered = sorted(samples)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return f"{statistics.median(ordered) * 1000:.0f} | {p95 * 1000:.0f}"
+
+
+def descendants(root: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = set(), [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def pss_kib(pids: set[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total
+
+
+class Jupyter:
+    """A fresh ipykernel per first cell, as a notebook server would start one."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        (workdir / "input").mkdir(parents=True, exist_ok=True)
+        (workdir / "input/building_energy.csv").write_bytes(FILES["input/building_energy.csv"])
+
+    def start(self):  # type: ignore[no-untyped-def]
+        from jupyter_client.manager import start_new_kernel
+
+        return start_new_kernel(kernel_name="python3", cwd=str(self.workdir))
+
+    @staticmethod
+    def run(client, code: str) -> None:  # type: ignore[no-untyped-def]
+        reply = client.execute_interactive(code, timeout=120, output_hook=lambda msg: None)
+        assert reply["content"]["status"] == "ok", reply["content"]
+
+
+async def first_cell(pool: WarmPool | None, runs: Path, cells: list[float] | None = None) -> tuple[float, Session]:
+    """Open + first cell, in seconds (the cell alone appended to `cells`), and the session."""
+    started = time.perf_counter()
+    session = await Session.open(model="offline", files=FILES, runs_dir=runs, pool=pool)
+    opened = time.perf_counter()
+    result = await session.run_python(FIRST)
+    done = time.perf_counter()
+    assert result.status == "ok" and "DataFrame: 24 rows" in result.text, result.text
+    if cells is not None:
+        cells.append(done - opened)
+    return done - started, session
+
+
+async def warm_cells(session: Session, n: int) -> list[float]:
+    samples = []
+    for _ in range(n):
+        started = time.perf_counter()
+        result = await session.run_python(CELL)
+        samples.append(time.perf_counter() - started)
+        assert result.status == "ok", result.text
+    return samples
+
+
+async def measure(trials: int, warm_runs: int, sessions: int) -> str:
+    work = Path(tempfile.mkdtemp(prefix="coderoom-session-bench-"))
+    runs = work / "runs"
+    jupyter = Jupyter(work / "jupyter")
+    pool = WarmPool(size=1, max_idle_s=3600, spec=SandboxSpec(backend="local"))
+    await pool.start()
+    pooled, cold, fresh = [], [], []
+    pooled_cell: list[float] = []
+    cold_cell: list[float] = []
+    warm_pooled, warm_cold, warm_jupyter = [], [], []
+    try:
+        for _ in range(trials):
+            await pool.wait_ready(300)
+            await asyncio.sleep(0.5)  # the refill's processes settle
+            took, session = await first_cell(pool, runs, pooled_cell)
+            pooled.append(took)
+            await pool.wait_ready(300)  # the replacement's start would compete with the warm cells
+            await asyncio.sleep(0.5)
+            warm_pooled += await warm_cells(session, warm_runs)
+            await session.close()
+            await pool.wait_ready(300)
+            await asyncio.sleep(0.5)
+            took, session = await first_cell(None, runs, cold_cell)
+            cold.append(took)
+            warm_cold += await warm_cells(session, warm_runs)
+            await session.close()
+            await pool.wait_ready(300)
+            await asyncio.sleep(0.5)
+            started = time.perf_counter()
+            manager, client = jupyter.start()
+            Jupyter.run(client, FIRST)
+            fresh.append(time.perf_counter() - started)
+            for _ in range(warm_runs):
+                started = time.perf_counter()
+                Jupyter.run(client, CELL)
+                warm_jupyter.append(time.perf_counter() - started)
+            client.stop_channels()
+            manager.shutdown_kernel(now=True)
+        await pool.close()
+        pool = None  # type: ignore[assignment]
+        before = descendants(os.getpid())
+        live = []
+        for _ in range(sessions):
+            _, session = await first_cell(None, runs)
+            live.append(session)
+        per_session = pss_kib(descendants(os.getpid()) - before) / sessions
+        for session in live:
+            await session.close()
+        manager, client = jupyter.start()
+        Jupyter.run(client, FIRST)
+        kernel_pid = manager.provisioner.process.pid  # type: ignore[union-attr]
+        per_kernel = pss_kib({kernel_pid} | descendants(kernel_pid))
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+    finally:
+        if pool is not None:
+            await pool.close()
+    rows = [
+        "| step | runs | p50 ms | p95 ms |",
+        "|---|---|---|---|",
+        f"| first cell, new session from the warm pool (local sandbox) | {len(pooled)} | {ms(pooled)} |",
+        f"| first cell, new session without the pool (local sandbox) | {len(cold)} | {ms(cold)} |",
+        f"| first cell, fresh Jupyter kernel (no sandbox) | {len(fresh)} | {ms(fresh)} |",
+        f"| the first cell alone, from the pool (read_csv + groupby; imports done) | {len(pooled_cell)} | {ms(pooled_cell)} |",
+        f"| the first cell alone, without the pool (kernel start + imports + read_csv + groupby) | {len(cold_cell)} | {ms(cold_cell)} |",
+        f"| warm cell, session (from the pool) | {len(warm_pooled)} | {ms(warm_pooled)} |",
+        f"| warm cell, session (without the pool) | {len(warm_cold)} | {ms(warm_cold)} |",
+        f"| warm cell, Jupyter kernel | {len(warm_jupyter)} | {ms(warm_jupyter)} |",
+        "",
+        "| memory with the frame loaded | PSS MiB | per GiB |",
+        "|---|---|---|",
+        f"| one live session (sandbox + kernel), mean of {sessions} | {per_session / 1024:.0f} | {1024 * 1024 / per_session:.0f} sessions |",
+        f"| one Jupyter kernel | {per_kernel / 1024:.0f} | {1024 * 1024 / per_kernel:.0f} kernels |",
+        "",
+        f"Ratios: pool vs no pool {statistics.median(cold) / statistics.median(pooled):.1f}x faster first cell; "
+        f"pool vs fresh Jupyter {statistics.median(fresh) / statistics.median(pooled):.1f}x; "
+        f"warm cell session / Jupyter {statistics.median(warm_pooled) / statistics.median(warm_jupyter):.2f}.",
+    ]
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--warm-runs", type=int, default=30)
+    parser.add_argument("--sessions", type=int, default=4)
+    parser.add_argument("--write-docs", action="store_true", help=f"update the section in {DOCS}")
+    args = parser.parse_args()
+    text = asyncio.run(measure(args.trials, args.warm_runs, args.sessions))
+    print(text)
+    if args.write_docs:
+        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        section = (
+            f"\n## Live sessions: first cell from the pool, without it, and Jupyter ({stamp})\n\n"
+            f"Machine: {machine()} (shared with other work while measured: compare the ratios, "
+            "taken side by side in one run, more than the absolute figures). First cell: from asking "
+            "for a new session (or a fresh ipykernel) to the result of one cell that imports pandas, "
+            f"reads the showcase CSV ({DATA.stat().st_size} bytes) and computes `{CELL}`; warm cell: "
+            "that groupby again on the loaded frame. The pool's sandbox had numpy, pandas and "
+            "matplotlib imported before it was claimed, and was refilled and idle before each "
+            "measurement. Jupyter runs on the host, unsandboxed. Made by "
+            "`python benchmarks/session_bench.py --write-docs`.\n\n" + text + "\n"
+        )
+        write_section("## Live sessions:", section)
+        print(f"\nupdated {DOCS}")
+
+
+if __name__ == "__main__":
+    main()

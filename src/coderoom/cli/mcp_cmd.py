@@ -1,0 +1,115 @@
+"""`coderoom mcp`: serve live sandbox sessions to an MCP client (stdio, or HTTP on loopback).
+
+Over stdio, stdout is the protocol: everything for a person goes to stderr. Over HTTP the
+bearer token is printed once on stderr at start; clients send it as `Authorization: Bearer`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from ..errors import UsageError
+from ..sandboxes import backend_names, get_backend
+from ..sandboxes.defaults import default_backend_name
+from .app import app
+from .errors import reported
+
+console = Console(stderr=True)
+
+DEFAULT_PORT = 8765
+
+
+def _limits(memory: str | None, timeout: float | None, limit: list[str]) -> Any:
+    from pydantic import ValidationError
+
+    from ..sandboxes.limits import Limits
+
+    values: dict[str, Any] = {}
+    for item in limit:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"--limit {item!r}: expected NAME=VALUE, e.g. --limit pids=128")
+        values[name.strip()] = value.strip()
+    if memory is not None:
+        values["memory"] = memory
+    if timeout is not None:
+        values["timeout"] = timeout
+    try:
+        return Limits.model_validate(values)
+    except ValidationError as exc:
+        raise UsageError("; ".join(f"--limit {'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from None
+
+
+@app.command()
+def mcp(
+    http: Annotated[bool, typer.Option("--http", help="serve streamable HTTP on loopback (default: stdio)")] = False,
+    host: Annotated[str, typer.Option(help="HTTP address to listen on (loopback only unless --allow-remote)")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="HTTP port (0: any free port)")] = DEFAULT_PORT,
+    allow_remote: Annotated[bool, typer.Option("--allow-remote", help="allow a non-loopback --host")] = False,
+    allow_read: Annotated[list[Path], typer.Option("--allow-read", help="a host folder whose files clients may copy into sessions")] = [],
+    model: Annotated[Optional[str], typer.Option(help="the model for run_job (OpenAI name, openai-compatible:MODEL@URL, offline)")] = None,
+    sandbox: Annotated[Optional[str], typer.Option(help=f"sandbox backend: {' | '.join(backend_names())}")] = None,
+    memory: Annotated[Optional[str], typer.Option(help="sandbox memory, e.g. 2G")] = None,
+    timeout: Annotated[Optional[float], typer.Option(help="seconds per command or cell")] = None,
+    limit: Annotated[list[str], typer.Option("--limit", help="another sandbox limit, NAME=VALUE (e.g. pids=128)")] = [],
+    max_sessions: Annotated[int, typer.Option(help="live sessions at once")] = 8,
+    idle_timeout: Annotated[float, typer.Option(help="seconds before an unused session is closed")] = 900.0,
+    pool: Annotated[int, typer.Option(help="warm sandboxes kept ready (0: none)")] = 0,
+    pool_max_idle: Annotated[float, typer.Option(help="seconds before an unclaimed warm sandbox is recycled")] = 600.0,
+    runs: Annotated[Path, typer.Option(help="where session and job run folders go")] = Path("runs"),
+) -> None:
+    """Serve coderoom sessions over MCP: open_session, run_python, exec, files, close, run_job.
+
+    SIGINT, SIGTERM and SIGHUP close every session (saved as run folders) and the pool; exit
+    130 / 143 / 129.
+    """
+    from ..interrupts import Interrupted, exit_now, raising_on_signals, run_interruptible
+
+    with raising_on_signals(), reported():
+        from ..mcp_server.policy import ReadPolicy
+        from ..mcp_server.serve import check_bind, serve_http, serve_stdio
+        from ..mcp_server.tools import ServerSettings, build_server
+        from ..models import resolve_model
+        from ..sandboxes.spec import SandboxSpec
+        from ..service import SessionManager, WarmPool
+
+        backend = sandbox or default_backend_name()
+        if backend not in backend_names():
+            raise UsageError(f"--sandbox {backend!r}: choose one of {', '.join(backend_names())}")
+        limits = _limits(memory, timeout, limit)
+        spec = SandboxSpec(backend=backend, limits=limits)
+        reason = get_backend(backend).unavailable_reason(spec)
+        if reason is not None:
+            raise UsageError(reason)
+        if http:
+            check_bind(host, allow_remote)
+        asyncio.run(resolve_model(model, environ=dict(os.environ)).aclose())  # a bad spec: exit 2 now
+        policy = ReadPolicy(allow_read)
+        get_backend(backend).prepare(spec, lambda line: console.print(Text(f"{backend}: {line}")))
+        warm = WarmPool(pool, pool_max_idle, spec) if pool > 0 else None
+        manager = SessionManager(max_sessions=max_sessions, idle_timeout_s=idle_timeout, limits=limits,
+                                 sandbox=backend, model=model, runs_dir=runs, pool=warm)
+        server = build_server(manager, ServerSettings(model, backend, limits, runs, policy))
+        try:
+            if http:
+                token = secrets.token_urlsafe(32)
+
+                def announce(url: str) -> None:
+                    console.print(Text(f"coderoom mcp: listening on {url}"))
+                    console.print(Text(f"token: {token}  (send it as: Authorization: Bearer <token>)"))
+
+                asyncio.run(run_interruptible(serve_http(server, manager, host=host, port=port, token=token,
+                                                         announce=announce)))
+            else:
+                asyncio.run(run_interruptible(serve_stdio(server, manager)))
+        except Interrupted as exc:
+            console.print(Text(f"{exc.message}; every session was closed and saved under {runs}"))
+            exit_now(exc.exit_code)

@@ -1,0 +1,271 @@
+"""The MCP server's tools and resources, all on one `SessionManager` (the web page's too).
+
+Tools for a calling agent with its own model: `open_session` (files from allowed host paths or
+uploaded content), `run_python` (text, and figures as image content), `exec`, `write_file`,
+`read_file` (images as images), `list_files`, `close_session`; and `run_job`, a whole coderoom
+run with the server's model. Artifacts are resources: `coderoom://session/{id}/{path}` for a
+live session's workspace files, `coderoom://run/{run}/{path}` for a finished run's outputs.
+
+Every answer is built from hostile data through `content` (bounded, escaped, images checked);
+every refusal is a tool error with coderoom's message, never a traceback.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp.types import CallToolResult, ContentBlock, Resource, ResourceLink
+
+from ..errors import CoderoomError, RequestRefused
+from ..hostile.names import UnsafePath, safe_relative_path
+from ..hostile.tree import open_beneath
+from ..sandboxes.limits import Limits
+from ..service import SessionManager
+from . import content
+from .policy import ReadPolicy
+
+MAX_UPLOAD_BYTES = 32 * 1024**2  # one file sent by a client (decoded), or read from an allowed path
+MAX_OPEN_FILES = 100  # files one open_session or run_job copies in
+MAX_RESOURCE_BYTES = 16 * 1024**2  # one resource read
+MAX_LISTED_RESOURCES = 200  # session output files listed as resources
+RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,120}$")
+
+INSTRUCTIONS = (
+    "coderoom runs Python and shell commands in an isolated sandbox (no network, resource "
+    "limits). Open a session with open_session (copy in files by allowed host path or as "
+    "uploaded base64 content), then call run_python: variables persist between calls, so load "
+    "data once and reuse it. Figures come back as images. Close the session when done: its "
+    "workspace and a full record are saved as a run folder. run_job runs a whole coderoom agent "
+    "(the server's own model) on a request and returns its outputs."
+)
+
+
+@dataclass
+class ServerSettings:
+    """What the server's operator chose; a client can change none of it."""
+
+    model: str | None
+    sandbox: str
+    limits: Limits
+    runs_dir: Path
+    policy: ReadPolicy
+
+
+def _error(message: str) -> CallToolResult:
+    return CallToolResult(content=[content.text(message)], is_error=True)
+
+
+def _ok(*blocks: ContentBlock) -> CallToolResult:
+    return CallToolResult(content=list(blocks))
+
+
+async def _guarded(work: Callable[[], Awaitable[CallToolResult]]) -> CallToolResult:
+    try:
+        return await work()
+    except CoderoomError as exc:
+        return _error(exc.message)
+
+
+def decode_upload(name: str, data: str) -> bytes:
+    if len(data) > (MAX_UPLOAD_BYTES * 4) // 3 + 4:
+        raise RequestRefused(f"{name}: over the {MAX_UPLOAD_BYTES:,} byte limit for one upload")
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise RequestRefused(f"{name}: not valid base64") from None
+
+
+def gather_files(policy: ReadPolicy, files: dict[str, str] | None, uploads: dict[str, str] | None) -> dict[str, bytes]:
+    """Workspace name -> bytes, from allowed host paths (`files`) and base64 `uploads`."""
+    files, uploads = files or {}, uploads or {}
+    if len(files) + len(uploads) > MAX_OPEN_FILES:
+        raise RequestRefused(f"more than {MAX_OPEN_FILES} files at once (MAX_OPEN_FILES)")
+    gathered = {name: policy.read(host, MAX_UPLOAD_BYTES) for name, host in files.items()}
+    gathered.update({name: decode_upload(name, data) for name, data in uploads.items()})
+    return gathered
+
+
+def build_server(manager: SessionManager, settings: ServerSettings) -> MCPServer:
+    server = _CoderoomServer(manager, settings, name="coderoom", instructions=INSTRUCTIONS)
+
+    @server.tool(structured_output=False)
+    async def open_session(files: dict[str, str] | None = None, uploads: dict[str, str] | None = None) -> CallToolResult:
+        """Open a sandbox session. `files`: workspace path -> host path under a folder the server
+        may read; `uploads`: workspace path -> base64 content. Returns the session id."""
+        async def work() -> CallToolResult:
+            session = await manager.open(files=gather_files(settings.policy, files, uploads))
+            listing = ", ".join(sorted({**(files or {}), **(uploads or {})})) or "none"
+            return _ok(content.text(f"session_id: {session.id}\nfiles: {listing}\nworkspace: /workspace "
+                                    f"(the working directory)\nlimits: {_limits(session.limits)}"))
+        return await _guarded(work)
+
+    @server.tool(structured_output=False)
+    async def run_python(session_id: str, code: str) -> CallToolResult:
+        """Run Python in the session's persistent kernel (variables persist between calls).
+        Returns stdout, stderr, the last value and the traceback; figures as images."""
+        async def work() -> CallToolResult:
+            cell = await manager.get(session_id).run_python(code)
+            images = [block for data in cell.images if (block := content.image(data)) is not None]
+            return CallToolResult(content=[content.text(cell.text), *images],
+                                  is_error=cell.status not in ("ok", "error"))
+        return await _guarded(work)
+
+    @server.tool(name="exec", structured_output=False)
+    async def exec_(session_id: str, command: str, timeout: float | None = None) -> CallToolResult:
+        """Run a shell command (sh -c) in the session's workspace; exit code, stdout, stderr."""
+        async def work() -> CallToolResult:
+            done = await manager.get(session_id).exec(command, timeout)
+            return _ok(content.text(f"exit code: {done.exit_code}\n[stdout]\n{done.stdout}\n[stderr]\n{done.stderr}"))
+        return await _guarded(work)
+
+    @server.tool(structured_output=False)
+    async def write_file(session_id: str, path: str, text: str | None = None, base64_content: str | None = None) -> CallToolResult:
+        """Write a workspace file from `text` (UTF-8) or `base64_content`."""
+        async def work() -> CallToolResult:
+            if (text is None) == (base64_content is None):
+                raise RequestRefused("give exactly one of text and base64_content")
+            data = text.encode("utf-8") if text is not None else decode_upload(path, base64_content or "")
+            if len(data) > MAX_UPLOAD_BYTES:
+                raise RequestRefused(f"{path}: over the {MAX_UPLOAD_BYTES:,} byte limit for one upload")
+            await manager.get(session_id).write_file(path, data)
+            return _ok(content.text(f"wrote {len(data)} bytes to {path}"))
+        return await _guarded(work)
+
+    @server.tool(structured_output=False)
+    async def read_file(session_id: str, path: str) -> CallToolResult:
+        """Read a workspace file: an image as image content, text as text, else base64."""
+        async def work() -> CallToolResult:
+            data = await manager.get(session_id).read_file(path, MAX_RESOURCE_BYTES)
+            return _ok(content.file_content(session_uri(session_id, path), data))
+        return await _guarded(work)
+
+    @server.tool(structured_output=False)
+    async def list_files(session_id: str) -> CallToolResult:
+        """The session's workspace files: kind, size in bytes, path."""
+        async def work() -> CallToolResult:
+            entries = await manager.get(session_id).files()
+            lines = [f"{e.kind}\t{e.size}\t{e.path}" for e in entries] or ["(empty)"]
+            return _ok(content.text("\n".join(lines)))
+        return await _guarded(work)
+
+    @server.tool(structured_output=False)
+    async def close_session(session_id: str) -> CallToolResult:
+        """Close the session: its workspace and record are saved as a run folder."""
+        async def work() -> CallToolResult:
+            run_dir = await manager.close(session_id)
+            return _ok(content.text(f"closed; run folder: {run_dir}"))
+        return await _guarded(work)
+
+    @server.tool(structured_output=False)
+    async def run_job(request: str, outputs: list[str] | None = None, files: dict[str, str] | None = None,
+                      uploads: dict[str, str] | None = None) -> CallToolResult:
+        """Run a whole coderoom agent (the server's model) on `request` with these input files;
+        `outputs` are required files under output/. Returns the answer and the outputs as resources."""
+        return await _guarded(lambda: _run_job(settings, request, outputs or [], files, uploads))
+
+    @server.resource("coderoom://session/{session_id}/{+path}", mime_type="application/octet-stream")
+    async def session_file(session_id: str, path: str) -> bytes:
+        """A live session's workspace file."""
+        return await manager.get(session_id).read_file(path, MAX_RESOURCE_BYTES)
+
+    @server.resource("coderoom://run/{run}/{+path}", mime_type="application/octet-stream")
+    def run_file(run: str, path: str) -> bytes:
+        """A file of a finished run's outputs (under output/ in its run folder)."""
+        return read_run_file(settings.runs_dir, run, path)
+
+    return server
+
+
+class _CoderoomServer(MCPServer):
+    """Lists each live session's output files as resources, beside the templates."""
+
+    def __init__(self, manager: SessionManager, settings: ServerSettings, **kw: Any) -> None:
+        super().__init__(**kw)
+        self._manager = manager
+
+    async def list_resources(self) -> list[Resource]:
+        listed = await super().list_resources()
+        for session in self._manager.live:
+            try:
+                entries = await session.files()
+            except CoderoomError:
+                continue
+            for entry in entries:
+                if entry.kind == "file" and entry.path.startswith("output/") and len(listed) < MAX_LISTED_RESOURCES:
+                    listed.append(Resource(uri=session_uri(session.id, entry.path), name=entry.path, size=entry.size))
+        return listed
+
+
+def session_uri(session_id: str, path: str) -> str:
+    return f"coderoom://session/{session_id}/{path}"
+
+
+def read_run_file(runs_dir: Path, run: str, path: str) -> bytes:
+    """An output of a run folder under `runs_dir`, O_NOFOLLOW from the folder down, bounded."""
+    if not RUN_NAME.match(run):
+        raise RequestRefused("not a run folder name")
+    try:
+        rel = safe_relative_path(path)
+    except UnsafePath as exc:
+        raise RequestRefused(f"not a run file path: {exc}") from None
+    if rel.parts[0] != "output":
+        raise RequestRefused("only a run's outputs (output/...) are resources")
+    try:
+        fd = open_beneath(runs_dir.resolve() / run, rel, os.O_RDONLY)
+    except OSError:
+        raise RequestRefused(f"{run}/{rel}: no such output") from None
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(MAX_RESOURCE_BYTES + 1)
+    if len(data) > MAX_RESOURCE_BYTES:
+        raise RequestRefused(f"{run}/{rel}: over the {MAX_RESOURCE_BYTES:,} byte resource limit")
+    return data
+
+
+async def _run_job(settings: ServerSettings, request: str, outputs: list[str], files: dict[str, str] | None,
+                   uploads: dict[str, str] | None) -> CallToolResult:
+    from ..jobs import build_job
+    from ..run import new_run_dir, run_job
+
+    gathered = gather_files(settings.policy, files, uploads)
+    staging = Path(tempfile.mkdtemp(prefix="coderoom-mcp-inputs-"))  # 0700, removed after the run
+    try:
+        inputs: dict[str, Path] = {}
+        for n, (name, data) in enumerate(gathered.items()):
+            host = staging / f"input-{n}"
+            host.write_bytes(data)
+            inputs[name] = host
+        job = build_job({
+            "name": "mcp-job", "prompt": request, "inputs": inputs, "outputs": outputs,
+            "model": settings.model or "",
+            "sandbox": {"backend": settings.sandbox, "limits": settings.limits.model_dump()},
+        }, source="run_job")
+        result = await run_job(job, run_dir=new_run_dir(job, settings.runs_dir))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    checks = "\n".join(f"- {c.path}: {'ok' if c.ok else 'INVALID'} ({c.detail})" for c in result.checks)
+    summary = (f"status: {result.status}\nrun folder: {result.run_dir}\n"
+               + (f"error: {result.error}\n" if result.error else "")
+               + (f"outputs:\n{checks}\n" if checks else "") + f"\n{result.final_output}")
+    links: list[ContentBlock] = []
+    output_dir = result.run_dir / "output"
+    for name in result.saved.saved:
+        rel = PurePosixPath(name)
+        if rel.parts and rel.parts[0] == "output" and (output_dir.parent / rel).is_file():
+            uri = f"coderoom://run/{result.run_dir.name}/{rel}"
+            links.append(ResourceLink(type="resource_link", uri=uri, name=str(rel)))
+    return CallToolResult(content=[content.text(summary), *links], is_error=not result.ok)
+
+
+def _limits(limits: Limits) -> str:
+    return (f"{limits.timeout:g} s per command, memory {limits.memory:,} bytes, "
+            f"workspace {limits.workspace_size:,} bytes, network {'on' if limits.network else 'off'}")
