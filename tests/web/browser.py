@@ -32,6 +32,7 @@ ARGS = [
     "--no-first-run",
     "--metrics-recording-only",
 ]
+STEP_TIMEOUT_MS = 60_000  # of one page step; the test machine's cores are shared
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 
 
@@ -59,6 +60,7 @@ def chromium(origin: str, outside: list[str]) -> Iterator[Any]:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), chromium_sandbox=False, args=ARGS)
         try:
             context = browser.new_context(accept_downloads=True, viewport={"width": 1400, "height": 900})
+            context.set_default_timeout(STEP_TIMEOUT_MS)
 
             def only_origin(route: Any) -> None:
                 if route.request.url.startswith(origin + "/"):
