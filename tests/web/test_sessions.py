@@ -100,7 +100,7 @@ def test_a_signal_ends_the_server_with_its_exit_code_and_saves_live_sessions(tmp
     assert status == 200, opened
     assert served.stop() == 143  # SIGTERM: 128 + 15
     record = read_record(runs / opened["run"])
-    assert record.end is not None and record.end.status == "ok"
+    assert record.end is not None and record.end.status == "interrupted" and record.end.signal == "SIGTERM"
     assert (runs / opened["run"] / "workspace.tar").is_file()
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import signal
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +22,6 @@ from .app import app
 from .errors import reported
 
 DEFAULT_PORT = 8765
-SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @app.command()
@@ -78,47 +76,44 @@ def _choices(models: list[str], sandboxes: list[str]):  # noqa: ANN202  (web.liv
 
 
 def _serve(listener: socket.socket, host: str, runs_dir: Path, choices, public_hosts: list[str]) -> None:  # noqa: ANN001
+    """Serve until a signal; then every live session is closed and saved, and the exit code is
+    the signal's (130, 143, 129), as a run's (`interrupts`)."""
     import asyncio
 
+    from ..interrupts import Interrupted, exit_now, raising_on_signals, run_interruptible
+
+    port = listener.getsockname()[1]
+    with raising_on_signals():
+        try:
+            asyncio.run(run_interruptible(_serve_until_cancelled(listener, host, port, runs_dir, choices, public_hosts)))
+        except Interrupted as exc:
+            print(f"coderoom serve: {exc.message}; every live session was closed and saved under {runs_dir}", flush=True)
+            exit_now(exc.exit_code)
+
+
+async def _serve_until_cancelled(
+    listener: socket.socket, host: str, port: int, runs_dir: Path, choices: Any, public_hosts: list[str]
+) -> None:
     import uvicorn
 
     from ..service import SessionManager
     from ..web.app import WebConfig, build_app
     from ..web.guard import Secrets, allowed_hosts
 
-    port = listener.getsockname()[1]
-    secrets_ = Secrets()
-    config = WebConfig(runs_dir=runs_dir, choices=choices, hosts=allowed_hosts(host, port, public_hosts), secrets=secrets_)
-    web_app = build_app(config, SessionManager())
-    shown = f"[{host}]" if ":" in host else host
-    print(f"coderoom serve: http://{shown}:{port}/?token={secrets_.token}", flush=True)
-    server = _server_class()(uvicorn.Config(web_app, log_level="warning", lifespan="on"))
-    asyncio.run(server.serve(sockets=[listener]))
-    if server.received is not None:  # shut down by a signal: every session was saved and closed
-        raise typer.Exit(128 + server.received)
-
-
-def _server_class():  # noqa: ANN202  (a uvicorn.Server subclass; uvicorn loads when serving)
-    import uvicorn
-
-    class SignalledServer(uvicorn.Server):
-        """uvicorn's server, but a signal ends it with coderoom's exit code (130, 143, 129)
-        instead of being raised again after shutdown."""
-
-        received: int | None = None
+    class Server(uvicorn.Server):
+        """uvicorn without its own signal handlers: coderoom's (`interrupts`) stop the server."""
 
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:
-            previous = {sig: signal.signal(sig, self._signalled) for sig in SIGNALS}
-            try:
-                yield
-            finally:
-                for sig, handler in previous.items():
-                    signal.signal(sig, handler)
+            yield
 
-        def _signalled(self, sig: int, frame: Any) -> None:
-            if self.received is None:
-                self.received = sig
-            self.handle_exit(sig, frame)  # a second SIGINT forces the exit, as uvicorn's own
-
-    return SignalledServer
+    secrets_ = Secrets()
+    config = WebConfig(runs_dir=runs_dir, choices=choices, hosts=allowed_hosts(host, port, public_hosts), secrets=secrets_)
+    async with SessionManager(runs_dir=runs_dir) as manager:
+        web_app = build_app(config, manager)
+        shown = f"[{host}]" if ":" in host else host
+        print(f"coderoom serve: http://{shown}:{port}/?token={secrets_.token}", flush=True)
+        try:
+            await Server(uvicorn.Config(web_app, log_level="warning", lifespan="on")).serve(sockets=[listener])
+        finally:
+            listener.close()
