@@ -46,19 +46,26 @@ def test_a_model_or_sandbox_the_server_does_not_offer_is_refused(server: Served)
     assert set(os.listdir(server.runs_dir)) == before
 
 
-def _events(server: Served, session_id: str, until: str, timeout_s: float = 120) -> list[dict]:
-    """The session's SSE stream read until an event of type `until` arrives."""
+def _events(server: Served, session_id: str, until: str, timeout_s: float = 120, last_id: int | None = None) -> list[dict]:
+    """The session's SSE stream read until an event of type `until` arrives; each event gets its
+    SSE id as `_id`."""
     connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=timeout_s)
-    connection.request("GET", f"/api/sessions/{session_id}/events", headers={"Host": server.host, "Cookie": server.cookie})
+    headers = {"Host": server.host, "Cookie": server.cookie}
+    if last_id is not None:
+        headers["Last-Event-ID"] = str(last_id)
+    connection.request("GET", f"/api/sessions/{session_id}/events", headers=headers)
     response = connection.getresponse()
     assert response.status == 200 and response.getheader("content-type", "").startswith("text/event-stream")
     events: list[dict] = []
+    event_id = None
     deadline = time.monotonic() + timeout_s
     try:
         while time.monotonic() < deadline:
             line = response.readline().decode().rstrip("\r\n")
+            if line.startswith("id: "):
+                event_id = int(line[4:])
             if line.startswith("data: "):
-                events.append(json.loads(line[6:]))
+                events.append({**json.loads(line[6:]), "_id": event_id})
                 if events[-1]["type"] == until:
                     return events
     finally:
@@ -80,6 +87,10 @@ def test_a_session_streams_its_record_and_replays_it_to_a_late_reader(server: Se
     # a second reader (a reloaded page) gets the same events from the record, each once
     late = _events(server, session, until="ask_end")
     assert [(e["type"], e["t"]) for e in late] == [(e["type"], e["t"]) for e in live]
+    assert [e["_id"] for e in live] == list(range(1, len(live) + 1))  # ids are record line numbers
+    # a browser that reconnects after event 5 gets the rest only
+    resumed = _events(server, session, until="ask_end", last_id=5)
+    assert [(e["_id"], e["type"]) for e in resumed] == [(e["_id"], e["type"]) for e in live[5:]]
     # a second ask while one runs is refused; after it, a follow-up is accepted
     headers = {**_csrf(server), "Content-Type": "application/json"}
     follow = server.authed("POST", f"/api/sessions/{session}/ask", headers, json.dumps({"request": "and now?"}).encode())

@@ -62,17 +62,27 @@ def _listen(host: str, port: int, allow_remote: bool) -> socket.socket:
 
 
 def _choices(models: list[str], sandboxes: list[str]):  # noqa: ANN202  (web.live.Choices)
+    """What the page may choose: each model spec resolved once (a bad one is exit 2 now), and the
+    backends given, each able to run here; by default every backend that can."""
+    import asyncio
+
     from ..models.resolve import resolve_model
     from ..sandboxes import backend_names, get_backend
+    from ..sandboxes.spec import SandboxSpec
     from ..web.live import Choices
     from ..web.options import default_models
 
     offered = default_models(models)
     for spec in offered:
-        resolve_model(spec)  # a spec that cannot resolve is a usage error now, not in the page
+        asyncio.run(resolve_model(spec).aclose())
+    reasons = {name: get_backend(name).unavailable_reason(SandboxSpec(backend=name)) for name in sandboxes or backend_names()}
     for name in sandboxes:
-        get_backend(name)
-    return Choices(models=offered, sandboxes=list(dict.fromkeys(sandboxes)) or backend_names())
+        if reasons[name] is not None:
+            raise UsageError(f"--sandbox {name}: {reasons[name]}")
+    usable = [name for name, reason in reasons.items() if reason is None]
+    if not usable:
+        raise UsageError("no sandbox backend can run here: " + "; ".join(f"{n}: {r}" for n, r in reasons.items()))
+    return Choices(models=offered, sandboxes=list(dict.fromkeys(usable)))
 
 
 def _serve(listener: socket.socket, host: str, runs_dir: Path, choices, public_hosts: list[str]) -> None:  # noqa: ANN001

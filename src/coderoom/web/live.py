@@ -23,6 +23,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ..errors import CoderoomError, UsageError
 from ..record import read_record
+from ..record.events import EventsLost
 from .uploads import read_uploads
 from .view import event_json
 
@@ -135,11 +136,17 @@ async def events(request: Request) -> Any:
     session = live.session(request.path_params["id"])
     if session is None:
         return JSONResponse({"error": "no such live session"}, status_code=404)
-    return EventSourceResponse(_stream(session), ping=SSE_PING_S)
+    last = request.headers.get("last-event-id", "")
+    return EventSourceResponse(_stream(session, int(last) if last.isdigit() else 0), ping=SSE_PING_S)
 
 
-async def _stream(session: Any) -> AsyncIterator[ServerSentEvent]:
-    """The record so far, then the events as they are written; each event once."""
+async def _stream(session: Any, after: int) -> AsyncIterator[ServerSentEvent]:
+    """The record so far, then the events as they are written; each event once.
+
+    Each event's SSE id is its line number in the record, so a browser that reconnects (it sends
+    Last-Event-ID) gets only what it has not seen. `events_lost` (a slow reader's marker, never
+    in the record) carries no id and moves the numbering past the events it stands for.
+    """
     updates = session.subscribe()
     pending: asyncio.Future[Any] = asyncio.ensure_future(anext(updates))
     await asyncio.sleep(0)  # the subscription is in place before the record is read
@@ -147,21 +154,29 @@ async def _stream(session: Any) -> AsyncIterator[ServerSentEvent]:
         replayed = await asyncio.to_thread(read_record, session.run_dir)
         seen: set[str] = set()
         last_t = -1.0
+        number = 0
         for event in replayed.events:
+            number += 1
             data = json.dumps(event_json(event))
             if event.t > last_t:
                 last_t, seen = event.t, set()
             seen.add(data)
-            yield ServerSentEvent(data=data)
+            if number > after:
+                yield ServerSentEvent(data=data, id=str(number))
         while True:
             try:
                 event = await pending
             except StopAsyncIteration:
                 return
-            data = json.dumps(event_json(event))
-            if event.t > last_t or (event.t == last_t and data not in seen):
-                yield ServerSentEvent(data=data)
             pending = asyncio.ensure_future(anext(updates))
+            data = json.dumps(event_json(event))
+            if isinstance(event, EventsLost):
+                number += event.count
+                yield ServerSentEvent(data=data)
+            elif event.t > last_t or (event.t == last_t and data not in seen):
+                number += 1
+                if number > after:
+                    yield ServerSentEvent(data=data, id=str(number))
     finally:
         pending.cancel()
         with contextlib.suppress(BaseException):
