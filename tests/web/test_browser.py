@@ -8,7 +8,6 @@ With CODEROOM_SCREENSHOTS=1 each step leaves a screenshot in docs/screenshots/.
 
 from __future__ import annotations
 
-import io
 import shutil
 import subprocess
 import sys

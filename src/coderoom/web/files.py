@@ -11,14 +11,14 @@ so) and every file response carries `FILE_CSP`, nosniff and, but for a checked i
 from __future__ import annotations
 
 import asyncio
-import io
 import os
 import stat
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 from urllib.parse import quote
 
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -173,22 +173,27 @@ async def download(source: FileSource, path: PurePosixPath, *, inline: bool) -> 
 
 
 async def zipped(source: FileSource, name: str) -> Response:
-    """Every listed file in one zip, bounded in files and bytes; the zip is spooled to a temp file."""
+    """Every listed file in one zip, bounded in files and bytes; the zip is spooled to a temp
+    file, compressed in a worker thread (the server keeps answering meanwhile)."""
     files = await listing(source)
     if len(files) > MAX_ZIP_FILES:
         raise FileTooLarge(f"more than {MAX_ZIP_FILES} files (MAX_ZIP_FILES)")
     spool = tempfile.TemporaryFile()
-    total = 0
-    with zipfile.ZipFile(spool, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for info in files:
-            path = safe_relative_path(info["path"])
-            data = await source.read(path, MAX_ZIP_BYTES - total)
-            total += len(data)
-            if total > MAX_ZIP_BYTES:
-                spool.close()
-                raise FileTooLarge(f"the files come to more than {MAX_ZIP_BYTES} bytes (MAX_ZIP_BYTES)")
-            archive.writestr(str(path), data)
-    spool.seek(0)
+    try:
+        total = 0
+        with zipfile.ZipFile(spool, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            for info in files:
+                path = safe_relative_path(info["path"])
+                data = await source.read(path, min(MAX_DOWNLOAD_BYTES, MAX_ZIP_BYTES - total))
+                total += len(data)
+                if total > MAX_ZIP_BYTES or len(data) > MAX_DOWNLOAD_BYTES:
+                    raise FileTooLarge(f"the files come to more than {MAX_ZIP_BYTES} bytes (MAX_ZIP_BYTES), "
+                                       f"or one is over {MAX_DOWNLOAD_BYTES} (MAX_DOWNLOAD_BYTES)")
+                await asyncio.to_thread(archive.writestr, str(path), data)
+        spool.seek(0)
+    except BaseException:
+        spool.close()
+        raise
     return StreamingResponse(
         _chunks(spool),
         media_type="application/zip",
@@ -196,7 +201,7 @@ async def zipped(source: FileSource, name: str) -> Response:
     )
 
 
-def _chunks(handle: io.BufferedIOBase | Any):  # noqa: ANN202  (an iterator of bytes)
+def _chunks(handle: IO[bytes]) -> Iterator[bytes]:
     with handle:
         while chunk := handle.read(_CHUNK):
             yield chunk
