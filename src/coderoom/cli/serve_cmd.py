@@ -21,7 +21,7 @@ from ..errors import UsageError
 from .app import app
 from .errors import reported
 
-DEFAULT_PORT = 8765
+DEFAULT_PORT = 8780  # not coderoom mcp's 8765: both can run side by side
 
 
 @app.command()
