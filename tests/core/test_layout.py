@@ -101,6 +101,12 @@ FORBIDDEN = [
     ("coderoom.models", ["coderoom.sandboxes", "coderoom.run", "coderoom.cli", "coderoom.export"]),
     ("coderoom.record", ["coderoom.run", "coderoom.cli", "coderoom.export", "coderoom.sandboxes"]),
     ("coderoom.errors", ["coderoom."]),
+    # live sessions name no backend and no front end; front ends reach sandboxes only through them
+    ("coderoom.service", ["coderoom.cli", "coderoom.mcp_server", "coderoom.sandboxes.local",
+                          "coderoom.sandboxes.docker"]),
+    ("coderoom.mcp_server", ["coderoom.cli", "coderoom.sandboxes.local", "coderoom.sandboxes.docker",
+                             "coderoom.tools", "agents"]),
+    ("coderoom.run", ["coderoom.service", "coderoom.mcp_server"]),
 ]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,10 @@ from mcp_process import start_http
 from .harness import COMMAND, Run, clean_env, no_leftovers
 
 EXIT = {signal.SIGTERM: 143, signal.SIGINT: 130}
+# The pool refills as soon as a sandbox is claimed, so a SIGKILL may land while the Docker daemon
+# is still creating a container for it; the daemon finishes that request after its client died.
+# prune reclaims such a container once it exists, so it runs after the daemon has settled.
+DAEMON_SETTLE_S = 3.0
 
 
 async def _live_session(run: Run, server, sandboxes: int) -> str:
@@ -53,6 +58,7 @@ async def test_a_killed_server_leaves_what_prune_reclaims(backend: str, tmp_path
     await _live_session(run, server, sandboxes=2)
     server.process.send_signal(signal.SIGKILL)
     server.process.wait(30)
+    time.sleep(DAEMON_SETTLE_S)
     done = subprocess.run([*COMMAND, "sandbox", "prune"], capture_output=True, text=True, env=clean_env(), timeout=120)
     assert done.returncode == 0, done.stderr
     no_leftovers(run)

@@ -78,6 +78,12 @@ async def test_over_http_the_token_is_required(http_server, data: Path, tmp_path
     server = http_server("--allow-read", str(data), "--runs", str(tmp_path / "runs"))
     async with server.client() as client:
         await analyse_and_close(client, data)
+        # the token never reaches a sandbox: not in any environment or command line it can see
+        sid = session_id(await client.call_tool("open_session", {}))
+        look = "env; cat /proc/*/environ /proc/*/cmdline 2>/dev/null | tr '\\0' '\\n'; grep -rs . /workspace | head -c 100000"
+        seen = text_of(await client.call_tool("exec", {"session_id": sid, "command": look}))
+        assert "PATH=" in seen and server.token not in seen
+        await client.call_tool("close_session", {"session_id": sid})
     wrong = server.token[:-1] + ("A" if server.token[-1] != "A" else "B")
     for token in (None, wrong):
         with pytest.raises(Exception):  # the SDK's client cannot even initialize
@@ -90,7 +96,7 @@ async def test_over_http_the_token_is_required(http_server, data: Path, tmp_path
     for token, status in ((None, 401), (wrong, 401), (server.token.upper(), 401), (server.token, 200)):
         headers = {**accept, **({"Authorization": f"Bearer {token}"} if token is not None else {})}
         assert httpx2.post(server.url, json=initialize, headers=headers, timeout=30).status_code == status, token
-    assert len(list((tmp_path / "runs").iterdir())) == 1  # the refused clients opened nothing
+    assert len(list((tmp_path / "runs").iterdir())) == 2  # the refused clients opened nothing
 
 
 async def test_sigterm_closes_and_saves_every_live_session(http_server, data: Path, tmp_path: Path) -> None:
@@ -157,3 +163,22 @@ async def test_run_job_runs_a_whole_agent_with_the_servers_model(tmp_path: Path)
         assert escape.is_error
         with pytest.raises(Exception):
             await client.read_resource(str(link.uri).replace("output/anomalies.csv", "run.jsonl"))
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--http", "--host", "0.0.0.0"], "not a loopback address"),
+    (["--http", "--host", "192.168.1.10"], "not a loopback address"),
+    (["--allow-read", "/no/such/folder"], "not a folder"),
+    (["--model", "nonsense:spec@"], "model"),
+    (["--limit", "memory=1"], "--limit"),
+])
+def test_usage_errors_exit_2_before_anything_starts(args: list[str], message: str, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from mcp_process import server_env
+
+    done = subprocess.run([sys.executable, "-m", "coderoom", "mcp", *args, "--runs", str(tmp_path / "runs")],
+                          capture_output=True, text=True, timeout=120, env=server_env(), stdin=subprocess.DEVNULL)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and not (tmp_path / "runs").exists()

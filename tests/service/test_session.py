@@ -96,6 +96,11 @@ async def test_a_sessions_run_folder_reruns_without_a_model(tmp_path: Path) -> N
                            capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert again.returncode == 0, again.stdout + again.stderr
     assert (tmp_path / "again/output/sorted.csv").read_text().splitlines()[1] == "Oslo,3"
+    notebook = tmp_path / "session.ipynb"
+    exported = subprocess.run([sys.executable, "-m", "coderoom", "export", str(run_dir), "--notebook", str(notebook)],
+                              capture_output=True, text=True, timeout=120)
+    assert exported.returncode == 0, exported.stderr
+    assert "df.sort_values('temp')" in notebook.read_text()
 
 
 async def test_limits_of_a_job_hold_in_a_session(tmp_path: Path) -> None:
@@ -136,3 +141,44 @@ async def test_subscribers_see_events_as_they_are_written_and_stop_at_run_end(tm
     await session.close()
     await asyncio.wait_for(follower, 10)
     assert seen[:2] == ["tool_start", "tool_result"] and seen[-1] == "run_end"
+
+
+async def test_over_the_wire_a_follow_up_carries_the_history_and_the_kernel_keeps_df(tmp_path: Path) -> None:
+    """A real openai client against a loopback server: the model loads df with run_python in
+    the first ask; the second ask's first request carries the first answer, and its cell uses df."""
+    from openai_server import OpenAIServer, call, say
+
+    steps = [
+        call("run_python", code="import pandas as pd\ndf = pd.read_csv('input/cities.csv')\nlen(df)"),
+        say("Loaded 3 cities into df."),
+        call("run_python", code="print('max', df.temp.max())"),
+        say("The hottest is 31."),
+    ]
+    with OpenAIServer(steps) as server:
+        session = await Session.open(model=f"openai-compatible:scripted@{server.url}", runs_dir=tmp_path / "runs",
+                                     files={"input/cities.csv": CSV}, environ={})
+        try:
+            first = await session.ask("Load input/cities.csv")
+            assert (first.status, first.final_output) == ("ok", "Loaded 3 cities into df.")
+            second = await session.ask("What is the highest temperature?")
+            assert second.final_output == "The hottest is 31."
+            direct = await session.run_python("print('min', df.temp.min())")  # the model's df, from the client
+            assert "min 3" in direct.text
+        finally:
+            run_dir = await session.close()
+        follow_up = server.requests[2].body
+    sent = str(follow_up)
+    assert "Load input/cities.csv" in sent and "Loaded 3 cities into df." in sent
+    results = [e for e in read_record(run_dir).events if e.type == "tool_result"]
+    assert [(e.origin, e.cell.status) for e in results] == [("agent", "ok"), ("agent", "ok"), ("client", "ok")]
+    assert "max 31" in results[1].output
+
+
+async def test_a_refused_file_at_open_leaves_no_run_folder(tmp_path: Path) -> None:
+    (tmp_path / "real.csv").write_text("a\n1\n")
+    (tmp_path / "link.csv").symlink_to(tmp_path / "real.csv")
+    for files in ({"../up.csv": b"x"}, {"input/link.csv": tmp_path / "link.csv"},
+                  {"input/big.bin": b"\0" * (1024**2 + 1)}):
+        with pytest.raises(RequestRefused):
+            await Session.open(model="offline", runs_dir=tmp_path / "runs", files=files, limits=Limits(file_size="1M"))
+    assert not (tmp_path / "runs").exists()

@@ -20,7 +20,8 @@ from . import RECORD_FILE  # noqa: F401  (re-exported: the record's file name)
 
 RECORD_VERSION = 2
 """2: typed events; run_python results carry a `cell`. 1: the same events, cells only as prose.
-Live sessions added event types (session_open, ask_start, ask_end, file_written) and a tool
+Live sessions added event types (session_open, ask_start, ask_end, file_written, file_read,
+files_listed) and a tool
 event's `origin`; a reader of version 2 skips unknown types and fields, so the version stays."""
 
 FIGURE_PATH = re.compile(r"^\.coderoom/figures/cell-\d+-\d+\.png$")
@@ -250,6 +251,21 @@ class FileWritten(_Event):
     origin: Origin = "client"
 
 
+class FileRead(_Event):
+    """A session's client read a workspace file (its bytes went to the client, not the record)."""
+
+    type: Literal["file_read"] = "file_read"
+    path: str
+    size: int
+
+
+class FilesListed(_Event):
+    """A session's client listed the workspace."""
+
+    type: Literal["files_listed"] = "files_listed"
+    entries: int
+
+
 class EventsLost(_Event):
     """Never written to a record: what a slow subscriber of a live session gets in place of the
     `count` oldest events its bounded queue dropped."""
@@ -274,14 +290,14 @@ class RunEnd(_Event):
 
 Event = Union[
     RunStart, ModelStart, ModelCall, ModelRetry, ModelReplyCut, ContextTrimmed, ToolStart, ToolResult, Nudge,
-    ExtractRefused, SessionOpen, AskStart, AskEnd, FileWritten, EventsLost, RunEnd,
+    ExtractRefused, SessionOpen, AskStart, AskEnd, FileWritten, FileRead, FilesListed, EventsLost, RunEnd,
 ]
 Listener = Callable[[Event], None]
 
 EVENT_TYPES: dict[str, type[_Event]] = {
     model.model_fields["type"].default: model
     for model in (RunStart, ModelStart, ModelCall, ModelRetry, ModelReplyCut, ContextTrimmed, ToolStart,
-                  ToolResult, Nudge, ExtractRefused, SessionOpen, AskStart, AskEnd, FileWritten, EventsLost,
-                  RunEnd)
+                  ToolResult, Nudge, ExtractRefused, SessionOpen, AskStart, AskEnd, FileWritten, FileRead,
+                  FilesListed, EventsLost, RunEnd)
 }
 """Each event type by its `type` value. A new event type is a model here, and nothing more."""

@@ -19,7 +19,7 @@ import stat
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Literal
 
 from agents.exceptions import MaxTurnsExceeded
@@ -159,10 +159,15 @@ class Session:
         job = session_job(name=name, model=spec, sandbox=sandbox, limits=limits or Limits(), instructions=instructions)
         # usage errors (model spec, backend unavailable) come before the run folder exists
         resolved = model if isinstance(model, ResolvedModel) else resolve_model(job.model or None, environ=environ)
-        reason = get_backend(job.sandbox.backend).unavailable_reason(job.sandbox)
-        if reason is not None:
+        try:
+            # a bad name, an oversized or unreadable file: refused before the run folder exists
+            staged = {str(_workspace_name(name)): _content(name, data, job.sandbox.limits) for name, data in (files or {}).items()}
+            reason = get_backend(job.sandbox.backend).unavailable_reason(job.sandbox)
+            if reason is not None:
+                raise SandboxUnavailable(reason)
+        except BaseException:
             await resolved.aclose()
-            raise SandboxUnavailable(reason)
+            raise
         run_dir = new_run_dir(job, runs_dir)
         result = RunResult(status="error", run_dir=run_dir)
         hub = EventHub()
@@ -178,9 +183,16 @@ class Session:
             hub.close()
             await resolved.aclose()
             raise
-        self = cls(job, resolved, live, recorder, hub, result, started)
         try:
-            written = [await self._write(path, data) for path, data in (files or {}).items()]
+            self = cls(job, resolved, live, recorder, hub, result, started)
+        except BaseException:
+            await live.aclose()
+            end_record(recorder, result, started)
+            hub.close()
+            await resolved.aclose()
+            raise
+        try:
+            written = [await self._write(path, data) for path, data in staged.items()]
             recorder.emit("session_open", session_id=self.id, pooled=pooled, files=written)
         except BaseException:
             await self.close()
@@ -340,14 +352,8 @@ class Session:
             self._end()
 
     async def _write(self, path: str, data: bytes | Path) -> str:
-        try:
-            rel = safe_relative_path(path)
-        except UnsafePath as exc:
-            raise RequestRefused(f"not a workspace path: {exc}") from None
-        cap = min(MAX_UPLOAD_BYTES, self.limits.file_size)
-        content = _read_host_file(data, cap) if isinstance(data, Path) else data
-        if len(content) > cap:
-            raise RequestRefused(f"{rel}: {len(content):,} bytes, over the {cap:,} byte limit for one file")
+        rel = _workspace_name(path)
+        content = _content(path, data, self.limits)
         session = self._live.session
         if len(rel.parts) > 1:
             await session.mkdir(Path(rel.parent), parents=True)
@@ -358,10 +364,7 @@ class Session:
     async def read_file(self, path: str, max_bytes: int = MAX_READ_BYTES) -> bytes:
         """A workspace file's bytes, at most `max_bytes` (and MAX_READ_BYTES), else RequestRefused.
         A link is resolved inside the sandbox only, and only to a regular file under the workspace."""
-        try:
-            rel = safe_relative_path(path)
-        except UnsafePath as exc:
-            raise RequestRefused(f"not a workspace path: {exc}") from None
+        rel = _workspace_name(path)
         cap = max(0, min(max_bytes, MAX_READ_BYTES))
         self._begin()
         try:
@@ -372,6 +375,7 @@ class Session:
             self._end()
         if len(data) > cap:
             raise RequestRefused(f"{rel}: over the {cap:,} byte read limit")
+        self._recorder.emit("file_read", path=str(rel), size=len(data))
         return data
 
     async def files(self) -> list[FileInfo]:
@@ -390,6 +394,7 @@ class Session:
             entries.append(FileInfo(_text(name), int(size), KINDS.get(_text(kind), "other")))
             if len(entries) >= MAX_LISTED_FILES:
                 break
+        self._recorder.emit("files_listed", entries=len(entries))
         return entries
 
     # -- the end -------------------------------------------------------------------------
@@ -425,6 +430,22 @@ class Session:
                     self._hub.close()
                     await self.model.aclose()
         return self.run_dir
+
+
+def _workspace_name(path: str) -> PurePosixPath:
+    try:
+        return safe_relative_path(path)
+    except UnsafePath as exc:
+        raise RequestRefused(f"not a workspace path: {exc}") from None
+
+
+def _content(name: str, data: bytes | Path, limits: Limits) -> bytes:
+    """A file's bytes for the workspace, at most MAX_UPLOAD_BYTES and the file_size limit."""
+    cap = min(MAX_UPLOAD_BYTES, limits.file_size)
+    content = _read_host_file(data, cap) if isinstance(data, Path) else data
+    if len(content) > cap:
+        raise RequestRefused(f"{name[:200]}: {len(content):,} bytes, over the {cap:,} byte limit for one file")
+    return content
 
 
 def _text(data: bytes) -> str:
