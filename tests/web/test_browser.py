@@ -109,6 +109,7 @@ def test_a_session_from_upload_to_downloads(page: Any, server: Served, cli_run: 
     assert "Turn 1" in transcript and "run_python" in transcript and "exec_command" in transcript
     assert "Answer · ok" in transcript
     assert page.locator(".event-tool_result pre.result").count() >= 3
+    assert page.locator(".event-files_listed, .event-file_read").count() == 0  # the page's own reads: not shown
 
     # the plot appears inline as soon as it is in output/
     image = page.wait_for_selector("#preview img.preview-image", timeout=30_000)

@@ -4,7 +4,7 @@
 // Markdown (insertSanitised). The CSP allows no inline script, so even that could run nothing.
 "use strict";
 
-const state = { config: null, view: null, source: null, files: new Set() };
+const state = { config: null, view: null, source: null, files: new Set(), previewSeq: 0 };
 const $ = (id) => document.getElementById(id);
 
 function el(tag, className, text) {
@@ -126,6 +126,9 @@ function renderEvent(ev) {
       title("a file was refused");
       box.append(el("p", "error", ev.detail));
       break;
+    case "file_read":
+    case "files_listed":
+      return null;  // the page's own listings and previews: the record keeps them, the transcript need not
     case "events_lost":
       title(`${ev.count} events not shown (the page fell behind; the record has them)`);
       break;
@@ -180,9 +183,8 @@ function refreshFiles() {
         link.setAttribute("download", "");
         item.append(open, " ", el("span", "note", `${file.size} bytes `), link);
         list.append(item);
-        if (!state.files.has(file.path) && /\.(png|jpe?g|gif|webp)$/i.test(file.path) && file.path.startsWith("output/")) {
-          previewFile(file.path);  // a new plot shows as soon as it is written
-        }
+        const newPlot = !state.files.has(file.path) && /\.(png|jpe?g|gif|webp)$/i.test(file.path) && file.path.startsWith("output/");
+        if (newPlot && view.kind === "session") previewFile(file.path);  // a live session's new plot shows as it is written
         state.files.add(file.path);
       }
     } catch (error) { showError(`files: ${error.message}`); }
@@ -198,10 +200,11 @@ function insertSanitised(container, html) {
 
 async function previewFile(path) {
   const box = $("preview");
+  const seq = ++state.previewSeq;  // the latest preview asked for wins, whichever answer comes first
   try {
     const view = state.view;
     const preview = await api(fileUrl("preview", path));
-    if (view !== state.view) return;
+    if (view !== state.view || seq !== state.previewSeq) return;
     box.replaceChildren(el("h4", null, path));
     box.dataset.path = path;
     box.dataset.kind = preview.kind;
