@@ -95,7 +95,9 @@ FORBIDDEN = [
     ("coderoom.sandboxes.docker", ["coderoom.sandboxes.registry", "coderoom.sandboxes.local",
                                    "coderoom.sandboxes.unconfined", "coderoom.sandboxes.session"]),
     ("coderoom.hostile", ["coderoom.sandboxes", "coderoom.run", "coderoom.cli", "coderoom.models",
-                          "coderoom.record", "coderoom.jobs", "agents"]),
+                          "coderoom.record", "coderoom.jobs", "coderoom.web", "agents"]),
+    # the web page reaches sandboxes and models only through coderoom.service's sessions
+    ("coderoom.web", ["coderoom.sandboxes", "coderoom.run", "coderoom.cli", "coderoom.tools", "agents"]),
     ("coderoom.models", ["coderoom.sandboxes", "coderoom.run", "coderoom.cli", "coderoom.export"]),
     ("coderoom.record", ["coderoom.run", "coderoom.cli", "coderoom.export", "coderoom.sandboxes"]),
     ("coderoom.errors", ["coderoom."]),

@@ -12,7 +12,7 @@ from .app import app
 
 def _register() -> None:
     from ..sandboxes import backend_names, get_backend
-    from . import export_cmd, mcp_cmd, models_cmd, run_cmd, sandbox_cmd, show_cmd  # noqa: F401  (commands register on import)
+    from . import export_cmd, mcp_cmd, models_cmd, run_cmd, sandbox_cmd, serve_cmd, show_cmd  # noqa: F401  (commands register on import)
 
     for name in backend_names():
         commands = get_backend(name).commands()

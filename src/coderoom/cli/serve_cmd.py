@@ -1,0 +1,129 @@
+"""`coderoom serve`: the web page over live sessions and past runs (`coderoom.web`).
+
+It listens on 127.0.0.1 unless told otherwise; a non-loopback address needs `--allow-remote`,
+and the token is required whatever the address. The URL with the token is printed once, as
+Jupyter does; opening it trades the token for a cookie. Bad flags, an address that cannot be
+bound and a model spec that does not resolve are usage errors (exit 2) found before any session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from ..errors import UsageError
+from .app import app
+from .errors import reported
+
+DEFAULT_PORT = 8780  # not coderoom mcp's 8765: both can run side by side
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="address to listen on; non-loopback needs --allow-remote")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port (0: any free one)")] = DEFAULT_PORT,
+    runs_dir: Annotated[Path, typer.Option(help="where session runs are written and past runs are read")] = Path("runs"),
+    model: Annotated[Optional[list[str]], typer.Option(help="a model the page offers (repeat; the first is the default; offline is always offered)")] = None,
+    sandbox: Annotated[Optional[list[str]], typer.Option(help="a sandbox backend the page offers (repeat; the first is the default)")] = None,
+    allow_remote: Annotated[bool, typer.Option(help="allow a non-loopback --host (the token is still required)")] = False,
+    public_host: Annotated[Optional[list[str]], typer.Option(help="a host name the page is reached by besides loopback (repeat)")] = None,
+) -> None:
+    """Serve the web page: upload files, ask, watch the run live, browse past runs."""
+    with reported():
+        listener = _listen(host, port, allow_remote)
+        choices = _choices(model or [], sandbox or [])
+    _serve(listener, host, runs_dir, choices, public_host or [])
+
+
+def _listen(host: str, port: int, allow_remote: bool) -> socket.socket:
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        raise UsageError(f"--host {host!r}: give an IP address (127.0.0.1, ::1, or with --allow-remote another)") from None
+    if not address.is_loopback and not allow_remote:
+        raise UsageError(f"--host {host} is not a loopback address: add --allow-remote to listen there (the token is still required)")
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port {port}: not a port number")
+    listener = socket.socket(socket.AF_INET6 if address.version == 6 else socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+    except OSError as exc:
+        listener.close()
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    listener.listen(128)
+    return listener
+
+
+def _choices(models: list[str], sandboxes: list[str]):  # noqa: ANN202  (web.live.Choices)
+    """What the page may choose: each model spec resolved once (a bad one is exit 2 now), and the
+    backends given, each able to run here; by default every backend that can."""
+    import asyncio
+
+    from ..models.resolve import resolve_model
+    from ..sandboxes import backend_names, get_backend
+    from ..sandboxes.spec import SandboxSpec
+    from ..web.live import Choices
+    from ..web.options import default_models
+
+    offered = default_models(models)
+    for spec in offered:
+        asyncio.run(resolve_model(spec).aclose())
+    reasons = {name: get_backend(name).unavailable_reason(SandboxSpec(backend=name)) for name in sandboxes or backend_names()}
+    for name in sandboxes:
+        if reasons[name] is not None:
+            raise UsageError(f"--sandbox {name}: {reasons[name]}")
+    usable = [name for name, reason in reasons.items() if reason is None]
+    if not usable:
+        raise UsageError("no sandbox backend can run here: " + "; ".join(f"{n}: {r}" for n, r in reasons.items()))
+    return Choices(models=offered, sandboxes=list(dict.fromkeys(usable)))
+
+
+def _serve(listener: socket.socket, host: str, runs_dir: Path, choices, public_hosts: list[str]) -> None:  # noqa: ANN001
+    """Serve until a signal; then every live session is closed and saved, and the exit code is
+    the signal's (130, 143, 129), as a run's (`interrupts`)."""
+    import asyncio
+
+    from ..interrupts import Interrupted, exit_now, raising_on_signals, run_interruptible
+
+    port = listener.getsockname()[1]
+    with raising_on_signals():
+        try:
+            asyncio.run(run_interruptible(_serve_until_cancelled(listener, host, port, runs_dir, choices, public_hosts)))
+        except Interrupted as exc:
+            print(f"coderoom serve: {exc.message}; every live session was closed and saved under {runs_dir}", flush=True)
+            exit_now(exc.exit_code)
+
+
+async def _serve_until_cancelled(
+    listener: socket.socket, host: str, port: int, runs_dir: Path, choices: Any, public_hosts: list[str]
+) -> None:
+    import uvicorn
+
+    from ..service import SessionManager
+    from ..web.app import WebConfig, build_app
+    from ..web.guard import Secrets, allowed_hosts
+
+    class Server(uvicorn.Server):
+        """uvicorn without its own signal handlers: coderoom's (`interrupts`) stop the server."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    secrets_ = Secrets()
+    config = WebConfig(runs_dir=runs_dir, choices=choices, hosts=allowed_hosts(host, port, public_hosts), secrets=secrets_)
+    async with SessionManager(runs_dir=runs_dir) as manager:
+        web_app = build_app(config, manager)
+        shown = f"[{host}]" if ":" in host else host
+        print(f"coderoom serve: http://{shown}:{port}/?token={secrets_.token}", flush=True)
+        try:
+            await Server(uvicorn.Config(web_app, log_level="warning", lifespan="on")).serve(sockets=[listener])
+        finally:
+            listener.close()

@@ -1,0 +1,16 @@
+"""`coderoom serve`: a web page over live sessions and past runs, on 127.0.0.1 by default.
+
+* `guard`: the boundary every request crosses: Host check, the token (given once in the URL,
+  kept in an HttpOnly SameSite=Strict cookie), CSRF and Origin checks, body size.
+* `headers`: the page's Content-Security-Policy and the other response headers.
+* `files`: listing, previews, downloads and zips of files a sandbox wrote (hostile), from a live
+  session or a run folder.
+* `runs`: past runs from the runs folder, read-only and bounded.
+* `live`: live sessions: open with uploads, ask, follow-ups, events as server-sent events.
+* `view`: record events made into bounded JSON for the page.
+* `app`: the Starlette application that puts them together; `static/` the page (no inline script).
+
+Everything shown comes from a run record or a sandbox and is hostile: the page's script puts text
+into the DOM with textContent only; the one HTML it inserts is Markdown rendered and sanitised on
+the server (`hostile.markup`).
+"""

@@ -1,0 +1,185 @@
+"""The Starlette application of `coderoom serve`: routes, the guard and the headers around them.
+
+Routes (all behind `guard.Guard`; JSON unless said):
+
+* `GET /` the page (static/index.html), `/static/...` its script and style;
+* `GET /api/config`: the CSRF token and what the page may choose (models, sandboxes);
+* `POST /api/sessions` (multipart: files, model, sandbox), `GET /api/sessions`,
+  `POST /api/sessions/{id}/ask`, `POST /api/sessions/{id}/close`, `GET /api/sessions/{id}/events` (SSE);
+* `GET /api/runs`, `GET /api/runs/{name}` (the record, bounded);
+* files of a session or a run: `.../files`, `.../preview?path=`, `.../file?path=[&inline=1]`, `.../zip`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from importlib.resources import files as package_files
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from ..errors import EXIT_USAGE, CoderoomError, RequestRefused, SessionClosed, TooManySessions, UnknownSession
+from ..hostile.names import UnsafePath
+from . import files as artifact_files
+from .files import FileSource, FileTooLarge, RunFolderFiles, SessionFiles, checked_path
+from .guard import BodyTooLarge, Guard, Secrets
+from .headers import SecurityHeaders
+from .live import Choices, Live, ask, close_session, events, list_sessions, open_session
+from .runs import NoSuchRun, list_runs, run_folder, run_record
+from .uploads import UploadRefused
+
+STATIC = Path(str(package_files("coderoom.web") / "static"))
+
+
+@dataclass
+class WebConfig:
+    """How the server was started: where runs live, what may be chosen, who may connect."""
+
+    runs_dir: Path
+    choices: Choices
+    hosts: frozenset[str]
+    secrets: Secrets
+
+
+def build_app(config: WebConfig, manager: Any) -> Starlette:
+    """The application over `manager` (a `coderoom.service.SessionManager`)."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            for task in app.state.live.asks.values():
+                task.cancel()
+            await manager.close_all()
+
+    app = Starlette(
+        routes=_routes(),
+        middleware=[
+            Middleware(SecurityHeaders),
+            Middleware(Guard, secrets_=config.secrets, hosts=config.hosts),
+        ],
+        exception_handlers={
+            CoderoomError: _coderoom_error, UploadRefused: _bad_request, UnsafePath: _bad_request,
+            NoSuchRun: _not_found, FileNotFoundError: _not_found, IsADirectoryError: _not_found,
+            FileTooLarge: _too_large, BodyTooLarge: _too_large,
+        },
+        lifespan=lifespan,
+    )  # fmt: skip
+    app.state.config = config
+    app.state.live = Live(manager=manager, choices=config.choices, runs_dir=config.runs_dir)
+    return app
+
+
+def _routes() -> list[Any]:
+    return [
+        Route("/", lambda request: FileResponse(STATIC / "index.html")),
+        Mount("/static", StaticFiles(directory=STATIC)),
+        Route("/api/config", _config),
+        Route("/api/sessions", open_session, methods=["POST"]),
+        Route("/api/sessions", list_sessions),
+        Route("/api/sessions/{id}/ask", ask, methods=["POST"]),
+        Route("/api/sessions/{id}/close", close_session, methods=["POST"]),
+        Route("/api/sessions/{id}/events", events),
+        Route("/api/runs", _runs),
+        Route("/api/runs/{name}", _run),
+        *_file_routes("/api/sessions/{id}", _session_files),
+        *_file_routes("/api/runs/{name}", _run_files),
+    ]
+
+
+def _file_routes(prefix: str, source: Callable[[Request], FileSource | None]) -> list[Route]:
+    def with_source(handler: Callable[[Request, FileSource], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            found = source(request)
+            if found is None:
+                return JSONResponse({"error": "no such session or run"}, status_code=404)
+            return await handler(request, found)
+
+        return endpoint
+
+    async def listing(request: Request, files: FileSource) -> Response:
+        return JSONResponse(await artifact_files.listing(files))
+
+    async def preview(request: Request, files: FileSource) -> Response:
+        return JSONResponse(await artifact_files.preview(files, checked_path(request.query_params.get("path"))))
+
+    async def download(request: Request, files: FileSource) -> Response:
+        path = checked_path(request.query_params.get("path"))
+        return await artifact_files.download(files, path, inline=request.query_params.get("inline") == "1")
+
+    async def zipped(request: Request, files: FileSource) -> Response:
+        name = request.path_params.get("name") or "session-" + request.path_params.get("id", "")[:8]
+        return await artifact_files.zipped(files, name)
+
+    return [
+        Route(prefix + "/files", with_source(listing)),
+        Route(prefix + "/preview", with_source(preview)),
+        Route(prefix + "/file", with_source(download)),
+        Route(prefix + "/zip", with_source(zipped)),
+    ]
+
+
+def _session_files(request: Request) -> FileSource | None:
+    session = request.app.state.live.session(request.path_params["id"])
+    return None if session is None else SessionFiles(session)
+
+
+def _run_files(request: Request) -> FileSource | None:
+    try:
+        return RunFolderFiles(run_folder(request.app.state.config.runs_dir, request.path_params["name"]))
+    except NoSuchRun:
+        return None
+
+
+async def _config(request: Request) -> JSONResponse:
+    config: WebConfig = request.app.state.config
+    return JSONResponse({
+        "csrf": config.secrets.csrf, "models": config.choices.models, "sandboxes": config.choices.sandboxes,
+    })  # fmt: skip
+
+
+async def _runs(request: Request) -> JSONResponse:
+    live: Live = request.app.state.live
+    running = {s.run_dir.name: s.id for s in live.manager.live}
+    runs = list_runs(request.app.state.config.runs_dir)
+    for run in runs:
+        run["session"] = running.get(run["name"])
+    return JSONResponse(runs)
+
+
+async def _run(request: Request) -> JSONResponse:
+    folder = run_folder(request.app.state.config.runs_dir, request.path_params["name"])
+    return JSONResponse(run_record(folder))
+
+
+HTTP_STATUS = {UnknownSession: 404, SessionClosed: 409, TooManySessions: 429, RequestRefused: 400}
+"""What a session's refusal is to a browser; any other usage error is 400, the rest 500."""
+
+
+async def _coderoom_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, CoderoomError)
+    status = next((code for kind, code in HTTP_STATUS.items() if isinstance(exc, kind)), None)
+    if status is None:
+        status = 400 if exc.exit_code == EXIT_USAGE else 500
+    return JSONResponse({"error": exc.message[:2000]}, status_code=status)
+
+
+async def _bad_request(request: Request, exc: Exception) -> Response:
+    return JSONResponse({"error": str(exc)[:2000]}, status_code=400)
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    return JSONResponse({"error": "not found"}, status_code=404)
+
+
+async def _too_large(request: Request, exc: Exception) -> Response:
+    return JSONResponse({"error": str(exc)[:2000]}, status_code=413)

@@ -1,0 +1,213 @@
+"""Files a sandbox wrote, from a live session or a run folder: listed, previewed, downloaded, zipped.
+
+Every name comes from the sandbox and is checked (`hostile.names.safe_relative_path`) before use;
+a run folder is read with O_NOFOLLOW at every step (`hostile.tree`), so a planted link reaches
+nothing outside it. Reads are bounded (named limits below), previews are built on the server
+(a CSV as a bounded table, Markdown rendered and sanitised, an image only when its magic bytes say
+so) and every file response carries `FILE_CSP`, nosniff and, but for a checked image,
+`Content-Disposition: attachment`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import tempfile
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import IO, Any, Protocol
+from urllib.parse import quote
+
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from ..errors import RequestRefused
+from ..hostile.markup import markdown_html
+from ..hostile.names import UnsafePath, safe_relative_path
+from ..hostile.preview import as_text, csv_table, image_type
+from ..hostile.tree import WorkspaceLimitError, open_beneath, walk
+from .headers import FILE_CSP
+
+MAX_LISTED_FILES = 2_000
+MAX_PREVIEW_BYTES = 2 * 1024**2
+"""Of a file read for its preview: a CSV's first rows, a report, the start of a text."""
+MAX_PREVIEW_TEXT_CHARS = 100_000
+MAX_DOWNLOAD_BYTES = 256 * 1024**2
+MAX_ZIP_FILES = 2_000
+MAX_ZIP_BYTES = 512 * 1024**2
+"""Of all files put in one zip, before compression."""
+HIDDEN_PREFIXES = (".coderoom/",)  # coderoom's own scripts and state in a workspace: not artifacts
+_CHUNK = 1024 * 1024
+
+
+class FileTooLarge(Exception):
+    """A file is over the bound of what was asked for it."""
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    path: str
+    size: int
+
+
+class FileSource(Protocol):
+    """Where files come from: a live session's workspace or a run folder."""
+
+    async def list(self) -> list[FileInfo]: ...
+
+    async def read(self, path: PurePosixPath, max_bytes: int) -> bytes:
+        """`path`'s bytes: at most `max_bytes + 1` (so a caller sees that it is over), or
+        FileTooLarge; FileNotFoundError when it is not a regular file there."""
+
+
+class RunFolderFiles:
+    """The regular files of a run folder (outputs, workspace.tar, run.jsonl), never through a link."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    async def list(self) -> list[FileInfo]:
+        return await asyncio.to_thread(self._list)
+
+    def _list(self) -> list[FileInfo]:
+        found: list[FileInfo] = []
+        try:
+            for entry in walk(self.root, max_depth=32):
+                if stat.S_ISREG(entry.st.st_mode):
+                    found.append(FileInfo(str(entry.rel), entry.st.st_size))
+                    if len(found) >= MAX_LISTED_FILES:
+                        break
+        except (OSError, WorkspaceLimitError):
+            pass  # a folder that changes or goes too deep is listed as far as it was read
+        return found
+
+    async def read(self, path: PurePosixPath, max_bytes: int) -> bytes:
+        return await asyncio.to_thread(self._read, path, max_bytes)
+
+    def _read(self, path: PurePosixPath, max_bytes: int) -> bytes:
+        try:
+            fd = open_beneath(self.root, path, os.O_RDONLY)
+        except OSError:  # a link (ELOOP), a folder, a FIFO or nothing: not a file of this run
+            raise FileNotFoundError(str(path)) from None
+        with os.fdopen(fd, "rb") as handle:
+            return handle.read(max_bytes + 1)
+
+
+class SessionFiles:
+    """The workspace of a live session, through the session's own bounded, link-refusing reads.
+
+    A session refuses a read over its bound rather than cut it, so a file too large for what is
+    asked (a preview, a download) is FileTooLarge here, found from the listing after the refusal.
+    """
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+
+    async def list(self) -> list[FileInfo]:
+        infos = await self.session.files()
+        return [FileInfo(str(i.path), int(i.size)) for i in infos if i.kind == "file"][:MAX_LISTED_FILES]
+
+    async def read(self, path: PurePosixPath, max_bytes: int) -> bytes:
+        try:
+            return await self.session.read_file(str(path), max_bytes=max_bytes)
+        except RequestRefused:
+            listed = {f.path: f.size for f in await self.list()}
+            if listed.get(str(path), 0) > max_bytes:
+                raise FileTooLarge(f"{path} is over {max_bytes} bytes") from None
+            raise FileNotFoundError(str(path)) from None
+
+
+def checked_path(raw: str | None) -> PurePosixPath:
+    """The `path` query parameter as a safe relative path; UnsafePath otherwise."""
+    if raw is None or len(raw) > 4096:
+        raise UnsafePath("no path, or one over 4096 characters")
+    return safe_relative_path(raw)
+
+
+async def listing(source: FileSource) -> list[dict[str, Any]]:
+    """The files to show, outputs first, coderoom's own files left out."""
+    files = [f for f in await source.list() if not f.path.startswith(HIDDEN_PREFIXES)]
+    files.sort(key=lambda f: (not f.path.startswith("output/"), f.path))
+    return [{"path": f.path, "size": f.size} for f in files]
+
+
+async def preview(source: FileSource, path: PurePosixPath) -> dict[str, Any]:
+    """What the page shows for `path`: a table, sanitised HTML, an image to load, text, or nothing."""
+    try:
+        data = await source.read(path, MAX_PREVIEW_BYTES)
+    except FileTooLarge:
+        return {"kind": "binary", "note": f"over {MAX_PREVIEW_BYTES} bytes: download it to look at it"}
+    complete = len(data) <= MAX_PREVIEW_BYTES
+    data = data[:MAX_PREVIEW_BYTES]
+    suffix = path.suffix.lower()
+    if image_type(data):
+        return {"kind": "image"}
+    text = as_text(data)
+    if text is None:
+        return {"kind": "binary", "note": "not text or a known image: download it to look at it"}
+    if suffix == ".csv":
+        table = csv_table(text, complete=complete)
+        return {"kind": "csv", "header": table.header, "rows": table.rows, "cut": table.cut}
+    if suffix in (".md", ".markdown"):
+        return {"kind": "markdown", "html": markdown_html(text), "complete": complete}
+    cut = not complete or len(text) > MAX_PREVIEW_TEXT_CHARS
+    return {"kind": "text", "text": text[:MAX_PREVIEW_TEXT_CHARS], "cut": cut}
+
+
+async def download(source: FileSource, path: PurePosixPath, *, inline: bool) -> Response:
+    """`path` as a download; with `inline`, shown in the page only when its bytes are an image."""
+    data = await source.read(path, MAX_DOWNLOAD_BYTES)
+    if len(data) > MAX_DOWNLOAD_BYTES:
+        raise FileTooLarge(f"{path} is over {MAX_DOWNLOAD_BYTES} bytes (MAX_DOWNLOAD_BYTES)")
+    mime = image_type(data)
+    if inline and mime is None:
+        return JSONResponse({"error": "only PNG, JPEG, GIF and WebP images are shown inline"}, status_code=415)
+    disposition = "inline" if inline else "attachment"
+    return Response(
+        data,
+        media_type=mime if inline else "application/octet-stream",
+        headers={"content-disposition": _disposition(disposition, path.name), "content-security-policy": FILE_CSP},
+    )
+
+
+async def zipped(source: FileSource, name: str) -> Response:
+    """Every listed file in one zip, bounded in files and bytes; the zip is spooled to a temp
+    file, compressed in a worker thread (the server keeps answering meanwhile)."""
+    files = await listing(source)
+    if len(files) > MAX_ZIP_FILES:
+        raise FileTooLarge(f"more than {MAX_ZIP_FILES} files (MAX_ZIP_FILES)")
+    spool = tempfile.TemporaryFile()
+    try:
+        total = 0
+        with zipfile.ZipFile(spool, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            for info in files:
+                path = safe_relative_path(info["path"])
+                data = await source.read(path, min(MAX_DOWNLOAD_BYTES, MAX_ZIP_BYTES - total))
+                total += len(data)
+                if total > MAX_ZIP_BYTES or len(data) > MAX_DOWNLOAD_BYTES:
+                    raise FileTooLarge(f"the files come to more than {MAX_ZIP_BYTES} bytes (MAX_ZIP_BYTES), "
+                                       f"or one is over {MAX_DOWNLOAD_BYTES} (MAX_DOWNLOAD_BYTES)")
+                await asyncio.to_thread(archive.writestr, str(path), data)
+        spool.seek(0)
+    except BaseException:
+        spool.close()
+        raise
+    return StreamingResponse(
+        _chunks(spool),
+        media_type="application/zip",
+        headers={"content-disposition": _disposition("attachment", f"{name}.zip"), "content-security-policy": FILE_CSP},
+    )
+
+
+def _chunks(handle: IO[bytes]) -> Iterator[bytes]:
+    with handle:
+        while chunk := handle.read(_CHUNK):
+            yield chunk
+
+
+def _disposition(kind: str, filename: str) -> str:
+    """A Content-Disposition whose file name cannot break the header (RFC 6266 filename*)."""
+    ascii_name = "".join(c if c.isascii() and c.isalnum() or c in "._-" else "_" for c in filename)[:100] or "file"
+    return f"{kind}; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(filename[:200], safe='')}"

@@ -1,0 +1,358 @@
+// The coderoom page. Everything it shows came from a run record or a sandbox and is hostile:
+// text goes into the DOM with textContent only, links and image sources are built here from
+// this server's own API paths, and the one HTML inserted is the server's sanitised rendering of
+// Markdown (insertSanitised). The CSP allows no inline script, so even that could run nothing.
+"use strict";
+
+const state = { config: null, view: null, source: null, files: new Set(), previewSeq: 0 };
+const $ = (id) => document.getElementById(id);
+
+function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  return node;
+}
+
+function showError(message) {
+  const box = $("error");
+  box.textContent = message;
+  box.hidden = !message;
+}
+
+async function api(path, options = {}) {
+  const headers = Object.assign({}, options.headers || {});
+  if (options.method && options.method !== "GET") headers["X-Coderoom-CSRF"] = state.config ? state.config.csrf : "";
+  const response = await fetch(path, Object.assign({}, options, { headers, credentials: "same-origin" }));
+  const body = response.headers.get("content-type")?.includes("json") ? await response.json() : await response.text();
+  if (!response.ok) throw new Error((body && body.error) || String(body) || response.statusText);
+  return body;
+}
+
+function show(section) {
+  for (const id of ["new", "runs", "session"]) $(id).hidden = id !== section;
+  showError("");
+}
+
+// --- the view of one session (live) or one past run (read-only) ---
+
+function base() {
+  const v = state.view;
+  return v.kind === "session" ? `/api/sessions/${encodeURIComponent(v.id)}` : `/api/runs/${encodeURIComponent(v.name)}`;
+}
+
+function fileUrl(kind, path) {
+  return `${base()}/${kind}?path=${encodeURIComponent(path)}`;
+}
+
+function openView(view, title) {
+  if (state.source) { state.source.close(); state.source = null; }
+  state.view = view;
+  state.files = new Set();
+  show("session");
+  $("session-title").textContent = title;
+  $("transcript").replaceChildren();
+  $("file-list").replaceChildren();
+  $("preview").replaceChildren();
+  $("zip").href = `${base()}/zip`;
+  $("ask-form").hidden = view.kind !== "session";
+  setStatus(view.kind === "session" ? "starting" : "past run (read-only)");
+}
+
+function setStatus(text) { $("status").textContent = text; }
+
+function firstText(args) {
+  if (args && typeof args === "object") return args.code ?? args.cmd ?? args.path ?? JSON.stringify(args, null, 1);
+  return args ?? "";
+}
+
+function renderEvent(ev) {
+  const box = el("div", `event event-${String(ev.type).replace(/[^a-z_]/g, "")}`);
+  const title = (text) => box.append(el("h4", null, text));
+  switch (ev.type) {
+    case "run_start":
+      title(`Run started · model ${ev.model}`);
+      if (ev.notice) box.append(el("p", "note", ev.notice));
+      break;
+    case "session_open":
+      title(`Session open${ev.pooled ? " (warm sandbox)" : ""}`);
+      if (ev.files && ev.files.length) box.append(el("p", "note", `files: ${ev.files.join(", ")}`));
+      break;
+    case "ask_start":
+      title("Request");
+      box.append(el("div", "message", ev.request));
+      setStatus("working");
+      break;
+    case "model_start":
+      title(`Turn ${ev.turn}`);
+      break;
+    case "model_call":
+      for (const item of ev.output || []) {
+        if (item.kind === "message" && item.text) box.append(el("div", "message", item.text));
+      }
+      if (!box.querySelector(".message")) return null;
+      box.prepend(el("h4", null, "The model says"));
+      break;
+    case "tool_start":
+      title(`${ev.name}${ev.origin === "client" ? " (from the page)" : ""}`);
+      box.append(el("pre", "code", firstText(ev.arguments)));
+      break;
+    case "tool_result": {
+      title(`${ev.name} result${ev.cell ? ` · cell ${ev.cell.number}: ${ev.cell.status}` : ""}`);
+      const pre = el("pre", "result", ev.output);
+      if (/\[coderoom: [^\]]*limit/i.test(ev.output || "")) pre.classList.add("limit");
+      box.append(pre);
+      for (const figure of (ev.cell && ev.cell.figures) || []) {
+        const img = el("img", "figure");
+        img.alt = figure;
+        img.src = fileUrl("file", figure) + "&inline=1";
+        box.append(img);
+      }
+      refreshFiles();
+      break;
+    }
+    case "file_written":
+      title(`file written: ${ev.path} (${ev.size} bytes)`);
+      refreshFiles();
+      break;
+    case "nudge":
+      title("coderoom asked for missing outputs");
+      box.append(el("p", null, (ev.missing || []).map((m) => `${m.path}: ${m.reason}`).join("; ")));
+      break;
+    case "model_retry":
+      title(`model server failed (attempt ${ev.attempt} of ${ev.max_retries}): ${ev.reason}`);
+      break;
+    case "extract_refused":
+      title("a file was refused");
+      box.append(el("p", "error", ev.detail));
+      break;
+    case "file_read":
+    case "files_listed":
+      return null;  // the page's own listings and previews: the record keeps them, the transcript need not
+    case "events_lost":
+      title(`${ev.count} events not shown (the page fell behind; the record has them)`);
+      break;
+    case "ask_end":
+      title(`Answer · ${ev.status}`);
+      if (ev.final_output) box.append(el("div", "message final", ev.final_output));
+      if (ev.error) box.append(el("p", "error", ev.error));
+      setStatus(`ready (last answer: ${ev.status})`);
+      refreshFiles();
+      break;
+    case "run_end":
+      title(`Run ended · ${ev.status}`);
+      if (ev.final_output) box.append(el("div", "message final", ev.final_output));
+      if (ev.error) box.append(el("p", "error", ev.error));
+      for (const limit of ev.limits_hit || []) box.append(el("p", "limit", `limit hit: ${limit}`));
+      for (const out of ev.outputs || []) box.append(el("p", out.ok ? "note" : "error", `${out.ok ? "ok" : "not ok"} ${out.path}: ${out.detail}`));
+      if (state.view && state.view.kind === "session") setStatus(`ended (${ev.status})`);
+      break;
+    default:
+      title(String(ev.type));
+  }
+  return box;
+}
+
+function addEvent(ev) {
+  const box = renderEvent(ev);
+  if (!box) return;
+  const transcript = $("transcript");
+  transcript.append(box);
+  transcript.scrollTop = transcript.scrollHeight;
+}
+
+let refreshing = null;
+function refreshFiles() {
+  if (refreshing) return;  // one listing at a time; a later event asks again after it
+  refreshing = setTimeout(async () => {
+    refreshing = null;
+    const view = state.view;
+    try {
+      const files = await api(`${base()}/files`);
+      if (view !== state.view) return;
+      const list = $("file-list");
+      list.replaceChildren();
+      for (const file of files) {
+        const item = el("li");
+        const open = el("button", "file", file.path);
+        open.type = "button";
+        open.dataset.path = file.path;
+        open.addEventListener("click", () => previewFile(file.path));
+        const link = el("a", "download", "download");
+        link.href = fileUrl("file", file.path);
+        link.setAttribute("download", "");
+        item.append(open, " ", el("span", "note", `${file.size} bytes `), link);
+        list.append(item);
+        const newPlot = !state.files.has(file.path) && /\.(png|jpe?g|gif|webp)$/i.test(file.path) && file.path.startsWith("output/");
+        if (newPlot && view.kind === "session") previewFile(file.path);  // a live session's new plot shows as it is written
+        state.files.add(file.path);
+      }
+    } catch (error) { showError(`files: ${error.message}`); }
+  }, 150);
+}
+
+// The only place HTML from the server is parsed: the server's Markdown rendering, sanitised by
+// nh3 (no script, handler, style, image or form; links http/https/mailto only).
+function insertSanitised(container, html) {
+  const doc = new DOMParser().parseFromString(html, "text/html");
+  container.append(...Array.from(doc.body.childNodes, (node) => document.importNode(node, true)));
+}
+
+async function previewFile(path) {
+  const box = $("preview");
+  const seq = ++state.previewSeq;  // the latest preview asked for wins, whichever answer comes first
+  try {
+    const view = state.view;
+    const preview = await api(fileUrl("preview", path));
+    if (view !== state.view || seq !== state.previewSeq) return;
+    box.replaceChildren(el("h4", null, path));
+    box.dataset.path = path;
+    box.dataset.kind = preview.kind;
+    if (preview.kind === "image") {
+      const img = el("img", "preview-image");
+      img.alt = path;
+      img.src = fileUrl("file", path) + "&inline=1";
+      box.append(img);
+    } else if (preview.kind === "csv") {
+      const table = el("table", "csv");
+      const head = el("tr");
+      for (const cell of preview.header) head.append(el("th", null, cell));
+      table.append(el("thead"), el("tbody"));
+      table.tHead.append(head);
+      for (const row of preview.rows) {
+        const tr = el("tr");
+        for (const cell of row) tr.append(el("td", null, cell));
+        table.tBodies[0].append(tr);
+      }
+      box.append(table);
+      for (const note of preview.cut) box.append(el("p", "note", note));
+    } else if (preview.kind === "markdown") {
+      const md = el("div", "markdown");
+      insertSanitised(md, preview.html);
+      box.append(md);
+    } else if (preview.kind === "text") {
+      box.append(el("pre", "text", preview.text));
+      if (preview.cut) box.append(el("p", "note", "only the start is shown"));
+    } else {
+      box.append(el("p", "note", preview.note));
+    }
+  } catch (error) { showError(`preview: ${error.message}`); }
+}
+
+// --- live sessions ---
+
+function follow(id) {
+  const source = new EventSource(`/api/sessions/${encodeURIComponent(id)}/events`);
+  source.onmessage = (message) => addEvent(JSON.parse(message.data));
+  source.onerror = () => { if (source.readyState === EventSource.CLOSED) setStatus("disconnected"); };
+  state.source = source;
+}
+
+async function startSession(event) {
+  event.preventDefault();
+  const request = $("request").value.trim();
+  if (!request) return;
+  const form = new FormData();
+  for (const file of state.picked) form.append("files", file, file.name);
+  form.append("model", $("model").value);
+  form.append("sandbox", $("sandbox").value);
+  $("start").disabled = true;
+  try {
+    const opened = await api("/api/sessions", { method: "POST", body: form });
+    openView({ kind: "session", id: opened.id, name: opened.run }, `Session ${opened.run}`);
+    follow(opened.id);
+    await sendAsk(request);
+  } catch (error) { showError(error.message); }
+  finally { $("start").disabled = false; }
+}
+
+async function sendAsk(text) {
+  await api(`${base()}/ask`, {
+    method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ request: text }),
+  });
+  setStatus("working");
+}
+
+async function followUp(event) {
+  event.preventDefault();
+  const text = $("followup").value.trim();
+  if (!text) return;
+  try { await sendAsk(text); $("followup").value = ""; } catch (error) { showError(error.message); }
+}
+
+async function endSession() {
+  const view = state.view;
+  try {
+    const closed = await api(`${base()}/close`, { method: "POST" });
+    if (state.source) { state.source.close(); state.source = null; }
+    await openRun(closed.run || view.name);
+  } catch (error) { showError(error.message); }
+}
+
+// --- past runs ---
+
+async function showRuns() {
+  show("runs");
+  try {
+    const runs = await api("/api/runs");
+    const body = $("runs-table").tBodies[0];
+    body.replaceChildren();
+    for (const run of runs) {
+      const tr = el("tr");
+      const open = el("button", "run", run.name);
+      open.type = "button";
+      open.addEventListener("click", () => (run.session ? openLive(run.session, run.name) : openRun(run.name)));
+      const first = el("td");
+      first.append(open);
+      tr.append(first, el("td", null, run.session ? "live" : run.status), el("td", null, run.model), el("td", null, run.request));
+      body.append(tr);
+    }
+  } catch (error) { showError(error.message); }
+}
+
+function openLive(id, name) {
+  openView({ kind: "session", id, name }, `Session ${name}`);
+  follow(id);
+  refreshFiles();
+}
+
+async function openRun(name) {
+  openView({ kind: "run", name }, `Run ${name}`);
+  try {
+    const record = await api(`/api/runs/${encodeURIComponent(name)}`);
+    if (record.error) showError(record.error);
+    for (const ev of record.events) addEvent(ev);
+    for (const note of record.notes || []) $("transcript").append(el("p", "note", note));
+    setStatus("past run (read-only)");
+    refreshFiles();
+  } catch (error) { showError(error.message); }
+}
+
+// --- the new-session form ---
+
+function pickFiles(list) {
+  for (const file of list) state.picked.push(file);
+  const shown = $("picked");
+  shown.replaceChildren(...state.picked.map((f) => el("li", null, `${f.name} (${f.size} bytes)`)));
+}
+
+async function init() {
+  state.picked = [];
+  try { state.config = await api("/api/config"); } catch (error) { showError(error.message); return; }
+  for (const [id, values] of [["model", state.config.models], ["sandbox", state.config.sandboxes]]) {
+    for (const value of values) { const option = el("option", null, value); option.value = value; $(id).append(option); }
+  }
+  const drop = $("drop");
+  drop.addEventListener("dragover", (e) => { e.preventDefault(); drop.classList.add("over"); });
+  drop.addEventListener("dragleave", () => drop.classList.remove("over"));
+  drop.addEventListener("drop", (e) => { e.preventDefault(); drop.classList.remove("over"); pickFiles(e.dataTransfer.files); });
+  $("files").addEventListener("change", (e) => pickFiles(e.target.files));
+  $("new-form").addEventListener("submit", startSession);
+  $("ask-form").addEventListener("submit", followUp);
+  $("close").addEventListener("click", endSession);
+  $("nav-new").addEventListener("click", () => show("new"));
+  $("nav-runs").addEventListener("click", showRuns);
+  document.body.dataset.ready = "1";
+}
+
+document.addEventListener("DOMContentLoaded", init);

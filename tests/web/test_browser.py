@@ -1,0 +1,218 @@
+"""The page in real Chromium against a real `coderoom serve`: the showcase CSV dropped in, run with
+the offline analyst in the local sandbox, its events watched live, the plot shown as it is
+written, a follow-up in the same session, the artifacts downloaded and compared with a CLI run of
+the same job; a forged run's hostile report rendered inert; no page without the token.
+
+With CODEROOM_SCREENSHOTS=1 each step leaves a screenshot in docs/screenshots/.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tomllib
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from web.browser import chromium, require_browser, screenshot
+from web.hostile_run import CANARY, forge_run
+from web.served import Served
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+SHOWCASE = Path(__file__).resolve().parents[2] / "examples" / "building_energy"
+OUTPUTS = ["output/anomalies.csv", "output/anomaly_report.md", "output/energy_anomalies.png"]
+RUN_TIMEOUT_MS = 180_000
+
+
+@pytest.fixture(scope="module")
+def cli_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The showcase run by `coderoom run` with the offline analyst: what the page must match."""
+    require_browser()
+    out = tmp_path_factory.mktemp("cli") / "run"
+    done = subprocess.run([sys.executable, "-m", "coderoom", "run", str(SHOWCASE), "--model", "offline", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def outside() -> list[str]:
+    return []
+
+
+@pytest.fixture(scope="module")
+def context(server: Served, outside: list[str]) -> Iterator[Any]:
+    with chromium(server.base, outside) as context:
+        yield context
+
+
+@pytest.fixture
+def page(context: Any, server: Served, outside: list[str]) -> Iterator[Any]:
+    page = context.new_page()
+    page.goto(f"{server.base}/?token={server.token}")
+    page.wait_for_selector("body[data-ready='1']")
+    yield page
+    page.close()
+    assert outside == [], "the page asked for something outside the server"
+
+
+def test_without_the_token_there_is_no_page(context: Any, server: Served) -> None:
+    fresh = context.browser.new_context()
+    try:
+        page = fresh.new_page()
+        response = page.goto(f"{server.base}/")
+        assert response.status == 403
+        assert "token" in page.inner_text("body")
+        assert page.query_selector("#new-form") is None
+        screenshot(page, "0-no-token")
+    finally:
+        fresh.close()
+
+
+def showcase_request() -> str:
+    return tomllib.loads((SHOWCASE / "coderoom.toml").read_text())["prompt"].strip()
+
+
+def drop_file(page: Any, path: Path) -> None:
+    """Drop `path` on the drop zone as a user dragging it from a file manager would."""
+    transfer = page.evaluate_handle(
+        "([name, text]) => { const t = new DataTransfer(); t.items.add(new File([text], name, {type: 'text/csv'})); return t; }",
+        [path.name, path.read_text()],
+    )
+    page.dispatch_event("#drop", "drop", {"dataTransfer": transfer})
+
+
+def test_a_session_from_upload_to_downloads(page: Any, server: Served, cli_run: Path, tmp_path: Path) -> None:
+    # the page offers what the server was started with, offline first (no key, no CODEROOM_MODEL)
+    assert page.eval_on_selector_all("#model option", "os => os.map(o => o.value)") == ["offline"]
+    assert "local" in page.eval_on_selector_all("#sandbox option", "os => os.map(o => o.value)")
+    drop_file(page, SHOWCASE / "data" / "building_energy.csv")
+    assert "building_energy.csv" in page.inner_text("#picked")
+    page.fill("#request", showcase_request())
+    page.select_option("#sandbox", "local")
+    screenshot(page, "1-new-session")
+    page.click("#start")
+
+    # watch it work: turns, the code it runs, the results, arriving as they are written
+    page.wait_for_selector(".event-session_open", timeout=RUN_TIMEOUT_MS)
+    page.wait_for_selector(".event-tool_start pre.code", timeout=RUN_TIMEOUT_MS)
+    first_seen = page.locator("#transcript .event").count()
+    page.wait_for_selector(".event-ask_end", timeout=RUN_TIMEOUT_MS)
+    assert page.locator("#transcript .event").count() > first_seen  # more arrived while it ran
+    transcript = page.inner_text("#transcript")
+    assert "Turn 1" in transcript and "run_python" in transcript and "exec_command" in transcript
+    assert "Answer · ok" in transcript
+    assert page.locator(".event-tool_result pre.result").count() >= 3
+    assert page.locator(".event-files_listed, .event-file_read").count() == 0  # the page's own reads: not shown
+
+    # the plot appears inline as soon as it is in output/
+    image = page.wait_for_selector("#preview img.preview-image", timeout=30_000)
+    page.wait_for_function("() => document.querySelector('#preview img.preview-image').naturalWidth > 0")
+    assert page.get_attribute("#preview", "data-path") == "output/energy_anomalies.png"
+    assert image.evaluate("img => img.naturalWidth") > 100
+    screenshot(page, "2-live-run-with-plot")
+
+    # a follow-up in the same session: the same record, a second ask (offline says it cannot)
+    title = page.inner_text("#session-title")
+    page.fill("#followup", "Which of these events cost the most energy?")
+    page.click("#ask")
+    page.wait_for_function("() => document.querySelectorAll('.event-ask_end').length === 2", timeout=RUN_TIMEOUT_MS)
+    assert page.inner_text("#session-title") == title
+    assert page.locator(".event-ask_start").count() == 2
+    assert page.locator(".event-session_open").count() == 1
+    screenshot(page, "3-follow-up")
+
+    # previews: the CSV as a table, the report rendered
+    page.click("#file-list button[data-path='output/anomalies.csv']")
+    page.wait_for_selector("#preview table.csv")
+    header = page.eval_on_selector_all("#preview table.csv th", "ths => ths.map(t => t.textContent)")
+    assert header[:3] == ["event_id", "start", "end"]
+    screenshot(page, "4-csv-preview")
+    page.click("#file-list button[data-path='output/anomaly_report.md']")
+    page.wait_for_selector("#preview .markdown h1")
+    screenshot(page, "5-report-preview")
+
+    # downloads, one by one and as a zip, are the CLI run's files
+    for path in OUTPUTS:
+        with page.expect_download() as download:
+            page.click(f"#file-list li:has(button[data-path='{path}']) a.download")
+        saved = tmp_path / Path(path).name
+        download.value.save_as(saved)
+        assert saved.read_bytes() == (cli_run / path).read_bytes(), path
+    with page.expect_download() as download:
+        page.click("#zip")
+    download.value.save_as(tmp_path / "all.zip")
+    with zipfile.ZipFile(tmp_path / "all.zip") as archive:
+        for path in OUTPUTS:
+            assert archive.read(path) == (cli_run / path).read_bytes(), path
+        assert archive.read("input/building_energy.csv") == (SHOWCASE / "data" / "building_energy.csv").read_bytes()
+
+    # ending the session leaves a run folder like a CLI run's, shown as a past run
+    page.click("#close")
+    page.wait_for_selector(".event-run_end", timeout=RUN_TIMEOUT_MS)
+    assert page.inner_text("#status") == "past run (read-only)"
+    run_name = page.inner_text("#session-title").removeprefix("Run ")
+    run_dir = server.runs_dir / run_name
+    for path in OUTPUTS[:2]:
+        assert (run_dir / path).read_bytes() == (cli_run / path).read_bytes()
+    page.click("#nav-runs")
+    page.wait_for_selector(f"#runs-table button.run:text-is('{run_name}')")
+    screenshot(page, "6-past-runs")
+
+
+def test_past_runs_are_browsable(page: Any, server: Served, cli_run: Path) -> None:
+    shutil.copytree(cli_run, server.runs_dir / "building_energy-cli")
+    page.click("#nav-runs")
+    page.click("#runs-table button.run:text-is('building_energy-cli')")
+    page.wait_for_selector(".event-run_end")
+    assert "Run ended · ok" in page.inner_text("#transcript")
+    assert page.locator("#ask-form").is_hidden()
+    page.click("#file-list button[data-path='output/anomalies.csv']")
+    page.wait_for_selector("#preview table.csv td")
+
+
+INERT_CHECK = """() => {
+  const bad = [];
+  for (const node of document.querySelectorAll('*')) {
+    for (const attr of node.attributes) {
+      if (attr.name.startsWith('on')) bad.push(node.tagName + ' ' + attr.name);
+      if (['href', 'src', 'action'].includes(attr.name) && /^\\s*(javascript|data:text|vbscript)/i.test(attr.value)) bad.push(node.tagName + ' ' + attr.value);
+    }
+  }
+  for (const s of document.scripts) if (!s.src.endsWith('/static/app.js')) bad.push('script ' + s.outerHTML.slice(0, 80));
+  for (const tag of ['iframe', 'object', 'embed', '#preview form', '#preview input', '#transcript form', '#transcript img', '#preview img']) {
+    if (document.querySelector(tag)) bad.push(tag);
+  }
+  return bad;
+}"""
+
+
+def test_a_hostile_report_renders_inert(page: Any, server: Served) -> None:
+    forge_run(server.runs_dir, "forged-run")
+    violations: list[str] = []
+    page.on("console", lambda message: violations.append(message.text) if "Content Security Policy" in message.text else None)
+    page.click("#nav-runs")
+    page.click("#runs-table button.run:text-is('forged-run')")
+    page.wait_for_selector(".event-run_end")
+    transcript = page.inner_text("#transcript")
+    assert "<script>document.title='pwned'</script>" in transcript  # shown as the text it is
+    page.click("#file-list button[data-path='output/report.md']")
+    page.wait_for_selector("#preview .markdown h1")
+    assert CANARY in page.inner_text("#preview .markdown h1")
+    page.click("#file-list button[data-path='output/table.csv']")
+    page.wait_for_selector("#preview table.csv")
+    assert "<img src=x onerror=alert(1)>" in page.inner_text("#preview table.csv")
+    page.click("#file-list button[data-path='output/report.md']")
+    page.wait_for_selector("#preview .markdown a")
+    screenshot(page, "7-hostile-report-inert")
+    assert page.title() == "coderoom"
+    assert page.evaluate(f"() => typeof window.{CANARY.replace('-', '_')}") == "undefined"
+    assert page.evaluate(INERT_CHECK) == []
+    assert page.eval_on_selector_all("#preview .markdown a", "as => as.map(a => a.href)") == ["https://example.invalid/ok"]
+    assert violations == []  # nothing even tried to run: the sanitiser, not only the CSP, stopped it

@@ -1,0 +1,124 @@
+"""Live sessions over HTTP, against the real server and the local sandbox: uploads checked before
+any sandbox starts, a session's events streamed (the record so far, then live), the choices
+limited to what the server offers, and shutdown by a signal saving every session."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from coderoom.record import read_record
+from web.served import Served, multipart, serve
+
+SHOWCASE_CSV = Path(__file__).resolve().parents[2] / "examples" / "building_energy" / "data" / "building_energy.csv"
+
+
+def _csrf(server: Served) -> dict[str, str]:
+    return {"X-Coderoom-CSRF": json.loads(server.authed("GET", "/api/config").body)["csrf"]}
+
+
+def _open(server: Served, files: list[tuple[str, bytes]], **fields: str) -> tuple[int, dict]:
+    headers, body = multipart(fields, files)
+    reply = server.authed("POST", "/api/sessions", {**_csrf(server), **headers}, body)
+    return reply.status, json.loads(reply.body)
+
+
+@pytest.mark.parametrize("name", ["../escape.csv", ".bashrc", "a/b.csv", "evil\u202etxt.csv", "x" * 200])
+def test_an_upload_with_a_bad_name_opens_nothing(server: Served, name: str) -> None:
+    before = set(os.listdir(server.runs_dir))
+    status, reply = _open(server, [(name, b"a,b\n1,2\n")])
+    assert status == 400 and "name" in reply["error"]
+    assert set(os.listdir(server.runs_dir)) == before  # refused before any run folder exists
+
+
+def test_a_model_or_sandbox_the_server_does_not_offer_is_refused(server: Served) -> None:
+    before = set(os.listdir(server.runs_dir))
+    for fields in ({"model": "openai:gpt-5.4"}, {"sandbox": "unix_local"}, {"model": "offline:x"}):
+        status, reply = _open(server, [], **fields)
+        assert status == 400 and "not one this server offers" in reply["error"], fields
+    assert set(os.listdir(server.runs_dir)) == before
+
+
+def _events(server: Served, session_id: str, until: str, timeout_s: float = 120, last_id: int | None = None) -> list[dict]:
+    """The session's SSE stream read until an event of type `until` arrives; each event gets its
+    SSE id as `_id`."""
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=timeout_s)
+    headers = {"Host": server.host, "Cookie": server.cookie}
+    if last_id is not None:
+        headers["Last-Event-ID"] = str(last_id)
+    connection.request("GET", f"/api/sessions/{session_id}/events", headers=headers)
+    response = connection.getresponse()
+    assert response.status == 200 and response.getheader("content-type", "").startswith("text/event-stream")
+    events: list[dict] = []
+    event_id = None
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            line = response.readline().decode().rstrip("\r\n")
+            if line.startswith("id: "):
+                event_id = int(line[4:])
+            if line.startswith("data: "):
+                events.append({**json.loads(line[6:]), "_id": event_id})
+                if events[-1]["type"] == until:
+                    return events
+    finally:
+        connection.close()
+    raise AssertionError(f"no {until} event within {timeout_s} s: {[e['type'] for e in events]}")
+
+
+def test_a_session_streams_its_record_and_replays_it_to_a_late_reader(server: Served) -> None:
+    status, opened = _open(server, [("building_energy.csv", SHOWCASE_CSV.read_bytes())], model="offline", sandbox="local")
+    assert status == 200, opened
+    session = opened["id"]
+    asked = server.authed("POST", f"/api/sessions/{session}/ask", {**_csrf(server), "Content-Type": "application/json"},
+                          json.dumps({"request": "Find abnormal energy use in input/building_energy.csv"}).encode())  # fmt: skip
+    assert asked.status == 202
+    live = _events(server, session, until="ask_end")
+    assert [e["type"] for e in live[:3]] == ["run_start", "file_written", "session_open"]
+    assert live[2]["files"] == ["input/building_energy.csv"]
+    assert "tool_result" in [e["type"] for e in live]
+    # a second reader (a reloaded page) gets the same events from the record, each once
+    late = _events(server, session, until="ask_end")
+    assert [(e["type"], e["t"]) for e in late] == [(e["type"], e["t"]) for e in live]
+    assert [e["_id"] for e in live] == list(range(1, len(live) + 1))  # ids are record line numbers
+    # a browser that reconnects after event 5 gets the rest only
+    resumed = _events(server, session, until="ask_end", last_id=5)
+    assert [(e["_id"], e["type"]) for e in resumed] == [(e["_id"], e["type"]) for e in live[5:]]
+    # a second ask while one runs is refused; after it, a follow-up is accepted
+    headers = {**_csrf(server), "Content-Type": "application/json"}
+    follow = server.authed("POST", f"/api/sessions/{session}/ask", headers, json.dumps({"request": "and now?"}).encode())
+    assert follow.status == 202
+    again = server.authed("POST", f"/api/sessions/{session}/ask", headers, json.dumps({"request": "and again?"}).encode())
+    assert again.status in (202, 409)
+    closed = server.authed("POST", f"/api/sessions/{session}/close", _csrf(server))
+    assert closed.status == 200
+    record = read_record(server.runs_dir / json.loads(closed.body)["run"])
+    assert record.end is not None and not record.unfinished
+
+
+def test_a_signal_ends_the_server_with_its_exit_code_and_saves_live_sessions(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    served = serve(runs)
+    status, opened = _open(served, [("data.csv", b"a,b\n1,2\n")], model="offline", sandbox="local")
+    assert status == 200, opened
+    assert served.stop() == 143  # SIGTERM: 128 + 15
+    record = read_record(runs / opened["run"])
+    assert record.end is not None and record.end.status == "interrupted" and record.end.signal == "SIGTERM"
+    assert (runs / opened["run"] / "workspace.tar").is_file()
+
+
+def test_serve_help_does_not_import_the_agents_sdk(tmp_path: Path) -> None:
+    probe = ("import sys\nfrom coderoom.cli import app\nsys.argv = ['coderoom', 'serve', '--help']\n"
+             "try:\n    app()\nexcept SystemExit:\n    pass\n"
+             "print('SDK', [m for m in sys.modules if m == 'agents' or m.startswith('agents.')])")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert "--allow-remote" in done.stdout
+    assert done.stdout.strip().endswith("SDK []")
