@@ -11,8 +11,8 @@
    not listed is a real failure; a listed test that passes, or that is no longer in scope, is a
    stale entry. Either makes the exit code 1; 0 when every test passes or is listed.
 
-Exit codes: 0 ok; 1 a real failure or a problem with the list; 2 the sdist or a backend is not
-available here (configuration), or bad arguments. Limits: `RUN_TIMEOUT_S` per pytest run.
+Exit codes: 0 ok; 1 a real failure or a problem with the list; 2 the sdist, a backend or a
+module the SDK's tests import is not available here (configuration), or bad arguments. Limits: `RUN_TIMEOUT_S` per pytest run.
 The pytest runs get a minimal environment (no keys or tokens of this process).
 """
 
@@ -154,6 +154,11 @@ def main(argv: list[str] | None = None) -> int:
             print(exc)
             return 2
         base, base_seconds = run_pytest(source, None, ["tests/sandbox"], work)
+        broken = sorted(test for test, got in base.items() if got.outcome == "collect-error")
+        if broken:  # a test module that does not import would shrink the scope unseen
+            print("SDK test modules that do not import (pip install -e '.[conformance]'?):")
+            print("\n".join(f"  {test}: {base[test].message}" for test in broken))
+            return 2
         scope = sorted(test for test, got in base.items() if got.built)
         print(f"baseline (SDK UnixLocal): {len(base)} tests in tests/sandbox, {len(scope)} build a UnixLocal client or session ({base_seconds:.0f} s)")
         results = [_run_backend(name, source, scope, base, na, work) for name in backends]

@@ -105,7 +105,9 @@ def prune(client: Any | None = None) -> int:
 
     client = client or docker_client()
     removed = 0
-    for container in client.containers.list(all=True, filters={"label": f"{LABEL}=1"}):
+    # ignore_removed: docker-py inspects each listed container, and one that a closing session
+    # (auto_remove) takes away in between would otherwise end the prune with NotFound
+    for container in client.containers.list(all=True, filters={"label": f"{LABEL}=1"}, ignore_removed=True):
         if not owner_gone(container.labels):
             continue
         try:
