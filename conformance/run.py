@@ -32,6 +32,7 @@ from pathlib import Path
 
 import not_applicable
 import sdist
+import table
 
 HERE = Path(__file__).resolve().parent
 RUN_TIMEOUT_S = 1800  # one pytest run; the docker run of the tests in scope takes minutes
@@ -136,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, help="write the results as JSON here")
     parser.add_argument("--write-docs", action="store_true", help="write docs/compatibility.md (table.py)")
     args = parser.parse_args(argv)
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # progress in CI logs
     backends = args.backend or list(not_applicable.BACKENDS)
 
     na, problems = not_applicable.load()
@@ -174,8 +176,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.results:
         args.results.write_text(json.dumps(summary, indent=1) + "\n")
     if args.write_docs:
-        import table
-
         table.write(summary)
     return 0 if all(r.ok for r in results) else 1
 
@@ -193,8 +193,9 @@ def _run_backend(
         f"{len(result.skipped)} skipped (as on UnixLocal), {len(result.failed)} failed ({result.seconds:.0f} s, "
         f"{result.leftovers} leftovers pruned)"
     )
-    for test, why in sorted(result.failed.items()):
-        print(f"  FAILED {test}: {why}")
+    for cause, tests in table.by_cause(result.failed):
+        print(f"  FAILED ({len(tests)}) {cause}")
+        print("".join(f"    {test}\n" for test in tests), end="")
     for test, why in sorted(result.stale.items()):
         print(f"  LIST {test}: {why}")
     return result
