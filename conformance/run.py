@@ -12,7 +12,8 @@
    stale entry. Either makes the exit code 1; 0 when every test passes or is listed.
 
 Exit codes: 0 ok; 1 a real failure or a problem with the list; 2 the sdist, a backend or a
-module the SDK's tests import is not available here (configuration), or bad arguments. Limits: `RUN_TIMEOUT_S` per pytest run.
+module the SDK's tests import is not available here (configuration), or bad arguments; 124 a
+pytest run took over RUN_TIMEOUT_S. Limits: `RUN_TIMEOUT_S` per pytest run.
 The pytest runs get a minimal environment (no keys or tokens of this process).
 """
 
@@ -33,6 +34,7 @@ from pathlib import Path
 import not_applicable
 import sdist
 import table
+from coderoom.errors import EXIT_TIMEOUT
 
 HERE = Path(__file__).resolve().parent
 RUN_TIMEOUT_S = 1800  # one pytest run; the docker run of the tests in scope takes minutes
@@ -112,7 +114,7 @@ def verdict(
         elif entry is not None:
             result.not_applicable[test] = entry.category
         else:
-            result.failed[test] = f"{got.outcome}: {got.message}"
+            result.failed[test] = got.message if got.outcome == "failed" else f"{got.outcome}: {got.message}"
     for test in not_applicable.unknown_ids(listed, scope):
         result.stale[test] = "listed, but no test in scope has this id (renamed or removed in the SDK?)"
     return result
@@ -155,7 +157,11 @@ def main(argv: list[str] | None = None) -> int:
         except sdist.SdistUnavailable as exc:
             print(exc)
             return 2
-        base, base_seconds = run_pytest(source, None, ["tests/sandbox"], work)
+        try:
+            base, base_seconds = run_pytest(source, None, ["tests/sandbox"], work)
+        except subprocess.TimeoutExpired:
+            print(f"the baseline run took over RUN_TIMEOUT_S = {RUN_TIMEOUT_S} s")
+            return EXIT_TIMEOUT
         broken = sorted(test for test, got in base.items() if got.outcome == "collect-error")
         if broken:  # a test module that does not import would shrink the scope unseen
             print("SDK test modules that do not import (pip install -e '.[conformance]'?):")
@@ -163,7 +169,11 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         scope = sorted(test for test, got in base.items() if got.built)
         print(f"baseline (SDK UnixLocal): {len(base)} tests in tests/sandbox, {len(scope)} build a UnixLocal client or session ({base_seconds:.0f} s)")
-        results = [_run_backend(name, source, scope, base, na, work) for name in backends]
+        try:
+            results = [_run_backend(name, source, scope, base, na, work) for name in backends]
+        except subprocess.TimeoutExpired as exc:
+            print(f"a conformance run took over RUN_TIMEOUT_S = {RUN_TIMEOUT_S} s: {exc.cmd[-1]}")
+            return EXIT_TIMEOUT
     summary = {
         "sdk_version": sdist.installed_version(),
         "measured": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

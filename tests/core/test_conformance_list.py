@@ -79,3 +79,39 @@ def test_a_base_id_covers_its_parametrizations_only() -> None:
     assert not_applicable.unknown_ids(["tests/sandbox/t.py::gone"], ["tests/sandbox/t.py::t[x]"]) == [
         "tests/sandbox/t.py::gone"
     ]
+
+
+def _runner():  # conformance/run.py imports its siblings by name, as a script does
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "conformance"))
+    try:
+        import run
+
+        return run
+    finally:
+        sys.path.pop(0)
+        for name in ("run", "sdist", "table"):  # generic names: leave none behind for other tests
+            sys.modules.pop(name, None)
+
+
+def test_the_verdict_names_real_failures_stale_entries_and_unknown_ids() -> None:
+    run = _runner()
+    entry = lambda test: not_applicable.Entry(test, "local", "c", "r")  # noqa: E731
+    listed = {t: entry(t) for t in ("tests/sandbox/a.py::na", "tests/sandbox/a.py::fixed", "tests/sandbox/a.py::gone")}
+    scope = ["tests/sandbox/a.py::ok", "tests/sandbox/a.py::na", "tests/sandbox/a.py::fixed",
+             "tests/sandbox/a.py::real", "tests/sandbox/a.py::skip", "tests/sandbox/a.py::skip_here"]  # fmt: skip
+    baseline = {t: run.Outcome("passed") for t in scope} | {"tests/sandbox/a.py::skip": run.Outcome("skipped")}
+    outcomes = {
+        "tests/sandbox/a.py::ok": run.Outcome("passed"),
+        "tests/sandbox/a.py::na": run.Outcome("failed", "ValueError: root"),
+        "tests/sandbox/a.py::fixed": run.Outcome("passed"),
+        "tests/sandbox/a.py::real": run.Outcome("failed", "AssertionError"),
+        "tests/sandbox/a.py::skip": run.Outcome("skipped", "no case folding"),
+        "tests/sandbox/a.py::skip_here": run.Outcome("skipped", "only here"),
+    }
+    result = run.verdict("local", outcomes, scope, baseline, listed, 1.0)
+    assert result.passed == ["tests/sandbox/a.py::ok", "tests/sandbox/a.py::fixed"]
+    assert result.not_applicable == {"tests/sandbox/a.py::na": "c"}
+    assert result.skipped == ["tests/sandbox/a.py::skip"]
+    assert result.failed == {"tests/sandbox/a.py::real": "AssertionError", "tests/sandbox/a.py::skip_here": "skipped: only here"}
+    assert set(result.stale) == {"tests/sandbox/a.py::fixed", "tests/sandbox/a.py::gone"}
+    assert not result.ok
