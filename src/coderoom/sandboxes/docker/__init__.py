@@ -114,6 +114,10 @@ def prune(client: Any | None = None) -> int:
             container.remove(force=True)
         except docker.errors.NotFound:
             continue
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:  # 409: the daemon is removing it already (auto_remove)
+                raise
+            continue
         removed += 1
     return removed
 
