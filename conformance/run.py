@@ -61,10 +61,11 @@ class BackendResult:
     failed: dict[str, str] = field(default_factory=dict)  # test -> first line of its failure
     stale: dict[str, str] = field(default_factory=dict)  # listed test -> what is wrong
     leftovers: int = 0  # removed by backend.prune() after the run
+    prune_error: str = ""  # a prune that failed: a bug of the backend, and the run fails
 
     @property
     def ok(self) -> bool:
-        return not self.failed and not self.stale
+        return not self.failed and not self.stale and not self.prune_error
 
 
 def run_pytest(source: Path, backend: str | None, targets: list[str], work: Path) -> tuple[dict[str, Outcome], float]:
@@ -197,7 +198,10 @@ def _run_backend(
 
     outcomes, seconds = run_pytest(source, name, scope, work)
     result = verdict(name, outcomes, scope, base, na.for_backend(name), seconds)
-    result.leftovers = get_backend(name).prune()
+    try:
+        result.leftovers = get_backend(name).prune()
+    except Exception as exc:  # reported with the results, which are not lost
+        result.prune_error = f"{type(exc).__name__}: {exc}"
     print(
         f"{name}: {result.collected} in scope, {len(result.passed)} passed, {len(result.not_applicable)} not applicable, "
         f"{len(result.skipped)} skipped (as on UnixLocal), {len(result.failed)} failed ({result.seconds:.0f} s, "
@@ -208,6 +212,8 @@ def _run_backend(
         print("".join(f"    {test}\n" for test in tests), end="")
     for test, why in sorted(result.stale.items()):
         print(f"  LIST {test}: {why}")
+    if result.prune_error:
+        print(f"  PRUNE failed: {result.prune_error}")
     return result
 
 
