@@ -49,15 +49,16 @@ def render(summary: dict) -> str:
         "session, `conformance/coderoom_conformance.py` hands it the backend's (`backend.client(spec)`, "
         "default limits); no test and no assertion is changed.",
         "",
-        "| backend | collected | passed | not applicable | failed | skipped (as on UnixLocal) | seconds |",
-        "|---|---|---|---|---|---|---|",
+        "| backend | collected | passed | not applicable | failed | skipped (as on UnixLocal) | seconds | sandboxes left, pruned |",
+        "|---|---|---|---|---|---|---|---|",
         f"| SDK UnixLocal (baseline, no isolation) | {base['collected']} | {base['passed']} | - | {base['failed']} "
-        f"| {base['skipped']} | {base['seconds']:.0f} (all of tests/sandbox) |",
+        f"| {base['skipped']} | {base['seconds']:.0f} (all of tests/sandbox) | - |",
     ]
     for result in backends:
         lines.append(
             f"| coderoom {result['backend']} | {result['collected']} | {len(result['passed'])} | "
-            f"{len(result['not_applicable'])} | {len(result['failed'])} | {len(result['skipped'])} | {result['seconds']:.0f} |"
+            f"{len(result['not_applicable'])} | {len(result['failed'])} | {len(result['skipped'])} | {result['seconds']:.0f} "
+            f"| {result['leftovers']}{' (prune failed: ' + result['prune_error'] + ')' if result.get('prune_error') else ''} |"
         )
     lines += ["", "## Not applicable, by category", ""]
     counts = {r["backend"]: Counter(r["not_applicable"].values()) for r in backends}
@@ -73,7 +74,8 @@ def render(summary: dict) -> str:
         "as a path inside the container and runs them; coderoom local refuses every root but /workspace. "
         "A test is listed for local only when it cannot apply for a reason of its own (the same as on "
         "docker, or checked on local); the others count as failures of local, most of them with that "
-        "one cause.",
+        "one cause. Sandboxes left: sessions the SDK's tests build and never close (a session built "
+        "directly, never started); `backend.prune()` removes them after the run, and counts them here.",
         "",
         "## Failing tests",
         "",
