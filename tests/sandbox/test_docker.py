@@ -142,6 +142,15 @@ async def test_close_removes_the_container(client: Any) -> None:
     assert _gone(client, container_id)
 
 
+async def test_a_closed_session_is_not_running(client: Any) -> None:
+    """The SDK asks `running()` before writing events into the workspace (WorkspaceJsonlSink):
+    a removed container must not answer with the last status docker-py cached."""
+    async with open_session(SandboxSpec(backend="docker")) as s:
+        assert await s.running()
+    assert _gone(client, s.state.container_id)
+    assert not await s.running()
+
+
 _HOST = """
 import asyncio, sys
 from coderoom.sandboxes import SandboxSpec

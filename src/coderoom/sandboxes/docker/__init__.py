@@ -105,12 +105,18 @@ def prune(client: Any | None = None) -> int:
 
     client = client or docker_client()
     removed = 0
-    for container in client.containers.list(all=True, filters={"label": f"{LABEL}=1"}):
+    # ignore_removed: docker-py inspects each listed container, and one that a closing session
+    # (auto_remove) takes away in between would otherwise end the prune with NotFound
+    for container in client.containers.list(all=True, filters={"label": f"{LABEL}=1"}, ignore_removed=True):
         if not owner_gone(container.labels):
             continue
         try:
             container.remove(force=True)
         except docker.errors.NotFound:
+            continue
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:  # 409: the daemon is removing it already (auto_remove)
+                raise
             continue
         removed += 1
     return removed

@@ -220,6 +220,11 @@ class DockerSandbox:
             raise
         return sandbox
 
+    @property
+    def closed(self) -> bool:
+        """True once `close` began: the container is being or has been removed."""
+        return self._closed
+
     def channel(self) -> Channel:
         """The command channel, attached on first use (and again if it dropped)."""
         if self._closed:

@@ -69,6 +69,12 @@ class CoderoomDockerSession(DockerSandboxSession):
             self._docker_client, self.state.container_id, limits, root=self.state.manifest.root
         )
 
+    async def running(self) -> bool:
+        """False once shut down. The SDK's answer reloads the container and, when that fails (it
+        is removed at shutdown), falls back to the last status it saw: "running". Event sinks
+        such as WorkspaceJsonlSink ask this before writing, and failed on every close."""
+        return not self._core.closed and await super().running()
+
     def supports_pty(self) -> bool:
         # PTY processes would run through `docker exec`, outside the timeout and output rules;
         # the SDK's shell tool falls back to one-shot commands.

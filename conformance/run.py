@@ -1,0 +1,233 @@
+"""Run the Agents SDK's own sandbox tests against coderoom's backends (issue 12, conformance).
+
+    python conformance/run.py [--backend local --backend docker] [--results FILE] [--write-docs]
+
+1. Fetch the sdist of the installed openai-agents (`sdist.fetch`) into a temporary folder.
+2. Baseline: run its `tests/sandbox` unchanged, on the SDK's UnixLocal. The tests in scope are
+   those that built a real UnixLocal client or session there (`coderoom_conformance` records it).
+3. For each backend: run the tests in scope with UnixLocal's construction swapped for the
+   backend's (`coderoom_conformance`), then `backend.prune()` what they left behind.
+4. Verdict per backend, against `not_applicable.toml`: a test in scope that does not pass and is
+   not listed is a real failure; a listed test that passes, or that is no longer in scope, is a
+   stale entry. Either makes the exit code 1; 0 when every test passes or is listed.
+
+Exit codes: 0 ok; 1 a real failure or a problem with the list; 2 the sdist, a backend or a
+module the SDK's tests import is not available here (configuration), or bad arguments; 124 a
+pytest run took over RUN_TIMEOUT_S. Limits: `RUN_TIMEOUT_S` per pytest run.
+The pytest runs get a minimal environment (no keys or tokens of this process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import not_applicable
+import sdist
+import table
+from coderoom.errors import EXIT_TIMEOUT
+
+HERE = Path(__file__).resolve().parent
+RUN_TIMEOUT_S = 1800  # one pytest run; the docker run of the tests in scope takes minutes
+BASELINE = "unix_local"
+_PASSING = {"passed", "xfailed"}
+_KEPT_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "DOCKER_HOST", "DOCKER_CONFIG", "DOCKER_CERT_PATH", "DOCKER_TLS_VERIFY")
+
+
+@dataclass
+class Outcome:
+    outcome: str
+    message: str = ""
+    built: bool = False
+
+
+@dataclass
+class BackendResult:
+    backend: str
+    seconds: float
+    collected: int
+    passed: list[str] = field(default_factory=list)
+    not_applicable: dict[str, str] = field(default_factory=dict)  # test -> category
+    skipped: list[str] = field(default_factory=list)  # skipped here and on the baseline
+    failed: dict[str, str] = field(default_factory=dict)  # test -> first line of its failure
+    stale: dict[str, str] = field(default_factory=dict)  # listed test -> what is wrong
+    leftovers: int = 0  # removed by backend.prune() after the run
+    prune_error: str = ""  # a prune that failed: a bug of the backend, and the run fails
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.stale and not self.prune_error
+
+
+def run_pytest(source: Path, backend: str | None, targets: list[str], work: Path) -> tuple[dict[str, Outcome], float]:
+    """One pytest run of the SDK's tests in `source`; each test's outcome and the run's seconds."""
+    import coderoom
+
+    name = backend or BASELINE
+    report, args_file = work / f"{name}.json", work / f"{name}.args"
+    args_file.write_text("\n".join(targets) + "\n")  # pytest reads @file: hundreds of ids
+    env = {key: os.environ[key] for key in _KEPT_ENV if key in os.environ}
+    env |= {
+        "PYTHONPATH": os.pathsep.join([str(HERE), str(Path(coderoom.__file__).parents[1])]),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "CODEROOM_CONFORMANCE_BACKEND": backend or "",
+        "CODEROOM_CONFORMANCE_REPORT": str(report),
+    }
+    command = [
+        sys.executable, "-m", "pytest", "-p", "coderoom_conformance", "-p", "no:cacheprovider",
+        "-q", "--no-header", "-o", "addopts=", f"@{args_file}",
+    ]  # fmt: skip
+    start = time.monotonic()
+    with (work / f"{name}.log").open("w") as log:
+        completed = subprocess.run(command, cwd=source, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=RUN_TIMEOUT_S)
+    seconds = time.monotonic() - start
+    if not report.exists():
+        tail = (work / f"{name}.log").read_text()[-3000:]
+        raise RuntimeError(f"pytest on {name} wrote no report (exit {completed.returncode}):\n{tail}")
+    tests = json.loads(report.read_text())["tests"]
+    return {nodeid: Outcome(**value) for nodeid, value in tests.items()}, seconds
+
+
+def verdict(
+    backend: str, outcomes: dict[str, Outcome], scope: list[str], baseline: dict[str, Outcome],
+    listed: dict[str, not_applicable.Entry], seconds: float,
+) -> BackendResult:  # fmt: skip
+    """Each test in scope sorted into passed / not applicable / skipped / failed for `backend`."""
+    result = BackendResult(backend, round(seconds, 1), len(scope))
+    for test in scope:
+        got = outcomes.get(test, Outcome("not run", "the test did not run"))
+        entry = not_applicable.match(test, listed)
+        if got.outcome in _PASSING:
+            result.passed.append(test)
+            if entry is not None:
+                result.stale[test] = f"listed as not applicable ({entry.category}) but passes: remove it"
+        elif got.outcome == "skipped" and baseline[test].outcome == "skipped":
+            result.skipped.append(test)
+        elif entry is not None:
+            result.not_applicable[test] = entry.category
+        else:
+            result.failed[test] = got.message if got.outcome == "failed" else f"{got.outcome}: {got.message}"
+    for test in not_applicable.unknown_ids(listed, scope):
+        result.stale[test] = "listed, but no test in scope has this id (renamed or removed in the SDK?)"
+    return result
+
+
+def baseline_summary(outcomes: dict[str, Outcome], scope: list[str], seconds: float) -> dict[str, object]:
+    counts = {"passed": 0, "skipped": 0, "failed": 0}
+    failures = {}
+    for test in scope:
+        kind = "passed" if outcomes[test].outcome in _PASSING else outcomes[test].outcome
+        kind = kind if kind in counts else "failed"
+        counts[kind] += 1
+        if kind == "failed":
+            failures[test] = outcomes[test].message
+    return {"backend": BASELINE, "seconds": round(seconds, 1), "collected": len(scope), **counts, "failures": failures}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backend", action="append", choices=not_applicable.BACKENDS, help="default: all")
+    parser.add_argument("--sdk-source", type=Path, help="an unpacked SDK source folder instead of downloading")
+    parser.add_argument("--results", type=Path, help="write the results as JSON here")
+    parser.add_argument("--write-docs", action="store_true", help="write docs/compatibility.md (table.py)")
+    args = parser.parse_args(argv)
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # progress in CI logs
+    backends = args.backend or list(not_applicable.BACKENDS)
+
+    na, problems = not_applicable.load()
+    if problems:
+        print("not_applicable.toml:\n  " + "\n  ".join(problems))
+        return 1
+    unavailable = _unavailable(backends)
+    if unavailable:
+        print("\n".join(unavailable))
+        return 2
+    with tempfile.TemporaryDirectory(prefix="coderoom-conformance-") as tmp:
+        work = Path(tmp)
+        try:
+            source = args.sdk_source or sdist.fetch(work)
+        except sdist.SdistUnavailable as exc:
+            print(exc)
+            return 2
+        try:
+            base, base_seconds = run_pytest(source, None, ["tests/sandbox"], work)
+        except subprocess.TimeoutExpired:
+            print(f"the baseline run took over RUN_TIMEOUT_S = {RUN_TIMEOUT_S} s")
+            return EXIT_TIMEOUT
+        broken = sorted(test for test, got in base.items() if got.outcome == "collect-error")
+        if broken:  # a test module that does not import would shrink the scope unseen
+            print("SDK test modules that do not import (pip install -e '.[conformance]'?):")
+            print("\n".join(f"  {test}: {base[test].message}" for test in broken))
+            return 2
+        scope = sorted(test for test, got in base.items() if got.built)
+        print(f"baseline (SDK UnixLocal): {len(base)} tests in tests/sandbox, {len(scope)} build a UnixLocal client or session ({base_seconds:.0f} s)")
+        try:
+            results = [_run_backend(name, source, scope, base, na, work) for name in backends]
+        except subprocess.TimeoutExpired as exc:
+            print(f"a conformance run took over RUN_TIMEOUT_S = {RUN_TIMEOUT_S} s: {exc.cmd[-1]}")
+            return EXIT_TIMEOUT
+    summary = {
+        "sdk_version": sdist.installed_version(),
+        "measured": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{platform.node()}: {platform.system()} {platform.release()}, Python {platform.python_version()}",
+        "tests_in_sandbox_folder": len(base),
+        "baseline": baseline_summary(base, scope, base_seconds),
+        "backends": [asdict(r) for r in results],
+        "categories": na.categories,
+    }
+    if args.results:
+        args.results.write_text(json.dumps(summary, indent=1) + "\n")
+    if args.write_docs:
+        table.write(summary)
+    return 0 if all(r.ok for r in results) else 1
+
+
+def _run_backend(
+    name: str, source: Path, scope: list[str], base: dict[str, Outcome], na: not_applicable.NotApplicable, work: Path
+) -> BackendResult:
+    from coderoom.sandboxes.registry import get_backend
+
+    outcomes, seconds = run_pytest(source, name, scope, work)
+    result = verdict(name, outcomes, scope, base, na.for_backend(name), seconds)
+    try:
+        result.leftovers = get_backend(name).prune()
+    except Exception as exc:  # reported with the results, which are not lost
+        result.prune_error = f"{type(exc).__name__}: {exc}"
+    print(
+        f"{name}: {result.collected} in scope, {len(result.passed)} passed, {len(result.not_applicable)} not applicable, "
+        f"{len(result.skipped)} skipped (as on UnixLocal), {len(result.failed)} failed ({result.seconds:.0f} s, "
+        f"{result.leftovers} leftovers pruned)"
+    )
+    for cause, tests in table.by_cause(result.failed):
+        print(f"  FAILED ({len(tests)}) {cause}")
+        print("".join(f"    {test}\n" for test in tests), end="")
+    for test, why in sorted(result.stale.items()):
+        print(f"  LIST {test}: {why}")
+    if result.prune_error:
+        print(f"  PRUNE failed: {result.prune_error}")
+    return result
+
+
+def _unavailable(backends: list[str]) -> list[str]:
+    from coderoom.sandboxes.registry import get_backend
+    from coderoom.sandboxes.spec import SandboxSpec
+
+    found = []
+    for name in backends:
+        reason = get_backend(name).unavailable_reason(SandboxSpec(backend=name))
+        if reason:
+            found.append(f"backend {name} is not available here: {reason}")
+    return found
+
+
+if __name__ == "__main__":
+    sys.exit(main())
