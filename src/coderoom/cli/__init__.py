@@ -1,23 +1,48 @@
 """The `coderoom` command. Each group of commands lives in its own module; a sandbox backend's
 own commands (Docker's `image build`) come from the backend itself.
 
+`main` is the entry point: a plain `sandbox run` runs without typer, rich or pydantic
+(`sandbox_run`); everything else goes to `app`, the typer application with every command
+registered, loaded on first use (`from coderoom.cli import app` gets it too).
+
 Nothing here imports the Agents SDK: `--help`, `show`, `export` and usage errors stay fast.
 Commands import what they run when they run.
 """
 
 from __future__ import annotations
 
-from .app import app
+import sys
+from typing import Any
 
 
-def _register() -> None:
-    from ..sandboxes import backend_names, get_backend
-    from . import export_cmd, models_cmd, run_cmd, sandbox_cmd, show_cmd  # noqa: F401  (commands register on import)
+def main() -> None:
+    """`coderoom ...`: the fast path when it applies, else the typer app."""
+    from .sandbox_run import fast_exit_code
 
-    for name in backend_names():
-        commands = get_backend(name).commands()
-        if commands is not None:
-            app.add_typer(commands)
+    code = fast_exit_code(sys.argv[1:])
+    if code is not None:
+        sys.exit(code)
+    _typer_app()()
 
 
-_register()
+def _typer_app() -> Any:
+    """The typer app with every command group registered (once)."""
+    from .application import app as typer_app
+
+    if not getattr(typer_app, "_coderoom_registered", False):
+        from ..sandboxes import backend_names, get_backend
+        from . import export_cmd, models_cmd, run_cmd, sandbox_cmd, show_cmd  # noqa: F401  (commands register on import)
+
+        for name in backend_names():
+            commands = get_backend(name).commands()
+            if commands is not None:
+                typer_app.add_typer(commands)
+        typer_app._coderoom_registered = True
+    globals()["app"] = typer_app
+    return typer_app
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        return _typer_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,13 +16,15 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import SandboxUnavailable
-from ..hostile.archive import ExtractReport, archive, safe_extract_tar
-from ..hostile.planted import hook_refusal
 from .base import EXIT_TIMEOUT
 from .registry import get_backend
-from .spec import SandboxSpec
+
+if TYPE_CHECKING:  # the archive code (tarfile) loads only with a workspace; the spec may be plain
+    from ..hostile.archive import ExtractReport
+    from .spec import SandboxSpec
 
 
 @dataclass
@@ -45,6 +47,9 @@ async def run_once(
     reason = backend.unavailable_reason(spec)
     if reason is not None:
         raise SandboxUnavailable(reason)
+    if workspace is not None:
+        from ..hostile.archive import archive, safe_extract_tar
+        from ..hostile.planted import hook_refusal
     limit = spec.limits.workspace_size
     sandbox = await backend.start(spec)
     try:

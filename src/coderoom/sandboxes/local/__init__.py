@@ -30,6 +30,7 @@ class LocalBackend:
     name = "local"
     leftovers = "session folder"
     isolates = True
+    plain_spec = True  # reads spec.backend and spec.limits only: `sandbox run`'s fast path
     summary = "bubblewrap namespaces, seccomp and limits on this machine; no daemon (the default on Linux)"
 
     def unavailable_reason(self, spec: SandboxSpec) -> str | None:

@@ -59,15 +59,14 @@ import os
 import resource
 from collections.abc import Mapping, Sequence, Set
 from pathlib import Path, PurePosixPath
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from ...errors import SandboxFailed
-from ...hostile import archive as hostile_archive
 from ...hostile import tree
 from ...hostile.names import safe_relative_path
 from ..base import EXIT_KILLED, EXIT_TIMEOUT
 from ..core import READ_IN_WORKSPACE, CommandResult
-from ..limits import CPU_KILL_GRACE_S, Limits
+from ..limit_values import CPU_KILL_GRACE_S
 from ..seccomp import host_arch
 from ..stops import named_stop, stop_note
 from . import bwrap, disk, enforcement, host_dir, network
@@ -75,6 +74,9 @@ from .cgroup import MemoryCgroup
 from .launcher import LAUNCHER_LOST, Job, Launcher, LauncherError, Settings
 from .longlived import LongLived
 from .process import CappedBuffer, pump, supervise, write_all
+
+if TYPE_CHECKING:  # or a `PlainLimits` (`coderoom sandbox run`): no pydantic here
+    from ..limits import Limits
 
 MAX_OPEN_FILES = 512  # RLIMIT_NOFILE of every sandbox process
 MAX_PROCESSES = 8  # long-lived processes running at once
@@ -449,6 +451,8 @@ class LocalSandbox:
         async with self._quiet:
             await self._quiet.wait_for(lambda: self._active_commands == 0 and not self._archiving)
             self._archiving = True
+        from ...hostile import archive as hostile_archive  # tarfile: not for a sandbox that never archives
+
         try:
             return await asyncio.to_thread(
                 hostile_archive.archive, self.workspace_dir, skip=set(skip), max_bytes=self.limits.workspace_size
@@ -460,6 +464,8 @@ class LocalSandbox:
 
     async def hydrate(self, tar: IO[bytes]) -> None:
         """Unpack `tar` with the hardened extraction; OSError or ValueError if it is refused."""
+        from ...hostile import archive as hostile_archive
+
         limit = self.limits.workspace_size
         await asyncio.to_thread(hostile_archive.safe_extract_tar, tar, self.workspace_dir, max_bytes=limit)
         ids = bwrap.host_id()
