@@ -173,12 +173,13 @@ class LocalSandbox:
     def _launch(self) -> bwrap.Launch:
         """Made on first use: as root, the mount namespace with the runtime views (see bwrap)."""
         if self._launch_cache is None:
+            self._memory = MemoryCgroup.for_session(self.limits.memory)
             if bwrap.host_id() is None:
                 self._launch_cache = bwrap.direct(self._bwrap)
             else:
                 self._namespace_fd = bwrap.views_namespace(self._views)
-                self._launch_cache = bwrap.as_unprivileged(self._bwrap, self._namespace_fd)
-            self._memory = MemoryCgroup.for_session(self.limits.memory)
+                hooked = self._memory is not None  # a pre-exec hook runs anyway: no nsenter
+                self._launch_cache = bwrap.as_unprivileged(self._bwrap, self._namespace_fd, hooked=hooked)
             if self._memory is not None:
                 self._launch_cache = self._memory.wrap(self._launch_cache)
         return self._launch_cache
