@@ -11,18 +11,29 @@ Commands import what they run when they run.
 
 from __future__ import annotations
 
+import atexit
+import os
 import sys
 from typing import Any
 
 
 def main() -> None:
-    """`coderoom ...`: the fast path when it applies, else the typer app."""
+    """`coderoom ...`: the fast path when it applies, else the typer app.
+
+    The fast path ends without interpreter finalization (tearing down asyncio and every module
+    took longer than the sandbox's own close): its sandbox is closed and removed by then, and
+    exit handlers and the streams are run and flushed first.
+    """
     from .sandbox_run import fast_exit_code
 
     code = fast_exit_code(sys.argv[1:])
-    if code is not None:
-        sys.exit(code)
-    _typer_app()()
+    if code is None:
+        _typer_app()()
+        return
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _typer_app() -> Any:
