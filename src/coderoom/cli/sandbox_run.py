@@ -152,13 +152,17 @@ def execute(
     copy_back_all: bool,
     progress: Callable[[str], None],
 ) -> int:
-    """Run `command` in a fresh sandbox, write its output, and return its exit code."""
+    """Run `command` in a fresh sandbox, write its output, and return its exit code. A signal
+    ends it with `interrupts.Interrupted` once the sandbox is gone (see `run_interruptible`)."""
     import asyncio
 
+    from ..interrupts import run_interruptible
     from ..sandboxes.oneshot import run_once
 
     get_backend(spec.backend).prepare(spec, progress)  # type: ignore[arg-type]
-    result = asyncio.run(run_once(spec, command, workspace, copy_back_all=copy_back_all))  # type: ignore[arg-type]
+    # SIGINT/SIGTERM/SIGHUP: the sandbox is closed and removed, then `Interrupted` (exit 128+N)
+    once = run_once(spec, command, workspace, copy_back_all=copy_back_all)  # type: ignore[arg-type]
+    result = asyncio.run(run_interruptible(once))
     _write(sys.stdout.buffer, result.stdout)
     _write(sys.stderr.buffer, result.stderr)
     if result.copied_out is not None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import SandboxUnavailable
+from ..interrupts import finish_uncancelled
 from .base import EXIT_TIMEOUT
 from .registry import get_backend
 
@@ -63,5 +64,5 @@ async def run_once(
                 refuse = None if copy_back_all else await asyncio.to_thread(hook_refusal, out)
                 report = await asyncio.to_thread(safe_extract_tar, out, workspace, max_bytes=limit, refuse=refuse)
     finally:
-        await asyncio.shield(sandbox.close())
+        await finish_uncancelled(sandbox.close())  # a signal's cancel never cuts the cleanup short
     return OneShotResult(result.exit_code, result.stdout, result.stderr, report)

@@ -173,7 +173,7 @@ class LocalSandbox:
     def _launch(self) -> bwrap.Launch:
         """Made on first use: as root, the mount namespace with the runtime views (see bwrap)."""
         if self._launch_cache is None:
-            self._memory = MemoryCgroup.for_session(self.limits.memory)
+            self._memory = MemoryCgroup.for_session(self.limits.memory, self.host_dir / host_dir.CGROUP_FILE)
             if bwrap.host_id() is None:
                 self._launch_cache = bwrap.direct(self._bwrap)
             else:
