@@ -12,8 +12,10 @@ errors and their exit code (2) are therefore typer's own; what both paths run is
 
 from __future__ import annotations
 
+import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import IO, TYPE_CHECKING, Any
@@ -62,6 +64,7 @@ OPTIONS = (
     Option("pids", int, None, "processes and threads"),
 )
 COMMAND_HELP = "the command and its arguments (after --)"
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # as `interrupts.SIGNALS`, which imports asyncio
 SUMMARY = "Run one command in a fresh sandbox; exit with its status (124 timeout, 137 killed)."
 
 
@@ -137,9 +140,12 @@ def fast_exit_code(argv: list[str]) -> int | None:
     if spec is None:
         return None
     try:
-        if not getattr(get_backend(spec.backend), "plain_spec", False):
+        backend = get_backend(spec.backend)
+        if not getattr(backend, "plain_spec", False):
             return None
-        return execute(spec, command, None, copy_back_all=False, progress=_progress)
+        with _signals_raise():  # until the event loop takes them over (see `execute`)
+            early = backend.prestart(spec) if hasattr(backend, "prestart") else None
+            return execute(spec, command, None, copy_back_all=False, progress=_progress, early=early)
     except CoderoomError as exc:
         return show(exc.message, exc.exit_code)
 
@@ -151,28 +157,60 @@ def execute(
     *,
     copy_back_all: bool,
     progress: Callable[[str], None],
+    early: Any = None,
 ) -> int:
     """Run `command` in a fresh sandbox, write its output, and return its exit code. A signal
-    ends it with `interrupts.Interrupted` once the sandbox is gone (see `run_interruptible`)."""
-    import asyncio
+    ends it with `interrupts.Interrupted` once the sandbox is gone (see `run_interruptible`).
+    `early`: the sandbox a backend's `prestart` started (before this loaded asyncio)."""
+    try:
+        import asyncio
 
-    from ..interrupts import run_interruptible
-    from ..sandboxes.oneshot import run_once
+        from ..interrupts import run_interruptible
+        from ..sandboxes.oneshot import run_once
 
-    get_backend(spec.backend).prepare(spec, progress)  # type: ignore[arg-type]
-    # SIGINT/SIGTERM/SIGHUP: the sandbox is closed and removed, then `Interrupted` (exit 128+N)
-    once = run_once(spec, command, workspace, copy_back_all=copy_back_all)  # type: ignore[arg-type]
-    result = asyncio.run(run_interruptible(once))
-    _write(sys.stdout.buffer, result.stdout)
-    _write(sys.stderr.buffer, result.stderr)
-    if result.copied_out is not None:
-        from ..hostile.planted import HOOK_REASON
+        get_backend(spec.backend).prepare(spec, progress)  # type: ignore[arg-type]
+        # SIGINT/SIGTERM/SIGHUP: the sandbox is closed and removed, then `Interrupted` (exit 128+N)
+        once = run_once(spec, command, workspace, copy_back_all=copy_back_all,  # type: ignore[arg-type]
+                        start=early.finish if early is not None else None)  # fmt: skip
+        result = asyncio.run(run_interruptible(once))
+        _write(sys.stdout.buffer, result.stdout)
+        _write(sys.stderr.buffer, result.stderr)
+        if result.copied_out is not None:
+            from ..hostile.planted import HOOK_REASON
 
-        for name, reason in result.copied_out.refused:
-            sys.stderr.write(terminal_safe(f"coderoom: not copied out: {name!r}: {reason}") + "\n")
-        if any(reason == HOOK_REASON for _, reason in result.copied_out.refused):
-            sys.stderr.write("coderoom: --copy-back-all copies hook files too\n")
-    return result.exit_code
+            for name, reason in result.copied_out.refused:
+                sys.stderr.write(terminal_safe(f"coderoom: not copied out: {name!r}: {reason}") + "\n")
+            if any(reason == HOOK_REASON for _, reason in result.copied_out.refused):
+                sys.stderr.write("coderoom: --copy-back-all copies hook files too\n")
+        return result.exit_code
+    except _Signalled as signalled:  # outside the event loop's handling (see `_signals_raise`)
+        from ..interrupts import Interrupted
+
+        raise Interrupted(signalled.signum) from None
+    finally:
+        if early is not None:
+            early.abandon()  # nothing if the sandbox was handed out (run_once closed it)
+
+
+class _Signalled(BaseException):
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+
+
+def _raise_signalled(signum: int, _frame: object) -> None:
+    raise _Signalled(signum)
+
+
+@contextmanager
+def _signals_raise() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP raise `_Signalled` here, so a sandbox started before the event
+    loop runs (`prestart`) is removed; `interrupts.run_interruptible` handles them in the loop."""
+    previous = {signum: signal.signal(signum, _raise_signalled) for signum in _SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _progress(line: str) -> None:

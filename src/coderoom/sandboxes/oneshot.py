@@ -24,7 +24,10 @@ from .base import EXIT_TIMEOUT
 from .registry import get_backend
 
 if TYPE_CHECKING:  # the archive code (tarfile) loads only with a workspace; the spec may be plain
+    from collections.abc import Awaitable, Callable
+
     from ..hostile.archive import ExtractReport
+    from .core import Sandbox
     from .spec import SandboxSpec
 
 
@@ -41,9 +44,15 @@ class OneShotResult:
 
 
 async def run_once(
-    spec: SandboxSpec, argv: list[str], workspace: Path | None, *, copy_back_all: bool = False
+    spec: SandboxSpec,
+    argv: list[str],
+    workspace: Path | None,
+    *,
+    copy_back_all: bool = False,
+    start: Callable[[], Awaitable[Sandbox]] | None = None,
 ) -> OneShotResult:
-    """Run `argv` (no shell) in a new sandbox with `spec`; copy `workspace` in and back out."""
+    """Run `argv` (no shell) in a new sandbox with `spec`; copy `workspace` in and back out.
+    `start`: the sandbox is already on its way (a backend's `prestart(spec).finish`)."""
     backend = get_backend(spec.backend)
     reason = backend.unavailable_reason(spec)
     if reason is not None:
@@ -52,7 +61,7 @@ async def run_once(
         from ..hostile.archive import archive, safe_extract_tar
         from ..hostile.planted import hook_refusal
     limit = spec.limits.workspace_size
-    sandbox = await backend.start(spec)
+    sandbox = await (start() if start is not None else backend.start(spec))
     try:
         if workspace is not None:
             with await asyncio.to_thread(archive, workspace, skip=set(), max_bytes=limit) as tar:

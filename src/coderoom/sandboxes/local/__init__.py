@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # bwrap, pydantic and the sandbox load when a sandbox is aske
     from pydantic import BaseModel
 
     from ..spec import SandboxSpec
-    from . import bwrap
+    from . import bwrap, spawn
     from .sandbox import LocalSandbox
 
 
@@ -62,6 +62,14 @@ class LocalBackend:
             raise
         return sandbox
 
+    def prestart(self, spec: SandboxSpec) -> Prestarted | None:
+        """Start `spec`'s sandbox now, before the caller loads asyncio (see `spawn`); None when
+        `start` must do it all (network on, no usable bwrap: `start` then says why)."""
+        from . import spawn
+
+        early = spawn.prestart(spec.limits)
+        return None if early is None else Prestarted(*early)
+
     def client(self, spec: SandboxSpec) -> tuple[Any, None]:
         from .session import LocalSandboxClient
 
@@ -74,6 +82,30 @@ class LocalBackend:
 
     def commands(self) -> None:
         return None
+
+
+class Prestarted:
+    """A sandbox whose launcher `spawn.prestart` started: `finish` (in the event loop) hands out
+    the `LocalSandbox`; `abandon` removes it if it is never wanted."""
+
+    def __init__(self, plan: spawn.SandboxPlan, started: spawn.Started) -> None:
+        self._parts: tuple[spawn.SandboxPlan, spawn.Started] | None = (plan, started)
+
+    async def finish(self) -> LocalSandbox:
+        from .sandbox import LocalSandbox
+
+        assert self._parts is not None, "finished or abandoned already"
+        parts, self._parts = self._parts, None
+        return LocalSandbox.adopt(*parts)
+
+    def abandon(self) -> None:
+        if self._parts is not None:
+            (plan, started), self._parts = self._parts, None
+            started.close()
+            plan._release_launch()
+            from ...hostile import tree
+
+            tree.remove_tree(plan.host_dir)
 
 
 def _bubblewrap(spec: SandboxSpec) -> bwrap.Bwrap:

@@ -17,8 +17,6 @@ import signal
 import subprocess
 from collections.abc import Awaitable, Callable
 
-from .bwrap import Launch
-
 _CHUNK = 65536
 _KILL_GRACE_S = 5.0
 
@@ -56,45 +54,17 @@ class CappedBuffer:
 Watchdog = Callable[[], Awaitable[str | None]]
 
 
-def memfd(name: str, data: bytes) -> int:
-    """An anonymous in-memory file holding `data`, positioned at its start (close-on-exec)."""
-    fd = os.memfd_create(name, os.MFD_CLOEXEC)
-    os.write(fd, data)
-    os.lseek(fd, 0, os.SEEK_SET)
-    return fd
-
-
 class BwrapProcess:
     """A running `bwrap --args FD <command>`, its exit watched through a pidfd in the event loop.
 
-    Started with a plain `subprocess.Popen` (Python can vfork() it): asyncio's subprocess
+    Started with a plain `subprocess.Popen` (`spawn.start_bwrap`): asyncio's subprocess
     machinery would add pipe transports and a child-watcher thread to every session start.
     bwrap's stdin and stdout are /dev/null; `stderr` is the read end of its stderr pipe.
     """
 
-    def __init__(self, launch: Launch, args: list[str], command: list[str], pass_fds: tuple[int, ...]) -> None:
-        status_r, status_w = os.pipe2(os.O_CLOEXEC)
-        err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        full = ["--json-status-fd", str(status_w), *args]
-        args_fd = memfd("args", b"\0".join(a.encode() for a in full) + b"\0")
-        try:
-            self.popen = subprocess.Popen(
-                [*launch.argv, "--args", str(args_fd), *command],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=err_w,
-                env=launch.env,  # bwrap's own pid 1 keeps it, readable from inside (catalogue §3.1)
-                pass_fds=(status_w, args_fd, *pass_fds),
-                executable=launch.executable,
-                preexec_fn=launch.preexec,
-            )
-        except BaseException:
-            os.close(status_r)
-            os.close(err_r)
-            raise
-        finally:
-            for fd in (status_w, args_fd, err_w):
-                os.close(fd)
+    def __init__(self, popen: subprocess.Popen[bytes], status_r: int, err_r: int) -> None:
+        """Watch a bwrap started by `spawn.start_bwrap` (the pipes' read ends are ours now)."""
+        self.popen = popen
         self.stderr = err_r
         self._status_r = status_r
         self._child: int | None = None
