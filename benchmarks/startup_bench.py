@@ -46,24 +46,24 @@ RUN = ["sandbox", "run", "--sandbox", "local", "--", "true"]
 DOCKER = "docker run --rm --network none IMAGE true"
 FAST_IMPORTS = "import coderoom.cli.sandbox_run, coderoom.sandboxes.oneshot, coderoom.sandboxes.local.sandbox"
 
-# One `sandbox run -- true`, stage by stage, as the fast path runs it; prints {stage: seconds}.
-STAGES = f"""
+# One `sandbox run -- true`, stage by stage, as the fast path runs it; prints [[stage, seconds]].
+STAGES = """
 import time
 started = time.perf_counter()
-{FAST_IMPORTS}
-import asyncio, json
+from types import SimpleNamespace
 from coderoom.sandboxes.limit_values import PlainLimits
-from coderoom.sandboxes.local import bwrap
-from coderoom.sandboxes.local.sandbox import LocalSandbox
-marks = [("imports (after the interpreter and site)", time.perf_counter())]
+from coderoom.sandboxes.local import backend
+marks = [("coderoom's light modules (errors, registry, limit values)", time.perf_counter())]
 def mark(name):
     marks.append((name, time.perf_counter()))
+early = backend.prestart(SimpleNamespace(backend="local", limits=PlainLimits()))
+mark("prestart: bwrap modules, probe (cached), folder, cgroup, views namespace, bwrap spawned")
+import asyncio, json
+import coderoom.cli.sandbox_run, coderoom.sandboxes.oneshot, coderoom.sandboxes.local.sandbox
+mark("asyncio and the sandbox code load (the launcher starts meanwhile)")
 async def main():
-    bw, _ = bwrap.probe(); mark("bwrap probe (cached in the user's cache dir)")
-    sandbox = await LocalSandbox.create(PlainLimits(), bw); mark("host folder, lease, /etc")
-    sandbox._launch(); mark("memory cgroup, runtime views namespace")
-    await sandbox.start(); mark("bwrap spawned (launcher sent)")
-    await sandbox.exec(["true"]); mark("launcher start + `true` run and reaped")
+    sandbox = await early.finish(); mark("the launcher adopted by the event loop")
+    await sandbox.exec(["true"]); mark("`true` run and reaped (waits for the launcher if not ready)")
     await sandbox.close(); mark("launcher stopped, cgroup and folder removed")
 asyncio.run(main())
 print(json.dumps([(name, at - before) for (name, at), (_, before) in zip(marks, [("", started)] + marks)]))

@@ -160,22 +160,27 @@ class SandboxPlan:
 
 def prestart(limits: Limits) -> tuple[SandboxPlan, Started] | None:
     """A new sandbox's plan and its bwrap already running the launcher, or None when that cannot
-    be done here and now (no usable bwrap, network on: `LocalSandbox.start` then does it all and
-    reports why). Everything made is removed again on failure."""
+    be done here and now (no usable bwrap, network on, an OSError: `LocalSandbox.start` then does
+    it all and reports why). Everything made is removed again on failure."""
     bw, _ = bwrap.probe()
     if bw is None or limits.network:
         return None
-    folder = host_dir.make(limits.network)
+    try:
+        folder = host_dir.make(limits.network)
+    except OSError:
+        return None
     plan = None
     try:
         plan = SandboxPlan(limits, bw, folder)
         return plan, plan._spawn()
-    except BaseException:
+    except BaseException as exc:
         if plan is not None:
             plan._release_launch()
         from ...hostile import tree
 
         tree.remove_tree(folder)
+        if isinstance(exc, OSError):
+            return None
         raise
 
 
