@@ -168,7 +168,9 @@ def main() -> None:
     also = [src.resolve() for src in args.also]
     for package in [Path(coderoom.__file__).parent, *(src / "coderoom" for src in also)]:
         compileall.compile_dir(package, quiet=1)
+    load_before = os.getloadavg()[0]
     text = report(measure(args.runs, also), also) + "\n\n" + stage_report(stages(args.runs))
+    text += f"\n\nLoad average (1 min) {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end."
     print(text)
     if args.write_docs:
         stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -138,3 +139,24 @@ def test_exit_codes_are_the_same(argv: list[str], code: int) -> None:
     fast, full = _cli(FAST, "sandbox", "run", *argv), _cli(TYPER, "sandbox", "run", *argv)
     assert fast.returncode == full.returncode == code, (fast.stderr, full.stderr)
     assert fast.stdout == full.stdout
+
+
+def test_a_prestarted_sandbox_never_used_leaves_nothing_behind() -> None:
+    """`prestart` starts bwrap before asyncio loads; abandoned (an error or a signal before the
+    event loop), its processes, memory cgroup and folder go."""
+    from types import SimpleNamespace
+
+    from coderoom.sandboxes.limit_values import PlainLimits
+    from coderoom.sandboxes.local import backend, host_dir
+
+    require_backend("local")
+    early = backend.prestart(SimpleNamespace(backend="local", limits=PlainLimits()))  # type: ignore[arg-type]
+    assert early is not None
+    plan, started = early._parts
+    record = plan.host_dir / host_dir.CGROUP_FILE
+    group = Path(record.read_text()) if record.exists() else None
+    pid = started.popen.pid
+    early.abandon()
+    assert started.popen.returncode is not None and not Path(f"/proc/{pid}").exists()
+    assert not plan.host_dir.exists()
+    assert group is None or not group.exists()

@@ -143,9 +143,11 @@ def fast_exit_code(argv: list[str]) -> int | None:
         backend = get_backend(spec.backend)
         if not getattr(backend, "plain_spec", False):
             return None
-        with _signals_raise():  # until the event loop takes them over (see `execute`)
+        with _signals_raise():  # outside the event loop, which handles them itself (see `execute`)
             early = backend.prestart(spec) if hasattr(backend, "prestart") else None
             return execute(spec, command, None, copy_back_all=False, progress=_progress, early=early)
+    except _Signalled as signalled:  # the same words and code as `interrupts.Interrupted`
+        return show(f"interrupted by {signal.Signals(signalled.signum).name}", 128 + signalled.signum)
     except CoderoomError as exc:
         return show(exc.message, exc.exit_code)
 
@@ -183,10 +185,6 @@ def execute(
             if any(reason == HOOK_REASON for _, reason in result.copied_out.refused):
                 sys.stderr.write("coderoom: --copy-back-all copies hook files too\n")
         return result.exit_code
-    except _Signalled as signalled:  # outside the event loop's handling (see `_signals_raise`)
-        from ..interrupts import Interrupted
-
-        raise Interrupted(signalled.signum) from None
     finally:
         if early is not None:
             early.abandon()  # nothing if the sandbox was handed out (run_once closed it)

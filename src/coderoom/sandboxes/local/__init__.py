@@ -99,10 +99,14 @@ class Prestarted:
         return LocalSandbox.adopt(*parts)
 
     def abandon(self) -> None:
+        """Remove it (a cgroup still busy leaves the folder, with its lease, to `prune`)."""
         if self._parts is not None:
             (plan, started), self._parts = self._parts, None
             started.close()
-            plan._release_launch()
+            try:
+                plan._release_launch()
+            except OSError:
+                return
             from ...hostile import tree
 
             tree.remove_tree(plan.host_dir)

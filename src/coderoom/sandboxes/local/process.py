@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import subprocess
 from collections.abc import Awaitable, Callable
+
+from .spawn import child_pid
 
 _CHUNK = 65536
 _KILL_GRACE_S = 5.0
@@ -87,7 +88,7 @@ class BwrapProcess:
                 await asyncio.wait({readable, self.exited}, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 loop.remove_reader(self._status_r)
-            self._child = _child_pid(self._status_r)
+            self._child = child_pid(self._status_r)
         return self._child
 
     def _on_exit(self) -> None:
@@ -120,7 +121,7 @@ class BwrapProcess:
         Without a known pid 1 (bwrap has not reported it yet), kill bwrap: --die-with-parent
         takes its init down with it.
         """
-        child = self._child or _child_pid(self._status_r)
+        child = self._child or child_pid(self._status_r)
         try:
             if child is None:
                 raise ProcessLookupError
@@ -217,17 +218,3 @@ async def write_all(fd: int, data: bytes) -> None:
         await done
     finally:
         loop.remove_writer(fd)
-
-
-def _child_pid(status_r: int) -> int | None:
-    os.set_blocking(status_r, False)
-    try:
-        data = os.read(status_r, 65536)
-    except BlockingIOError:
-        return None
-    for line in data.decode(errors="replace").splitlines():
-        with contextlib.suppress(ValueError):
-            pid = json.loads(line).get("child-pid")
-            if isinstance(pid, int):
-                return pid
-    return None

@@ -13,13 +13,18 @@ on one core while the host loads on the other; nothing of the sandbox differs.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
+import json
 import marshal
 import os
 import resource
+import select
+import signal
 import socket
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,6 +38,7 @@ if TYPE_CHECKING:  # or a `PlainLimits` (`coderoom sandbox run`)
     from ..limits import Limits
 
 MAX_OPEN_FILES = 512  # RLIMIT_NOFILE of every sandbox process
+KILL_WAIT_S = 5.0  # for an abandoned bwrap to report its pid 1, and to exit once it is killed
 LAUNCHER_PATH = "/opt/coderoom/launcher.pyc"
 SECCOMP_PATH = "/opt/coderoom/seccomp.bpf"
 SETTINGS_PATH = "/opt/coderoom/launcher.settings"
@@ -78,9 +84,28 @@ class Started:
     sock: socket.socket  # the launcher's control socket, host end (non-blocking)
 
     def close(self) -> None:
-        """Never adopted: kill bwrap (--die-with-parent takes the sandbox with it) and close ours."""
-        self.popen.kill()
-        self.popen.wait()
+        """Never adopted: SIGKILL the sandbox's pid 1 (its namespace dies with it) and wait for
+        bwrap, which reaps it (so its memory cgroup empties), as `BwrapProcess.kill` does; bwrap
+        itself if it never reported pid 1 within KILL_WAIT_S."""
+        child = None
+        end = time.monotonic() + KILL_WAIT_S
+        while child is None and self.popen.poll() is None and time.monotonic() < end:
+            if select.select([self.status_r], [], [], 0.05)[0]:
+                child = child_pid(self.status_r)
+                time.sleep(0 if child else 0.01)  # EOF stays readable: bwrap is exiting
+        with contextlib.suppress(OSError):
+            if child is None:
+                raise ProcessLookupError
+            pidfd = os.pidfd_open(child)
+            try:
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            finally:
+                os.close(pidfd)
+        try:
+            self.popen.wait(KILL_WAIT_S)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait()
         for fd in (self.status_r, self.stderr):
             os.close(fd)
         self.sock.close()
@@ -262,3 +287,18 @@ def _compiled_launcher() -> bytes:
     `__pycache__`: its code objects would carry the host path of the source into the sandbox.)"""
     code = compile(LAUNCHER_SOURCE.read_text(), "launcher_inner.py", "exec", dont_inherit=True)
     return importlib.util.MAGIC_NUMBER + bytes(12) + marshal.dumps(code)  # flags, mtime, size: 0
+
+
+def child_pid(status_r: int) -> int | None:
+    """The sandbox's pid 1 (host pid) from bwrap's --json-status-fd, if it has said it yet."""
+    os.set_blocking(status_r, False)
+    try:
+        data = os.read(status_r, 65536)
+    except BlockingIOError:
+        return None
+    for line in data.decode(errors="replace").splitlines():
+        with contextlib.suppress(ValueError):
+            pid = json.loads(line).get("child-pid")
+            if isinstance(pid, int):
+                return pid
+    return None
