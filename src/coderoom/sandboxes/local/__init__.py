@@ -3,6 +3,8 @@
 * `sandbox`: `LocalSandbox`, the sandbox itself through the SDK-free core API (`start` hands
   one out); `host_dir`: its private folder on the host;
 * `bwrap`: finding bubblewrap, the runtime binds, the synthetic /etc, bwrap's arguments;
+  `probe_cache`: the probe's answer kept between processes (data, not trust);
+* `spawn`: the start up to bwrap running the launcher, without asyncio (`prestart`);
 * `launcher` (host side) and `inside/launcher_inner` (in the sandbox, standard library only):
   one launcher per sandbox forks each command into namespaces of its own;
 * `process`: pipes, bounded buffers and supervision of one command; `longlived`: processes
