@@ -144,10 +144,9 @@ async def main() -> None:
         "namespaces, a fresh /proc, /tmp and /dev/shm, no capabilities, seccomp and rlimits. "
         f"Targets for coderoom local: start p50 <= 25, exec p50 <= 5, close p50 <= 10. "
         + (
-            "This run was as root: the session's bwrap then starts as uid 65534 in a per-session "
-            "mount namespace that makes the runtime reachable (bwrap.views_namespace), entered in "
-            "the memory cgroup's pre-exec hook (without a cgroup: through `nsenter`, one exec more "
-            "per session than as a normal user). "
+            "This run was as root: the session's bwrap then starts as uid 65534 through `nsenter` "
+            "into a per-session mount namespace that makes the runtime reachable "
+            "(bwrap.views_namespace), one exec more per session than as a normal user. "
             if os.geteuid() == 0
             else ""
         )

@@ -198,17 +198,15 @@ def views_namespace(binds: list[tuple[Path, Path]]) -> int:
     return outcome[0]
 
 
-def as_unprivileged(bw: Bwrap, namespace_fd: int, *, hooked: bool = False) -> Launch:
+def as_unprivileged(bw: Bwrap, namespace_fd: int) -> Launch:
     """Start bwrap in the views namespace as uid/gid 65534 with no other groups.
 
     Through util-linux `nsenter`, spawned without a pre-exec hook, so Python can vfork() rather
-    than fork() a large host process (about 6 ms saved per session start). Without nsenter, or
-    when the caller adds a pre-exec hook anyway (`hooked`: the memory cgroup's, so Python forks
-    regardless), the same steps run in a pre-exec hook: no nsenter to exec, nor to check first
-    (about 3 ms of a session start).
+    than fork() a large host process (about 6 ms saved per session start). Without nsenter, the same
+    steps run in a pre-exec hook.
     """
     ids = str(UNPRIVILEGED_HOST_ID)
-    nsenter = None if hooked else _nsenter()
+    nsenter = _nsenter()
     if nsenter:
         # the namespace by our /proc path (a passed fd would stay open inside the sandbox), and
         # bwrap by name, found on a PATH of its own directory (/proc/1/cmdline shows no path)

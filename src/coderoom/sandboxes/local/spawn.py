@@ -139,8 +139,7 @@ class SandboxPlan:
                 self._launch_cache = bwrap.direct(self._bwrap)
             else:
                 self._namespace_fd = bwrap.views_namespace(self._views)
-                hooked = self._memory is not None  # a pre-exec hook runs anyway: no nsenter
-                self._launch_cache = bwrap.as_unprivileged(self._bwrap, self._namespace_fd, hooked=hooked)
+                self._launch_cache = bwrap.as_unprivileged(self._bwrap, self._namespace_fd)
             if self._memory is not None:
                 self._launch_cache = self._memory.wrap(self._launch_cache)
         return self._launch_cache
