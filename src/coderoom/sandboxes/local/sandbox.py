@@ -56,28 +56,26 @@ import asyncio
 import errno
 import io
 import os
-import resource
 from collections.abc import Mapping, Sequence, Set
 from pathlib import Path, PurePosixPath
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from ...errors import SandboxFailed
-from ...hostile import archive as hostile_archive
-from ...hostile import snapshot as hostile_snapshot
 from ...hostile import tree
 from ...hostile.names import safe_relative_path
 from ..base import EXIT_KILLED, EXIT_TIMEOUT
 from ..core import READ_IN_WORKSPACE, CommandResult
-from ..limits import CPU_KILL_GRACE_S, Limits
-from ..seccomp import host_arch
 from ..stops import named_stop, stop_note
-from . import bwrap, disk, enforcement, host_dir, network
-from .cgroup import MemoryCgroup
-from .launcher import LAUNCHER_LOST, Job, Launcher, LauncherError, Settings
+from . import bwrap, disk, host_dir, network
+from .launcher import LAUNCHER_LOST, Job, Launcher, LauncherError
 from .longlived import LongLived
 from .process import CappedBuffer, pump, supervise, write_all
+from .spawn import BASE_ENV, SandboxPlan, Started, with_library_path
 
-MAX_OPEN_FILES = 512  # RLIMIT_NOFILE of every sandbox process
+if TYPE_CHECKING:  # or a `PlainLimits` (`coderoom sandbox run`): no pydantic here
+    from ...hostile import snapshot as hostile_snapshot
+    from ..limits import Limits
+
 MAX_PROCESSES = 8  # long-lived processes running at once
 PROCESS_POLL_S = 0.25  # how often the long-lived processes' workspace watchdog looks
 PROCESS_WALK_AT_LEAST_S = 5.0  # and walks the workspace at least this often while they run
@@ -93,27 +91,7 @@ CREATE_IN_SANDBOX = (
     'mkdir -p -- "$(dirname -- "$1")" && set -C && exec cat > "$1"'
 )
 
-BASE_ENV = {
-    "PATH": ":".join(
-        dict.fromkeys(
-            [bwrap.runtime().bin_dir, f"{bwrap.RUNTIME_MOUNT}/bin", "/usr/local/bin", "/usr/bin", "/bin"]
-        )
-    ),
-    "HOME": "/tmp",
-    "TMPDIR": "/tmp",
-    "USER": "sandbox",
-    "LOGNAME": "sandbox",
-    "SHELL": "/bin/sh",
-    "LANG": "C.UTF-8",
-    "TZ": "UTC",
-    "TERM": "dumb",
-    "MPLBACKEND": "Agg",
-    "PYTHONDONTWRITEBYTECODE": "1",
-    "PYTHONNOUSERSITE": "1",
-}
-
-
-class LocalSandbox:
+class LocalSandbox(SandboxPlan):
     """A local sandbox over one host folder; `coderoom.sandboxes.core.Sandbox` and more.
 
     Beyond the core protocol: `open_file` (a stream rather than bytes), `make_dir`,
@@ -121,21 +99,11 @@ class LocalSandbox:
     """
 
     def __init__(self, limits: Limits, bw: bwrap.Bwrap, folder: Path) -> None:
-        self.limits = limits
-        self.host_dir = folder
-        self._bwrap = bw
-        arch = host_arch()
-        assert arch is not None  # unavailable_reason() refuses such hosts
-        self._seccomp = enforcement.seccomp_filter(arch)
-        self._clone_nr = arch.table["clone"]
+        super().__init__(limits, bw, folder)
         self._active_commands = 0
         self._archiving = False
         self._quiet = asyncio.Condition()
-        self._python, self._views = host_dir.python_mounts(folder)
-        self._launch_cache: bwrap.Launch | None = None
-        self._memory: MemoryCgroup | None = None  # made with the launch, removed after it
         self._egress: network.Egress | None = None  # with network on, stopped with the launcher
-        self._namespace_fd = -1
         self._launcher: Launcher | None = None
         self._launcher_lock = asyncio.Lock()
         self._processes: list[LongLived] = []
@@ -147,9 +115,13 @@ class LocalSandbox:
         folder = await asyncio.to_thread(host_dir.make, limits.network)
         return cls(limits, bw, folder)
 
-    @property
-    def workspace_dir(self) -> Path:
-        return self.host_dir / "workspace"
+    @classmethod
+    def adopt(cls, plan: SandboxPlan, started: Started) -> LocalSandbox:
+        """The sandbox `spawn.prestart` planned and whose launcher it started (in an event loop)."""
+        sandbox = cls(plan.limits, plan._bwrap, plan.host_dir)
+        sandbox._launch_cache, sandbox._memory, sandbox._namespace_fd = plan._launch_cache, plan._memory, plan._namespace_fd
+        sandbox._launcher = Launcher.adopt(started)
+        return sandbox
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -167,9 +139,7 @@ class LocalSandbox:
                     await self._launcher.close()
                 self._launcher = None
                 try:
-                    self._launcher = Launcher.spawn(
-                        self._launch(), self._bwrap_args(), bwrap.runtime().sandbox_interpreter, self._settings()
-                    )
+                    self._launcher = Launcher.adopt(self._spawn())
                 except OSError as exc:
                     raise SandboxFailed(f"cannot start bubblewrap: {exc}") from exc
                 if self.limits.network:  # a network namespace of its own, see `network`
@@ -177,19 +147,6 @@ class LocalSandbox:
                         await asyncio.to_thread(self._egress.close)
                     self._egress = await network.Egress.attach(await self._launcher.sandbox_pid())
             return self._launcher
-
-    def _launch(self) -> bwrap.Launch:
-        """Made on first use: as root, the mount namespace with the runtime views (see bwrap)."""
-        if self._launch_cache is None:
-            if bwrap.host_id() is None:
-                self._launch_cache = bwrap.direct(self._bwrap)
-            else:
-                self._namespace_fd = bwrap.views_namespace(self._views)
-                self._launch_cache = bwrap.as_unprivileged(self._bwrap, self._namespace_fd)
-            self._memory = MemoryCgroup.for_session(self.limits.memory)
-            if self._memory is not None:
-                self._launch_cache = self._memory.wrap(self._launch_cache)
-        return self._launch_cache
 
     async def stop(self) -> None:
         """Stop the launcher (every command and long-lived process dies with it); the workspace
@@ -202,13 +159,7 @@ class LocalSandbox:
         if self._egress is not None:
             await asyncio.to_thread(self._egress.close)
             self._egress = None
-        self._launch_cache = None
-        if self._namespace_fd >= 0:
-            os.close(self._namespace_fd)
-            self._namespace_fd = -1
-        if self._memory is not None:
-            await asyncio.to_thread(self._memory.remove)
-            self._memory = None
+        await asyncio.to_thread(self._release_launch)
 
     async def close(self) -> None:
         """Stop everything and delete the host folder (only one `host_dir` made). Idempotent."""
@@ -288,34 +239,10 @@ class LocalSandbox:
         """Hand `argv` to the sandbox's launcher, starting the launcher first if needed."""
         launcher = await self._ensure_launcher()
         try:
-            return launcher.start_job(argv, {**_with_library_path(BASE_ENV), **(env or {})}, stdin=stdin)
+            return launcher.start_job(argv, {**with_library_path(BASE_ENV), **(env or {})}, stdin=stdin)
         except LauncherError as exc:
             await launcher.close()
             raise SandboxFailed(str(exc)) from exc
-
-    def _bwrap_args(self) -> list[str]:
-        mounts = bwrap.Mounts(
-            etc_dir=self.host_dir / "etc",
-            workspace_dir=self.workspace_dir,
-            python=self._python,
-            tmp_size=self.limits.tmp_size,
-            network=self.limits.network,
-        )
-        launcher_env = _with_library_path({"PATH": BASE_ENV["PATH"], "LANG": "C.UTF-8"})
-        return bwrap.build_args(self._bwrap, mounts, launcher_env)
-
-    def _settings(self) -> Settings:
-        limits = self.limits
-        file_size = min(limits.file_size, limits.workspace_size)
-        rlimits = [
-            (resource.RLIMIT_CORE, 0, 0),
-            (resource.RLIMIT_NOFILE, MAX_OPEN_FILES, MAX_OPEN_FILES),
-            (resource.RLIMIT_CPU, limits.cpu_time, limits.cpu_time + CPU_KILL_GRACE_S),
-            (resource.RLIMIT_FSIZE, file_size, file_size),  # no file outgrows the workspace
-            (resource.RLIMIT_AS, limits.memory, limits.memory),
-            (resource.RLIMIT_NPROC, limits.pids, limits.pids),
-        ]
-        return Settings(self._seccomp, self._clone_nr, rlimits, limits.tmp_size)
 
     async def _workspace_watchdog(self) -> str | None:
         return await asyncio.to_thread(self._workspace_over_limit)
@@ -491,6 +418,8 @@ class LocalSandbox:
         async with self._quiet:
             await self._quiet.wait_for(lambda: self._active_commands == 0 and not self._archiving)
             self._archiving = True
+        from ...hostile import archive as hostile_archive  # tarfile: not for a sandbox that never archives
+
         try:
             return await asyncio.to_thread(
                 hostile_archive.archive,
@@ -506,6 +435,8 @@ class LocalSandbox:
 
     async def hydrate(self, tar: IO[bytes]) -> None:
         """Unpack `tar` with the hardened extraction; OSError or ValueError if it is refused."""
+        from ...hostile import archive as hostile_archive
+
         limit = self.limits.workspace_size
         await asyncio.to_thread(hostile_archive.safe_extract_tar, tar, self.workspace_dir, max_bytes=limit)
         ids = bwrap.host_id()
@@ -517,6 +448,8 @@ class LocalSandbox:
         symlinks): checked whole before anything is written, then written on the host without
         following a symlink, every entry owned by the sandbox's host uid. SnapshotRefused names
         the member and the reason; nothing is written then."""
+        from ...hostile import snapshot as hostile_snapshot  # tarfile: only for a snapshot
+
         checked = await asyncio.to_thread(hostile_snapshot.check, tar, max_bytes=self.limits.workspace_size)
         try:
             await self.restore_checked(checked)
@@ -525,6 +458,8 @@ class LocalSandbox:
 
     async def restore_checked(self, checked: hostile_snapshot.Snapshot) -> None:
         """Write a snapshot `hostile_snapshot.check` accepted (see `restore_snapshot`)."""
+        from ...hostile import snapshot as hostile_snapshot
+
         await asyncio.to_thread(hostile_snapshot.restore, checked, self.workspace_dir, owner=bwrap.host_id())
 
 
@@ -533,12 +468,6 @@ def _checked(path: PurePosixPath, *, root_ok: bool = False) -> PurePosixPath:
     if root_ok and str(path) in ("", "."):
         return PurePosixPath(".")
     return safe_relative_path(str(path))
-
-
-def _with_library_path(env: dict[str, str]) -> dict[str, str]:
-    """`env` plus LD_LIBRARY_PATH when the runtime needs it to find libpython."""
-    library_path = bwrap.runtime_library_path()
-    return {**env, "LD_LIBRARY_PATH": library_path} if library_path else dict(env)
 
 
 async def _feed_and_close(fd: int, data: bytes) -> None:
