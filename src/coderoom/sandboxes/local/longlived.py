@@ -1,10 +1,12 @@
-"""A sandbox process that outlives one command (the run_python kernel), for the local backend.
+"""A sandbox process that outlives one call (a PTY session, the run_python kernel), for the
+local backend.
 
-It is a launcher job like every command (same namespaces, seccomp filter, rlimits), but with no
-wall clock: it runs until it exits, `kill()` (`LocalSandbox.stop_processes`, `stop`), the
+It is a launcher job like every command (same namespaces, seccomp filter, rlimits, optionally on
+a terminal made inside the sandbox). It runs until it exits, its wall clock (`lifetime`, see
+`lifetimes`; none only for the kernel), `kill()` (`LocalSandbox.stop_processes`, `stop`), the
 workspace watchdog, or the host process dies (--die-with-parent). Like a command's, its kill
 takes its whole pid namespace. Output is kept bounded (the newest `cap` bytes) because nothing
-may ever read it.
+may ever read it; input waits at most STDIN_WRITE_S for the process to take it.
 """
 
 from __future__ import annotations
@@ -14,13 +16,20 @@ import contextlib
 import os
 from collections import deque
 
+from ..base import EXIT_TIMEOUT
+from ..lifetimes import wall_clock_note, wall_clock_stop
 from .launcher import Job
 from .process import pump, write_all
 
+STDIN_WRITE_S = 5.0  # how long input may wait for a process that does not read it
+
 
 class LongLived:
-    def __init__(self, job: Job, cap: int) -> None:
+    def __init__(self, job: Job, cap: int, *, lifetime: float | None = None, tty: bool = False) -> None:
         self.job = job
+        self.tty = tty
+        self.stopped_by: str | None = None  # the limit that killed it, named as for a command
+        self._forced_exit: int | None = None
         self._cap = cap
         self._chunks: deque[bytes] = deque()
         self._size = 0
@@ -29,6 +38,9 @@ class LongLived:
         self._closed = asyncio.Event()
         self._pumps = [asyncio.ensure_future(pump(fd, self._keep)) for fd in (job.stdout, job.stderr)]
         self._watcher = asyncio.ensure_future(self._watch())
+        self._clock: asyncio.Task[None] | None = None
+        if lifetime is not None:
+            self._clock = asyncio.ensure_future(self._wall_clock(lifetime))
 
     @property
     def alive(self) -> bool:
@@ -38,7 +50,12 @@ class LongLived:
     def exit_code(self) -> int | None:
         if not self.job.exited.done() or not self._closed.is_set():
             return None
-        return self.job.exited.result()
+        return self._forced_exit if self._forced_exit is not None else self.job.exited.result()
+
+    async def _wall_clock(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        if not self.job.exited.done():
+            await self.kill(wall_clock_note(seconds), stopped_by=wall_clock_stop(seconds), exit_code=EXIT_TIMEOUT)
 
     def _keep(self, chunk: bytes) -> None:
         self._chunks.append(chunk)
@@ -75,19 +92,30 @@ class LongLived:
         return output, closed
 
     async def write(self, data: bytes) -> None:
-        if self.job.stdin is not None and not self._closed.is_set():
-            await write_all(self.job.stdin, data)
+        """Send `data` to its stdin (its terminal, with tty); a process that does not take it
+        within STDIN_WRITE_S gets the rest dropped, with a note in its output."""
+        if self.job.stdin is None or self._closed.is_set():
+            return
+        try:
+            await asyncio.wait_for(write_all(self.job.stdin, data), STDIN_WRITE_S)
+        except asyncio.TimeoutError:
+            self._keep(f"\n[coderoom: input not read within {STDIN_WRITE_S:g} s; the rest was dropped]\n".encode())
 
-    async def kill(self, note: str = "") -> None:
-        """Kill the process's pid namespace, wait for it, release everything. Idempotent."""
+    async def kill(self, note: str = "", *, stopped_by: str | None = None, exit_code: int | None = None) -> None:
+        """Kill the process's pid namespace, wait for it, release everything. Idempotent.
+        `note` goes into its output; `stopped_by` and `exit_code` are what its end reports."""
         if not self.job.exited.done():
             if note:
                 self._chunks.append(f"\n[coderoom: {note}]\n".encode())
+            self.stopped_by = stopped_by or note or None
+            self._forced_exit = exit_code
             await self.job.kill()
         with contextlib.suppress(BaseException):
             await asyncio.wait_for(asyncio.shield(self._watcher), 5.0)
         for task in (*self._pumps, self._watcher):
             task.cancel()
+        if self._clock is not None and self._clock is not asyncio.current_task():
+            self._clock.cancel()
         if self.job.stdin is not None:
             os.close(self.job.stdin)
             self.job.stdin = None

@@ -12,9 +12,10 @@ as the processes of one container are: the network namespace (loopback and abstr
 sockets: a shell command can reach a server the kernel process started) and the hostname.
 Start is mostly the launcher's Python starting (about 20 ms here).
 
-Long-lived processes (`start_process`: the run_python kernel) run the same way but without the
-wall clock, killed by `stop_processes()`, on close, over the workspace limit, or when this
-process dies (see `longlived`). Host-side walks of the workspace tolerate it changing the tree
+Long-lived processes (`start_process`: PTY sessions, the run_python kernel) run the same way,
+optionally on a terminal made inside the sandbox, with the wall clock counted from their start
+(none for the kernel, see `lifetimes`), killed by `stop_processes()`, on close, over the
+workspace limit, or when this process dies (see `longlived`). Host-side walks of the workspace tolerate it changing the tree
 meanwhile (`hostile.tree`).
 
 The sandbox's Python is the host interpreter's (`bwrap.Runtime`): its base installation at
@@ -48,6 +49,8 @@ Limits (see `Limits`):
   the host's.
 * output_bytes: per stream, head and tail kept, the middle replaced by a truncation marker.
 * MAX_PROCESSES long-lived processes at once; MAX_OPEN_FILES descriptors per process.
+* a long-lived process has the same limits, timeout included (from its start), unless it is the
+  run_python kernel (`lifetimes.LIVES_WITH_SESSION`).
 """
 
 from __future__ import annotations
@@ -77,7 +80,7 @@ from .longlived import LongLived
 from .process import CappedBuffer, pump, supervise, write_all
 
 MAX_OPEN_FILES = 512  # RLIMIT_NOFILE of every sandbox process
-MAX_PROCESSES = 8  # long-lived processes running at once
+MAX_PROCESSES = 16  # long-lived processes (PTY sessions, the kernel) running at once
 PROCESS_POLL_S = 0.25  # how often the long-lived processes' workspace watchdog looks
 PROCESS_WALK_AT_LEAST_S = 5.0  # and walks the workspace at least this often while they run
 _PIPE_GRACE_S = 5.0  # after a command's namespace is gone, for its pipes to reach EOF
@@ -274,11 +277,13 @@ class LocalSandbox:
                 result.stderr += stop_note(result.stopped_by)
         return result
 
-    async def _start_job(self, argv: list[str], env: Mapping[str, str] | None, *, stdin: bool) -> Job:
+    async def _start_job(
+        self, argv: list[str], env: Mapping[str, str] | None, *, stdin: bool, tty: bool = False
+    ) -> Job:
         """Hand `argv` to the sandbox's launcher, starting the launcher first if needed."""
         launcher = await self._ensure_launcher()
         try:
-            return launcher.start_job(argv, {**_with_library_path(BASE_ENV), **(env or {})}, stdin=stdin)
+            return launcher.start_job(argv, {**_with_library_path(BASE_ENV), **(env or {})}, stdin=stdin, tty=tty)
         except LauncherError as exc:
             await launcher.close()
             raise SandboxFailed(str(exc)) from exc
@@ -316,12 +321,21 @@ class LocalSandbox:
 
     # ------------------------------------------------------------------ long-lived processes
 
-    async def start_process(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None) -> LongLived:
-        """Start a process that outlives this call (the run_python kernel): see `longlived`.
+    async def start_process(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        tty: bool = False,
+        lifetime: float | None = None,
+    ) -> LongLived:
+        """Start a process that outlives this call (a PTY session, the kernel): see `longlived`.
 
-        No wall clock: it runs until it exits, `stop_processes()` or the sandbox stops; the
-        workspace limit still holds. It never holds up `archive`. Ended processes are released
-        at the next start; at most MAX_PROCESSES run at once (SandboxFailed beyond).
+        With `tty` it runs on a terminal made inside the sandbox and takes input; without, its
+        stdin is /dev/null. It runs until it exits, `lifetime` seconds (None: no wall clock),
+        `stop_processes()` or the sandbox stops; the workspace limit holds too. It never holds
+        up `archive`. Ended processes are released at the next start; at most MAX_PROCESSES
+        run at once (SandboxFailed beyond).
         """
         live = [entry for entry in self._processes if entry.alive]
         if len(live) >= MAX_PROCESSES:
@@ -329,8 +343,8 @@ class LocalSandbox:
         for entry in self._processes:
             if not entry.alive:
                 await entry.kill()
-        job = await self._start_job(list(argv), env, stdin=True)
-        process = LongLived(job, self.limits.output_bytes)
+        job = await self._start_job(list(argv), env, stdin=tty, tty=tty)
+        process = LongLived(job, self.limits.output_bytes, lifetime=lifetime, tty=tty)
         self._processes = [*live, process]
         if self._processes_watch is None or self._processes_watch.done():
             self._processes_watch = asyncio.ensure_future(self._watch_processes())
@@ -367,7 +381,7 @@ class LocalSandbox:
                 reason = await asyncio.to_thread(self._workspace_over_limit)
                 if reason:
                     entries = list(self._processes)
-                    await asyncio.gather(*(e.kill(reason) for e in entries), return_exceptions=True)
+                    await asyncio.gather(*(e.kill(reason, exit_code=1) for e in entries), return_exceptions=True)
                     return
                 seen = now
                 pause = max(pause, loop.time() - walked)

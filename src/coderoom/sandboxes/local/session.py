@@ -4,9 +4,10 @@ thin adapters over `sandbox.LocalSandbox` (which says what the sandbox enforces)
 The adapter turns SDK calls into core calls and core errors into the SDK's: absolute sandbox
 paths (validated by the SDK) into workspace-relative ones, the manifest's environment into each
 command's, a shorter caller `timeout=` that fired into ExecTimeoutError, SandboxFailed into
-ExecTransportError, and long-lived processes into PTY process ids with the SDK's token-bounded,
-UTF-8-whole output. `supports_pty()` stays False: there is no terminal, so the SDK's shell tool
-keeps running one-shot commands under the wall clock.
+ExecTransportError, and long-lived processes into PTY sessions with the SDK's semantics: a
+command that outlives `yield_time_ms` keeps running as a session the model polls with
+`write_stdin`, tty=true gives it a terminal made inside the sandbox, output is token-bounded and
+UTF-8-whole, and every limit holds, the wall clock included (`lifetimes`).
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from __future__ import annotations
 import asyncio
 import codecs
 import io
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
@@ -35,6 +38,7 @@ from agents.sandbox.session.pty_types import (
     PtyExecUpdate,
     allocate_pty_process_id,
     clamp_pty_yield_time_ms,
+    process_id_to_prune_from_meta,
     resolve_pty_write_yield_time_ms,
     truncate_text_by_tokens,
 )
@@ -48,12 +52,24 @@ from agents.sandbox.types import ExecResult, User
 from pydantic import Field
 
 from ...errors import SandboxFailed
+from ..lifetimes import LIVES_WITH_SESSION, lifetime
 from ..limits import Limits
 from ..one_user import plain_shell, refuse_manifest_accounts
-from ..stops import log_stop
+from ..stops import log_stop, named_stop, stop_note
 from . import bwrap, host_dir
 from .longlived import LongLived
-from .sandbox import LocalSandbox
+from .sandbox import MAX_PROCESSES, LocalSandbox
+
+
+@dataclass
+class _Live:
+    """A PTY session: its process, a decoder that keeps UTF-8 characters whole across polls,
+    when the model last used it (the SDK's pruning rule), and whether it is the kernel."""
+
+    process: LongLived
+    exempt: bool = False
+    last_used: float = field(default_factory=time.monotonic)
+    decoder: codecs.IncrementalDecoder = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")(errors="replace"))
 
 
 class LocalSandboxSessionState(SandboxSessionState):
@@ -82,7 +98,7 @@ class LocalSandboxSession(BaseSandboxSession):
         self.state = state
         self.sandbox = LocalSandbox(state.limits, bw, Path(state.host_dir))
         self._running = False
-        self._processes: dict[int, tuple[LongLived, codecs.IncrementalDecoder]] = {}
+        self._processes: dict[int, _Live] = {}
         self.limits_hit: list[str] = []  # see stops.limits_hit
 
     @property
@@ -115,7 +131,7 @@ class LocalSandboxSession(BaseSandboxSession):
         return self._running
 
     def supports_pty(self) -> bool:
-        return False
+        return True  # terminals made inside the sandbox; the wall clock holds (`lifetimes`)
 
     async def provision_manifest_accounts(self) -> None:
         refuse_manifest_accounts(self.state.manifest, "local")
@@ -140,7 +156,7 @@ class LocalSandboxSession(BaseSandboxSession):
     async def _env(self) -> dict[str, str]:
         return await self.state.manifest.environment.resolve()
 
-    # ------------------------------------------------------------------ long-lived processes
+    # ------------------------------------------------------------------ PTY sessions
 
     async def pty_exec_start(
         self,
@@ -152,19 +168,20 @@ class LocalSandboxSession(BaseSandboxSession):
         yield_time_s: float | None = None,
         max_output_tokens: int | None = None,
     ) -> PtyExecUpdate:
-        """Start a process that outlives this call (the run_python kernel): see
-        `LocalSandbox.start_process`. No terminal: tty=True is refused. `timeout` is not a
-        lifetime: the process runs until it exits, `pty_terminate_all()` or the session closes."""
-        _ = timeout
-        if tty:
-            raise ValueError("the local sandbox has no terminal: start processes with tty=False")
+        """Start a process that outlives this call: a PTY session the model polls and writes to
+        (the SDK's exec_command), or the run_python kernel. See `LocalSandbox.start_process`.
+
+        With `tty` it runs on a terminal made inside the sandbox. Its wall clock is
+        `Limits.timeout` from its start (a shorter `timeout` shortens it; `LIVES_WITH_SESSION`,
+        the kernel's, removes it). At MAX_PROCESSES, the SDK's rule picks one to end first."""
         argv = self._prepare_exec_command(*command, shell=shell, user=user)
+        await self._make_room()
         async with _transport(tuple(argv)):
-            entry = await self.sandbox.start_process(argv, env=await self._env())
-        for ended in [pid for pid, (other, _) in self._processes.items() if not other.alive]:
-            del self._processes[ended]  # never read again; the sandbox released them
+            process = await self.sandbox.start_process(
+                argv, env=await self._env(), tty=tty, lifetime=lifetime(timeout, self.state.limits)
+            )
         process_id = allocate_pty_process_id(set(self._processes))
-        self._processes[process_id] = (entry, codecs.getincrementaldecoder("utf-8")(errors="replace"))
+        self._processes[process_id] = _Live(process, exempt=timeout == LIVES_WITH_SESSION)
         yield_ms = 10_000 if yield_time_s is None else int(yield_time_s * 1000)
         return await self._pty_update(process_id, clamp_pty_yield_time_ms(yield_ms), max_output_tokens)
 
@@ -176,10 +193,14 @@ class LocalSandboxSession(BaseSandboxSession):
         yield_time_s: float | None = None,
         max_output_tokens: int | None = None,
     ) -> PtyExecUpdate:
-        if session_id not in self._processes:
+        live = self._processes.get(session_id)
+        if live is None:
             raise PtySessionNotFoundError(session_id=session_id)
         if chars:
-            await self._processes[session_id][0].write(chars.encode())
+            if not live.process.tty:
+                raise RuntimeError("stdin is not available for this process")  # the SDK's words
+            await live.process.write(chars.encode())
+        live.last_used = time.monotonic()
         yield_ms = 250 if yield_time_s is None else int(yield_time_s * 1000)
         yield_ms = resolve_pty_write_yield_time_ms(yield_time_ms=yield_ms, input_empty=not chars)
         return await self._pty_update(session_id, yield_ms, max_output_tokens)
@@ -188,16 +209,30 @@ class LocalSandboxSession(BaseSandboxSession):
         self._processes.clear()
         await self.sandbox.stop_processes()
 
+    async def _make_room(self) -> None:
+        """Below MAX_PROCESSES sessions, ending the one the SDK's rule picks (an ended one first,
+        never one of the 8 most recently used, never the kernel)."""
+        if len(self._processes) < MAX_PROCESSES:
+            return
+        meta = [(pid, live.last_used, not live.process.alive) for pid, live in self._processes.items() if not live.exempt]
+        victim = process_id_to_prune_from_meta(meta)
+        if victim is not None:
+            await self.sandbox.end_process(self._processes.pop(victim).process)
+
     async def _pty_update(self, process_id: int, yield_ms: int, max_output_tokens: int | None) -> PtyExecUpdate:
-        pair = self._processes[process_id]
-        entry, decoder = pair
-        data, closed = await entry.collect(yield_ms / 1000)
-        output, token_count = truncate_text_by_tokens(decoder.decode(data, final=closed), max_output_tokens)
-        exit_code = entry.exit_code if closed else None
+        live = self._processes[process_id]
+        process = live.process
+        data, closed = await process.collect(yield_ms / 1000)
+        exit_code = process.exit_code if closed else None
         if exit_code is not None:  # the SDK contract: an ended process is reported once, then gone
-            if self._processes.get(process_id) is pair:
+            if self._processes.get(process_id) is live:
                 del self._processes[process_id]
-            await self.sandbox.end_process(entry)
+            await self.sandbox.end_process(process)
+            stopped_by = process.stopped_by or named_stop(exit_code, data, self.state.limits)
+            if stopped_by and not process.stopped_by:
+                data += stop_note(stopped_by)
+            log_stop(self.limits_hit, stopped_by)
+        output, token_count = truncate_text_by_tokens(live.decoder.decode(data, final=closed), max_output_tokens)
         return PtyExecUpdate(
             process_id=None if exit_code is not None else process_id,
             output=output.encode("utf-8", errors="replace"),
