@@ -5,8 +5,8 @@ It is a launcher job like every command (same namespaces, seccomp filter, rlimit
 a terminal made inside the sandbox). It runs until it exits, its wall clock (`lifetime`, see
 `lifetimes`; none only for the kernel), `kill()` (`LocalSandbox.stop_processes`, `stop`), the
 workspace watchdog, or the host process dies (--die-with-parent). Like a command's, its kill
-takes its whole pid namespace. Output is kept bounded (the newest `cap` bytes) because nothing
-may ever read it; input waits at most STDIN_WRITE_S for the process to take it.
+takes its whole pid namespace. Output is kept bounded (`live.LiveOutput`); input waits at most
+STDIN_WRITE_S for the process to take it.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections import deque
 
 from ..base import EXIT_TIMEOUT
 from ..lifetimes import wall_clock_note, wall_clock_stop
+from ..live import LiveOutput
 from .launcher import Job
 from .process import pump, write_all
 
@@ -30,13 +30,8 @@ class LongLived:
         self.tty = tty
         self.stopped_by: str | None = None  # the limit that killed it, named as for a command
         self._forced_exit: int | None = None
-        self._cap = cap
-        self._chunks: deque[bytes] = deque()
-        self._size = 0
-        self._dropped = 0
-        self._lock = asyncio.Lock()
-        self._closed = asyncio.Event()
-        self._pumps = [asyncio.ensure_future(pump(fd, self._keep)) for fd in (job.stdout, job.stderr)]
+        self._output = LiveOutput(cap)
+        self._pumps = [asyncio.ensure_future(pump(fd, self._output.keep)) for fd in (job.stdout, job.stderr)]
         self._watcher = asyncio.ensure_future(self._watch())
         self._clock: asyncio.Task[None] | None = None
         if lifetime is not None:
@@ -44,11 +39,11 @@ class LongLived:
 
     @property
     def alive(self) -> bool:
-        return not self._closed.is_set()
+        return not self._output.closed.is_set()
 
     @property
     def exit_code(self) -> int | None:
-        if not self.job.exited.done() or not self._closed.is_set():
+        if not self.job.exited.done() or self.alive:
             return None
         return self._forced_exit if self._forced_exit is not None else self.job.exited.result()
 
@@ -57,56 +52,30 @@ class LongLived:
         if not self.job.exited.done():
             await self.kill(wall_clock_note(seconds), stopped_by=wall_clock_stop(seconds), exit_code=EXIT_TIMEOUT)
 
-    def _keep(self, chunk: bytes) -> None:
-        self._chunks.append(chunk)
-        self._size += len(chunk)
-        while self._size > self._cap:  # keep the newest `cap` bytes
-            excess = self._size - self._cap
-            oldest = self._chunks.popleft()
-            if len(oldest) > excess:
-                self._chunks.appendleft(oldest[excess:])
-            cut = min(excess, len(oldest))
-            self._size -= cut
-            self._dropped += cut
-
     async def _watch(self) -> None:
         await self.job.exited
         await asyncio.gather(*self._pumps, return_exceptions=True)
-        self._closed.set()
+        self._output.closed.set()
 
     async def collect(self, wait_s: float) -> tuple[bytes, bool]:
-        """Output since the last call, after `wait_s` or when the process ends; and whether it ended.
-
-        Waits first and drains after, so the output stays within `cap` however much arrives
-        while waiting. Bytes as they came: a UTF-8 character may be split between two calls.
-        """
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._closed.wait(), wait_s)
-        closed = self._closed.is_set()
-        async with self._lock:
-            output = b"".join(self._chunks)
-            if self._dropped:
-                output = f"[... {self._dropped} bytes of output dropped ...]\n".encode() + output
-            self._chunks.clear()
-            self._size = self._dropped = 0
-        return output, closed
+        return await self._output.collect(wait_s)
 
     async def write(self, data: bytes) -> None:
         """Send `data` to its stdin (its terminal, with tty); a process that does not take it
         within STDIN_WRITE_S gets the rest dropped, with a note in its output."""
-        if self.job.stdin is None or self._closed.is_set():
+        if self.job.stdin is None or not self.alive:
             return
         try:
             await asyncio.wait_for(write_all(self.job.stdin, data), STDIN_WRITE_S)
         except asyncio.TimeoutError:
-            self._keep(f"\n[coderoom: input not read within {STDIN_WRITE_S:g} s; the rest was dropped]\n".encode())
+            self._output.note(f"input not read within {STDIN_WRITE_S:g} s; the rest was dropped")
 
     async def kill(self, note: str = "", *, stopped_by: str | None = None, exit_code: int | None = None) -> None:
         """Kill the process's pid namespace, wait for it, release everything. Idempotent.
         `note` goes into its output; `stopped_by` and `exit_code` are what its end reports."""
         if not self.job.exited.done():
             if note:
-                self._chunks.append(f"\n[coderoom: {note}]\n".encode())
+                self._output.note(note)
             self.stopped_by = stopped_by or note or None
             self._forced_exit = exit_code
             await self.job.kill()
@@ -119,4 +88,4 @@ class LongLived:
         if self.job.stdin is not None:
             os.close(self.job.stdin)
             self.job.stdin = None
-        self._closed.set()
+        self._output.closed.set()

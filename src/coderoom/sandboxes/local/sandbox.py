@@ -48,7 +48,7 @@ Limits (see `Limits`):
 * network: off, only lo; on, a namespace of its own through slirp4netns (`network`), never
   the host's.
 * output_bytes: per stream, head and tail kept, the middle replaced by a truncation marker.
-* MAX_PROCESSES long-lived processes at once; MAX_OPEN_FILES descriptors per process.
+* MAX_LIVE_PROCESSES long-lived processes at once; MAX_OPEN_FILES descriptors per process.
 * a long-lived process has the same limits, timeout included (from its start), unless it is the
   run_python kernel (`lifetimes.LIVES_WITH_SESSION`).
 """
@@ -71,6 +71,7 @@ from ...hostile.names import safe_relative_path
 from ..base import EXIT_KILLED, EXIT_TIMEOUT
 from ..core import READ_IN_WORKSPACE, CommandResult
 from ..limits import CPU_KILL_GRACE_S, Limits
+from ..live import MAX_LIVE_PROCESSES
 from ..seccomp import host_arch
 from ..stops import named_stop, stop_note
 from . import bwrap, disk, enforcement, host_dir, network
@@ -80,7 +81,6 @@ from .longlived import LongLived
 from .process import CappedBuffer, pump, supervise, write_all
 
 MAX_OPEN_FILES = 512  # RLIMIT_NOFILE of every sandbox process
-MAX_PROCESSES = 16  # long-lived processes (PTY sessions, the kernel) running at once
 PROCESS_POLL_S = 0.25  # how often the long-lived processes' workspace watchdog looks
 PROCESS_WALK_AT_LEAST_S = 5.0  # and walks the workspace at least this often while they run
 _PIPE_GRACE_S = 5.0  # after a command's namespace is gone, for its pipes to reach EOF
@@ -334,12 +334,12 @@ class LocalSandbox:
         With `tty` it runs on a terminal made inside the sandbox and takes input; without, its
         stdin is /dev/null. It runs until it exits, `lifetime` seconds (None: no wall clock),
         `stop_processes()` or the sandbox stops; the workspace limit holds too. It never holds
-        up `archive`. Ended processes are released at the next start; at most MAX_PROCESSES
+        up `archive`. Ended processes are released at the next start; at most MAX_LIVE_PROCESSES
         run at once (SandboxFailed beyond).
         """
         live = [entry for entry in self._processes if entry.alive]
-        if len(live) >= MAX_PROCESSES:
-            raise SandboxFailed(f"{MAX_PROCESSES} long-lived processes already run")
+        if len(live) >= MAX_LIVE_PROCESSES:
+            raise SandboxFailed(f"{MAX_LIVE_PROCESSES} long-lived processes already run")
         for entry in self._processes:
             if not entry.alive:
                 await entry.kill()

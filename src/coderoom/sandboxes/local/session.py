@@ -4,44 +4,27 @@ thin adapters over `sandbox.LocalSandbox` (which says what the sandbox enforces)
 The adapter turns SDK calls into core calls and core errors into the SDK's: absolute sandbox
 paths (validated by the SDK) into workspace-relative ones, the manifest's environment into each
 command's, a shorter caller `timeout=` that fired into ExecTimeoutError, SandboxFailed into
-ExecTransportError, and long-lived processes into PTY sessions with the SDK's semantics: a
-command that outlives `yield_time_ms` keeps running as a session the model polls with
-`write_stdin`, tty=true gives it a terminal made inside the sandbox, output is token-bounded and
-UTF-8-whole, and every limit holds, the wall clock included (`lifetimes`).
+ExecTransportError, and long-lived processes (`LocalSandbox.start_process`) into PTY sessions
+with the SDK's semantics (`pty_sessions`): tty=true gives a terminal made inside the sandbox.
 """
 
 from __future__ import annotations
 
 import asyncio
-import codecs
 import io
-import time
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
 from agents.sandbox import Manifest
 from agents.sandbox.errors import (
     ExecTimeoutError,
-    ExecTransportError,
-    PtySessionNotFoundError,
     WorkspaceArchiveReadError,
     WorkspaceArchiveWriteError,
     WorkspaceReadNotFoundError,
 )
 from agents.sandbox.session import SandboxSession, SandboxSessionState
 from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
-from agents.sandbox.session.pty_types import (
-    PtyExecUpdate,
-    allocate_pty_process_id,
-    clamp_pty_yield_time_ms,
-    process_id_to_prune_from_meta,
-    resolve_pty_write_yield_time_ms,
-    truncate_text_by_tokens,
-)
 from agents.sandbox.session.sandbox_client import (
     BaseSandboxClient,
     BaseSandboxClientOptions,
@@ -51,25 +34,14 @@ from agents.sandbox.snapshot import SnapshotBase, SnapshotSpec, resolve_snapshot
 from agents.sandbox.types import ExecResult, User
 from pydantic import Field
 
-from ...errors import SandboxFailed
-from ..lifetimes import LIVES_WITH_SESSION, lifetime
 from ..limits import Limits
+from ..live import LiveProcess
 from ..one_user import plain_shell, refuse_manifest_accounts
-from ..stops import log_stop, named_stop, stop_note
+from ..pty_sessions import PtySessions, transport
+from ..stops import log_stop
 from . import bwrap, host_dir
 from .longlived import LongLived
-from .sandbox import MAX_PROCESSES, LocalSandbox
-
-
-@dataclass
-class _Live:
-    """A PTY session: its process, a decoder that keeps UTF-8 characters whole across polls,
-    when the model last used it (the SDK's pruning rule), and whether it is the kernel."""
-
-    process: LongLived
-    exempt: bool = False
-    last_used: float = field(default_factory=time.monotonic)
-    decoder: codecs.IncrementalDecoder = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")(errors="replace"))
+from .sandbox import LocalSandbox
 
 
 class LocalSandboxSessionState(SandboxSessionState):
@@ -82,23 +54,13 @@ class LocalSandboxClientOptions(BaseSandboxClientOptions):
     type: Literal["coderoom_local"] = "coderoom_local"
 
 
-@asynccontextmanager
-async def _transport(command: tuple[object, ...]) -> AsyncIterator[None]:
-    """A broken sandbox (SandboxFailed) as the SDK's ExecTransportError for `command`."""
-    try:
-        yield
-    except SandboxFailed as exc:
-        raise ExecTransportError(command=command, context={"reason": exc.message}) from exc
-
-
-class LocalSandboxSession(BaseSandboxSession):
+class LocalSandboxSession(PtySessions, BaseSandboxSession):
     state: LocalSandboxSessionState
 
     def __init__(self, state: LocalSandboxSessionState, bw: bwrap.Bwrap) -> None:
         self.state = state
         self.sandbox = LocalSandbox(state.limits, bw, Path(state.host_dir))
         self._running = False
-        self._processes: dict[int, _Live] = {}
         self.limits_hit: list[str] = []  # see stops.limits_hit
 
     @property
@@ -113,7 +75,7 @@ class LocalSandboxSession(BaseSandboxSession):
     # ------------------------------------------------------------------ lifecycle
 
     async def _ensure_backend_started(self) -> None:
-        async with _transport(("start",)):
+        async with transport(("start",)):
             await self.sandbox.start()  # the launcher starts while the SDK applies the manifest
 
     async def _after_start(self) -> None:
@@ -124,14 +86,11 @@ class LocalSandboxSession(BaseSandboxSession):
 
     async def _after_shutdown(self) -> None:
         self._running = False
-        self._processes.clear()
+        self._pty_sessions().clear()
         await self.sandbox.stop()
 
     async def running(self) -> bool:
         return self._running
-
-    def supports_pty(self) -> bool:
-        return True  # terminals made inside the sandbox; the wall clock holds (`lifetimes`)
 
     async def provision_manifest_accounts(self) -> None:
         refuse_manifest_accounts(self.state.manifest, "local")
@@ -146,7 +105,7 @@ class LocalSandboxSession(BaseSandboxSession):
         )
 
     async def _exec_internal(self, *command: str | Path, timeout: float | None = None) -> ExecResult:
-        async with _transport(command):
+        async with transport(command):
             result = await self.sandbox.exec([str(c) for c in command], timeout=timeout, env=await self._env())
         if result.timed_out and timeout is not None and timeout < self.state.limits.timeout:
             raise ExecTimeoutError(command=command, timeout_s=timeout)
@@ -156,95 +115,26 @@ class LocalSandboxSession(BaseSandboxSession):
     async def _env(self) -> dict[str, str]:
         return await self.state.manifest.environment.resolve()
 
-    # ------------------------------------------------------------------ PTY sessions
+    # ------------------------------------------------------------------ PTY sessions (`pty_sessions`)
 
-    async def pty_exec_start(
-        self,
-        *command: str | Path,
-        timeout: float | None = None,
-        shell: bool | list[str] = True,
-        user: str | User | None = None,
-        tty: bool = False,
-        yield_time_s: float | None = None,
-        max_output_tokens: int | None = None,
-    ) -> PtyExecUpdate:
-        """Start a process that outlives this call: a PTY session the model polls and writes to
-        (the SDK's exec_command), or the run_python kernel. See `LocalSandbox.start_process`.
+    def _live_limits(self) -> Limits:
+        return self.state.limits
 
-        With `tty` it runs on a terminal made inside the sandbox. Its wall clock is
-        `Limits.timeout` from its start (a shorter `timeout` shortens it; `LIVES_WITH_SESSION`,
-        the kernel's, removes it). At MAX_PROCESSES, the SDK's rule picks one to end first."""
-        argv = self._prepare_exec_command(*command, shell=shell, user=user)
-        await self._make_room()
-        async with _transport(tuple(argv)):
-            process = await self.sandbox.start_process(
-                argv, env=await self._env(), tty=tty, lifetime=lifetime(timeout, self.state.limits)
-            )
-        process_id = allocate_pty_process_id(set(self._processes))
-        self._processes[process_id] = _Live(process, exempt=timeout == LIVES_WITH_SESSION)
-        yield_ms = 10_000 if yield_time_s is None else int(yield_time_s * 1000)
-        return await self._pty_update(process_id, clamp_pty_yield_time_ms(yield_ms), max_output_tokens)
+    async def _start_live(self, argv: list[str], *, tty: bool, lifetime: float | None) -> LongLived:
+        return await self.sandbox.start_process(argv, env=await self._env(), tty=tty, lifetime=lifetime)
 
-    async def pty_write_stdin(
-        self,
-        *,
-        session_id: int,
-        chars: str,
-        yield_time_s: float | None = None,
-        max_output_tokens: int | None = None,
-    ) -> PtyExecUpdate:
-        live = self._processes.get(session_id)
-        if live is None:
-            raise PtySessionNotFoundError(session_id=session_id)
-        if chars:
-            if not live.process.tty:
-                raise RuntimeError("stdin is not available for this process")  # the SDK's words
-            await live.process.write(chars.encode())
-        live.last_used = time.monotonic()
-        yield_ms = 250 if yield_time_s is None else int(yield_time_s * 1000)
-        yield_ms = resolve_pty_write_yield_time_ms(yield_time_ms=yield_ms, input_empty=not chars)
-        return await self._pty_update(session_id, yield_ms, max_output_tokens)
+    async def _end_live(self, process: LiveProcess) -> None:
+        assert isinstance(process, LongLived)
+        await self.sandbox.end_process(process)
 
-    async def pty_terminate_all(self) -> None:
-        self._processes.clear()
+    async def _end_all_live(self) -> None:
         await self.sandbox.stop_processes()
-
-    async def _make_room(self) -> None:
-        """Below MAX_PROCESSES sessions, ending the one the SDK's rule picks (an ended one first,
-        never one of the 8 most recently used, never the kernel)."""
-        if len(self._processes) < MAX_PROCESSES:
-            return
-        meta = [(pid, live.last_used, not live.process.alive) for pid, live in self._processes.items() if not live.exempt]
-        victim = process_id_to_prune_from_meta(meta)
-        if victim is not None:
-            await self.sandbox.end_process(self._processes.pop(victim).process)
-
-    async def _pty_update(self, process_id: int, yield_ms: int, max_output_tokens: int | None) -> PtyExecUpdate:
-        live = self._processes[process_id]
-        process = live.process
-        data, closed = await process.collect(yield_ms / 1000)
-        exit_code = process.exit_code if closed else None
-        if exit_code is not None:  # the SDK contract: an ended process is reported once, then gone
-            if self._processes.get(process_id) is live:
-                del self._processes[process_id]
-            await self.sandbox.end_process(process)
-            stopped_by = process.stopped_by or named_stop(exit_code, data, self.state.limits)
-            if stopped_by and not process.stopped_by:
-                data += stop_note(stopped_by)
-            log_stop(self.limits_hit, stopped_by)
-        output, token_count = truncate_text_by_tokens(live.decoder.decode(data, final=closed), max_output_tokens)
-        return PtyExecUpdate(
-            process_id=None if exit_code is not None else process_id,
-            output=output.encode("utf-8", errors="replace"),
-            exit_code=exit_code,
-            original_token_count=token_count,
-        )
 
     # ------------------------------------------------------------------ files
 
     async def read(self, path: Path, *, user: str | User | None = None) -> io.IOBase:
         try:
-            async with _transport(("read", str(path))):
+            async with transport(("read", str(path))):
                 return await self.sandbox.open_file(self._rel(path))  # type: ignore[return-value]
         except FileNotFoundError as exc:
             raise WorkspaceReadNotFoundError(path=path, cause=exc) from exc
@@ -254,7 +144,7 @@ class LocalSandboxSession(BaseSandboxSession):
     async def _read_bounded(self, path: Path, *, max_bytes: int) -> bytes:
         """The caller's bound reaches the sandbox: a read through a symlink stops there (A01)."""
         try:
-            async with _transport(("read", str(path))):
+            async with transport(("read", str(path))):
                 return await self.sandbox.read_prefix(self._rel(path), max_bytes=max_bytes)
         except FileNotFoundError as exc:
             raise WorkspaceReadNotFoundError(path=path, cause=exc) from exc
@@ -262,7 +152,7 @@ class LocalSandboxSession(BaseSandboxSession):
     async def write(self, path: Path, data: io.IOBase, *, user: str | User | None = None) -> None:
         payload = coerce_write_payload(path=path, data=data)
         try:
-            async with _transport(("write", str(path))):
+            async with transport(("write", str(path))):
                 await self.sandbox.write_file(self._rel(path, for_write=True), payload.stream)
         except OSError as exc:
             raise WorkspaceArchiveWriteError(path=Path(path), cause=exc) from exc
