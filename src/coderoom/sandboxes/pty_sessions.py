@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agents.sandbox.errors import ExecTransportError, PtySessionNotFoundError
+from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
 from agents.sandbox.session.pty_types import (
     PtyExecUpdate,
     allocate_pty_process_id,
@@ -64,12 +65,15 @@ async def transport(command: tuple[object, ...]) -> AsyncIterator[None]:
         raise ExecTransportError(command=command, context={"reason": exc.message}) from exc
 
 
-class PtySessions:
-    """Mixed into an SDK session class before the SDK's own, so these methods are the ones used."""
+class PtySessions(BaseSandboxSession):
+    """The base of a coderoom SDK session, before the SDK's own class (Docker's), so these
+    methods are the ones used. A BaseSandboxSession itself, so the Docker adapter can re-class
+    the SDK's session instance (same layout)."""
 
     limits_hit: list[str]
 
     def _pty_sessions(self) -> dict[int, _Session]:
+        """The sessions by id, made on first use (the re-classed Docker session ran no __init__)."""
         sessions: dict[int, _Session] | None = self.__dict__.get("_coderoom_pty")
         if sessions is None:
             sessions = self.__dict__["_coderoom_pty"] = {}
@@ -109,7 +113,7 @@ class PtySessions:
         With `tty` it runs on a terminal made inside the sandbox. Its wall clock is
         `Limits.timeout` from its start (a shorter `timeout` shortens it; `LIVES_WITH_SESSION`,
         the kernel's, removes it). At MAX_LIVE_PROCESSES, the SDK's rule picks one to end."""
-        argv = self._prepare_exec_command(*command, shell=shell, user=user)  # type: ignore[attr-defined]
+        argv = self._prepare_exec_command(*command, shell=shell, user=user)
         await self._make_room()
         async with transport(tuple(argv)):
             process = await self._start_live(argv, tty=tty, lifetime=lifetime(timeout, self._live_limits()))

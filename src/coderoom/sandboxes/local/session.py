@@ -24,7 +24,6 @@ from agents.sandbox.errors import (
     WorkspaceReadNotFoundError,
 )
 from agents.sandbox.session import SandboxSession, SandboxSessionState
-from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
 from agents.sandbox.session.sandbox_client import (
     BaseSandboxClient,
     BaseSandboxClientOptions,
@@ -54,7 +53,7 @@ class LocalSandboxClientOptions(BaseSandboxClientOptions):
     type: Literal["coderoom_local"] = "coderoom_local"
 
 
-class LocalSandboxSession(PtySessions, BaseSandboxSession):
+class LocalSandboxSession(PtySessions):
     state: LocalSandboxSessionState
 
     def __init__(self, state: LocalSandboxSessionState, bw: bwrap.Bwrap) -> None:
