@@ -29,8 +29,8 @@ opened (the host sends an empty line as soon as it has attached).
 Seccomp: Docker's default profile lets io_uring, AF_VSOCK/AF_ALG sockets, i386 `int 0x80` and x32
 calls through (catalogue KERN-07, KERN-10, KERN-11). With --seccomp, PID 1 first stacks the local
 backend's BPF program (seccomp.py, base64 in $CODEROOM_SECCOMP) on Docker's filter, so every command
-inherits both; if that fails it refuses every command. `init.py --exec CMD...` is the same for a
-process the host starts with `docker exec` (the Python kernel): install the filter, then exec CMD.
+inherits both; if that fails it refuses every command. Live jobs (PTY sessions, the Python kernel)
+are commands of PID 1 too, so nothing coderoom starts needs `docker exec`.
 
 Standalone stdlib code run as `python3 -I -S init.py` (or -c), so it works in any image with
 Python 3; it is also the image's CMD for manual `docker run`.
@@ -531,31 +531,13 @@ def install_filter():
     return None
 
 
-def exec_filtered(argv):
-    """`--exec` mode: run argv under the filter, with a fresh HOME like a command of PID 1."""
-    problem = install_filter() if argv else "--exec needs a command"
-    try:  # as for every command: if memory runs out, this process goes before pid 1
-        with open("/proc/self/oom_score_adj", "w") as f:
-            f.write("1000")
-    except OSError:
-        pass
-    if problem:
-        os.write(2, ("coderoom: not running the command without its seccomp filter: %s\n" % problem).encode())
-        os._exit(126)
-    try:
-        os.execvpe(argv[0], argv, dict(os.environ, HOME=fresh_home()))
-    except OSError as e:
-        os.write(2, ("coderoom: cannot run %s: %s\n" % (argv[0], e.strerror)).encode())
-        os._exit(127 if e.errno == errno.ENOENT else 126)
-
-
 # ---- quiesce and host helpers (issue 10, classes 4 and 5) -------------------------
 # The host reads the workspace through a helper that runs here, as a forked child of PID 1 (no
 # execve): it keeps PID 1's stacked seccomp filter and its undumpable flag (no ptrace, no
 # /proc/PID/mem from sandbox code), and it starts only after every other process in the PID
 # namespace is dead. "Every other process" is read from /proc, not from a pid file the sandbox
 # could write: commands, their orphans, `setsid`/`nohup` leftovers and `docker exec` processes
-# (the kernel) alike. While a helper runs, commands are refused; the helper has a deadline.
+# alike. While a helper runs, commands are refused; the helper has a deadline.
 
 QUIESCE_ROUNDS = 20  # stop-and-kill passes before giving up (a pids-limited tree needs one or two)
 QUIESCE_WAIT_S = 5.0  # how long SIGKILLed processes get to disappear
@@ -699,8 +681,6 @@ Server.resume_relays = _resume_relays
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    if args[:1] == ["--exec"]:
-        exec_filtered(args[1:])
     refusal = None
     if "--seccomp" in args:
         problem = install_filter()
