@@ -40,7 +40,11 @@ SHELL_INSTRUCTIONS = (
     "Use `exec_command` to run shell commands (cwd /workspace); a long output is cut, its full "
     "text saved in a file the cut names, so print summaries, not whole files."
 )
-PTY_INSTRUCTIONS = " Use `write_stdin` to send input to a command started with tty=true."
+PTY_INSTRUCTIONS = (
+    " A command still running after `yield_time_ms` returns a session ID: poll it with "
+    "`write_stdin` (empty `chars`) until it exits; it still ends at the wall-clock limit. Use "
+    "`write_stdin` to type into a command started with tty=true (Ctrl-C is `\u0003`)."
+)
 
 
 class SandboxShell(Shell):
