@@ -40,11 +40,7 @@ SHELL_INSTRUCTIONS = (
     "Use `exec_command` to run shell commands (cwd /workspace); a long output is cut, its full "
     "text saved in a file the cut names, so print summaries, not whole files."
 )
-PTY_INSTRUCTIONS = (
-    " A command still running after `yield_time_ms` returns a session ID: poll it with "
-    "`write_stdin` (empty `chars`) until it exits; it still ends at the wall-clock limit. Use "
-    "`write_stdin` to type into a command started with tty=true (Ctrl-C is `\u0003`)."
-)
+PTY_INSTRUCTIONS = " Poll a running command's session ID with `write_stdin`; type into a tty=true one with it."
 
 
 class SandboxShell(Shell):

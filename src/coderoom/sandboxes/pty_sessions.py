@@ -10,7 +10,8 @@ session to end at the cap) over a backend's live processes (`live.LiveProcess`),
 coderoom's rules: at most MAX_LIVE_PROCESSES at once, the wall clock (`lifetimes`), and the
 limit that ended a process named in its output and in the run's list (`stops`).
 
-A backend session provides `_live_limits`, `_start_live`, `_end_live` and `_end_all_live`.
+A backend session provides `_live_limits`, `_start_live`, `_end_live` and `_end_all_live`, and
+may name more limits in `_stopped_by`.
 """
 
 from __future__ import annotations
@@ -93,6 +94,10 @@ class PtySessions(BaseSandboxSession):
     async def _end_all_live(self) -> None:
         raise NotImplementedError
 
+    async def _stopped_by(self, exit_code: int, output: bytes) -> str | None:
+        """The limit an ended process ran into, named from how it ended (`stops`)."""
+        return named_stop(exit_code, output, self._live_limits())
+
     # ------------------------------------------------------------------ the SDK's API
 
     def supports_pty(self) -> bool:
@@ -171,7 +176,7 @@ class PtySessions(BaseSandboxSession):
             if sessions.get(process_id) is session:
                 del sessions[process_id]
             await self._end_live(process)
-            stopped_by = process.stopped_by or named_stop(exit_code, data, self._live_limits())
+            stopped_by = process.stopped_by or await self._stopped_by(exit_code, data)
             if stopped_by and not process.stopped_by:
                 data += stop_note(stopped_by)
             log_stop(self.limits_hit, stopped_by)

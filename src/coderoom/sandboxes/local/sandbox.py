@@ -239,7 +239,7 @@ class LocalSandbox:
                 pumps.append(asyncio.ensure_future(_feed_and_close(job.stdin, stdin or b"")))
             try:
                 timed_out, stopped_by = await supervise(
-                    job.exited, job.kill, timeout=timeout, watchdog=self._workspace_watchdog
+                    job.exited, job.kill, timeout=timeout, watchdog=self.workspace_overrun
                 )
                 # the namespace is gone, so the pipes reach EOF promptly; bound it anyway
                 await asyncio.wait(pumps, timeout=_PIPE_GRACE_S)
@@ -312,7 +312,8 @@ class LocalSandbox:
         ]
         return Settings(self._seccomp, self._clone_nr, rlimits, limits.tmp_size)
 
-    async def _workspace_watchdog(self) -> str | None:
+    async def workspace_overrun(self) -> str | None:
+        """Why the workspace is over its limit now (see `disk`), or None."""
         return await asyncio.to_thread(self._workspace_over_limit)
 
     def _workspace_over_limit(self) -> str | None:

@@ -129,6 +129,11 @@ class LocalSandboxSession(PtySessions):
     async def _end_all_live(self) -> None:
         await self.sandbox.stop_processes()
 
+    async def _stopped_by(self, exit_code: int, output: bytes) -> str | None:
+        """The workspace limit first, as for a command (its RLIMIT_FSIZE is at most the
+        workspace size, so a writer over it often ends by SIGXFSZ)."""
+        return await self.sandbox.workspace_overrun() or await super()._stopped_by(exit_code, output)
+
     # ------------------------------------------------------------------ files
 
     async def read(self, path: Path, *, user: str | User | None = None) -> io.IOBase:
