@@ -108,27 +108,3 @@ async def test_a_timeout_kills_one_command_and_spares_the_others() -> None:
             await session.exec("sleep 30", timeout=0.5)
         assert (await slow).stdout == b"survived\n"
 
-
-def _processes_mounting(folder: Path) -> list[int]:
-    """Host pids whose mounts include `folder` (a sandbox's processes bind its workspace)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if os.fsencode(folder) in Path(f"/proc/{pid}/mountinfo").read_bytes():
-                found.append(int(pid))
-        except OSError:
-            continue
-    return found
-
-
-async def test_a_session_closed_as_it_starts_leaves_no_sandbox() -> None:
-    """Closing before bwrap has reported its pid 1 once killed bwrap alone: its pid 1 could
-    outlive it (reparented to the host's init, holding the memory cgroup busy)."""
-    from agents.sandbox import Manifest
-
-    folders = []
-    for _ in range(10):
-        async with open_session(SandboxSpec(backend="local"), Manifest()) as session:
-            folders.append(inner(session).host_dir)
-    await asyncio.sleep(0.5)
-    assert [pid for folder in folders for pid in _processes_mounting(folder)] == []

@@ -21,7 +21,6 @@ from .bwrap import Launch
 
 _CHUNK = 65536
 _KILL_GRACE_S = 5.0
-_CHILD_PID_WAIT_S = 5.0  # for bwrap to report its pid 1 before a kill
 
 
 class CappedBuffer:
@@ -133,9 +132,6 @@ class BwrapProcess:
         """SIGKILL the sandbox's pid 1 and wait (bounded) until bwrap has exited, which means
         the whole tree is gone; bwrap itself goes too if it does not follow. Idempotent."""
         if not self.exited.done():
-            if self._child is None:  # killed before it said: its pid 1 could outlive it (below)
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self.child_pid(), _CHILD_PID_WAIT_S)
             self._kill_tree()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self.exited), _KILL_GRACE_S)
@@ -151,9 +147,8 @@ class BwrapProcess:
     def _kill_tree(self) -> None:
         """SIGKILL the sandbox's pid 1: the kernel kills its namespace, then bwrap exits.
 
-        Without a known pid 1 (bwrap has not reported it within _CHILD_PID_WAIT_S), kill bwrap:
-        --die-with-parent takes its init down with it, unless bwrap dies before its init has
-        set that up, which left sandboxes behind when a session closed as it started.
+        Without a known pid 1 (bwrap has not reported it yet), kill bwrap: --die-with-parent
+        takes its init down with it.
         """
         child = self._child or _child_pid(self._status_r)
         try:
