@@ -115,8 +115,9 @@ class Launcher:
     def alive(self) -> bool:
         return not self._closed
 
-    def start_job(self, argv: list[str], env: dict[str, str], *, stdin: bool) -> Job:
-        """Send one command; its pipes come back in the Job."""
+    def start_job(self, argv: list[str], env: dict[str, str], *, stdin: bool, tty: bool = False) -> Job:
+        """Send one command; its pipes come back in the Job. With `tty`, the command runs on a
+        terminal made inside the sandbox (see launcher_inner); stdout carries its output."""
         if self._closed:
             raise LauncherError("the sandbox launcher has stopped")
         self._next_id += 1
@@ -127,7 +128,7 @@ class Launcher:
             in_r, in_w = os.pipe2(os.O_CLOEXEC)
         else:
             in_r, in_w = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC), None
-        body = memfd("request", marshal.dumps({"argv": argv, "env": env}))
+        body = memfd("request", marshal.dumps({"argv": argv, "env": env, "tty": tty}))
         theirs = [in_r, out_w, err_w, body]
         exited: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         try:

@@ -12,9 +12,10 @@ as the processes of one container are: the network namespace (loopback and abstr
 sockets: a shell command can reach a server the kernel process started) and the hostname.
 Start is mostly the launcher's Python starting (about 20 ms here).
 
-Long-lived processes (`start_process`: the run_python kernel) run the same way but without the
-wall clock, killed by `stop_processes()`, on close, over the workspace limit, or when this
-process dies (see `longlived`). Host-side walks of the workspace tolerate it changing the tree
+Long-lived processes (`start_process`: PTY sessions, the run_python kernel) run the same way,
+optionally on a terminal made inside the sandbox, with the wall clock counted from their start
+(none for the kernel, see `lifetimes`), killed by `stop_processes()`, on close, over the
+workspace limit, or when this process dies (see `longlived`). Host-side walks of the workspace tolerate it changing the tree
 meanwhile (`hostile.tree`).
 
 The sandbox's Python is the host interpreter's (`bwrap.Runtime`): its base installation at
@@ -47,7 +48,9 @@ Limits (see `Limits`):
 * network: off, only lo; on, a namespace of its own through slirp4netns (`network`), never
   the host's.
 * output_bytes: per stream, head and tail kept, the middle replaced by a truncation marker.
-* MAX_PROCESSES long-lived processes at once; MAX_OPEN_FILES descriptors per process.
+* MAX_LIVE_PROCESSES long-lived processes at once; MAX_OPEN_FILES descriptors per process.
+* a long-lived process has the same limits, timeout included (from its start), unless it is the
+  run_python kernel (`lifetimes.LIVES_WITH_SESSION`).
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ from ...hostile import tree
 from ...hostile.names import safe_relative_path
 from ..base import EXIT_KILLED, EXIT_TIMEOUT
 from ..core import READ_IN_WORKSPACE, CommandResult
+from ..live import MAX_LIVE_PROCESSES
 from ..stops import named_stop, stop_note
 from . import bwrap, disk, host_dir, network
 from .launcher import LAUNCHER_LOST, Job, Launcher, LauncherError
@@ -76,7 +80,6 @@ if TYPE_CHECKING:  # or a `PlainLimits` (`coderoom sandbox run`): no pydantic he
     from ...hostile import snapshot as hostile_snapshot
     from ..limits import Limits
 
-MAX_PROCESSES = 8  # long-lived processes running at once
 PROCESS_POLL_S = 0.25  # how often the long-lived processes' workspace watchdog looks
 PROCESS_WALK_AT_LEAST_S = 5.0  # and walks the workspace at least this often while they run
 _PIPE_GRACE_S = 5.0  # after a command's namespace is gone, for its pipes to reach EOF
@@ -197,7 +200,7 @@ class LocalSandbox(SandboxPlan):
                 pumps.append(asyncio.ensure_future(_feed_and_close(job.stdin, stdin or b"")))
             try:
                 timed_out, stopped_by = await supervise(
-                    job.exited, job.kill, timeout=timeout, watchdog=self._workspace_watchdog
+                    job.exited, job.kill, timeout=timeout, watchdog=self.workspace_overrun
                 )
                 # the namespace is gone, so the pipes reach EOF promptly; bound it anyway
                 await asyncio.wait(pumps, timeout=_PIPE_GRACE_S)
@@ -235,16 +238,19 @@ class LocalSandbox(SandboxPlan):
                 result.stderr += stop_note(result.stopped_by)
         return result
 
-    async def _start_job(self, argv: list[str], env: Mapping[str, str] | None, *, stdin: bool) -> Job:
+    async def _start_job(
+        self, argv: list[str], env: Mapping[str, str] | None, *, stdin: bool, tty: bool = False
+    ) -> Job:
         """Hand `argv` to the sandbox's launcher, starting the launcher first if needed."""
         launcher = await self._ensure_launcher()
         try:
-            return launcher.start_job(argv, {**with_library_path(BASE_ENV), **(env or {})}, stdin=stdin)
+            return launcher.start_job(argv, {**with_library_path(BASE_ENV), **(env or {})}, stdin=stdin, tty=tty)
         except LauncherError as exc:
             await launcher.close()
             raise SandboxFailed(str(exc)) from exc
 
-    async def _workspace_watchdog(self) -> str | None:
+    async def workspace_overrun(self) -> str | None:
+        """Why the workspace is over its limit now (see `disk`), or None."""
         return await asyncio.to_thread(self._workspace_over_limit)
 
     def _workspace_over_limit(self) -> str | None:
@@ -253,21 +259,30 @@ class LocalSandbox(SandboxPlan):
 
     # ------------------------------------------------------------------ long-lived processes
 
-    async def start_process(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None) -> LongLived:
-        """Start a process that outlives this call (the run_python kernel): see `longlived`.
+    async def start_process(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        tty: bool = False,
+        lifetime: float | None = None,
+    ) -> LongLived:
+        """Start a process that outlives this call (a PTY session, the kernel): see `longlived`.
 
-        No wall clock: it runs until it exits, `stop_processes()` or the sandbox stops; the
-        workspace limit still holds. It never holds up `archive`. Ended processes are released
-        at the next start; at most MAX_PROCESSES run at once (SandboxFailed beyond).
+        With `tty` it runs on a terminal made inside the sandbox and takes input; without, its
+        stdin is /dev/null. It runs until it exits, `lifetime` seconds (None: no wall clock),
+        `stop_processes()` or the sandbox stops; the workspace limit holds too. It never holds
+        up `archive`. Ended processes are released at the next start; at most MAX_LIVE_PROCESSES
+        run at once (SandboxFailed beyond).
         """
         live = [entry for entry in self._processes if entry.alive]
-        if len(live) >= MAX_PROCESSES:
-            raise SandboxFailed(f"{MAX_PROCESSES} long-lived processes already run")
+        if len(live) >= MAX_LIVE_PROCESSES:
+            raise SandboxFailed(f"{MAX_LIVE_PROCESSES} long-lived processes already run")
         for entry in self._processes:
             if not entry.alive:
                 await entry.kill()
-        job = await self._start_job(list(argv), env, stdin=True)
-        process = LongLived(job, self.limits.output_bytes)
+        job = await self._start_job(list(argv), env, stdin=tty, tty=tty)
+        process = LongLived(job, self.limits.output_bytes, lifetime=lifetime, tty=tty)
         self._processes = [*live, process]
         if self._processes_watch is None or self._processes_watch.done():
             self._processes_watch = asyncio.ensure_future(self._watch_processes())
@@ -304,7 +319,7 @@ class LocalSandbox(SandboxPlan):
                 reason = await asyncio.to_thread(self._workspace_over_limit)
                 if reason:
                     entries = list(self._processes)
-                    await asyncio.gather(*(e.kill(reason) for e in entries), return_exceptions=True)
+                    await asyncio.gather(*(e.kill(reason, exit_code=1) for e in entries), return_exceptions=True)
                     return
                 seen = now
                 pause = max(pause, loop.time() - walked)
