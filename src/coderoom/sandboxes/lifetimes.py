@@ -16,8 +16,10 @@ never pass `timeout` at all, so they cannot ask for it.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-from .limits import Limits
+if TYPE_CHECKING:  # no pydantic on `coderoom sandbox run`'s path (local/longlived imports this)
+    from .limits import Limits
 
 LIVES_WITH_SESSION = math.inf  # pty_exec_start(timeout=...): no wall clock (the run_python kernel)
 
