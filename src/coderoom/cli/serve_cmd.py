@@ -122,7 +122,7 @@ async def _serve_until_cancelled(
     async with SessionManager(runs_dir=runs_dir) as manager:
         web_app = build_app(config, manager)
         shown = f"[{host}]" if ":" in host else host
-        print(f"coderoom serve: http://{shown}:{port}/?token={secrets_.token}", flush=True)
+        print(f"coderoom serve: http://{shown}:{port}/#token={secrets_.token}", flush=True)
         try:
             await Server(uvicorn.Config(web_app, log_level="warning", lifespan="on")).serve(sockets=[listener])
         finally:

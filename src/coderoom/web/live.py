@@ -31,6 +31,9 @@ MAX_REQUEST_CHARS = 20_000
 """Of one request or follow-up typed in the page."""
 MAX_FORM_FIELD_BYTES = 256 * 1024
 SSE_PING_S = 15
+MAX_EVENT_ID_DIGITS = 12
+"""Of a Last-Event-ID header: more is no event number this server gave (and int() of thousands
+of digits raises); such a header counts as none."""
 log = logging.getLogger(__name__)
 
 
@@ -137,7 +140,8 @@ async def events(request: Request) -> Any:
     if session is None:
         return JSONResponse({"error": "no such live session"}, status_code=404)
     last = request.headers.get("last-event-id", "")
-    return EventSourceResponse(_stream(session, int(last) if last.isdigit() else 0), ping=SSE_PING_S)
+    after = int(last) if len(last) <= MAX_EVENT_ID_DIGITS and last.isascii() and last.isdigit() else 0
+    return EventSourceResponse(_stream(session, after), ping=SSE_PING_S)
 
 
 async def _stream(session: Any, after: int) -> AsyncIterator[ServerSentEvent]:
