@@ -112,6 +112,8 @@ def session_job(
 class Session:
     """A live session; make one with `await Session.open(...)`, end it with `await close()`."""
 
+    max_read_bytes = MAX_READ_BYTES  # the most read_file reads, for callers that do not import this module
+
     def __init__(
         self, job: Job, model: ResolvedModel, live: LiveSandbox, recorder: Recorder, hub: EventHub,
         result: RunResult, started: float,

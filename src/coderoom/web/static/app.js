@@ -91,6 +91,13 @@ async function download(path, name) {
   } catch (error) { showError(`download: ${error.message}`); }
 }
 
+// A sandbox's name as shown: controls, bidi and zero-width characters as escapes (the server's
+// listing and events come in this form already; this is for a path the page holds raw).
+function shownName(path) {
+  return path.replace(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff]/g,
+    (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+}
+
 function downloadName(path) {
   return path.split("/").pop().replace(/[^A-Za-z0-9._-]/g, "_") || "download";
 }
@@ -225,7 +232,7 @@ function refreshFiles() {
       list.replaceChildren();
       for (const file of files) {
         const item = el("li");
-        const open = el("button", "file", file.path);
+        const open = el("button", "file", file.shown);  // the display form: a bidi override shows as its escape
         open.type = "button";
         open.dataset.path = file.path;
         open.addEventListener("click", () => previewFile(file.path));
@@ -256,7 +263,7 @@ async function previewFile(path) {
     const view = state.view;
     const preview = await api(fileUrl("preview", path));
     if (view !== state.view || seq !== state.previewSeq) return;
-    box.replaceChildren(el("h4", null, path));
+    box.replaceChildren(el("h4", null, shownName(path)));
     box.dataset.path = path;
     box.dataset.kind = preview.kind;
     if (preview.kind === "image") {
