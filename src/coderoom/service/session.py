@@ -23,7 +23,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Literal
 
 from agents.exceptions import MaxTurnsExceeded
-from agents.sandbox.errors import ExecTimeoutError, WorkspaceIOError, WorkspaceReadNotFoundError
+from agents.sandbox.errors import ExecTimeoutError, SandboxError, WorkspaceIOError, WorkspaceReadNotFoundError
 
 from ..errors import NoSuchFile, ReadTooLarge, RequestRefused, SandboxUnavailable, SessionClosed, WorkspaceWriteFailed
 from ..hostile.names import UnsafePath, safe_relative_path, shown
@@ -363,11 +363,11 @@ class Session:
         if len(rel.parts) > 1:
             try:
                 await session.mkdir(Path(rel.parent), parents=True)
-            except WorkspaceIOError as exc:
-                raise WorkspaceWriteFailed(f"{shown(str(rel.parent))}: the sandbox did not make it ({type(exc).__name__})") from None
+            except SandboxError as exc:  # a file where a folder should be, a name the file system refuses
+                raise WorkspaceWriteFailed(f"{shown(str(rel.parent))}: the sandbox did not make this folder ({type(exc).__name__})") from None
         try:
             await session.write(Path(rel), io.BytesIO(content))
-        except WorkspaceIOError as exc:
+        except SandboxError as exc:
             raise WorkspaceWriteFailed(f"{shown(str(rel))}: the sandbox did not write it ({type(exc).__name__})") from None
         self._recorder.emit("file_written", path=str(rel), size=len(content))
         return str(rel)
