@@ -204,7 +204,7 @@ def test_a_session_from_upload_to_downloads(page: Any, server: Served, cli_run: 
     # ending the session leaves a run folder like a CLI run's, shown as a past run
     page.click("#close")
     page.wait_for_selector(".event-run_end", timeout=RUN_TIMEOUT_MS)
-    assert page.inner_text("#status") == "past run (read-only)"
+    page.wait_for_function("() => document.querySelector('#status').textContent === 'past run (read-only)'")
     run_name = page.inner_text("#session-title").removeprefix("Run ")
     run_dir = server.runs_dir / run_name
     for path in OUTPUTS[:2]:
@@ -264,3 +264,24 @@ def test_a_hostile_report_renders_inert(page: Any, server: Served) -> None:
     assert page.evaluate(INERT_CHECK) == []
     assert page.eval_on_selector_all("#preview .markdown a", "as => as.map(a => a.href)") == ["https://example.invalid/ok"]
     assert violations == []  # nothing even tried to run: the sanitiser, not only the CSP, stopped it
+
+
+def test_a_bidi_override_in_a_name_shows_as_its_escape(page: Any, server: Served) -> None:
+    # W15: `invoice<U+202E>fdp.exe` would read "invoiceexe.pdf"; the page shows the escape
+    run = server.runs_dir / "bidi-run"
+    (run / "output").mkdir(parents=True)
+    (run / "output" / "invoice\u202efdp.exe").write_text("MZ")
+    (run / "run.jsonl").write_text(
+        '{"type": "run_start", "t": 0, "record_version": 2, "model": "m\\u202ex", '
+        '"job": {"name": "j", "prompt": "p", "inputs": {}, "outputs": []}}\n'
+    )
+    page.click("#nav-runs")
+    page.click("#runs-table button.run:text-is('bidi-run')")
+    page.wait_for_selector("#file-list button.file")
+    shown = page.inner_text("#file-list")
+    assert "output/invoice\\u202efdp.exe" in shown and "\u202e" not in shown
+    transcript = page.inner_text("#transcript")
+    assert "m\\u202ex" in transcript and "\u202e" not in transcript
+    with page.expect_download() as download:
+        page.click("#file-list a.download")
+    assert download.value.suggested_filename == "invoice_fdp.exe"

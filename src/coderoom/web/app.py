@@ -166,8 +166,8 @@ async def _runs(request: Request) -> JSONResponse:
 
 async def _run(request: Request) -> JSONResponse:
     folder = run_folder(request.app.state.config.runs_dir, request.path_params["name"])
-    async with request.app.state.record_reads:
-        return JSONResponse(await asyncio.to_thread(run_record, folder))
+    async with request.app.state.record_reads:  # read and rendered to JSON off the event loop
+        return await asyncio.to_thread(lambda: JSONResponse(run_record(folder)))
 
 
 HTTP_STATUS = {

@@ -307,6 +307,7 @@ function follow(id) {
   state.source = { close: () => controller.abort() };
   let lastId = null;
   const dispatch = (fields) => {
+    if (controller.signal.aborted) return;  // the view moved on: nothing more goes into it
     if (fields.id !== undefined) lastId = fields.id;
     if (fields.data !== undefined) addEvent(JSON.parse(fields.data));
   };
