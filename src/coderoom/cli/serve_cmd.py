@@ -2,7 +2,8 @@
 
 It listens on 127.0.0.1 unless told otherwise; a non-loopback address needs `--allow-remote`,
 and the token is required whatever the address. The URL with the token is printed once, as
-Jupyter does; opening it trades the token for a cookie. Bad flags, an address that cannot be
+Jupyter does, in the fragment (`/#token=...`, which no browser sends to a server); the page
+sends it as an Authorization header, never a cookie. Bad flags, an address that cannot be
 bound and a model spec that does not resolve are usage errors (exit 2) found before any session.
 """
 
