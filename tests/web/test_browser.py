@@ -74,6 +74,7 @@ def test_without_the_token_there_is_no_page(context: Any, server: Served) -> Non
         assert "token" in page.inner_text("#error")
         assert page.get_attribute("body", "data-ready") is None
         assert page.eval_on_selector_all("#model option", "os => os.length") == 0  # /api/config gave nothing
+        assert page.locator("#new-form").is_hidden()
         screenshot(page, "0-no-token")
     finally:
         fresh.close()

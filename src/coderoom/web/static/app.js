@@ -437,7 +437,8 @@ function pickFiles(list) {
 async function init() {
   state.picked = [];
   state.token = takeToken();
-  if (!state.token) {
+  if (!state.token) {  // nothing to offer: every call would be refused
+    for (const part of document.querySelectorAll("main, nav")) part.hidden = true;
     showError("a token is needed: open the URL coderoom serve printed (it holds #token=...)");
     return;
   }
