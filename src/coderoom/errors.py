@@ -98,3 +98,17 @@ class TooManySessions(SessionError):
 class RequestRefused(SessionError):
     """A session request asked for what its bounds forbid: an unsafe name, an upload or read over
     its size limit, a path outside the allowed roots."""
+
+
+class NoSuchFile(RequestRefused):
+    """A read named no regular file in the workspace (or one the sandbox would not read: a link
+    out of it, a special file); a web page's 404."""
+
+
+class ReadTooLarge(RequestRefused):
+    """A read of a file over the bound asked for it; a web page's 413."""
+
+
+class WorkspaceWriteFailed(RequestRefused):
+    """The sandbox would not write a file (a name its file system refuses, a full disk); the
+    message says which file and the sandbox's reason."""

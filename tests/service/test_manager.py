@@ -65,3 +65,32 @@ def test_the_conversation_drops_whole_old_asks_past_its_bound() -> None:
     assert history.update(history.next_input("two") + [{"role": "assistant", "content": "2"}]) == 0
     dropped = history.update(history.next_input("three") + [{"role": "assistant", "content": "3"}] * 2)
     assert dropped == 2 and history.items[0] == {"role": "user", "content": "two"}
+
+
+async def test_a_slot_is_held_before_prepare_and_opens_take_turns(tmp_path: Path) -> None:
+    # W19: what an open reads (prepare) is read only with a slot held, at most MAX_CONCURRENT_OPENS at once
+    from coderoom.service.manager import MAX_CONCURRENT_OPENS
+
+    running, peak = 0, 0
+
+    async def prepare() -> dict:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.3)
+        running -= 1
+        return {"files": {"input/a.txt": b"a"}}
+
+    async with SessionManager(max_sessions=MAX_CONCURRENT_OPENS + 1, model="offline", runs_dir=tmp_path) as manager:
+        opened = await asyncio.gather(*(manager.open(prepare=prepare) for _ in range(MAX_CONCURRENT_OPENS + 1)))
+        assert peak == MAX_CONCURRENT_OPENS and len(manager.live) == len(opened)
+
+        async def never() -> dict:
+            raise AssertionError("a full manager ran prepare")
+
+        with pytest.raises(TooManySessions):
+            await manager.open(prepare=never)
+        await manager.close(opened[0].id)
+        async with manager.slot():  # a whole run (MCP run_job) holds the freed place the same way
+            with pytest.raises(TooManySessions):
+                await manager.open(prepare=never)

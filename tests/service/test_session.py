@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from coderoom import Session
-from coderoom.errors import RequestRefused, SessionClosed
+from coderoom.errors import NoSuchFile, RequestRefused, SessionClosed, WorkspaceWriteFailed
 from coderoom.record import read_record
 from coderoom.sandboxes.limits import Limits
 
@@ -178,7 +178,33 @@ async def test_a_refused_file_at_open_leaves_no_run_folder(tmp_path: Path) -> No
     (tmp_path / "real.csv").write_text("a\n1\n")
     (tmp_path / "link.csv").symlink_to(tmp_path / "real.csv")
     for files in ({"../up.csv": b"x"}, {"input/link.csv": tmp_path / "link.csv"},
-                  {"input/big.bin": b"\0" * (1024**2 + 1)}):
+                  {"input/big.bin": b"\0" * (1024**2 + 1)}, {"input/" + "\u00e9" * 128: b"x"}):  # 256 bytes in UTF-8
         with pytest.raises(RequestRefused):
             await Session.open(model="offline", runs_dir=tmp_path / "runs", files=files, limits=Limits(file_size="1M"))
     assert not (tmp_path / "runs").exists()
+
+
+async def test_a_session_that_fails_to_open_records_the_error(tmp_path: Path) -> None:
+    # W09: a write the sandbox refuses half way (here a file where a folder must go) is a clear
+    # refusal, and the record's run_end says error and why, not ok
+    with pytest.raises(WorkspaceWriteFailed, match="did not make this folder"):
+        await Session.open(model="offline", runs_dir=tmp_path / "runs", files={"a": b"x", "a/b": b"y"})
+    [run_dir] = (tmp_path / "runs").iterdir()
+    end = read_record(run_dir).events[-1]
+    assert (end.type, end.status) == ("run_end", "error")
+    assert "did not open" in end.error and "WorkspaceWriteFailed" in end.error
+
+
+async def test_a_read_of_no_regular_file_is_no_such_file(backend: str, tmp_path: Path) -> None:
+    # W17d: on docker a planted link came back as the SDK's WorkspaceArchiveReadError (a 500 in the page)
+    session = await Session.open(model="offline", sandbox=backend, runs_dir=tmp_path / "runs")
+    try:
+        await session.exec("mkdir -p output/dir && ln -s /etc/passwd output/link && printf 0123456789 > output/ten")
+        for path in ("output/link", "output/dir", "output/none"):
+            with pytest.raises(NoSuchFile):
+                await session.read_file(path)
+        assert await session.read_file("output/ten", 4, head=True) == b"01234"  # the head and one more byte
+        with pytest.raises(RequestRefused, match="read limit"):
+            await session.read_file("output/ten", 4)
+    finally:
+        await session.close()

@@ -2,7 +2,7 @@
 
 Nothing is mocked: the server is the CLI command, the sessions are `coderoom.service`'s on the
 local sandbox, the model is the offline analyst. Requests go to 127.0.0.1 only, through
-`http.client` so a test can send any Host, Origin or Cookie it likes.
+`http.client` so a test can send any Host, Origin or Authorization it likes.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-URL_LINE = re.compile(r"^coderoom serve: (http://127\.0\.0\.1:(\d+))/\?token=([A-Za-z0-9_-]+)$")
+URL_LINE = re.compile(r"^coderoom serve: (http://127\.0\.0\.1:(\d+))/#token=([A-Za-z0-9_-]+)$")
 START_TIMEOUT_S = 60
 
 
@@ -42,8 +42,9 @@ class Served:
         return f"127.0.0.1:{self.port}"
 
     @property
-    def cookie(self) -> str:
-        return f"coderoom_token={self.token}"
+    def auth(self) -> str:
+        """The Authorization header's value the page sends (the token is never in a cookie)."""
+        return f"Bearer {self.token}"
 
     def request(self, method: str, path: str, headers: dict[str, str] | None = None, body: bytes | None = None) -> Reply:
         connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
@@ -55,7 +56,7 @@ class Served:
             connection.close()
 
     def authed(self, method: str, path: str, headers: dict[str, str] | None = None, body: bytes | None = None) -> Reply:
-        return self.request(method, path, {"Cookie": self.cookie, **(headers or {})}, body)
+        return self.request(method, path, {"Authorization": self.auth, **(headers or {})}, body)
 
     def stop(self) -> int:
         self.process.send_signal(signal.SIGTERM)

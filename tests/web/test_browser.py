@@ -8,9 +8,11 @@ With CODEROOM_SCREENSHOTS=1 each step leaves a screenshot in docs/screenshots/.
 
 from __future__ import annotations
 
+import http.server
 import shutil
 import subprocess
 import sys
+import threading
 import tomllib
 import zipfile
 from collections.abc import Iterator
@@ -55,8 +57,9 @@ def context(server: Served, outside: list[str]) -> Iterator[Any]:
 @pytest.fixture
 def page(context: Any, server: Served, outside: list[str]) -> Iterator[Any]:
     page = context.new_page()
-    page.goto(f"{server.base}/?token={server.token}")
+    page.goto(f"{server.base}/#token={server.token}")
     page.wait_for_selector("body[data-ready='1']")
+    assert server.token not in page.url  # the fragment left the address bar
     yield page
     page.close()
     assert outside == [], "the page asked for something outside the server"
@@ -66,13 +69,59 @@ def test_without_the_token_there_is_no_page(context: Any, server: Served) -> Non
     fresh = context.browser.new_context()
     try:
         page = fresh.new_page()
-        response = page.goto(f"{server.base}/")
-        assert response.status == 403
-        assert "token" in page.inner_text("body")
-        assert page.query_selector("#new-form") is None
+        page.goto(f"{server.base}/")
+        page.wait_for_selector("#error:not([hidden])")
+        assert "token" in page.inner_text("#error")
+        assert page.get_attribute("body", "data-ready") is None
+        assert page.eval_on_selector_all("#model option", "os => os.length") == 0  # /api/config gave nothing
+        assert page.locator("#new-form").is_hidden()
         screenshot(page, "0-no-token")
     finally:
         fresh.close()
+
+
+class _Listener(http.server.BaseHTTPRequestHandler):
+    """Another server on 127.0.0.1 (another port): records every request's headers."""
+
+    seen: list[str] = []
+
+    def do_GET(self) -> None:  # noqa: N802
+        type(self).seen.append(str(self.headers) + self.path)
+        body = b"<html><body>elsewhere</body></html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_another_loopback_server_gets_no_credential(context: Any, server: Served) -> None:
+    # W01: cookies are not scoped by port, so a cookie for 127.0.0.1 went to every loopback server
+    listener = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Listener)
+    threading.Thread(target=listener.serve_forever, daemon=True).start()
+    other = f"http://127.0.0.1:{listener.server_address[1]}"
+    let_through = f"{other}/**"
+    context.route(let_through, lambda route: route.continue_())  # the later route wins over only_origin
+    page = context.new_page()
+    try:
+        page.goto(f"{server.base}/#token={server.token}")
+        page.wait_for_selector("body[data-ready='1']")
+        assert page.eval_on_selector_all("#model option", "os => os.length") > 0  # the token works
+        assert context.cookies() == []
+        page.goto(f"{other}/")
+        page.goto(f"{other}/again")
+        page.reload()
+        page.goto(f"{server.base}/")  # back on the page: the tab's sessionStorage still has it
+        page.wait_for_selector("body[data-ready='1']")
+    finally:
+        page.close()
+        context.unroute(let_through)
+        listener.shutdown()
+    assert len(_Listener.seen) >= 3
+    assert not [seen for seen in _Listener.seen if server.token in seen]
 
 
 def showcase_request() -> str:
@@ -156,7 +205,7 @@ def test_a_session_from_upload_to_downloads(page: Any, server: Served, cli_run: 
     # ending the session leaves a run folder like a CLI run's, shown as a past run
     page.click("#close")
     page.wait_for_selector(".event-run_end", timeout=RUN_TIMEOUT_MS)
-    assert page.inner_text("#status") == "past run (read-only)"
+    page.wait_for_function("() => document.querySelector('#status').textContent === 'past run (read-only)'")
     run_name = page.inner_text("#session-title").removeprefix("Run ")
     run_dir = server.runs_dir / run_name
     for path in OUTPUTS[:2]:
@@ -216,3 +265,24 @@ def test_a_hostile_report_renders_inert(page: Any, server: Served) -> None:
     assert page.evaluate(INERT_CHECK) == []
     assert page.eval_on_selector_all("#preview .markdown a", "as => as.map(a => a.href)") == ["https://example.invalid/ok"]
     assert violations == []  # nothing even tried to run: the sanitiser, not only the CSP, stopped it
+
+
+def test_a_bidi_override_in_a_name_shows_as_its_escape(page: Any, server: Served) -> None:
+    # W15: `invoice<U+202E>fdp.exe` would read "invoiceexe.pdf"; the page shows the escape
+    run = server.runs_dir / "bidi-run"
+    (run / "output").mkdir(parents=True)
+    (run / "output" / "invoice\u202efdp.exe").write_text("MZ")
+    (run / "run.jsonl").write_text(
+        '{"type": "run_start", "t": 0, "record_version": 2, "model": "m\\u202ex", '
+        '"job": {"name": "j", "prompt": "p", "inputs": {}, "outputs": []}}\n'
+    )
+    page.click("#nav-runs")
+    page.click("#runs-table button.run:text-is('bidi-run')")
+    page.wait_for_selector("#file-list button.file")
+    shown = page.inner_text("#file-list")
+    assert "output/invoice\\u202efdp.exe" in shown and "\u202e" not in shown
+    transcript = page.inner_text("#transcript")
+    assert "m\\u202ex" in transcript and "\u202e" not in transcript
+    with page.expect_download() as download:
+        page.click("#file-list a.download")
+    assert download.value.suggested_filename == "invoice_fdp.exe"

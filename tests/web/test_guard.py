@@ -1,4 +1,4 @@
-"""The boundary of `coderoom serve`: no token, no page; no CSRF token, no change; an unexpected
+"""The boundary of `coderoom serve`: no token, no API; no CSRF token, no change; an unexpected
 Host, Origin or size, refused; every response with the strict headers. Against the real server."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from coderoom.web.headers import PAGE_CSP
 from web.served import Served
 
 
-@pytest.mark.parametrize("path", ["/", "/api/config", "/api/runs", "/api/sessions", "/static/app.js"])
+@pytest.mark.parametrize("path", ["/api/config", "/api/runs", "/api/sessions", "/api/runs/x/files",
+                                  "/api/runs/x/file?path=output/a", "/api/runs/x/zip", "/static/index.html"])
 def test_a_request_without_the_token_is_refused(server: Served, path: str) -> None:
     reply = server.request("GET", path)
     assert reply.status == 403
@@ -29,27 +30,35 @@ def _changed(token: str) -> str:
     return token[:-1] + ("A" if token[-1] != "A" else "B")
 
 
-def test_a_wrong_token_is_refused_and_sets_no_cookie(server: Served) -> None:
+def test_a_wrong_token_is_refused(server: Served) -> None:
     for wrong in (_changed(server.token), "", server.token[:-1], server.token + "A"):
-        reply = server.request("GET", f"/?token={wrong}")
-        assert reply.status == 403
-        assert "set-cookie" not in reply.headers
-    assert server.request("GET", "/", {"Cookie": "coderoom_token=" + _changed(server.token)}).status == 403
+        assert server.request("GET", "/api/config", {"Authorization": f"Bearer {wrong}"}).status == 403, wrong
+    for header in (server.token, f"Basic {server.token}", f"Bearer{server.token}x"):
+        assert server.request("GET", "/api/config", {"Authorization": header}).status == 403, header
+    assert server.request("GET", "/api/config", {"Authorization": f"bearer {server.token}"}).status == 200
 
 
-def test_the_token_is_exchanged_for_a_strict_httponly_cookie_and_leaves_the_url(server: Served) -> None:
-    reply = server.request("GET", f"/?token={server.token}")
-    assert reply.status == 303
-    assert reply.headers["location"] == "/"
-    cookie = reply.headers["set-cookie"]
-    assert cookie.startswith(f"coderoom_token={server.token};")
-    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
-    page = server.authed("GET", "/")
-    assert page.status == 200 and b'<script src="/static/app.js"' in page.body
+def test_no_credential_is_in_a_cookie_or_a_url(server: Served) -> None:
+    # W01: a cookie for 127.0.0.1 goes to every port of it; the token must not be one
+    for path in ("/", f"/?token={server.token}", "/api/config"):
+        reply = server.authed("GET", path)
+        assert "set-cookie" not in reply.headers, path
+        assert server.token.encode() not in reply.body, path
+    assert server.request("GET", "/api/config", {"Cookie": f"coderoom_token={server.token}"}).status == 403
+    assert server.request("GET", f"/api/config?token={server.token}").status == 403
+
+
+def test_the_page_itself_is_public_and_secret_free(server: Served) -> None:
+    for path in ("/", "/static/app.js", "/static/app.css"):
+        reply = server.request("GET", path)
+        assert reply.status == 200, path
+    page = server.request("GET", "/")
+    assert b'<script src="/static/app.js"' in page.body
+    assert server.request("POST", "/", {"Content-Length": "0"}).status == 403  # only GET/HEAD are public
 
 
 def test_the_page_has_the_strict_csp_and_no_inline_script(server: Served) -> None:
-    page = server.authed("GET", "/")
+    page = server.request("GET", "/")
     assert page.headers["content-security-policy"] == PAGE_CSP
     assert "script-src 'self';" in PAGE_CSP and "unsafe" not in PAGE_CSP
     assert page.headers["x-content-type-options"] == "nosniff"
@@ -61,9 +70,9 @@ def test_the_page_has_the_strict_csp_and_no_inline_script(server: Served) -> Non
 def test_an_unexpected_host_is_refused_even_with_the_token(server: Served) -> None:
     # DNS rebinding: a page on evil.example resolving to 127.0.0.1 sends its own Host header
     for host in ("evil.example", f"evil.example:{server.port}", f"127.0.0.1:{server.port + 1}", ""):
-        reply = server.request("GET", "/api/config", {"Host": host, "Cookie": server.cookie})
+        reply = server.request("GET", "/api/config", {"Host": host, "Authorization": server.auth})
         assert reply.status == 421, host
-    assert server.request("GET", "/api/config", {"Host": f"localhost:{server.port}", "Cookie": server.cookie}).status == 200
+    assert server.request("GET", "/api/config", {"Host": f"localhost:{server.port}", "Authorization": server.auth}).status == 200
 
 
 def _csrf(server: Served) -> str:
@@ -76,7 +85,7 @@ def test_a_state_changing_request_needs_the_csrf_token(server: Served) -> None:
     assert server.authed("POST", "/api/sessions/none/ask", {"X-Coderoom-CSRF": "wrong"}, body).status == 403
     # with it, the request reaches the route (which has no such session)
     assert server.authed("POST", "/api/sessions/none/ask", {"X-Coderoom-CSRF": _csrf(server)}, body).status == 404
-    # the CSRF token is no token: without the cookie it opens nothing
+    # the CSRF token is no token: without the bearer token it opens nothing
     assert server.request("POST", "/api/sessions/none/ask", {"X-Coderoom-CSRF": _csrf(server)}, body).status == 403
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from coderoom.record import read_record
+from coderoom.web.live import MAX_EVENT_ID_DIGITS
 from web.served import Served, multipart, serve
 
 SHOWCASE_CSV = Path(__file__).resolve().parents[2] / "examples" / "building_energy" / "data" / "building_energy.csv"
@@ -46,11 +47,11 @@ def test_a_model_or_sandbox_the_server_does_not_offer_is_refused(server: Served)
     assert set(os.listdir(server.runs_dir)) == before
 
 
-def _events(server: Served, session_id: str, until: str, timeout_s: float = 120, last_id: int | None = None) -> list[dict]:
+def _events(server: Served, session_id: str, until: str, timeout_s: float = 120, last_id: int | str | None = None) -> list[dict]:
     """The session's SSE stream read until an event of type `until` arrives; each event gets its
     SSE id as `_id`."""
     connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=timeout_s)
-    headers = {"Host": server.host, "Cookie": server.cookie}
+    headers = {"Host": server.host, "Authorization": server.auth}
     if last_id is not None:
         headers["Last-Event-ID"] = str(last_id)
     connection.request("GET", f"/api/sessions/{session_id}/events", headers=headers)
@@ -91,6 +92,10 @@ def test_a_session_streams_its_record_and_replays_it_to_a_late_reader(server: Se
     # a browser that reconnects after event 5 gets the rest only
     resumed = _events(server, session, until="ask_end", last_id=5)
     assert [(e["_id"], e["type"]) for e in resumed] == [(e["_id"], e["type"]) for e in live[5:]]
+    # W20: a Last-Event-ID no server gave (thousands of digits, non-ASCII digits) counts as none, not a 500
+    for bogus in ("9" * 5000, "\u00b2\u00b3", "1" * (MAX_EVENT_ID_DIGITS + 1)):
+        again_all = _events(server, session, until="ask_end", last_id=bogus)
+        assert [e["_id"] for e in again_all] == [e["_id"] for e in live], bogus[:20]
     # a second ask while one runs is refused; after it, a follow-up is accepted
     headers = {**_csrf(server), "Content-Type": "application/json"}
     follow = server.authed("POST", f"/api/sessions/{session}/ask", headers, json.dumps({"request": "and now?"}).encode())

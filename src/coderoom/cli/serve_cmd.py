@@ -2,7 +2,8 @@
 
 It listens on 127.0.0.1 unless told otherwise; a non-loopback address needs `--allow-remote`,
 and the token is required whatever the address. The URL with the token is printed once, as
-Jupyter does; opening it trades the token for a cookie. Bad flags, an address that cannot be
+Jupyter does, in the fragment (`/#token=...`, which no browser sends to a server); the page
+sends it as an Authorization header, never a cookie. Bad flags, an address that cannot be
 bound and a model spec that does not resolve are usage errors (exit 2) found before any session.
 """
 
@@ -33,12 +34,15 @@ def serve(
     sandbox: Annotated[Optional[list[str]], typer.Option(help="a sandbox backend the page offers (repeat; the first is the default)")] = None,
     allow_remote: Annotated[bool, typer.Option(help="allow a non-loopback --host (the token is still required)")] = False,
     public_host: Annotated[Optional[list[str]], typer.Option(help="a host name the page is reached by besides loopback (repeat)")] = None,
+    max_sessions: Annotated[int, typer.Option(help="live sessions at once; more are refused (429)")] = 8,
 ) -> None:
     """Serve the web page: upload files, ask, watch the run live, browse past runs."""
     with reported():
         listener = _listen(host, port, allow_remote)
         choices = _choices(model or [], sandbox or [])
-    _serve(listener, host, runs_dir, choices, public_host or [])
+        if max_sessions < 1:
+            raise UsageError(f"--max-sessions {max_sessions}: at least 1")
+    _serve(listener, host, runs_dir, choices, public_host or [], max_sessions)
 
 
 def _listen(host: str, port: int, allow_remote: bool) -> socket.socket:
@@ -85,7 +89,7 @@ def _choices(models: list[str], sandboxes: list[str]):  # noqa: ANN202  (web.liv
     return Choices(models=offered, sandboxes=list(dict.fromkeys(usable)))
 
 
-def _serve(listener: socket.socket, host: str, runs_dir: Path, choices, public_hosts: list[str]) -> None:  # noqa: ANN001
+def _serve(listener: socket.socket, host: str, runs_dir: Path, choices, public_hosts: list[str], max_sessions: int) -> None:  # noqa: ANN001
     """Serve until a signal; then every live session is closed and saved, and the exit code is
     the signal's (130, 143, 129), as a run's (`interrupts`)."""
     import asyncio
@@ -95,14 +99,14 @@ def _serve(listener: socket.socket, host: str, runs_dir: Path, choices, public_h
     port = listener.getsockname()[1]
     with raising_on_signals():
         try:
-            asyncio.run(run_interruptible(_serve_until_cancelled(listener, host, port, runs_dir, choices, public_hosts)))
+            asyncio.run(run_interruptible(_serve_until_cancelled(listener, host, port, runs_dir, choices, public_hosts, max_sessions)))
         except Interrupted as exc:
             print(f"coderoom serve: {exc.message}; every live session was closed and saved under {runs_dir}", flush=True)
             exit_now(exc.exit_code)
 
 
 async def _serve_until_cancelled(
-    listener: socket.socket, host: str, port: int, runs_dir: Path, choices: Any, public_hosts: list[str]
+    listener: socket.socket, host: str, port: int, runs_dir: Path, choices: Any, public_hosts: list[str], max_sessions: int
 ) -> None:
     import uvicorn
 
@@ -119,10 +123,10 @@ async def _serve_until_cancelled(
 
     secrets_ = Secrets()
     config = WebConfig(runs_dir=runs_dir, choices=choices, hosts=allowed_hosts(host, port, public_hosts), secrets=secrets_)
-    async with SessionManager(runs_dir=runs_dir) as manager:
+    async with SessionManager(runs_dir=runs_dir, max_sessions=max_sessions) as manager:
         web_app = build_app(config, manager)
         shown = f"[{host}]" if ":" in host else host
-        print(f"coderoom serve: http://{shown}:{port}/?token={secrets_.token}", flush=True)
+        print(f"coderoom serve: http://{shown}:{port}/#token={secrets_.token}", flush=True)
         try:
             await Server(uvicorn.Config(web_app, log_level="warning", lifespan="on")).serve(sockets=[listener])
         finally:

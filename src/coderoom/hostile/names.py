@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import PurePosixPath
+
+MAX_NAME_BYTES = 255
+"""Of one path component in UTF-8: NAME_MAX of Linux file systems. A longer name is refused
+before anything is made for it, not failed on by the sandbox half way."""
+WINDOWS_SEPARATOR = "\\"
+_NOT_ON_WINDOWS = re.compile(r'[\\:*?"<>|\x00-\x1f]')
+"""What a Windows unzip reads as a separator, a drive (`C:`), a stream, a wildcard or a control."""
+_WINDOWS_DEVICES = re.compile(r"^(con|prn|aux|nul|com[0-9]|lpt[0-9])(\..*)?$", re.IGNORECASE)
 
 
 class UnsafePath(ValueError):
@@ -21,6 +30,30 @@ def safe_relative_path(name: str) -> PurePosixPath:
         raise UnsafePath(f"{name!r}: names the root")
     if any(part == ".." for part in parts):
         raise UnsafePath(f"{name!r}: contains '..'")
+    if any(len(part.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES for part in parts):
+        raise UnsafePath(f"{shown(name)}: a component is over {MAX_NAME_BYTES} bytes in UTF-8 (MAX_NAME_BYTES)")
+    return PurePosixPath(*parts)
+
+
+def has_windows_separator(name: str) -> bool:
+    """`name` holds a backslash: a separator to Windows, so `..\\..\\x` climbs out there."""
+    return WINDOWS_SEPARATOR in name
+
+
+def portable_path(path: PurePosixPath) -> PurePosixPath:
+    """`path` (already safe on POSIX) as a name that means the same one file on Windows too, for
+    anything that goes to a user's machine (a zip): a backslash, `:` (a drive letter, an NTFS
+    stream), the other characters Windows refuses and controls become `_`; a device name (CON,
+    NUL, COM1...) gets a `_` before it and a component ending in a dot or space one after it. One rule with
+    `has_windows_separator`, which a snapshot uses to refuse such a member outright."""
+    parts = []
+    for part in path.parts:
+        part = _NOT_ON_WINDOWS.sub("_", part)
+        if _WINDOWS_DEVICES.match(part):
+            part = "_" + part
+        if part.endswith((".", " ")):
+            part += "_"
+        parts.append(part)
     return PurePosixPath(*parts)
 
 

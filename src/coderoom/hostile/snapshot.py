@@ -38,7 +38,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Literal
 
 from .archive import ArchiveError, each_member
-from .names import UnsafePath, safe_relative_path, shown
+from .names import UnsafePath, has_windows_separator, safe_relative_path, shown
 from .tree import MAX_DEPTH, MAX_ENTRIES, copy_bounded, open_dir_beneath
 
 MAX_SNAPSHOT_MEMBERS = MAX_ENTRIES  # members of any kind; the archivers stop at the same count
@@ -270,7 +270,7 @@ def _member(
         if info.isdir():
             return None
         raise SnapshotRefused(name, "the archive root must be a directory")
-    if "\\" in name:
+    if has_windows_separator(name):
         raise SnapshotRefused(name, "windows path separator")
     if name.startswith("/"):
         raise SnapshotRefused(name, "absolute path")

@@ -4,7 +4,9 @@ loopback, where every request must carry the server's bearer token.
 Why a token even on loopback: any local process (another user's, a browser page through DNS
 rebinding) can reach 127.0.0.1; the token (random, `secrets.token_urlsafe(32)`, printed once at
 start) is compared in constant time (`hmac.compare_digest`) before the request reaches the MCP
-SDK, which also checks the Host and Origin headers (DNS rebinding). A non-loopback bind is
+SDK, which also checks the Host and Origin headers (DNS rebinding) against `transport_security`:
+the SDK turns that check on by itself only for 127.0.0.1, localhost and ::1, so every loopback
+bind (127.0.0.2, ...) gets it explicitly, for the loopback names and the bound address. A non-loopback bind is
 refused unless `allow_remote` is given. The token never reaches a sandbox: sessions get only
 their files and the allowlisted environment every sandbox gets.
 
@@ -23,6 +25,7 @@ from typing import Any
 
 import uvicorn
 from mcp.server.mcpserver import MCPServer
+from mcp.server.transport_security import TransportSecuritySettings
 
 from ..errors import UsageError
 from ..service import SessionManager
@@ -31,6 +34,7 @@ MAX_HTTP_BODY_BYTES = 48 * 1024**2  # one HTTP request (uploads are base64: 32 M
 MCP_PATH = "/mcp"
 LISTEN_BACKLOG = 128
 LOOPBACK_NAMES = ("localhost",)
+LOOPBACK_HOST_HEADERS = ("127.0.0.1", "localhost", "[::1]")
 
 
 def is_loopback(host: str) -> bool:
@@ -48,6 +52,18 @@ def check_bind(host: str, allow_remote: bool) -> None:
             f"--host {host}: not a loopback address; the MCP server listens on loopback only "
             "unless --allow-remote is given (then anyone who can reach it and has the token can run code)"
         )
+
+
+def transport_security(host: str, port: int) -> TransportSecuritySettings | None:
+    """The SDK's Host/Origin check for a loopback bind: the loopback names and `host`, each with
+    `port`. None (the SDK's own choice: off) for a remote bind, where the token is the guard."""
+    if not is_loopback(host):
+        return None
+    names = {*LOOPBACK_HOST_HEADERS, f"[{host}]" if ":" in host else host}
+    hosts = sorted(f"{name}:{port}" for name in names)
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=[f"http://{h}" for h in hosts],
+    )
 
 
 class BearerToken:
@@ -88,15 +104,16 @@ async def serve_http(
     announce: Callable[[str], None],
 ) -> None:
     """Serve until cancelled (a signal); `announce(url)` once the socket listens."""
-    app = server.streamable_http_app(
-        streamable_http_path=MCP_PATH, host=host, max_request_body_size=MAX_HTTP_BODY_BYTES
-    )
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(LISTEN_BACKLOG)  # listening before it is announced: an early client waits, never is refused
     bound = sock.getsockname()[1]
+    app = server.streamable_http_app(
+        streamable_http_path=MCP_PATH, host=host, max_request_body_size=MAX_HTTP_BODY_BYTES,
+        transport_security=transport_security(host, bound),
+    )
     config = uvicorn.Config(BearerToken(app, token), log_level="warning", lifespan="on")
     async with manager:
         if manager.pool is not None:

@@ -12,6 +12,7 @@ every refusal is a tool error with coderoom's message, never a traceback.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import os
@@ -36,6 +37,8 @@ from .policy import ReadPolicy
 
 MAX_UPLOAD_BYTES = 32 * 1024**2  # one file sent by a client (decoded), or read from an allowed path
 MAX_OPEN_FILES = 100  # files one open_session or run_job copies in
+MAX_OPEN_TOTAL_BYTES = 256 * 1024**2
+"""Of all files one open_session or run_job copies in (read from host paths and decoded)."""
 MAX_RESOURCE_BYTES = 16 * 1024**2  # one resource read
 MAX_LISTED_RESOURCES = 200  # session output files listed as resources
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,120}$")
@@ -85,13 +88,28 @@ def decode_upload(name: str, data: str) -> bytes:
         raise RequestRefused(f"{name}: not valid base64") from None
 
 
-def gather_files(policy: ReadPolicy, files: dict[str, str] | None, uploads: dict[str, str] | None) -> dict[str, bytes]:
-    """Workspace name -> bytes, from allowed host paths (`files`) and base64 `uploads`."""
+async def gather_files(policy: ReadPolicy, files: dict[str, str] | None, uploads: dict[str, str] | None) -> dict[str, bytes]:
+    """Workspace name -> bytes, from allowed host paths (`files`) and base64 `uploads`; at most
+    MAX_OPEN_FILES files and MAX_OPEN_TOTAL_BYTES in all, each read bounded by what is left of
+    that total. Host files are read in a worker thread (the server keeps answering meanwhile)."""
     files, uploads = files or {}, uploads or {}
     if len(files) + len(uploads) > MAX_OPEN_FILES:
         raise RequestRefused(f"more than {MAX_OPEN_FILES} files at once (MAX_OPEN_FILES)")
-    gathered = {name: policy.read(host, MAX_UPLOAD_BYTES) for name, host in files.items()}
-    gathered.update({name: decode_upload(name, data) for name, data in uploads.items()})
+    gathered: dict[str, bytes] = {}
+    left = MAX_OPEN_TOTAL_BYTES
+    over = f"the files come to over {MAX_OPEN_TOTAL_BYTES:,} bytes (MAX_OPEN_TOTAL_BYTES)"
+    for name, host in files.items():
+        if left <= 0:
+            raise RequestRefused(over)
+        gathered[name] = await asyncio.to_thread(policy.read, host, min(MAX_UPLOAD_BYTES, left))
+        left -= len(gathered[name])
+    for name, data in uploads.items():
+        if len(data) > (left * 4) // 3 + 4:
+            raise RequestRefused(over)
+        gathered[name] = decode_upload(name, data)
+        left -= len(gathered[name])
+    if left < 0:
+        raise RequestRefused(over)
     return gathered
 
 
@@ -103,7 +121,10 @@ def build_server(manager: SessionManager, settings: ServerSettings) -> MCPServer
         """Open a sandbox session. `files`: workspace path -> host path under a folder the server
         may read; `uploads`: workspace path -> base64 content. Returns the session id."""
         async def work() -> CallToolResult:
-            session = await manager.open(files=gather_files(settings.policy, files, uploads))
+            async def prepare() -> dict[str, Any]:  # once a slot is held: a refused open reads nothing
+                return {"files": await gather_files(settings.policy, files, uploads)}
+
+            session = await manager.open(prepare=prepare)
             listing = ", ".join(sorted({**(files or {}), **(uploads or {})})) or "none"
             return _ok(content.text(f"session_id: {session.id}\nfiles: {listing}\nworkspace: /workspace "
                                     f"(the working directory)\nlimits: {_limits(session.limits)}"))
@@ -171,7 +192,10 @@ def build_server(manager: SessionManager, settings: ServerSettings) -> MCPServer
                       uploads: dict[str, str] | None = None) -> CallToolResult:
         """Run a whole coderoom agent (the server's model) on `request` with these input files;
         `outputs` are required files under output/. Returns the answer and the outputs as resources."""
-        return await _guarded(lambda: _run_job(settings, request, outputs or [], files, uploads))
+        async def work() -> CallToolResult:
+            async with manager.slot():  # a whole run is a sandbox too: it counts against max_sessions
+                return await _run_job(settings, request, outputs or [], files, uploads)
+        return await _guarded(work)
 
     @server.resource("coderoom://session/{session_id}/{+path}", mime_type="application/octet-stream")
     async def session_file(session_id: str, path: str) -> bytes:
@@ -194,10 +218,12 @@ class _CoderoomServer(MCPServer):
         self._manager = manager
 
     async def list_resources(self) -> list[Resource]:
+        """Quiet listings: a client's resources/list is no use of the sessions (their idle timeout
+        still runs) and writes nothing into their records."""
         listed = await super().list_resources()
         for session in self._manager.live:
             try:
-                entries = await session.files()
+                entries = await session.files(quiet=True)
             except CoderoomError:
                 continue
             for entry in entries:
@@ -236,7 +262,7 @@ async def _run_job(settings: ServerSettings, request: str, outputs: list[str], f
     from ..jobs import build_job
     from ..run import new_run_dir, run_job
 
-    gathered = gather_files(settings.policy, files, uploads)
+    gathered = await gather_files(settings.policy, files, uploads)
     staging = Path(tempfile.mkdtemp(prefix="coderoom-mcp-inputs-"))  # 0700, removed after the run
     try:
         inputs: dict[str, Path] = {}

@@ -64,8 +64,9 @@ class Record:
         return self.start
 
 
-def read_record(run_dir: Path) -> Record:
-    """The record of the run in `run_dir`."""
+def read_record(run_dir: Path, *, head_bytes: int | None = None) -> Record:
+    """The record of the run in `run_dir`; with `head_bytes`, only the lines within its first
+    `head_bytes` bytes (a page view), `cut` then saying so."""
     path = run_dir / RECORD_FILE
     try:  # a forged run folder may hold a FIFO, a device or a link here: never block, never follow
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -82,7 +83,14 @@ def read_record(run_dir: Path) -> Record:
     with handle:
         number = 0
         read = 0
-        while line := handle.readline(MAX_LINE_BYTES + 1):
+        while True:
+            left = MAX_LINE_BYTES if head_bytes is None else min(MAX_LINE_BYTES, head_bytes - read)
+            line = handle.readline(left + 1)
+            if not line:
+                break
+            if head_bytes is not None and read + len(line) > head_bytes:
+                record.cut = f"only the record's first {head_bytes:,} bytes were read"
+                break
             number += 1
             read += len(line)
             if len(line) > MAX_LINE_BYTES:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,9 @@ from .session import Session
 MAX_SESSIONS = 8  # live sessions at once, by default
 IDLE_TIMEOUT_S = 900.0  # a session nobody used for this long is closed (its record kept)
 REAP_INTERVAL_MAX_S = 5.0  # how often, at most this far apart, idle sessions are looked for
+MAX_CONCURRENT_OPENS = 2
+"""Sessions being opened at once (their files read, sandboxes started); more wait their turn,
+each already holding its slot, so a burst of opens costs at most this many uploads in memory."""
 
 
 class SessionManager:
@@ -49,25 +53,41 @@ class SessionManager:
         self.pool = pool
         self._sessions: dict[str, Session] = {}
         self._opening = 0
+        self._open_turns = asyncio.Semaphore(MAX_CONCURRENT_OPENS)
         self._reaper: asyncio.Task[None] | None = None
 
     @property
     def live(self) -> list[Session]:
         return list(self._sessions.values())
 
-    async def open(self, **kw: Any) -> Session:
-        """A new session with the manager's settings (`kw` overrides them, see `Session.open`)."""
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """One of the max_sessions places, held while a session opens or a whole run (the MCP
+        server's run_job) lasts; TooManySessions, before anything is read or started, when none
+        is free."""
         if len(self._sessions) + self._opening >= self.max_sessions:
             raise TooManySessions(
-                f"{self.max_sessions} sessions are live (the max_sessions limit); close one first"
+                f"{self.max_sessions} sessions or runs are live (the max_sessions limit); close one first"
             )
-        self._start_reaper()
         self._opening += 1
         try:
-            session = await Session.open(**{**self.defaults, **kw})
+            yield
         finally:
             self._opening -= 1
-        self._sessions[session.id] = session
+
+    async def open(self, *, prepare: Callable[[], Awaitable[dict[str, Any]]] | None = None, **kw: Any) -> Session:
+        """A new session with the manager's settings (`kw` overrides them, see `Session.open`).
+
+        `prepare` gives more of `kw` (the files, read from a request): it is awaited only once a
+        slot is held and it is this open's turn (MAX_CONCURRENT_OPENS), so a refused open reads
+        nothing."""
+        async with self.slot():
+            self._start_reaper()
+            async with self._open_turns:
+                if prepare is not None:
+                    kw = {**kw, **await prepare()}
+                session = await Session.open(**{**self.defaults, **kw})
+            self._sessions[session.id] = session
         return session
 
     def get(self, session_id: str) -> Session:

@@ -23,10 +23,10 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Literal
 
 from agents.exceptions import MaxTurnsExceeded
-from agents.sandbox.errors import ExecTimeoutError, WorkspaceReadNotFoundError
+from agents.sandbox.errors import ExecTimeoutError, SandboxError, WorkspaceIOError, WorkspaceReadNotFoundError
 
-from ..errors import RequestRefused, SandboxUnavailable, SessionClosed
-from ..hostile.names import UnsafePath, safe_relative_path
+from ..errors import NoSuchFile, ReadTooLarge, RequestRefused, SandboxUnavailable, SessionClosed, WorkspaceWriteFailed
+from ..hostile.names import UnsafePath, safe_relative_path, shown
 from ..interrupts import received_signal
 from ..jobs import DEFAULT_INSTRUCTIONS, Job, build_job
 from ..models import ResolvedModel, explain_model_error, resolve_model
@@ -112,6 +112,8 @@ def session_job(
 class Session:
     """A live session; make one with `await Session.open(...)`, end it with `await close()`."""
 
+    max_read_bytes = MAX_READ_BYTES  # the most read_file reads, for callers that do not import this module
+
     def __init__(
         self, job: Job, model: ResolvedModel, live: LiveSandbox, recorder: Recorder, hub: EventHub,
         result: RunResult, started: float,
@@ -194,8 +196,8 @@ class Session:
         try:
             written = [await self._write(path, data) for path, data in staged.items()]
             recorder.emit("session_open", session_id=self.id, pooled=pooled, files=written)
-        except BaseException:
-            await self.close()
+        except BaseException as exc:
+            await self._close(failure=f"the session did not open: {type(exc).__name__}: {exc}")
             raise
         return self
 
@@ -218,10 +220,13 @@ class Session:
         return self._hub.subscribe()
 
     def _begin(self) -> None:
-        if self._closed:
-            raise SessionClosed(f"session {self.id} is closed; its record is in {self.run_dir}")
+        self._check_open()
         self._active += 1
         self.last_used = time.monotonic()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosed(f"session {self.id} is closed; its record is in {self.run_dir}")
 
     def _end(self) -> None:
         self._active -= 1
@@ -356,35 +361,53 @@ class Session:
         content = _content(path, data, self.limits)
         session = self._live.session
         if len(rel.parts) > 1:
-            await session.mkdir(Path(rel.parent), parents=True)
-        await session.write(Path(rel), io.BytesIO(content))
+            try:
+                await session.mkdir(Path(rel.parent), parents=True)
+            except SandboxError as exc:  # a file where a folder should be, a name the file system refuses
+                raise WorkspaceWriteFailed(f"{shown(str(rel.parent))}: the sandbox did not make this folder ({type(exc).__name__})") from None
+        try:
+            await session.write(Path(rel), io.BytesIO(content))
+        except SandboxError as exc:
+            raise WorkspaceWriteFailed(f"{shown(str(rel))}: the sandbox did not write it ({type(exc).__name__})") from None
         self._recorder.emit("file_written", path=str(rel), size=len(content))
         return str(rel)
 
-    async def read_file(self, path: str, max_bytes: int = MAX_READ_BYTES) -> bytes:
-        """A workspace file's bytes, at most `max_bytes` (and MAX_READ_BYTES), else RequestRefused.
-        A link is resolved inside the sandbox only, and only to a regular file under the workspace."""
+    async def read_file(self, path: str, max_bytes: int = MAX_READ_BYTES, *, head: bool = False) -> bytes:
+        """A workspace file's bytes, at most `max_bytes` (and MAX_READ_BYTES): over it, ReadTooLarge,
+        or with `head` its first `max_bytes` bytes and one more (so a preview knows it was cut).
+        A link is resolved inside the sandbox only, and only to a regular file under the
+        workspace; no such file, or one the sandbox would not read, is NoSuchFile."""
         rel = _workspace_name(path)
         cap = max(0, min(max_bytes, MAX_READ_BYTES))
         self._begin()
         try:
             data = await self._live.session.read_bounded(Path(rel), max_bytes=cap + 1)
         except WorkspaceReadNotFoundError:
-            raise RequestRefused(f"{rel}: no such regular file in the workspace") from None
+            raise NoSuchFile(f"{shown(str(rel))}: no such regular file in the workspace") from None
+        except WorkspaceIOError as exc:  # a link out of the workspace, a special file (docker's archive read)
+            raise NoSuchFile(f"{shown(str(rel))}: not a regular file the sandbox will read ({type(exc).__name__})") from None
         finally:
             self._end()
-        if len(data) > cap:
-            raise RequestRefused(f"{rel}: over the {cap:,} byte read limit")
+        if len(data) > cap and not head:
+            raise ReadTooLarge(f"{shown(str(rel))}: over the {cap:,} byte read limit")
         self._recorder.emit("file_read", path=str(rel), size=len(data))
         return data
 
-    async def files(self) -> list[FileInfo]:
-        """The workspace's entries (not .coderoom/), at most MAX_LISTED_FILES."""
-        self._begin()
-        try:
+    async def files(self, *, quiet: bool = False) -> list[FileInfo]:
+        """The workspace's entries (not .coderoom/), at most MAX_LISTED_FILES.
+
+        `quiet`: a listing for someone other than the session's user (the MCP server's
+        resources/list walks every session): it is not use, so the idle timeout still counts,
+        and it writes nothing into the record."""
+        if quiet:
+            self._check_open()
             raw = await self._live.session.exec("sh", "-c", LIST_FILES, shell=False, timeout=self.limits.timeout)
-        finally:
-            self._end()
+        else:
+            self._begin()
+            try:
+                raw = await self._live.session.exec("sh", "-c", LIST_FILES, shell=False, timeout=self.limits.timeout)
+            finally:
+                self._end()
         entries: list[FileInfo] = []
         for record in raw.stdout.split(b"\0"):
             kind, _, rest = record.partition(b" ")
@@ -394,7 +417,8 @@ class Session:
             entries.append(FileInfo(_text(name), int(size), KINDS.get(_text(kind), "other")))
             if len(entries) >= MAX_LISTED_FILES:
                 break
-        self._recorder.emit("files_listed", entries=len(entries))
+        if not quiet:
+            self._recorder.emit("files_listed", entries=len(entries))
         return entries
 
     # -- the end -------------------------------------------------------------------------
@@ -402,6 +426,10 @@ class Session:
     async def close(self) -> Path:
         """Stop any ask in flight, save the workspace into the run folder as a run does, close
         the sandbox and end the record (run_end); the run folder. Idempotent."""
+        return await self._close(failure=None)
+
+    async def _close(self, failure: str | None) -> Path:
+        """close(); with `failure` (the session never opened fully) run_end says error and why."""
         async with self._close_lock:
             if self._closed:
                 return self.run_dir
@@ -414,7 +442,9 @@ class Session:
                 result.limits_hit = limits_hit(self._live.session)
                 await save(self._live.session, self.job, self.run_dir, self._recorder, result.saved)
                 result.status, result.error, result.signal = "ok", None, received_signal()
-                if result.signal:  # closed by the service's shutdown on a signal
+                if failure is not None:
+                    result.status, result.error = "error", failure
+                elif result.signal:  # closed by the service's shutdown on a signal
                     result.status, result.error = "interrupted", f"interrupted by {result.signal}"
             except asyncio.CancelledError:
                 result.status, result.signal = "interrupted", received_signal()

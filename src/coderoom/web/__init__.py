@@ -1,7 +1,8 @@
 """`coderoom serve`: a web page over live sessions and past runs, on 127.0.0.1 by default.
 
-* `guard`: the boundary every request crosses: Host check, the token (given once in the URL,
-  kept in an HttpOnly SameSite=Strict cookie), CSRF and Origin checks, body size.
+* `guard`: the boundary every request crosses: Host check, the token (given once in the URL's
+  fragment, sent by the page as an Authorization header, never a cookie), CSRF and Origin
+  checks, body size.
 * `headers`: the page's Content-Security-Policy and the other response headers.
 * `files`: listing, previews, downloads and zips of files a sandbox wrote (hostile), from a live
   session or a run folder.

@@ -12,6 +12,7 @@ Routes (all behind `guard.Guard`; JSON unless said):
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -26,7 +27,9 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..errors import EXIT_USAGE, CoderoomError, RequestRefused, SessionClosed, TooManySessions, UnknownSession
+from ..errors import (
+    EXIT_USAGE, CoderoomError, NoSuchFile, ReadTooLarge, RequestRefused, SessionClosed, TooManySessions, UnknownSession,
+)
 from ..hostile.names import UnsafePath
 from . import files as artifact_files
 from .files import FileSource, FileTooLarge, RunFolderFiles, SessionFiles, checked_path
@@ -37,6 +40,9 @@ from .runs import NoSuchRun, list_runs, run_folder, run_record
 from .uploads import UploadRefused
 
 STATIC = Path(str(package_files("coderoom.web") / "static"))
+MAX_CONCURRENT_RECORD_READS = 2
+"""Run records (and run lists) read at once, each in a worker thread: a forged record is read
+within the reader's bounds but slowly; more requests wait, and the event loop never does."""
 
 
 @dataclass
@@ -75,6 +81,7 @@ def build_app(config: WebConfig, manager: Any) -> Starlette:
         lifespan=lifespan,
     )  # fmt: skip
     app.state.config = config
+    app.state.record_reads = asyncio.Semaphore(MAX_CONCURRENT_RECORD_READS)
     app.state.live = Live(manager=manager, choices=config.choices, runs_dir=config.runs_dir)
     return app
 
@@ -150,7 +157,8 @@ async def _config(request: Request) -> JSONResponse:
 async def _runs(request: Request) -> JSONResponse:
     live: Live = request.app.state.live
     running = {s.run_dir.name: s.id for s in live.manager.live}
-    runs = list_runs(request.app.state.config.runs_dir)
+    async with request.app.state.record_reads:
+        runs = await asyncio.to_thread(list_runs, request.app.state.config.runs_dir)
     for run in runs:
         run["session"] = running.get(run["name"])
     return JSONResponse(runs)
@@ -158,10 +166,13 @@ async def _runs(request: Request) -> JSONResponse:
 
 async def _run(request: Request) -> JSONResponse:
     folder = run_folder(request.app.state.config.runs_dir, request.path_params["name"])
-    return JSONResponse(run_record(folder))
+    async with request.app.state.record_reads:  # read and rendered to JSON off the event loop
+        return await asyncio.to_thread(lambda: JSONResponse(run_record(folder)))
 
 
-HTTP_STATUS = {UnknownSession: 404, SessionClosed: 409, TooManySessions: 429, RequestRefused: 400}
+HTTP_STATUS = {
+    UnknownSession: 404, SessionClosed: 409, TooManySessions: 429, NoSuchFile: 404, ReadTooLarge: 413, RequestRefused: 400,
+}
 """What a session's refusal is to a browser; any other usage error is 400, the rest 500."""
 
 

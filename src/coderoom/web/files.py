@@ -23,10 +23,11 @@ from urllib.parse import quote
 
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from ..errors import RequestRefused
+from ..errors import NoSuchFile, ReadTooLarge
 from ..hostile.markup import markdown_html
-from ..hostile.names import UnsafePath, safe_relative_path
+from ..hostile.names import UnsafePath, portable_path, safe_relative_path
 from ..hostile.preview import as_text, csv_table, image_type
+from ..hostile.text import terminal_safe
 from ..hostile.tree import WorkspaceLimitError, open_beneath, walk
 from .headers import FILE_CSP
 
@@ -38,6 +39,7 @@ MAX_DOWNLOAD_BYTES = 256 * 1024**2
 MAX_ZIP_FILES = 2_000
 MAX_ZIP_BYTES = 512 * 1024**2
 """Of all files put in one zip, before compression."""
+LEFT_OUT_NOTE = "coderoom-left-out.txt"
 HIDDEN_PREFIXES = (".coderoom/",)  # coderoom's own scripts and state in a workspace: not artifacts
 _CHUNK = 1024 * 1024
 
@@ -98,8 +100,9 @@ class RunFolderFiles:
 class SessionFiles:
     """The workspace of a live session, through the session's own bounded, link-refusing reads.
 
-    A session refuses a read over its bound rather than cut it, so a file too large for what is
-    asked (a preview, a download) is FileTooLarge here, found from the listing after the refusal.
+    Under the session's own read bound (a preview) the first `max_bytes + 1` bytes are read, as
+    from a run folder; a download over that bound is FileTooLarge. What the sandbox will not read
+    (no such file, a planted link out of the workspace, a special file) is FileNotFoundError.
     """
 
     def __init__(self, session: Any) -> None:
@@ -110,13 +113,15 @@ class SessionFiles:
         return [FileInfo(str(i.path), int(i.size)) for i in infos if i.kind == "file"][:MAX_LISTED_FILES]
 
     async def read(self, path: PurePosixPath, max_bytes: int) -> bytes:
+        bound = self.session.max_read_bytes
         try:
-            return await self.session.read_file(str(path), max_bytes=max_bytes)
-        except RequestRefused:
-            listed = {f.path: f.size for f in await self.list()}
-            if listed.get(str(path), 0) > max_bytes:
-                raise FileTooLarge(f"{path} is over {max_bytes} bytes") from None
+            if max_bytes < bound:
+                return await self.session.read_file(str(path), max_bytes=max_bytes, head=True)
+            return await self.session.read_file(str(path), max_bytes=bound)
+        except NoSuchFile:
             raise FileNotFoundError(str(path)) from None
+        except ReadTooLarge:
+            raise FileTooLarge(f"over {bound:,} bytes, the most read from a live session (MAX_READ_BYTES)") from None
 
 
 def checked_path(raw: str | None) -> PurePosixPath:
@@ -130,7 +135,7 @@ async def listing(source: FileSource) -> list[dict[str, Any]]:
     """The files to show, outputs first, coderoom's own files left out."""
     files = [f for f in await source.list() if not f.path.startswith(HIDDEN_PREFIXES)]
     files.sort(key=lambda f: (not f.path.startswith("output/"), f.path))
-    return [{"path": f.path, "size": f.size} for f in files]
+    return [{"path": f.path, "shown": terminal_safe(f.path), "size": f.size} for f in files]
 
 
 async def preview(source: FileSource, path: PurePosixPath) -> dict[str, Any]:
@@ -149,11 +154,12 @@ async def preview(source: FileSource, path: PurePosixPath) -> dict[str, Any]:
         return {"kind": "binary", "note": "not text or a known image: download it to look at it"}
     if suffix == ".csv":
         table = csv_table(text, complete=complete)
-        return {"kind": "csv", "header": table.header, "rows": table.rows, "cut": table.cut}
+        rows = [[terminal_safe(cell) for cell in row] for row in table.rows]
+        return {"kind": "csv", "header": [terminal_safe(cell) for cell in table.header], "rows": rows, "cut": table.cut}
     if suffix in (".md", ".markdown"):
         return {"kind": "markdown", "html": markdown_html(text), "complete": complete}
     cut = not complete or len(text) > MAX_PREVIEW_TEXT_CHARS
-    return {"kind": "text", "text": text[:MAX_PREVIEW_TEXT_CHARS], "cut": cut}
+    return {"kind": "text", "text": terminal_safe(text[:MAX_PREVIEW_TEXT_CHARS]), "cut": cut}
 
 
 async def download(source: FileSource, path: PurePosixPath, *, inline: bool) -> Response:
@@ -174,22 +180,34 @@ async def download(source: FileSource, path: PurePosixPath, *, inline: bool) -> 
 
 async def zipped(source: FileSource, name: str) -> Response:
     """Every listed file in one zip, bounded in files and bytes; the zip is spooled to a temp
-    file, compressed in a worker thread (the server keeps answering meanwhile)."""
+    file, compressed in a worker thread (the server keeps answering meanwhile). The zip goes to a
+    user's machine, so each name is `portable_path`'s (no `..\\x`, `C:` or device name for a
+    Windows unzip to act on); a file whose portable name another already has is left out, and
+    LEFT_OUT_NOTE in the zip says which."""
     files = await listing(source)
     if len(files) > MAX_ZIP_FILES:
         raise FileTooLarge(f"more than {MAX_ZIP_FILES} files (MAX_ZIP_FILES)")
     spool = tempfile.TemporaryFile()
     try:
         total = 0
+        named: set[str] = set()  # portable names, lowercased: a Windows file system ignores case
+        left_out: list[str] = []
         with zipfile.ZipFile(spool, "w", compression=zipfile.ZIP_DEFLATED) as archive:
             for info in files:
                 path = safe_relative_path(info["path"])
+                member = portable_path(path)
+                if str(member).lower() in named or str(member) == LEFT_OUT_NOTE:
+                    left_out.append(terminal_safe(str(path)))
+                    continue
+                named.add(str(member).lower())
                 data = await source.read(path, min(MAX_DOWNLOAD_BYTES, MAX_ZIP_BYTES - total))
                 total += len(data)
                 if total > MAX_ZIP_BYTES or len(data) > MAX_DOWNLOAD_BYTES:
                     raise FileTooLarge(f"the files come to more than {MAX_ZIP_BYTES} bytes (MAX_ZIP_BYTES), "
                                        f"or one is over {MAX_DOWNLOAD_BYTES} (MAX_DOWNLOAD_BYTES)")
-                await asyncio.to_thread(archive.writestr, str(path), data)
+                await asyncio.to_thread(archive.writestr, str(member), data)
+            if left_out:
+                archive.writestr(LEFT_OUT_NOTE, "left out: another file has the same name on Windows\n" + "\n".join(left_out) + "\n")
         spool.seek(0)
     except BaseException:
         spool.close()
@@ -208,6 +226,7 @@ def _chunks(handle: IO[bytes]) -> Iterator[bytes]:
 
 
 def _disposition(kind: str, filename: str) -> str:
-    """A Content-Disposition whose file name cannot break the header (RFC 6266 filename*)."""
+    """A Content-Disposition whose file name cannot break the header (RFC 6266 filename*) nor
+    hide what it is (a bidi override or zero-width character is shown as its escape)."""
     ascii_name = "".join(c if c.isascii() and c.isalnum() or c in "._-" else "_" for c in filename)[:100] or "file"
-    return f"{kind}; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(filename[:200], safe='')}"
+    return f"{kind}; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(terminal_safe(filename)[:200], safe='')}"

@@ -2,13 +2,16 @@
 
 * Host: only the names the server was started for (DNS rebinding: a page on another name that
   resolves to 127.0.0.1 sends its own Host and is refused, 421).
-* Token: random (`secrets`), printed once with the URL as Jupyter does. `GET /?token=...` with
-  the right token answers with an HttpOnly, SameSite=Strict cookie and a redirect to `/`, so the
-  token leaves the address bar and history; every other request needs the cookie (403 otherwise).
-* CSRF: a request that changes state (any method but GET/HEAD) needs the CSRF token in the
-  X-Coderoom-CSRF header (the page reads it from /api/config, which needs the cookie), an Origin,
-  when sent, of this server, and a Sec-Fetch-Site, when sent, of same-origin. The SameSite=Strict
-  cookie alone already keeps other sites' requests out; these hold when it does not.
+* Token: random (`secrets`), printed once in the URL's fragment (`/#token=...`), which a browser
+  never sends to any server. No credential is ever in a cookie: cookies are not scoped by port,
+  so any other server on 127.0.0.1 would get one (attack W01). The page's script keeps the token
+  in sessionStorage and sends it as `Authorization: Bearer` on every call; every route but the
+  page itself and its static script and style (PUBLIC_PATHS: they hold nothing secret) needs it
+  (403 otherwise), compared in constant time.
+* CSRF: a header-borne token is one no other site can make a browser send; on top, a request that
+  changes state (any method but GET/HEAD) needs the CSRF token in the X-Coderoom-CSRF header (the
+  page reads it from /api/config), an Origin, when sent, of this server, and a Sec-Fetch-Site,
+  when sent, of same-origin.
 * Size: a body over MAX_BODY_BYTES is refused (413) by its Content-Length or as it streams.
 """
 
@@ -17,20 +20,20 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from http.cookies import SimpleCookie
-from urllib.parse import parse_qs
 
 from starlette.datastructures import Headers
-from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-TOKEN_COOKIE = "coderoom_token"
 CSRF_HEADER = "x-coderoom-csrf"
 TOKEN_BYTES = 32  # of randomness in the token and the CSRF token (secrets.token_urlsafe)
 MAX_BODY_BYTES = 300 * 1024**2
 """Of one request body: the upload bound (files.MAX_UPLOAD_TOTAL_BYTES) and room for the form."""
 SAFE_METHODS = frozenset({"GET", "HEAD"})
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+PUBLIC_PATHS = ("/", "/static/app.js", "/static/app.css")
+"""What GET/HEAD may fetch without the token: the page and its script and style, secret-free."""
+BEARER = "bearer "
 
 
 def new_token() -> str:
@@ -39,7 +42,7 @@ def new_token() -> str:
 
 @dataclass(frozen=True)
 class Secrets:
-    """What a browser must show: the token (in its cookie) and, to change state, the CSRF token."""
+    """What a browser must show: the token (Authorization header) and, to change state, the CSRF token."""
 
     token: str = field(default_factory=new_token)
     csrf: str = field(default_factory=new_token)
@@ -78,12 +81,10 @@ class Guard:
     def _refusal(self, scope: Scope, headers: Headers) -> Response | None:
         if headers.get("host", "").lower() not in self.hosts:
             return _refuse(421, "unexpected Host header: this server answers only the names it was started for")
-        if scope["path"] == "/" and scope.get("method") == "GET":
-            given = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token")
-            if given:
-                return self._exchange(given[0])
-        if not self._has_cookie(headers):
-            return _refuse(403, "a token is needed: open the URL coderoom serve printed (it holds ?token=...)")
+        if scope.get("method", "GET") in SAFE_METHODS and scope["path"] in PUBLIC_PATHS:
+            return None
+        if not self._has_token(headers):
+            return _refuse(403, "a token is needed: open the URL coderoom serve printed (it holds #token=...)")
         if scope.get("method", "GET") not in SAFE_METHODS:
             origin = headers.get("origin")
             if origin is not None and origin not in self.origins:
@@ -97,21 +98,11 @@ class Guard:
             return _refuse(413, f"request body over {self.max_body} bytes (MAX_BODY_BYTES)")
         return None
 
-    def _exchange(self, given: str) -> Response:
-        if not secrets.compare_digest(given.encode(), self.secrets.token.encode()):
-            return _refuse(403, "wrong token")
-        response = RedirectResponse("/", status_code=303)
-        response.set_cookie(TOKEN_COOKIE, self.secrets.token, httponly=True, samesite="strict", path="/")
-        return response
-
-    def _has_cookie(self, headers: Headers) -> bool:
-        cookie = SimpleCookie()
-        try:
-            cookie.load(headers.get("cookie", ""))
-        except Exception:  # a malformed Cookie header is no cookie
+    def _has_token(self, headers: Headers) -> bool:
+        given = headers.get("authorization", "")
+        if given[: len(BEARER)].lower() != BEARER:
             return False
-        morsel = cookie.get(TOKEN_COOKIE)
-        return morsel is not None and secrets.compare_digest(morsel.value.encode(), self.secrets.token.encode())
+        return secrets.compare_digest(given[len(BEARER) :].strip().encode(), self.secrets.token.encode())
 
     def _bounded(self, receive: Receive) -> Receive:
         """`receive` that ends the request once more than max_body bytes have streamed in."""

@@ -1,6 +1,7 @@
 """Response headers for everything the server sends.
 
-The page's CSP allows only this server's own script, style, images and connections: no inline
+The page's CSP allows only this server's own script, style, images and connections (and
+`blob:` images: the page fetches images with its Authorization header and shows the blob): no inline
 script or style, no frame, no form posting elsewhere, no <base>. A file a sandbox wrote is served
 with `Content-Security-Policy: sandbox` (a document opened from it gets an opaque origin and no
 script), `X-Content-Type-Options: nosniff` and, unless it is a checked image, as an attachment.
@@ -12,7 +13,7 @@ from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 PAGE_CSP = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 FILE_CSP = "sandbox; default-src 'none'; frame-ancestors 'none'"

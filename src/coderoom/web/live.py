@@ -31,6 +31,9 @@ MAX_REQUEST_CHARS = 20_000
 """Of one request or follow-up typed in the page."""
 MAX_FORM_FIELD_BYTES = 256 * 1024
 SSE_PING_S = 15
+MAX_EVENT_ID_DIGITS = 12
+"""Of a Last-Event-ID header: more is no event number this server gave (and int() of thousands
+of digits raises); such a header counts as none."""
 log = logging.getLogger(__name__)
 
 
@@ -71,13 +74,20 @@ def _pick(value: str | None, allowed: list[str], what: str) -> str:
 
 
 async def open_session(request: Request) -> JSONResponse:
+    """The form (uploads, model, sandbox) is read only once the manager holds a slot for the
+    session: a full server (429) reads no upload."""
     live: Live = request.app.state.live
-    async with request.form(max_files=64, max_fields=16, max_part_size=MAX_FORM_FIELD_BYTES) as form:
-        files = await read_uploads(form)
-        model = _pick(_field(form, "model"), live.choices.models, "model")
-        sandbox = _pick(_field(form, "sandbox"), live.choices.sandboxes, "sandbox")
-    session = await live.manager.open(model=model, sandbox=sandbox, files=files, runs_dir=live.runs_dir, name="web")
-    return JSONResponse({"id": session.id, "run": session.run_dir.name, "model": model, "sandbox": sandbox})
+    chosen: dict[str, Any] = {}
+
+    async def prepare() -> dict[str, Any]:
+        async with request.form(max_files=64, max_fields=16, max_part_size=MAX_FORM_FIELD_BYTES) as form:
+            chosen["files"] = await read_uploads(form)
+            chosen["model"] = _pick(_field(form, "model"), live.choices.models, "model")
+            chosen["sandbox"] = _pick(_field(form, "sandbox"), live.choices.sandboxes, "sandbox")
+        return chosen
+
+    session = await live.manager.open(prepare=prepare, runs_dir=live.runs_dir, name="web")
+    return JSONResponse({"id": session.id, "run": session.run_dir.name, "model": chosen["model"], "sandbox": chosen["sandbox"]})
 
 
 def _field(form: Any, name: str) -> str | None:
@@ -137,7 +147,8 @@ async def events(request: Request) -> Any:
     if session is None:
         return JSONResponse({"error": "no such live session"}, status_code=404)
     last = request.headers.get("last-event-id", "")
-    return EventSourceResponse(_stream(session, int(last) if last.isdigit() else 0), ping=SSE_PING_S)
+    after = int(last) if len(last) <= MAX_EVENT_ID_DIGITS and last.isascii() and last.isdigit() else 0
+    return EventSourceResponse(_stream(session, after), ping=SSE_PING_S)
 
 
 async def _stream(session: Any, after: int) -> AsyncIterator[ServerSentEvent]:

@@ -26,6 +26,9 @@ MAX_RUNS_LISTED = 500
 SUMMARY_BYTES = 256 * 1024
 """Of a record read for the run list: its first line (run_start) and its end (run_end)."""
 MAX_EVENTS_SHOWN = 5_000
+MAX_SHOWN_RECORD_BYTES = 16 * 1024**2
+"""Of a record read for the page (the reader's own bound is 512 MiB): the events in its first
+16 MiB are shown, the rest summarised from its last line (`summarise`)."""
 
 
 class NoSuchRun(LookupError):
@@ -91,9 +94,10 @@ def _event(line: bytes) -> dict[str, Any]:
 
 
 def run_record(run_dir: Path) -> dict[str, Any]:
-    """A run's events for the page (at most MAX_EVENTS_SHOWN), or the reason it cannot be read."""
+    """A run's events for the page (those in its first MAX_SHOWN_RECORD_BYTES, at most
+    MAX_EVENTS_SHOWN), or the reason it cannot be read; a record cut short is summarised."""
     try:
-        record = read_record(run_dir)
+        record = read_record(run_dir, head_bytes=MAX_SHOWN_RECORD_BYTES)
     except RecordError as exc:
         return {"events": [], "error": exc.message}
     events = [event_json(e) for e in record.events[:MAX_EVENTS_SHOWN]]
@@ -102,4 +106,6 @@ def run_record(run_dir: Path) -> dict[str, Any]:
         notes.append(f"only the first {MAX_EVENTS_SHOWN} of {len(record.events)} events are shown")
     if record.unfinished:
         notes.append(record.unfinished)
+    if record.cut and (summary := summarise(run_dir)) is not None:
+        notes.append(f"the rest is not shown; the record ends with status {summary['status']} (coderoom show reads it all)")
     return {"events": events, "notes": notes}

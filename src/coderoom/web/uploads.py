@@ -2,7 +2,7 @@
 
 An upload lands at `input/<name>` in the workspace. The name is the browser's (so anyone's): it
 must be one plain file name (no folder, no `..`, no control or invisible character, not hidden)
-and short; the files are counted and each one and their total are bounded while they are read.
+and short, in characters and in UTF-8 bytes; the files are counted and each one and their total are bounded while they are read.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import re
 
 from starlette.datastructures import FormData, UploadFile
 
-from ..hostile.names import UnsafePath, safe_relative_path
+from ..hostile.names import MAX_NAME_BYTES, UnsafePath, safe_relative_path
 
 MAX_UPLOAD_FILES = 32
 MAX_UPLOAD_BYTES = 64 * 1024**2
@@ -31,6 +31,8 @@ def checked_name(name: str) -> str:
     shown = repr(name[:60])
     if not name or len(name) > MAX_UPLOAD_NAME_CHARS:
         raise UploadRefused(f"{shown}: a file name needs 1 to {MAX_UPLOAD_NAME_CHARS} characters (MAX_UPLOAD_NAME_CHARS)")
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:  # what a file system takes, not characters
+        raise UploadRefused(f"{shown}: a file name needs at most {MAX_NAME_BYTES} bytes in UTF-8 (MAX_NAME_BYTES)")
     if not _PLAIN_NAME.match(name) or name.startswith(".") or name != name.strip():
         raise UploadRefused(f"{shown}: not a plain file name (no folder, control character, leading dot or space)")
     try:

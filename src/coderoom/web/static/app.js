@@ -2,9 +2,17 @@
 // text goes into the DOM with textContent only, links and image sources are built here from
 // this server's own API paths, and the one HTML inserted is the server's sanitised rendering of
 // Markdown (insertSanitised). The CSP allows no inline script, so even that could run nothing.
+//
+// The token comes in the URL's fragment (#token=..., never sent to a server), is kept in
+// sessionStorage (this tab only) and leaves the address bar at once. It goes to the server only
+// as an Authorization header: API calls, the event stream (fetch, not EventSource, which cannot
+// send headers), images and downloads (fetched, then shown or saved from a blob: URL). No
+// credential is in a cookie or in any URL.
 "use strict";
 
-const state = { config: null, view: null, source: null, files: new Set(), previewSeq: 0 };
+const TOKEN_KEY = "coderoom_token";
+const SSE_RETRY_MS = 2000;  // before the event stream is asked for again after it broke
+const state = { config: null, view: null, source: null, files: new Set(), previewSeq: 0, token: null };
 const $ = (id) => document.getElementById(id);
 
 function el(tag, className, text) {
@@ -20,10 +28,24 @@ function showError(message) {
   box.hidden = !message;
 }
 
-async function api(path, options = {}) {
-  const headers = Object.assign({}, options.headers || {});
+function takeToken() {
+  const fragment = new URLSearchParams(location.hash.slice(1));
+  const given = fragment.get("token");
+  if (given) {
+    sessionStorage.setItem(TOKEN_KEY, given);
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+  return sessionStorage.getItem(TOKEN_KEY);
+}
+
+async function authedFetch(path, options = {}) {
+  const headers = Object.assign({}, options.headers || {}, { Authorization: `Bearer ${state.token}` });
   if (options.method && options.method !== "GET") headers["X-Coderoom-CSRF"] = state.config ? state.config.csrf : "";
-  const response = await fetch(path, Object.assign({}, options, { headers, credentials: "same-origin" }));
+  return fetch(path, Object.assign({}, options, { headers, credentials: "omit" }));
+}
+
+async function api(path, options = {}) {
+  const response = await authedFetch(path, options);
   const body = response.headers.get("content-type")?.includes("json") ? await response.json() : await response.text();
   if (!response.ok) throw new Error((body && body.error) || String(body) || response.statusText);
   return body;
@@ -45,6 +67,41 @@ function fileUrl(kind, path) {
   return `${base()}/${kind}?path=${encodeURIComponent(path)}`;
 }
 
+async function blobUrl(path) {
+  const response = await authedFetch(path);
+  if (!response.ok) throw new Error(`${response.status} ${response.statusText}`);
+  return URL.createObjectURL(await response.blob());
+}
+
+function showImage(img, path) {
+  blobUrl(path).then((url) => { img.src = url; }, (error) => showError(`image: ${error.message}`));
+}
+
+// A download: fetched with the header, saved from a blob: URL under the server's safe name.
+async function download(path, name) {
+  try {
+    const url = await blobUrl(path);
+    const link = el("a");
+    link.href = url;
+    link.download = name;
+    document.body.append(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60_000);
+  } catch (error) { showError(`download: ${error.message}`); }
+}
+
+// A sandbox's name as shown: controls, bidi and zero-width characters as escapes (the server's
+// listing and events come in this form already; this is for a path the page holds raw).
+function shownName(path) {
+  return path.replace(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff]/g,
+    (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+}
+
+function downloadName(path) {
+  return path.split("/").pop().replace(/[^A-Za-z0-9._-]/g, "_") || "download";
+}
+
 function openView(view, title) {
   if (state.source) { state.source.close(); state.source = null; }
   state.view = view;
@@ -54,7 +111,8 @@ function openView(view, title) {
   $("transcript").replaceChildren();
   $("file-list").replaceChildren();
   $("preview").replaceChildren();
-  $("zip").href = `${base()}/zip`;
+  const zipName = `${(view.name || "session").replace(/[^A-Za-z0-9._-]/g, "_")}.zip`;
+  $("zip").onclick = (event) => { event.preventDefault(); download(`${base()}/zip`, zipName); };
   $("ask-form").hidden = view.kind !== "session";
   setStatus(view.kind === "session" ? "starting" : "past run (read-only)");
 }
@@ -105,7 +163,7 @@ function renderEvent(ev) {
       for (const figure of (ev.cell && ev.cell.figures) || []) {
         const img = el("img", "figure");
         img.alt = figure;
-        img.src = fileUrl("file", figure) + "&inline=1";
+        showImage(img, fileUrl("file", figure) + "&inline=1");
         box.append(img);
       }
       refreshFiles();
@@ -174,13 +232,13 @@ function refreshFiles() {
       list.replaceChildren();
       for (const file of files) {
         const item = el("li");
-        const open = el("button", "file", file.path);
+        const open = el("button", "file", file.shown);  // the display form: a bidi override shows as its escape
         open.type = "button";
         open.dataset.path = file.path;
         open.addEventListener("click", () => previewFile(file.path));
         const link = el("a", "download", "download");
-        link.href = fileUrl("file", file.path);
-        link.setAttribute("download", "");
+        link.href = "#";
+        link.addEventListener("click", (event) => { event.preventDefault(); download(fileUrl("file", file.path), downloadName(file.path)); });
         item.append(open, " ", el("span", "note", `${file.size} bytes `), link);
         list.append(item);
         const newPlot = !state.files.has(file.path) && /\.(png|jpe?g|gif|webp)$/i.test(file.path) && file.path.startsWith("output/");
@@ -205,13 +263,13 @@ async function previewFile(path) {
     const view = state.view;
     const preview = await api(fileUrl("preview", path));
     if (view !== state.view || seq !== state.previewSeq) return;
-    box.replaceChildren(el("h4", null, path));
+    box.replaceChildren(el("h4", null, shownName(path)));
     box.dataset.path = path;
     box.dataset.kind = preview.kind;
     if (preview.kind === "image") {
       const img = el("img", "preview-image");
       img.alt = path;
-      img.src = fileUrl("file", path) + "&inline=1";
+      showImage(img, fileUrl("file", path) + "&inline=1");
       box.append(img);
     } else if (preview.kind === "csv") {
       const table = el("table", "csv");
@@ -241,11 +299,51 @@ async function previewFile(path) {
 
 // --- live sessions ---
 
+// The session's events as server-sent events, read from a fetch stream (EventSource cannot send
+// the Authorization header). Like EventSource it asks again after a break, with Last-Event-ID, so
+// nothing is shown twice; it stops when the session is gone (any refusal) or the view changes.
 function follow(id) {
-  const source = new EventSource(`/api/sessions/${encodeURIComponent(id)}/events`);
-  source.onmessage = (message) => addEvent(JSON.parse(message.data));
-  source.onerror = () => { if (source.readyState === EventSource.CLOSED) setStatus("disconnected"); };
-  state.source = source;
+  const controller = new AbortController();
+  state.source = { close: () => controller.abort() };
+  let lastId = null;
+  const dispatch = (fields) => {
+    if (controller.signal.aborted) return;  // the view moved on: nothing more goes into it
+    if (fields.id !== undefined) lastId = fields.id;
+    if (fields.data !== undefined) addEvent(JSON.parse(fields.data));
+  };
+  const read = async () => {
+    const headers = lastId === null ? {} : { "Last-Event-ID": lastId };
+    const response = await authedFetch(`/api/sessions/${encodeURIComponent(id)}/events`, { headers, signal: controller.signal });
+    if (!response.ok) return false;
+    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffer = "";
+    let fields = {};
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return true;
+      buffer += value;
+      const lines = buffer.split(/\r\n|\n|\r(?=.)/s);
+      buffer = lines.pop();
+      for (const line of lines) {
+        if (line === "") { dispatch(fields); fields = {}; continue; }
+        const colon = line.indexOf(":");
+        if (colon === 0) continue;  // a comment (the server's keep-alive ping)
+        const name = colon < 0 ? line : line.slice(0, colon);
+        const data = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
+        if (name === "data") fields.data = fields.data === undefined ? data : `${fields.data}\n${data}`;
+        else if (name === "id") fields.id = data;
+      }
+    }
+  };
+  (async () => {
+    while (!controller.signal.aborted) {
+      let again = false;
+      try { again = await read(); } catch (error) { again = !controller.signal.aborted; }
+      if (!again || controller.signal.aborted) break;
+      await new Promise((resolve) => setTimeout(resolve, SSE_RETRY_MS));
+    }
+    if (!controller.signal.aborted) setStatus("disconnected");
+  })();
 }
 
 async function startSession(event) {
@@ -338,6 +436,12 @@ function pickFiles(list) {
 
 async function init() {
   state.picked = [];
+  state.token = takeToken();
+  if (!state.token) {  // nothing to offer: every call would be refused
+    for (const part of document.querySelectorAll("main, nav")) part.hidden = true;
+    showError("a token is needed: open the URL coderoom serve printed (it holds #token=...)");
+    return;
+  }
   try { state.config = await api("/api/config"); } catch (error) { showError(error.message); return; }
   for (const [id, values] of [["model", state.config.models], ["sandbox", state.config.sandboxes]]) {
     for (const value of values) { const option = el("option", null, value); option.value = value; $(id).append(option); }
