@@ -120,6 +120,37 @@ def test_a_signal_ends_the_server_with_its_exit_code_and_saves_live_sessions(tmp
     assert (runs / opened["run"] / "workspace.tar").is_file()
 
 
+def test_the_server_s_limits_and_warm_pool_are_what_every_session_gets(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    served = serve(runs, "--pool", "1", "--timeout", "7", "--memory", "700M", "--sandbox", "local")
+    try:
+        opened: dict = {}
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # the pool's first sandbox may still be starting
+            status, opened = _open(served, [("data.csv", b"a,b\n1,2\n")], model="offline", sandbox="local")
+            assert status == 200, opened
+            record = read_record(runs / opened["run"])
+            (session_open,) = [e for e in record.events if e.type == "session_open"]
+            if session_open.pooled:
+                break
+            served.authed("POST", f"/api/sessions/{opened['id']}/close", _csrf(served))
+        else:
+            pytest.fail("no session was handed a warm sandbox within 120 s")
+        limits = record.start.job["sandbox"]["limits"]
+        assert (limits["timeout"], limits["memory"]) == (7, 700 * 1024 * 1024)
+    finally:
+        assert served.stop() == 143
+
+
+@pytest.mark.parametrize("flags", [["--limit", "pids"], ["--limit", "nonsense=1"], ["--pool", "-1"], ["--memory", "lots"]])
+def test_bad_session_settings_are_usage_errors_before_the_server_listens(tmp_path: Path, flags: list[str]) -> None:
+    result = subprocess.run([sys.executable, "-m", "coderoom", "serve", "--port", "0", *flags],
+                            capture_output=True, text=True, cwd=tmp_path, timeout=120)  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "coderoom serve: http" not in result.stdout
+
+
 def test_serve_help_does_not_import_the_agents_sdk(tmp_path: Path) -> None:
     probe = ("import sys\nfrom coderoom.cli import app\nsys.argv = ['coderoom', 'serve', '--help']\n"
              "try:\n    app()\nexcept SystemExit:\n    pass\n"

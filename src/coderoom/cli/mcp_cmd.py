@@ -10,7 +10,7 @@ import asyncio
 import os
 import secrets
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
@@ -19,33 +19,13 @@ from rich.text import Text
 from ..errors import UsageError
 from ..sandboxes import backend_names, get_backend
 from ..sandboxes.defaults import default_backend_name
+from . import service_options as options
 from .application import app
 from .errors import reported
 
 console = Console(stderr=True)
 
 DEFAULT_PORT = 8765
-
-
-def _limits(memory: str | None, timeout: float | None, limit: list[str]) -> Any:
-    from pydantic import ValidationError
-
-    from ..sandboxes.limits import Limits
-
-    values: dict[str, Any] = {}
-    for item in limit:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise UsageError(f"--limit {item!r}: expected NAME=VALUE, e.g. --limit pids=128")
-        values[name.strip()] = value.strip()
-    if memory is not None:
-        values["memory"] = memory
-    if timeout is not None:
-        values["timeout"] = timeout
-    try:
-        return Limits.model_validate(values)
-    except ValidationError as exc:
-        raise UsageError("; ".join(f"--limit {'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from None
 
 
 @app.command()
@@ -57,13 +37,13 @@ def mcp(
     allow_read: Annotated[list[Path], typer.Option("--allow-read", help="a host folder whose files clients may copy into sessions")] = [],
     model: Annotated[Optional[str], typer.Option(help="the model for run_job (OpenAI name, openai-compatible:MODEL@URL, offline)")] = None,
     sandbox: Annotated[Optional[str], typer.Option(help=f"sandbox backend: {' | '.join(backend_names())}")] = None,
-    memory: Annotated[Optional[str], typer.Option(help="sandbox memory, e.g. 2G")] = None,
-    timeout: Annotated[Optional[float], typer.Option(help="seconds per command or cell")] = None,
-    limit: Annotated[list[str], typer.Option("--limit", help="another sandbox limit, NAME=VALUE (e.g. pids=128)")] = [],
+    memory: options.Memory = None,
+    timeout: options.Timeout = None,
+    limit: options.Limit = [],
     max_sessions: Annotated[int, typer.Option(help="live sessions at once")] = 8,
-    idle_timeout: Annotated[float, typer.Option(help="seconds before an unused session is closed")] = 900.0,
-    pool: Annotated[int, typer.Option(help="warm sandboxes kept ready (0: none)")] = 0,
-    pool_max_idle: Annotated[float, typer.Option(help="seconds before an unclaimed warm sandbox is recycled")] = 600.0,
+    idle_timeout: options.IdleTimeout = options.IDLE_TIMEOUT_DEFAULT_S,
+    pool: options.Pool = 0,
+    pool_max_idle: options.PoolMaxIdle = options.POOL_MAX_IDLE_DEFAULT_S,
     runs: Annotated[Path, typer.Option(help="where session and job run folders go")] = Path("runs"),
 ) -> None:
     """Serve coderoom sessions over MCP: open_session, run_python, exec, files, close, run_job.
@@ -84,7 +64,8 @@ def mcp(
         backend = sandbox or default_backend_name()
         if backend not in backend_names():
             raise UsageError(f"--sandbox {backend!r}: choose one of {', '.join(backend_names())}")
-        limits = _limits(memory, timeout, limit)
+        limits = options.limits_from_flags(memory, timeout, limit)
+        options.check_pool(pool, pool_max_idle, idle_timeout)
         spec = SandboxSpec(backend=backend, limits=limits)
         reason = get_backend(backend).unavailable_reason(spec)
         if reason is not None:

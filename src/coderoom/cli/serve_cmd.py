@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import socket
+from dataclasses import dataclass
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -19,6 +20,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ..errors import UsageError
+from . import service_options as options
 from .application import app
 from .errors import reported
 
@@ -35,14 +37,34 @@ def serve(
     allow_remote: Annotated[bool, typer.Option(help="allow a non-loopback --host (the token is still required)")] = False,
     public_host: Annotated[Optional[list[str]], typer.Option(help="a host name the page is reached by besides loopback (repeat)")] = None,
     max_sessions: Annotated[int, typer.Option(help="live sessions at once; more are refused (429)")] = 8,
+    memory: options.Memory = None,
+    timeout: options.Timeout = None,
+    limit: options.Limit = [],
+    idle_timeout: options.IdleTimeout = options.IDLE_TIMEOUT_DEFAULT_S,
+    pool: Annotated[int, typer.Option(help="warm sandboxes of the default sandbox kept ready (0: none)")] = 0,
+    pool_max_idle: options.PoolMaxIdle = options.POOL_MAX_IDLE_DEFAULT_S,
 ) -> None:
     """Serve the web page: upload files, ask, watch the run live, browse past runs."""
     with reported():
-        listener = _listen(host, port, allow_remote)
-        choices = _choices(model or [], sandbox or [])
         if max_sessions < 1:
             raise UsageError(f"--max-sessions {max_sessions}: at least 1")
-    _serve(listener, host, runs_dir, choices, public_host or [], max_sessions)
+        limits = options.limits_from_flags(memory, timeout, limit)
+        options.check_pool(pool, pool_max_idle, idle_timeout)
+        choices = _choices(model or [], sandbox or [])
+        listener = _listen(host, port, allow_remote)
+    sessions = Sessions(max_sessions, limits, idle_timeout, pool, pool_max_idle)
+    _serve(listener, host, runs_dir, choices, public_host or [], sessions)
+
+
+@dataclass(frozen=True)
+class Sessions:
+    """What every session of this server gets: the cap, the limits, the idle timeout, the pool."""
+
+    max_sessions: int
+    limits: Any
+    idle_timeout_s: float
+    pool: int
+    pool_max_idle_s: float
 
 
 def _listen(host: str, port: int, allow_remote: bool) -> socket.socket:
@@ -89,7 +111,7 @@ def _choices(models: list[str], sandboxes: list[str]):  # noqa: ANN202  (web.liv
     return Choices(models=offered, sandboxes=list(dict.fromkeys(usable)))
 
 
-def _serve(listener: socket.socket, host: str, runs_dir: Path, choices, public_hosts: list[str], max_sessions: int) -> None:  # noqa: ANN001
+def _serve(listener: socket.socket, host: str, runs_dir: Path, choices, public_hosts: list[str], sessions: Sessions) -> None:  # noqa: ANN001
     """Serve until a signal; then every live session is closed and saved, and the exit code is
     the signal's (130, 143, 129), as a run's (`interrupts`)."""
     import asyncio
@@ -99,18 +121,19 @@ def _serve(listener: socket.socket, host: str, runs_dir: Path, choices, public_h
     port = listener.getsockname()[1]
     with raising_on_signals():
         try:
-            asyncio.run(run_interruptible(_serve_until_cancelled(listener, host, port, runs_dir, choices, public_hosts, max_sessions)))
+            asyncio.run(run_interruptible(_serve_until_cancelled(listener, host, port, runs_dir, choices, public_hosts, sessions)))
         except Interrupted as exc:
             print(f"coderoom serve: {exc.message}; every live session was closed and saved under {runs_dir}", flush=True)
             exit_now(exc.exit_code)
 
 
 async def _serve_until_cancelled(
-    listener: socket.socket, host: str, port: int, runs_dir: Path, choices: Any, public_hosts: list[str], max_sessions: int
+    listener: socket.socket, host: str, port: int, runs_dir: Path, choices: Any, public_hosts: list[str], sessions: Sessions
 ) -> None:
     import uvicorn
 
-    from ..service import SessionManager
+    from ..sandboxes.spec import SandboxSpec
+    from ..service import SessionManager, WarmPool
     from ..web.app import WebConfig, build_app
     from ..web.guard import Secrets, allowed_hosts
 
@@ -123,7 +146,17 @@ async def _serve_until_cancelled(
 
     secrets_ = Secrets()
     config = WebConfig(runs_dir=runs_dir, choices=choices, hosts=allowed_hosts(host, port, public_hosts), secrets=secrets_)
-    async with SessionManager(runs_dir=runs_dir, max_sessions=max_sessions) as manager:
+    default_sandbox = choices.sandboxes[0]
+    warm = None
+    if sessions.pool > 0:
+        spec = SandboxSpec(backend=default_sandbox, limits=sessions.limits)
+        warm = WarmPool(sessions.pool, sessions.pool_max_idle_s, spec)
+    async with SessionManager(
+        runs_dir=runs_dir, max_sessions=sessions.max_sessions, idle_timeout_s=sessions.idle_timeout_s,
+        limits=sessions.limits, sandbox=default_sandbox, pool=warm,
+    ) as manager:
+        if warm is not None:
+            await warm.start()
         web_app = build_app(config, manager)
         shown = f"[{host}]" if ":" in host else host
         print(f"coderoom serve: http://{shown}:{port}/#token={secrets_.token}", flush=True)
