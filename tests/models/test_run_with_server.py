@@ -76,13 +76,14 @@ async def test_scripted_run(api: str, tmp_path: Path, monkeypatch: pytest.Monkey
     for seen in server.requests:
         assert seen.headers["authorization"] == expected_auth
         # Chat Completions gets plain function tools; Responses also the SDK's defaults
-        # (the custom apply_patch tool, and compaction)
+        # (the custom apply_patch tool, and compaction); both backends keep terminals, so the
+        # shell offers write_stdin to both
         if api == "responses":
-            assert sorted(seen.tool_names) == ["apply_patch", "exec_command", "run_python", "view_image"]
+            assert sorted(seen.tool_names) == ["apply_patch", "exec_command", "run_python", "view_image", "write_stdin"]
             assert {tool["type"] for tool in seen.body["tools"]} == {"function", "custom"}
             assert seen.body["context_management"][0]["type"] == "compaction"
         else:
-            assert sorted(seen.tool_names) == ["exec_command", "run_python", "view_image"]
+            assert sorted(seen.tool_names) == ["exec_command", "run_python", "view_image", "write_stdin"]
             assert {tool["type"] for tool in seen.body["tools"]} == {"function"}
             assert "context_management" not in seen.body
         items = seen.body.get("input") if api == "responses" else seen.body["messages"]
