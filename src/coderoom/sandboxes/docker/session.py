@@ -48,11 +48,11 @@ from ..one_user import plain_shell
 from ..sdk_errors import refuse_unsupported, snapshot_errors
 from ..sdk_snapshots import restore_on_resume
 from ..stops import log_stop
-from .container import INIT_BOOTSTRAP, RESOLV_CONF_BIND, DockerSandbox, container_settings, seccomp_program
+from .container import INIT_BOOTSTRAP, PYTHON, RESOLV_CONF_BIND, DockerSandbox, container_settings, seccomp_program
 from .labels import LABEL, SESSION_LABEL
 
 # `docker exec` processes get the container's environment, so init.py is there for them too
-_FILTERED_EXEC = ("python3", "-I", "-S", "-c", INIT_BOOTSTRAP, "--exec")
+_FILTERED_EXEC = (*PYTHON, "-I", "-S", "-c", INIT_BOOTSTRAP, "--exec")
 
 
 class CoderoomDockerSession(DockerSandboxSession):

@@ -40,6 +40,7 @@ class Settings:
     clone_nr: int  # clone(2)'s number on this architecture
     rlimits: list[tuple[int, int, int]]  # (resource.RLIMIT_*, soft, hard)
     tmp_size: int  # bytes, for each command's /tmp and /dev/shm
+    workspace: str  # the workspace inside the sandbox: each command's cwd
 
 
 class LauncherError(RuntimeError):
@@ -96,7 +97,12 @@ class Launcher:
         they end with LAUNCHER_LOST and `failure()` says why."""
         host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         config = marshal.dumps(
-            {"clone_nr": settings.clone_nr, "rlimits": settings.rlimits, "tmp_size": settings.tmp_size}
+            {
+                "clone_nr": settings.clone_nr,
+                "rlimits": settings.rlimits,
+                "tmp_size": settings.tmp_size,
+                "workspace": settings.workspace,
+            }
         )
         files = {
             LAUNCHER_PATH: memfd("launcher", _compiled_launcher()),

@@ -21,8 +21,9 @@ The sandbox's Python is the host interpreter's (`bwrap.Runtime`): its base insta
 /opt/coderoom/python and, from a venv, a venv of its own at /opt/coderoom/venv with the host
 venv's site-packages, all read-only; nothing else of the host's folders is visible.
 
-What persists between commands is /workspace only: a host folder private to the sandbox
-(mode 0700, see `host_dir`, deleted by `close`). /tmp and /dev/shm are fresh size-capped tmpfs
+What persists between commands is the workspace only: a host folder private to the sandbox
+(mode 0700, see `host_dir`, deleted by `close`), bound at the sandbox's `root` (/workspace unless
+the caller chose another path inside the sandbox, see `bwrap.root_problem`), the commands' cwd. /tmp and /dev/shm are fresh size-capped tmpfs
 per command, and HOME=/tmp, so login-shell or Python start-up files written by one command are
 not read by the next one (catalogue SES-02).
 
@@ -39,7 +40,7 @@ Limits (see `Limits`):
 * cpu_time: RLIMIT_CPU per process; file_size: RLIMIT_FSIZE, at most workspace_size.
 * A command that ran into cpu_time, file_size, pids or memory gets a `[coderoom: ...]` line
   naming the limit and its value at the end of its stderr, and `stopped_by` (see `stops`).
-* workspace_size: /workspace by allocated blocks and apparent size, plus deleted files still
+* workspace_size: the workspace by allocated blocks and apparent size, plus deleted files still
   held open (`disk`), polled every 0.25 s while a command runs and checked when it ends; over
   the limit the command is killed and fails with a message naming the limit. fallocate is
   refused. The overshoot is what one command can write in 0.25 s; also capped: 100 000 entries
@@ -61,7 +62,7 @@ from collections.abc import Mapping, Sequence, Set
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-from ...errors import SandboxFailed
+from ...errors import SandboxFailed, UsageError
 from ...hostile import archive as hostile_archive
 from ...hostile import snapshot as hostile_snapshot
 from ...hostile import tree
@@ -120,9 +121,13 @@ class LocalSandbox:
     `archive(skip=...)`, long-lived processes and `stop`, which the SDK adapter needs.
     """
 
-    def __init__(self, limits: Limits, bw: bwrap.Bwrap, folder: Path) -> None:
+    def __init__(self, limits: Limits, bw: bwrap.Bwrap, folder: Path, *, root: str = bwrap.WORKSPACE) -> None:
+        problem = bwrap.root_problem(root)
+        if problem:
+            raise UsageError(f"the local sandbox cannot put its workspace at {root!r}: {problem}")
         self.limits = limits
         self.host_dir = folder
+        self.root = str(PurePosixPath(root))  # the workspace inside the sandbox; never a host path
         self._bwrap = bw
         arch = host_arch()
         assert arch is not None  # unavailable_reason() refuses such hosts
@@ -297,6 +302,7 @@ class LocalSandbox:
         mounts = bwrap.Mounts(
             etc_dir=self.host_dir / "etc",
             workspace_dir=self.workspace_dir,
+            root=self.root,
             python=self._python,
             tmp_size=self.limits.tmp_size,
             network=self.limits.network,
@@ -315,7 +321,7 @@ class LocalSandbox:
             (resource.RLIMIT_AS, limits.memory, limits.memory),
             (resource.RLIMIT_NPROC, limits.pids, limits.pids),
         ]
-        return Settings(self._seccomp, self._clone_nr, rlimits, limits.tmp_size)
+        return Settings(self._seccomp, self._clone_nr, rlimits, limits.tmp_size, self.root)
 
     async def _workspace_watchdog(self) -> str | None:
         return await asyncio.to_thread(self._workspace_over_limit)
@@ -388,7 +394,7 @@ class LocalSandbox:
     async def open_file(self, path: PurePosixPath, *, max_bytes: int | None = None, whole: bool = True) -> IO[bytes]:
         """A workspace file to read. Never through a symlink on the host: a path through one is
         read inside the sandbox (where links cannot reach the host), and only when it resolves
-        to a regular file under /workspace (not /proc/self/pagemap, say), at most `max_bytes`
+        to a regular file under the workspace (not /proc/self/pagemap, say), at most `max_bytes`
         (default workspace_size). FileNotFoundError if absent; OverflowError past the bound, unless
         `whole` is False (the caller wants a prefix)."""
         rel = _checked(path)
@@ -403,7 +409,7 @@ class LocalSandbox:
 
     async def _open_in_sandbox(self, rel: PurePosixPath, cap: int, *, whole: bool) -> IO[bytes]:
         result = await self.exec(
-            ["sh", "-c", READ_IN_WORKSPACE, "sh", f"{bwrap.WORKSPACE}/{rel}", bwrap.WORKSPACE, str(cap + 1)],
+            ["sh", "-c", READ_IN_WORKSPACE, "sh", f"{self.root}/{rel}", self.root, str(cap + 1)],
             output_cap=cap + 1,
         )
         if result.exit_code != 0:
@@ -437,7 +443,7 @@ class LocalSandbox:
             fd = await asyncio.to_thread(tree.open_beneath, self.workspace_dir, rel, _WRITE_FLAGS)
         except OSError:
             result = await self.exec(
-                ["sh", "-c", 'mkdir -p -- "$(dirname -- "$1")" && exec cat > "$1"', "sh", f"{bwrap.WORKSPACE}/{rel}"],
+                ["sh", "-c", 'mkdir -p -- "$(dirname -- "$1")" && exec cat > "$1"', "sh", f"{self.root}/{rel}"],
                 stdin=data.read(self.limits.file_size + 1),
             )
             if result.exit_code != 0:
@@ -469,7 +475,7 @@ class LocalSandbox:
 
     async def _create_in_sandbox(self, rel: PurePosixPath, data: IO[bytes]) -> None:
         result = await self.exec(
-            ["sh", "-c", CREATE_IN_SANDBOX, "sh", f"{bwrap.WORKSPACE}/{rel}"], stdin=data.read(self.limits.file_size + 1)
+            ["sh", "-c", CREATE_IN_SANDBOX, "sh", f"{self.root}/{rel}"], stdin=data.read(self.limits.file_size + 1)
         )
         if result.exit_code == EXIT_EXISTS:
             raise FileExistsError(errno.EEXIST, "the name exists in the workspace", str(rel))
@@ -497,7 +503,7 @@ class LocalSandbox:
                 self.workspace_dir,
                 skip=set(skip),
                 max_bytes=self.limits.workspace_size,
-                snapshot_root=bwrap.WORKSPACE if snapshot else None,
+                snapshot_root=self.root if snapshot else None,
             )
         finally:
             async with self._quiet:

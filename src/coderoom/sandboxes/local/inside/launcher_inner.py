@@ -23,7 +23,8 @@ command runs. The payload cannot reach the launcher: it is outside the command's
 sockets are anonymous socketpairs closed before the payload starts.
 
 Configuration, from files bwrap provides: the seccomp program, and settings with clone(2)'s
-number here, the rlimits ([(resource, soft, hard), ...]) and the tmpfs size in bytes.
+number here, the rlimits ([(resource, soft, hard), ...]), the tmpfs size in bytes and the
+workspace's path (each command's cwd).
 
 Protocol on the SOCK_SEQPACKET control socket, one message each. Host to launcher, `marshal`
 data (the host is trusted here; marshal and the C socket module keep start-up short):
@@ -174,6 +175,7 @@ class Config:
         self.clone_nr = settings["clone_nr"]  # this architecture's clone(2) number
         self.rlimits = settings["rlimits"]
         self.tmp_size = settings["tmp_size"]
+        self.workspace = settings["workspace"]  # the sandbox's workspace root
 
 
 def _stub(sock, config):
@@ -207,7 +209,7 @@ def _stub(sock, config):
     os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
     argv, env = request["argv"], request["env"]
     try:
-        os.chdir("/workspace")
+        os.chdir(config.workspace)
         os.execve(_resolve(argv[0], env), argv, env)
     except OSError as exc:
         os.write(2, f"coderoom: cannot run {argv[0]!r}: {exc}\n".encode())
