@@ -48,7 +48,7 @@ from coderoom.errors import EXIT_TIMEOUT
 HERE = Path(__file__).resolve().parent
 RUN_TIMEOUT_S = 1800  # one pytest run; the docker run of the tests in scope takes minutes
 BASELINE = "unix_local"
-BASETEMP_PARENT = Path("/var/tmp")  # pytest's --basetemp goes here: not under /tmp (see above)
+BASETEMP_PARENT = Path(table.BASETEMP_PARENT)  # pytest's --basetemp goes here: not under /tmp (see above)
 _PASSING = {"passed", "xfailed"}
 _KEPT_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "DOCKER_HOST", "DOCKER_CONFIG", "DOCKER_CERT_PATH", "DOCKER_TLS_VERIFY")
 
