@@ -174,3 +174,18 @@ async def test_a_grant_without_a_host_path_is_not_refused_as_a_host_path(backend
     finally:
         await session.aclose()
         await client.delete(session)
+
+
+async def test_the_kernel_and_the_output_checks_work_at_the_root(backend: str) -> None:
+    """run_python's kernel starts in the workspace (its cwd is the root) and the required-output
+    check, written and run inside the sandbox by relative path, finds what was made there."""
+    from coderoom.artifacts import check_in_session
+    from coderoom.jobs import OutputSpec
+    from coderoom.tools.python_kernel import RunPythonTool
+
+    async with open_session(SandboxSpec(backend=backend), Manifest(root="/srv/ws")) as session:
+        tool = RunPythonTool(session, images=False, timeout=20)
+        out = await tool.run("import os\nos.makedirs('output')\nopen('output/r.md', 'w').write('# r')\nos.getcwd()")
+        assert "[Out 1]\n'/srv/ws'" in out, out
+        checks = await check_in_session(session, [OutputSpec(path="output/r.md"), OutputSpec(path="output/none.md")])
+    assert [check.ok for check in checks] == [True, False], checks

@@ -40,7 +40,9 @@ _ROOT_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 # system's. A workspace root may be none of these, under none (the mount there would hide it or
 # be hidden by it) and above none (it would hide them). tests/sandbox/test_local_root.py checks
 # that build_args mounts nothing outside this list but the workspace.
-SANDBOX_PATHS = ("/usr", *(f"/{name}" for name in _ROOT_LINKS), "/etc", "/proc", "/dev", "/tmp", "/sys", "/run", OWN_DIR)
+SANDBOX_PATHS = (
+    "/usr", *(f"/{name}" for name in _ROOT_LINKS), "/etc", "/proc", "/dev", "/tmp", "/sys", "/run", OWN_DIR
+)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@ and reused or deleted only when it is provably one we made.
 
 Layout of a session folder (mode 0700, prefix `coderoom-local-`, in the temp dir):
 `workspace/` (bound at the sandbox's workspace root, /workspace by default), `etc/` (the
-synthetic /etc), `venv/` (from a venv host), and as root `python-N/` mount points for the runtime views (see `bwrap.views_namespace`).
+synthetic /etc), `venv/` (from a venv host), and as root `python-N/` mount points for the
+runtime views (see `bwrap.views_namespace`).
 """
 
 from __future__ import annotations
