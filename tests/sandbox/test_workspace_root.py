@@ -78,11 +78,12 @@ async def test_the_workspace_is_at_the_root_inside_the_sandbox_and_the_host_path
 _FORBIDDEN = sorted(
     {"/", "/tmp/ws", "/dev/shm/ws", "/proc/ws", "/sys/ws", "/dev", "/usr/local/ws", "/etc/ws", "/bin/ws",
      "/sbin", "/lib/ws", "/lib64/ws", "/run/ws", "/opt", "/opt/coderoom/python/ws", "/opt/coderoom/venv",
-     "relative/ws", "/srv/../etc", "/srv//ws", "/srv\\ws", *bwrap.SANDBOX_PATHS, bwrap.RUNTIME_MOUNT, bwrap.VENV_MOUNT}
+     "relative/ws", "/srv/../etc", "/srv//ws", "/srv\\ws", "/srv/" + "n" * 256, "/srv" * 1024,
+     *bwrap.SANDBOX_PATHS, bwrap.RUNTIME_MOUNT, bwrap.VENV_MOUNT}
 )  # fmt: skip
 
 
-@pytest.mark.parametrize("forbidden", _FORBIDDEN)
+@pytest.mark.parametrize("forbidden", _FORBIDDEN, ids=lambda root: root[:40])
 async def test_local_refuses_roots_that_collide_with_its_own_mounts_at_create(forbidden: str) -> None:
     client, options = get_backend("local").client(SandboxSpec(backend="local"))
     before = _mine("local")

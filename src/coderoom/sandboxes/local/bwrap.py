@@ -43,6 +43,8 @@ _ROOT_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 SANDBOX_PATHS = (
     "/usr", *(f"/{name}" for name in _ROOT_LINKS), "/etc", "/proc", "/dev", "/tmp", "/sys", "/run", OWN_DIR
 )  # fmt: skip
+ROOT_MAX_BYTES = 4096  # Linux's PATH_MAX: bwrap could not make a longer root at start
+NAME_MAX_BYTES = 255  # NAME_MAX, for each name in it
 
 
 @dataclass(frozen=True)
@@ -373,6 +375,8 @@ def root_problem(root: str) -> str | None:
     path = PurePosixPath(root)
     if "\0" in root or "\\" in root or not path.is_absolute() or ".." in path.parts:
         return "the root must be a plain absolute path, without '..' or backslashes"
+    if len(root.encode()) >= ROOT_MAX_BYTES or any(len(part.encode()) > NAME_MAX_BYTES for part in path.parts):
+        return f"the root must be under {ROOT_MAX_BYTES} bytes, each name in it at most {NAME_MAX_BYTES}"
     if root not in (str(path), f"{path}/") or root.startswith("//"):
         return f"the root must be written plainly, as {str(path)!r}"
     if str(path) == "/":
