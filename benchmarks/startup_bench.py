@@ -2,17 +2,29 @@
 """Whole-process start-up: a one-command local sandbox beside `docker run`, and `--help`.
 
 Every command is a fresh process timed from spawn to exit (stdout and stderr discarded), all
-of them interleaved round by round so load on the machine falls on each alike. `coderoom` is
-timed three ways: the command on PATH (with pyenv, a bash shim that adds its own start), the
-real entry-point script, and `python3 -m coderoom`. Targets: local `sandbox run -- true` under
-half of `docker run --rm IMAGE true`; `coderoom --help` within 0.3 s.
+of them interleaved round by round so load on the machine falls on each alike: on a shared
+machine the ratios are the result, the milliseconds move with the load. `coderoom` is timed
+three ways: the command on PATH (with pyenv, a bash shim that adds its own start), the real
+entry-point script, and `python3 -m coderoom`. `--also SRC` adds `python3 -m coderoom` run from
+another checkout's `src` (say, the code before a change), side by side in the same rounds.
+Targets: local `sandbox run -- true` under half of `docker run --rm IMAGE true`; `coderoom
+--help` within 0.3 s.
 
-    python benchmarks/startup_bench.py [--runs 20] [--write-docs]
+The package is byte-compiled first, as pip does on install: an editable install under
+PYTHONDONTWRITEBYTECODE would otherwise compile every module in every process.
+
+A second table splits one `sandbox run -- true` into its stages, timed inside a fresh process
+each round (`STAGES`): what the whole-process figure is made of.
+
+    python benchmarks/startup_bench.py [--runs 20] [--also ../before/src] [--write-docs]
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
+import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -23,64 +35,102 @@ from pathlib import Path
 
 from docs_table import DOCS, machine, write_section
 
+import coderoom
 from coderoom.sandboxes.docker.labels import DEFAULT_IMAGE
 
 SECTION = "## Start-up: whole processes"
 PYTHON = [sys.executable]
 ENTRY_SCRIPT = Path(sys.executable).with_name("coderoom")  # what pip installed next to python
 HELP_TARGET_S = 0.3
+RUN = ["sandbox", "run", "--sandbox", "local", "--", "true"]
+DOCKER = "docker run --rm --network none IMAGE true"
+FAST_IMPORTS = "import coderoom.cli.sandbox_run, coderoom.sandboxes.oneshot, coderoom.sandboxes.local.sandbox"
+
+# One `sandbox run -- true`, stage by stage, as the fast path runs it; prints [[stage, seconds]].
+STAGES = """
+import time
+started = time.perf_counter()
+from types import SimpleNamespace
+from coderoom.sandboxes.limit_values import PlainLimits
+from coderoom.sandboxes.local import backend
+marks = [("coderoom's light modules (errors, registry, limit values)", time.perf_counter())]
+def mark(name):
+    marks.append((name, time.perf_counter()))
+early = backend.prestart(SimpleNamespace(backend="local", limits=PlainLimits()))
+mark("prestart: bwrap modules, probe (cached), folder, cgroup, views namespace, bwrap spawned")
+import asyncio, json
+import coderoom.cli.sandbox_run, coderoom.sandboxes.oneshot, coderoom.sandboxes.local.sandbox
+mark("asyncio and the sandbox code load (the launcher starts meanwhile)")
+async def main():
+    sandbox = await early.finish(); mark("the launcher adopted by the event loop")
+    await sandbox.exec(["true"]); mark("`true` run and reaped (waits for the launcher if not ready)")
+    await sandbox.close(); mark("launcher stopped, cgroup and folder removed")
+asyncio.run(main())
+print(json.dumps([(name, at - before) for (name, at), (_, before) in zip(marks, [("", started)] + marks)]))
+"""
 
 
-def commands() -> dict[str, list[str]]:
-    """What to time, by label; the `coderoom` variants that exist here."""
-    found: dict[str, list[str]] = {}
+def commands(also: list[Path]) -> dict[str, tuple[list[str], dict[str, str] | None]]:
+    """What to time, by label, with the environment to run it in (None: ours)."""
+    found: dict[str, tuple[list[str], dict[str, str] | None]] = {}
     for label, prefix in (
         ("coderoom (PATH)", [shutil.which("coderoom") or ""]),
         ("coderoom (entry script)", [str(ENTRY_SCRIPT)] if ENTRY_SCRIPT.is_file() else [""]),
         ("python3 -m coderoom", [*PYTHON, "-m", "coderoom"]),
     ):
         if prefix[0]:
-            found[f"{label} sandbox run -- true"] = [*prefix, "sandbox", "run", "--sandbox", "local", "--", "true"]
-            found[f"{label} --help"] = [*prefix, "--help"]
+            found[f"{label} sandbox run -- true"] = ([*prefix, *RUN], None)
+            found[f"{label} --help"] = ([*prefix, "--help"], None)
+    for src in also:
+        env = {**os.environ, "PYTHONPATH": str(src)}
+        found[f"python3 -m coderoom ({src}) sandbox run -- true"] = ([*PYTHON, "-m", "coderoom", *RUN], env)
     if shutil.which("docker"):
-        found["docker run --rm --network none IMAGE true"] = [
-            "docker", "run", "--rm", "--network", "none", DEFAULT_IMAGE, "true",
-        ]  # fmt: skip
-    found["python3 -c pass"] = [*PYTHON, "-c", "pass"]
+        found[DOCKER] = (["docker", "run", "--rm", "--network", "none", DEFAULT_IMAGE, "true"], None)
+    found["python3 -c 'import (the fast path's modules)'"] = ([*PYTHON, "-c", FAST_IMPORTS], None)
+    found["python3 -c pass"] = ([*PYTHON, "-c", "pass"], None)
     return found
 
 
-def time_once(argv: list[str]) -> float:
+def time_once(argv: list[str], env: dict[str, str] | None) -> float:
     started = time.perf_counter()
-    done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} exited {done.returncode}")
     return elapsed
 
 
-def measure(runs: int) -> dict[str, list[float]]:
-    todo = commands()
-    for argv in todo.values():  # warm caches (page cache, docker's image metadata) once each
-        time_once(argv)
+def measure(runs: int, also: list[Path]) -> dict[str, list[float]]:
+    todo = commands(also)
+    for argv, env in todo.values():  # warm caches (page cache, docker's image metadata, bwrap probe) once each
+        time_once(argv, env)
     samples: dict[str, list[float]] = {label: [] for label in todo}
     for _ in range(runs):
-        for label, argv in todo.items():
-            samples[label].append(time_once(argv))
+        for label, (argv, env) in todo.items():
+            samples[label].append(time_once(argv, env))
     return samples
 
 
-def report(samples: dict[str, list[float]]) -> str:
+def stages(runs: int) -> dict[str, list[float]]:
+    found: dict[str, list[float]] = {}
+    for _ in range(runs):
+        done = subprocess.run([*PYTHON, "-c", STAGES], capture_output=True, text=True, check=True)
+        for name, seconds in json.loads(done.stdout):
+            found.setdefault(name, []).append(seconds)
+    return found
+
+
+def report(samples: dict[str, list[float]], also: list[Path]) -> str:
     median = {label: statistics.median(values) for label, values in samples.items()}
     rows = ["| command | runs | min ms | median ms | max ms |", "|---|---|---|---|---|"]
     for label, values in samples.items():
         rows.append(f"| `{label}` | {len(values)} | {min(values) * 1000:.0f} | {median[label] * 1000:.0f} | "
                     f"{max(values) * 1000:.0f} |")  # fmt: skip
     base = median["python3 -c pass"]
-    docker = median.get("docker run --rm --network none IMAGE true")
+    docker = median.get(DOCKER)
     lines = ["", "| ratio of medians | value | target |", "|---|---|---|"]
     for label in samples:
-        if label.endswith("sandbox run -- true"):
+        if label.endswith("sandbox run -- true") and not any(f"({src})" in label for src in also):
             variant = label.removesuffix(" sandbox run -- true")
             if docker is not None:
                 ratio = median[label] / docker
@@ -91,15 +141,36 @@ def report(samples: dict[str, list[float]]) -> str:
             met = "met" if median[label] <= HELP_TARGET_S else "MISSED"
             lines.append(f"| {variant} --help / python3 -c pass | {median[label] / base:.2f} | "
                          f"median <= {HELP_TARGET_S * 1000:.0f} ms {met} |")  # fmt: skip
+    now = median["python3 -m coderoom sandbox run -- true"]
+    for src in also:
+        before = median[f"python3 -m coderoom ({src}) sandbox run -- true"]
+        lines.append(f"| python3 -m coderoom sandbox run, this code / {src} | {now / before:.2f} | |")
+        if docker is not None:
+            lines.append(f"| python3 -m coderoom ({src}) sandbox run / docker run | {before / docker:.2f} | |")
     return "\n".join(rows + lines)
+
+
+def stage_report(found: dict[str, list[float]]) -> str:
+    rows = ["| stage of one `sandbox run -- true` (in-process) | runs | median ms |", "|---|---|---|"]
+    for name, values in found.items():
+        rows.append(f"| {name} | {len(values)} | {statistics.median(values) * 1000:.1f} |")
+    total = sum(statistics.median(values) for values in found.values())
+    rows.append(f"| sum of the medians | | {total * 1000:.1f} |")
+    return "\n".join(rows)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20, help="runs of each command")
+    parser.add_argument("--also", type=Path, action="append", default=[], help="another checkout's src to time")
     parser.add_argument("--write-docs", action="store_true", help=f"update the section in {DOCS}")
     args = parser.parse_args()
-    text = report(measure(args.runs))
+    also = [src.resolve() for src in args.also]
+    for package in [Path(coderoom.__file__).parent, *(src / "coderoom" for src in also)]:
+        compileall.compile_dir(package, quiet=1)
+    load_before = os.getloadavg()[0]
+    text = report(measure(args.runs, also), also) + "\n\n" + stage_report(stages(args.runs))
+    text += f"\n\nLoad average (1 min) {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end."
     print(text)
     if args.write_docs:
         stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d")
@@ -107,10 +178,13 @@ def main() -> None:
             f"\n{SECTION} ({stamp})\n\n"
             f"Machine: {machine()}. Each command is a fresh process timed from spawn to exit, all "
             f"interleaved round by round. `IMAGE` is {DEFAULT_IMAGE}. `coderoom (PATH)` goes through "
-            "pyenv's bash shim; `entry script` is the script pip installed; both then run the same "
-            "Python. Targets: local `sandbox run -- true` under half of `docker run --rm IMAGE true`; "
+            "the first `coderoom` on PATH; `entry script` is the script pip installed; both then run "
+            "the same Python. Byte-compiled first, as pip installs. Targets: local `sandbox run -- true` "
+            "under half of `docker run --rm IMAGE true`; "
             f"`coderoom --help` within {HELP_TARGET_S} s. Made by "
-            f"`python benchmarks/startup_bench.py --runs {args.runs} --write-docs`.\n\n" + text + "\n"
+            f"`python benchmarks/startup_bench.py --runs {args.runs}"
+            + "".join(" --also SRC" for _ in also)
+            + " --write-docs`.\n\n" + text + "\n"
         )
         write_section(SECTION, section)
         print(f"\nupdated {DOCS}")

@@ -1,5 +1,5 @@
 """`python -m coderoom` is the `coderoom` command."""
 
-from .cli import app
+from .cli import main
 
-app()
+main()

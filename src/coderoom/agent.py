@@ -40,7 +40,7 @@ SHELL_INSTRUCTIONS = (
     "Use `exec_command` to run shell commands (cwd /workspace); a long output is cut, its full "
     "text saved in a file the cut names, so print summaries, not whole files."
 )
-PTY_INSTRUCTIONS = " Use `write_stdin` to send input to a command started with tty=true."
+PTY_INSTRUCTIONS = " Poll a running command's session ID with `write_stdin`; type into a tty=true one with it."
 
 
 class SandboxShell(Shell):

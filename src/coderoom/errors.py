@@ -63,10 +63,6 @@ class ImageBuildError(SandboxUnavailable):
     """A sandbox image could not be built or found; the message says what to do."""
 
 
-class SandboxFailed(CoderoomError):
-    """A started sandbox broke: it could not start its processes or stopped answering."""
-
-
 class RunFailed(CoderoomError):
     """The run went wrong after it started; its folder holds what was saved."""
 

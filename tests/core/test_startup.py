@@ -1,8 +1,10 @@
 """Commands that need no agent never import the Agents SDK: importing it costs about 2 s of CPU,
-so `--help`, `show`, `export`, `sandbox run` and usage errors would all start that slowly.
+so `--help`, `show`, `export`, `sandbox run` and usage errors would all start that slowly. A
+plain `sandbox run` imports neither typer, rich nor pydantic either (about 80 ms more here).
 
-Each command runs in a fresh interpreter that reports, on exit, which `agents` modules it had
-imported (whatever the exit path: normal, typer.Exit or an error).
+Each command runs in a fresh interpreter through the installed entry point (`cli.main`, read
+from pyproject.toml) that reports, on exit, which of those modules it had imported (whatever the
+exit path: normal, an exit code or an error).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -17,24 +20,34 @@ import pytest
 from coderoom.jobs import build_job
 from coderoom.record import Recorder
 
-# Runs `coderoom` as its entry point does, then prints the SDK modules it imported on stderr.
+ENTRY_POINT = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]["scripts"]["coderoom"]
+MODULE, FUNCTION = ENTRY_POINT.split(":")
+HEAVY = ("agents", "typer", "rich", "pydantic")
+
+# Runs `coderoom` as its entry point does, then prints the heavy modules it imported on stderr.
 WRAPPER = (
     "import atexit, sys\n"
-    "atexit.register(lambda: print('SDK-MODULES', sorted(m for m in sys.modules"
-    " if m == 'agents' or m.startswith('agents.')), file=sys.stderr))\n"
-    "from coderoom.cli import app\n"
+    f"heavy = {HEAVY!r}\n"
+    "atexit.register(lambda: print('HEAVY-MODULES', sorted(m for m in sys.modules"
+    " if m.split('.')[0] in heavy), file=sys.stderr))\n"
+    f"from {MODULE} import {FUNCTION} as entry\n"
     "sys.argv[0] = 'coderoom'\n"
-    "app()\n"
+    "entry()\n"
 )
 
 
-def sdk_modules(*args: str, cwd: Path) -> tuple[int, list[str]]:
+def heavy_modules(*args: str, cwd: Path) -> tuple[int, list[str]]:
     done = subprocess.run(
         [sys.executable, "-c", WRAPPER, *args], capture_output=True, text=True, timeout=120, cwd=cwd
     )
-    reports = [line for line in done.stderr.splitlines() if line.startswith("SDK-MODULES ")]
+    reports = [line for line in done.stderr.splitlines() if line.startswith("HEAVY-MODULES ")]
     assert len(reports) == 1, done.stderr
-    return done.returncode, json.loads(reports[0].removeprefix("SDK-MODULES ").replace("'", '"'))
+    return done.returncode, json.loads(reports[0].removeprefix("HEAVY-MODULES ").replace("'", '"'))
+
+
+def sdk_modules(*args: str, cwd: Path) -> tuple[int, list[str]]:
+    code, modules = heavy_modules(*args, cwd=cwd)
+    return code, [m for m in modules if m == "agents" or m.startswith("agents.")]
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +98,32 @@ def test_show_and_export_of_a_run_do_not_import_the_sdk(run_dir: Path, tmp_path:
         code, modules = sdk_modules(*args, cwd=tmp_path)
         assert (code, modules) == (0, []), args
     assert (tmp_path / "replay.py").is_file() and (tmp_path / "run.ipynb").is_file()
+
+
+@pytest.mark.parametrize(
+    "args, exit_code",
+    [
+        (["sandbox", "run", "--", "true"], 0),
+        (["sandbox", "run", "--sandbox", "local", "--memory", "512M", "--timeout", "30", "--pids", "64",
+          "--no-network", "--", "sh", "-c", "exit 7"], 7),
+        (["sandbox", "run", "--timeout=1", "--", "sleep", "30"], 124),
+        (["sandbox", "run", "--sandbox", "nope", "--", "true"], 2),  # reported in the same words
+    ],
+    ids=["true", "options", "timeout", "unknown-backend"],
+)  # fmt: skip
+def test_a_plain_sandbox_run_imports_no_typer_rich_or_pydantic(args: list[str], exit_code: int, tmp_path: Path) -> None:
+    from backends import require_backend
+
+    require_backend("local")
+    assert heavy_modules(*args, cwd=tmp_path) == (exit_code, [])
+
+
+def test_other_forms_of_sandbox_run_go_through_typer(tmp_path: Path) -> None:
+    """--help and a bad value are typer's and pydantic's to report: the fast path steps aside."""
+    for args in (["sandbox", "run", "--help"], ["sandbox", "run", "--memory", "1", "--", "true"]):
+        code, modules = heavy_modules(*args, cwd=tmp_path)
+        assert "typer" in modules and not any(m.startswith("agents") for m in modules), args
+        assert code == (0 if "--help" in args else 2)
 
 
 def test_the_wrapper_does_see_the_sdk_when_a_command_imports_it(tmp_path: Path) -> None:

@@ -7,14 +7,17 @@ from __future__ import annotations
 import signal
 import tarfile
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
 from .harness import Run, no_leftovers, start_run, tool_started
+from sandbox.hostside import host_processes_with
 from openai_server import OpenAIServer, Stall, call, say
 
 WRITE_NOTE = "mkdir -p output && echo '# partial' > output/note.md"
+PTY_MARKER = f"cr-fault-pty-{uuid.uuid4().hex[:8]}"  # this run's, not another one's
 EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 
 
@@ -24,6 +27,8 @@ def _stage_script(stage: str) -> list:
         return [first, call("exec_command", cmd="sleep 60"), say("never")]
     if stage == "kernel cell":
         return [first, call("run_python", code="import time; time.sleep(60)"), say("never")]
+    if stage == "pty session":  # a command still running as a session while the model thinks
+        return [first, call("exec_command", cmd=f"sleep 60; : {PTY_MARKER}", yield_time_ms=300), Stall(60)]
     if stage == "model request":
         return [first, Stall(60)]
     return [Stall(60)]  # sandbox start: the signal comes as it starts, or in the first request
@@ -37,13 +42,15 @@ def _reach(stage: str, run: Run, server: OpenAIServer) -> None:
         run.wait_for_event(tool_started("exec_command", "sleep 60"), "the sleep command")
     elif stage == "kernel cell":
         run.wait_for_event(tool_started("run_python"), "the kernel cell")
+    elif stage == "pty session":
+        run.wait_for(lambda: len(server.requests) >= 3 and bool(host_processes_with(PTY_MARKER)), "the live session")
     else:
         run.wait_for(lambda: len(server.requests) >= 2, "the second model request")
     time.sleep(0.3)  # into the stage, not at its edge
     run.note_resources()
 
 
-STAGES = ["sandbox start", "command", "kernel cell", "model request"]
+STAGES = ["sandbox start", "command", "kernel cell", "pty session", "model request"]
 CASES = [(stage, signal.SIGTERM) for stage in STAGES] + [
     ("command", signal.SIGINT),
     ("model request", signal.SIGHUP),
@@ -76,6 +83,7 @@ def test_a_signal_at_any_stage_saves_records_and_cleans_up(
     assert not list(run.run_dir.glob("*.partial")) and not list(run.run_dir.glob(".*partial"))
     assert took < 20, f"{took:.1f} s from {signum.name} to exit"
     no_leftovers(run)
+    assert not host_processes_with(PTY_MARKER), "a PTY session outlived the run"
 
 
 def test_a_second_signal_never_leaves_a_truncated_archive(backend: str, tmp_path: Path) -> None:

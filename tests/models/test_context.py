@@ -1,5 +1,5 @@
 """Every request fits the model's context: a whole run in the default sandbox against the loopback
-server behaving like llama.cpp with `-c 2048` (it says so at /props and refuses, with llama.cpp's
+server behaving like llama.cpp with `-c 2304` (it says so at /props and refuses, with llama.cpp's
 400, a request whose body exceeds the context). The scripted model prints large outputs turn
 after turn; without trimming the third request would already be refused."""
 
@@ -17,8 +17,8 @@ from coderoom.record import read_record
 from coderoom.run import run_job
 from openai_server import OpenAIServer, call, say, spec_for
 
-N_CTX = 2048
-# ~500 characters each: the instructions and tool schemas already take over half of 2048 tokens
+N_CTX = 2304  # llama.cpp -c 2048 plus room for write_stdin's schema (issue 12), so the newest output fits
+# ~500 characters each: the instructions and tool schemas already take over half of the context
 BIG = "seq -f 'row %g of a long output' 1 {n}"
 SCRIPT_TURNS = 5
 

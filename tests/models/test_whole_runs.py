@@ -34,7 +34,7 @@ async def test_a_clumsy_model_gets_a_clear_end_and_a_complete_record(
     openai_server: OpenAIServer, api: str, tmp_path: Path
 ) -> None:
     openai_server.script([
-        call("write_stdin", session_id=1, chars="x"),  # a tool it does not have
+        call("open_browser", url="x"),  # a tool it does not have
         Reply(calls=(Call("exec_command", "{not json"),)),  # arguments that do not parse
         call("exec_command", cmd="mkdir -p output && echo 2 > output/count.txt"),
         say("There are 2 rows."),
@@ -52,6 +52,7 @@ async def test_a_clumsy_model_gets_a_clear_end_and_a_complete_record(
     assert events[-1].usage.requests == 4
     # the unknown tool and the bad arguments went back to the model as tool errors, not run errors
     outputs = [o for request in openai_server.requests for o in request.tool_outputs]
-    assert any("write_stdin" in o for o in outputs) and any("not valid JSON" in o or "JSON" in o for o in outputs)
+    assert any("open_browser" in o for o in outputs)
+    assert any("Invalid tool arguments" in o or "JSON" in o for o in outputs)
     assert (tmp_path / "run/output/count.txt").read_text() == "2\n"
     assert _session_folders() == set()  # nothing left behind

@@ -158,7 +158,7 @@ async def test_a_hanging_archiver_meets_the_deadline(sandbox: Any, monkeypatch: 
 
 # With --daemon (started by a command): double fork, SIGTERM and SIGHUP ignored, under `nohup`;
 # it stays in the command's session, as a `setsid` leftover is killed when any command ends.
-# Without (the SDK's long-lived `docker exec` process, the kernel's path): itself. It beats
+# Without (a live process of pty_exec_start, the kernel's path): itself. It beats
 # into a heartbeat file and goes for the archiving helper: any process running PID 1's program
 # (a forked child of init.py) or the `tar`/`find`/`chmod` a host could run, with SIGSTOP,
 # ptrace(PTRACE_ATTACH) and a write into its memory through /proc/PID/mem.
@@ -235,8 +235,8 @@ async def test_every_process_is_dead_before_the_archiver_runs(sandbox: Any) -> N
 
 
 async def test_an_sdk_session_kernel_process_is_killed_before_archiving() -> None:
-    """The SDK's long-lived `docker exec` process (the run_python kernel's path) is stopped by
-    init.py, not through the pid file the sandbox user can rewrite."""
+    """A live process (pty_exec_start: PTY sessions, the run_python kernel's path) is stopped by
+    init.py before the archiver runs, like every other process of the container."""
     from coderoom.sandboxes.session import open_session
 
     async with open_session(SandboxSpec(backend="docker", limits=LIMITS)) as session:

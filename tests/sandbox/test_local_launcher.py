@@ -107,3 +107,4 @@ async def test_a_timeout_kills_one_command_and_spares_the_others() -> None:
         with pytest.raises(Exception, match="(?i)timeout|timed out"):
             await session.exec("sleep 30", timeout=0.5)
         assert (await slow).stdout == b"survived\n"
+

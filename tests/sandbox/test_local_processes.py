@@ -43,7 +43,6 @@ async def test_a_process_serves_later_commands_through_a_fifo_and_dies_with_the_
         'mkfifo q && echo ready && while :; do read line < q || continue; echo "served $line" > answer; done'
     )
     async with open_session(SandboxSpec(backend="local")) as session:
-        assert not session.supports_pty()  # no terminal: the shell tool keeps one-shot commands
         started = await session.pty_exec_start("sh", "-c", server, marker, shell=False, yield_time_s=0.5)
         assert started.exit_code is None and started.process_id is not None
         assert started.output == b"ready\n"
@@ -72,18 +71,18 @@ async def test_exit_code_stdin_and_bounded_output() -> None:
     async with open_session(SandboxSpec(backend="local", limits=Limits(output_bytes="4K"))) as session:
         done = await session.pty_exec_start("sh -c 'echo bye; exit 3'", yield_time_s=2)
         assert (done.process_id, done.exit_code, done.output) == (None, 3, b"bye\n")
-        echo = await session.pty_exec_start("cat", yield_time_s=0.3)
+        echo = await session.pty_exec_start("stty -echo; cat", tty=True, yield_time_s=0.3)
         assert echo.process_id is not None
         reply = await session.pty_write_stdin(session_id=echo.process_id, chars="hi\n", yield_time_s=0.5)
-        assert reply.output == b"hi\n"
+        assert reply.output == b"hi\r\n"  # the terminal's line discipline: CR LF
         flooder = "head -c 1000000 /dev/zero | tr '\\0' a; sleep 1000"
         flood = await session.pty_exec_start(flooder, yield_time_s=1)
         assert flood.process_id is not None
-        later = await session.pty_write_stdin(session_id=flood.process_id, chars="\n", yield_time_s=0.3)
+        later = await session.pty_write_stdin(session_id=flood.process_id, chars="", yield_time_s=0.3)
         assert b"bytes of output dropped" in flood.output + later.output
         assert len(flood.output) + len(later.output) < 10_000 + 200
-        with pytest.raises(ValueError, match="no terminal"):
-            await session.pty_exec_start("true", tty=True)
+        with pytest.raises(RuntimeError, match="stdin is not available"):  # no terminal: no input
+            await session.pty_write_stdin(session_id=flood.process_id, chars="x")
 
 
 async def test_the_workspace_limit_stops_a_long_lived_writer() -> None:

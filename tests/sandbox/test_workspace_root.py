@@ -106,7 +106,7 @@ async def test_local_refuses_roots_that_collide_with_its_own_mounts_at_create(fo
 def test_sandbox_paths_cover_every_mount_but_the_workspace(tmp_path: Path) -> None:
     """SANDBOX_PATHS is what `root_problem` keeps roots clear of: every destination bwrap's
     command line (and the launcher's data files) names must be under one of them."""
-    from coderoom.sandboxes.local import launcher
+    from coderoom.sandboxes.local import spawn
     from coderoom.sandboxes.local.sandbox import LocalSandbox
 
     bw = bwrap.probe()[0]
@@ -115,7 +115,7 @@ def test_sandbox_paths_cover_every_mount_but_the_workspace(tmp_path: Path) -> No
     args = sandbox._bwrap_args()
     takes_dest = {"--ro-bind": 2, "--bind": 2, "--symlink": 2, "--tmpfs": 1, "--proc": 1, "--dev": 1, "--remount-ro": 1}
     dests = [args[i + takes_dest[a]] for i, a in enumerate(args) if a in takes_dest]
-    dests += [launcher.LAUNCHER_PATH, launcher.SECCOMP_PATH, launcher.SETTINGS_PATH]
+    dests += [spawn.LAUNCHER_PATH, spawn.SECCOMP_PATH, spawn.SETTINGS_PATH]
     assert "/srv/ws" in dests and "--chdir" in args and args[args.index("--chdir") + 1] == "/srv/ws"
     outside = [
         d for d in dests

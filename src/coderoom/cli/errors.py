@@ -1,7 +1,8 @@
 """The CLI's one way to report an error: `coderoom: error: MESSAGE` on stderr, and its exit code.
 
 Messages are printed verbatim (no rich markup, no wrapping of paths) and terminal-safe: a
-message may quote a name a sandbox chose.
+message may quote a name a sandbox chose. typer is imported only to raise its Exit: the fast
+path of `sandbox run` (`sandbox_run`) reports through `show` without it.
 """
 
 from __future__ import annotations
@@ -11,16 +12,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NoReturn
 
-import typer
-
 from ..errors import CoderoomError
 from ..hostile.text import terminal_safe
 
 
-def fail(message: str, exit_code: int) -> NoReturn:
+def show(message: str, exit_code: int) -> int:
+    """Print `message` as an error; return `exit_code` for the caller to exit with."""
     sys.stderr.write(f"coderoom: error: {terminal_safe(message)}\n")
     sys.stderr.flush()
-    raise typer.Exit(exit_code)
+    return exit_code
+
+
+def fail(message: str, exit_code: int) -> NoReturn:
+    import typer
+
+    raise typer.Exit(show(message, exit_code))
 
 
 @contextmanager

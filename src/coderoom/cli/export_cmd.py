@@ -15,7 +15,7 @@ from ..errors import JobError, RecordError, UsageError
 from ..export import REPLAY_TIMEOUT
 from ..hostile.text import terminal_safe
 from ..record import RECORD_FILE
-from .app import app
+from .application import app
 from .errors import reported
 
 console = Console(stderr=True)

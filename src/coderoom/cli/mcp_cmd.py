@@ -19,7 +19,7 @@ from rich.text import Text
 from ..errors import UsageError
 from ..sandboxes import backend_names, get_backend
 from ..sandboxes.defaults import default_backend_name
-from .app import app
+from .application import app
 from .errors import reported
 
 console = Console(stderr=True)

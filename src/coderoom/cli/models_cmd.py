@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .app import app
+from .application import app
 from .display import safe
 from .errors import reported
 

@@ -18,7 +18,7 @@ from rich.text import Text
 
 from ..errors import JobError, RecordError
 from ..sandboxes import backend_names, get_backend
-from .app import app
+from .application import app
 from .display import safe, safe_markdown, shown
 from .errors import reported
 

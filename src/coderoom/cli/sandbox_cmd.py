@@ -1,19 +1,21 @@
-"""`coderoom sandbox ...`: use a sandbox directly, without an agent."""
+"""`coderoom sandbox ...`: use a sandbox directly, without an agent.
+
+`sandbox run` is built from `sandbox_run.OPTIONS`, which its fast path parses too; both run
+`sandbox_run.execute`.
+"""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-from typing import IO, TYPE_CHECKING
+import inspect
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from ..errors import UsageError
-from ..hostile.planted import HOOK_REASON
-from ..hostile.text import terminal_safe, terminal_safe_bytes
-from ..sandboxes import backend_names, default_backend_name, get_backend
-from .app import app
+from ..sandboxes import backend_names, get_backend
+from .application import app
 from .errors import reported
+from .sandbox_run import COMMAND_HELP, OPTIONS, SUMMARY, execute
 
 if TYPE_CHECKING:
     from ..sandboxes.spec import SandboxSpec
@@ -22,64 +24,53 @@ sandbox_app = typer.Typer(help="Run commands in a sandbox and manage sandbox res
 app.add_typer(sandbox_app, name="sandbox")
 
 
-@sandbox_app.command("run")
-def run(
-    command: list[str] = typer.Argument(..., help="the command and its arguments (after --)"),
-    sandbox: str = typer.Option(default_backend_name(), help=f"backend: {' | '.join(backend_names())}"),
-    workspace: Path | None = typer.Option(
-        None, file_okay=False, exists=True, help="copy DIR in, and the workspace back out"
-    ),
-    copy_back_all: bool = typer.Option(
-        False, help="also copy back VCS, shell and editor hook files (.git/, .envrc, ...): they can run code on this host"
-    ),
-    network: bool = typer.Option(False, help="allow network access"),
-    memory: str | None = typer.Option(None, help="memory limit, e.g. 512M"),
-    timeout: float | None = typer.Option(None, help="wall-clock seconds"),
-    pids: int | None = typer.Option(None, help="processes and threads"),
-) -> None:
-    """Run one command in a fresh sandbox; exit with its status (124 timeout, 137 killed)."""
+def run(command: list[str], **values: Any) -> None:
     with reported():
-        spec = _spec(sandbox, network=network, memory=memory, timeout=timeout, pids=pids)
-        get_backend(spec.backend).prepare(spec, lambda line: typer.echo(f"coderoom: {line}", err=True))
-        import asyncio
-
-        from ..sandboxes.oneshot import run_once
-
-        result = asyncio.run(run_once(spec, command, workspace, copy_back_all=copy_back_all))
-    _write(sys.stdout.buffer, result.stdout)
-    _write(sys.stderr.buffer, result.stderr)
-    if result.copied_out is not None:
-        for name, reason in result.copied_out.refused:
-            sys.stderr.write(terminal_safe(f"coderoom: not copied out: {name!r}: {reason}") + "\n")
-        if any(reason == HOOK_REASON for _, reason in result.copied_out.refused):
-            sys.stderr.write("coderoom: --copy-back-all copies hook files too\n")
-    raise typer.Exit(result.exit_code)
+        spec = _spec(values)
+        code = execute(spec, command, values["workspace"], copy_back_all=values["copy_back_all"], progress=_progress)
+    raise typer.Exit(code)
 
 
-def _spec(backend: str, *, network: bool, memory: str | None, timeout: float | None, pids: int | None) -> SandboxSpec:
+def _signature() -> tuple[inspect.Signature, dict[str, Any]]:
+    """`run`'s parameters as typer reads them, made from `sandbox_run.OPTIONS` (the fast path
+    parses the same table)."""
+    parameters = [inspect.Parameter("command", inspect.Parameter.KEYWORD_ONLY,
+                                    default=typer.Argument(..., help=COMMAND_HELP), annotation=list[str])]  # fmt: skip
+    annotations: dict[str, Any] = {"command": list[str], "return": None}
+    for option in OPTIONS:
+        default = option.value("default")
+        kind = option.kind if default is not None else option.kind | None
+        info = typer.Option(default, help=option.value("help"), **option.typer_extra)
+        parameters.append(inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=kind))
+        annotations[option.name] = kind
+    return inspect.Signature(parameters), annotations
+
+
+run.__signature__, run.__annotations__ = _signature()  # type: ignore[attr-defined]
+run.__doc__ = SUMMARY
+sandbox_app.command("run")(run)
+
+
+def _spec(values: dict[str, Any]) -> SandboxSpec:
     from ..sandboxes import Limits, SandboxSpec, parse_size
 
-    overrides: dict[str, object] = {"network": network}
+    overrides: dict[str, object] = {"network": values["network"]}
     try:
-        if memory is not None:
-            overrides["memory"] = parse_size(memory)
-        if timeout is not None:
-            overrides["timeout"] = timeout
-        if pids is not None:
-            overrides["pids"] = pids
-        spec = SandboxSpec(backend=backend, limits=Limits(**overrides))
+        if values["memory"] is not None:
+            overrides["memory"] = parse_size(values["memory"])
+        if values["timeout"] is not None:
+            overrides["timeout"] = values["timeout"]
+        if values["pids"] is not None:
+            overrides["pids"] = values["pids"]
+        spec = SandboxSpec(backend=values["sandbox"], limits=Limits(**overrides))
     except ValueError as exc:
         raise UsageError(f"bad sandbox limit: {exc}") from None
     get_backend(spec.backend)  # an unknown or unconfined backend is a usage error
     return spec
 
 
-def _write(stream: IO[bytes], data: bytes) -> None:
-    """Sandbox output is hostile: on a terminal, escape control sequences (catalogue RES-14)."""
-    if stream.isatty():
-        data = terminal_safe_bytes(data)
-    stream.write(data)
-    stream.flush()
+def _progress(line: str) -> None:
+    typer.echo(f"coderoom: {line}", err=True)
 
 
 @sandbox_app.command("info")

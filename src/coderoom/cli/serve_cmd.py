@@ -18,7 +18,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ..errors import UsageError
-from .app import app
+from .application import app
 from .errors import reported
 
 DEFAULT_PORT = 8780  # not coderoom mcp's 8765: both can run side by side

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from .app import app
+from .application import app
 from .errors import reported
 
 

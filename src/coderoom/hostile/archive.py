@@ -9,6 +9,7 @@ destination, and is bounded in count and size.
 
 from __future__ import annotations
 
+import io
 import os
 import stat
 import tarfile

@@ -16,13 +16,19 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import SandboxUnavailable
-from ..hostile.archive import ExtractReport, archive, safe_extract_tar
-from ..hostile.planted import hook_refusal
+from ..interrupts import finish_uncancelled
 from .base import EXIT_TIMEOUT
 from .registry import get_backend
-from .spec import SandboxSpec
+
+if TYPE_CHECKING:  # the archive code (tarfile) loads only with a workspace; the spec may be plain
+    from collections.abc import Awaitable, Callable
+
+    from ..hostile.archive import ExtractReport
+    from .core import Sandbox
+    from .spec import SandboxSpec
 
 
 @dataclass
@@ -38,15 +44,24 @@ class OneShotResult:
 
 
 async def run_once(
-    spec: SandboxSpec, argv: list[str], workspace: Path | None, *, copy_back_all: bool = False
+    spec: SandboxSpec,
+    argv: list[str],
+    workspace: Path | None,
+    *,
+    copy_back_all: bool = False,
+    start: Callable[[], Awaitable[Sandbox]] | None = None,
 ) -> OneShotResult:
-    """Run `argv` (no shell) in a new sandbox with `spec`; copy `workspace` in and back out."""
+    """Run `argv` (no shell) in a new sandbox with `spec`; copy `workspace` in and back out.
+    `start`: the sandbox is already on its way (a backend's `prestart(spec).finish`)."""
     backend = get_backend(spec.backend)
     reason = backend.unavailable_reason(spec)
     if reason is not None:
         raise SandboxUnavailable(reason)
+    if workspace is not None:
+        from ..hostile.archive import archive, safe_extract_tar
+        from ..hostile.planted import hook_refusal
     limit = spec.limits.workspace_size
-    sandbox = await backend.start(spec)
+    sandbox = await (start() if start is not None else backend.start(spec))
     try:
         if workspace is not None:
             with await asyncio.to_thread(archive, workspace, skip=set(), max_bytes=limit) as tar:
@@ -58,5 +73,5 @@ async def run_once(
                 refuse = None if copy_back_all else await asyncio.to_thread(hook_refusal, out)
                 report = await asyncio.to_thread(safe_extract_tar, out, workspace, max_bytes=limit, refuse=refuse)
     finally:
-        await asyncio.shield(sandbox.close())
+        await finish_uncancelled(sandbox.close())  # a signal's cancel never cuts the cleanup short
     return OneShotResult(result.exit_code, result.stdout, result.stderr, report)

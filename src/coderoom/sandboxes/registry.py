@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import importlib
 import warnings
-from importlib.metadata import entry_points
 
 from ..errors import SandboxUnavailable
 from .base import SandboxBackend
@@ -26,7 +25,10 @@ _UNCONFINED = {"unix_local": "coderoom.sandboxes.unconfined:backend"}
 @functools.cache
 def _plugins() -> dict[str, str]:
     """Entry points of other distributions (read once: the installed set does not change while
-    coderoom runs, and every job validation and help text asks); a plugin cannot shadow a built-in."""
+    coderoom runs, and every job validation and help text asks); a plugin cannot shadow a built-in.
+    importlib.metadata is imported here, not above: it costs about 10 ms that a built-in needs not."""
+    from importlib.metadata import entry_points
+
     found = {ep.name: ep.value for ep in entry_points(group="coderoom.sandboxes")}
     return {name: target for name, target in found.items() if name not in _BUILTIN and name not in _UNCONFINED}
 
@@ -46,7 +48,7 @@ def get_backend(name: str, *, unconfined_no_isolation: bool = False) -> SandboxB
             )
         warnings.warn(f"sandbox backend {name!r} runs code on the host with no isolation", stacklevel=2)
         return _load(_UNCONFINED[name])
-    targets = {**_plugins(), **_BUILTIN}
+    targets = _BUILTIN if name in _BUILTIN else {**_plugins(), **_BUILTIN}
     if name not in targets:
         raise SandboxUnavailable(
             f"unknown sandbox backend {name!r}; choose one of: {', '.join(backend_names())}"

@@ -24,7 +24,7 @@ memory cgroup, refuses memfd_create and shmget (`NO_CGROUP_DENIED`): memory RLIM
 from __future__ import annotations
 
 import errno
-import platform
+import os
 import struct
 from dataclasses import dataclass
 
@@ -128,7 +128,7 @@ def arch_named(machine: str) -> Arch | None:
 
 def host_arch() -> Arch | None:
     """The filter's view of this machine, or None where we have no syscall table."""
-    return arch_named(platform.machine())
+    return arch_named(os.uname().machine)  # platform.machine(), without importing platform
 
 
 class _Program:

@@ -30,6 +30,7 @@ from agents.tool import FunctionTool, Tool, ToolOutputImage, ToolOutputText
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..record.events import FIGURE_PATH, Cell, cell_status_text
+from ..sandboxes.lifetimes import LIVES_WITH_SESSION
 from ..record.writer import bounded
 from .bounded import OutputBound, bound_tool
 from .inside import kernel_server
@@ -210,9 +211,11 @@ class KernelClient:
         except Exception:  # a mount at that path: the FIFOs are simply archived
             pass
         try:
+            # the one process exempt from the wall clock: each cell has its own limit (`lifetimes`)
             update = await self.session.pty_exec_start(
-                "sh", "-c", START, "kernel", *command, shell=False, tty=False, yield_time_s=0.25
-            )
+                "sh", "-c", START, "kernel", *command, shell=False, tty=False, yield_time_s=0.25,
+                timeout=LIVES_WITH_SESSION,
+            )  # fmt: skip
         except NotImplementedError:
             raise KernelError(NO_PROCESSES) from None
         if update.exit_code is not None:

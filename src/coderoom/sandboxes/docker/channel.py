@@ -56,11 +56,19 @@ class Channel:
         self._send(b"\n")  # tells init.py the host has attached (its --contact-within)
 
     async def call(
-        self, request: Reply, *, wait: float, reply_bytes: int, sink: Sink | None = None
+        self,
+        request: Reply,
+        *,
+        wait: float | None,
+        reply_bytes: int,
+        sink: Sink | None = None,
+        rid: str | None = None,
     ) -> Reply:
-        """Send `request`; its final reply, or TimeoutError after `wait` seconds. `reply_bytes`:
-        the most payload one reply line may carry (a command's two capped outputs)."""
-        rid = uuid.uuid4().hex
+        """Send `request`; its final reply, or TimeoutError after `wait` seconds (None: no
+        limit, for a live job whose end init.py enforces). `reply_bytes`: the most payload one
+        reply line may carry (a command's two capped outputs). `rid`: the request's id, when
+        the caller names it in later requests (a live job's stdin and kill)."""
+        rid = rid or uuid.uuid4().hex
         loop = asyncio.get_running_loop()
         waiter = _Waiter(loop, sink, reply_bytes)
         with self._waiters_lock:

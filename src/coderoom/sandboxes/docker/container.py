@@ -17,6 +17,9 @@
   the same seccomp filter, undumpable, refusing a workspace whose apparent size passes
   workspace_size before reading it. The host reads the stream with a byte budget and a deadline
   (`archive`). Docker's archive API is no alternative: it cannot see tmpfs mounts.
+* Live processes (`start_process`: PTY sessions, the run_python kernel) are init.py jobs too,
+  streaming their output and keeping stdin open (`live`), under the same rules and the wall
+  clock from their start (none for the kernel).
 * Close removes the container (`force`), which takes well under a second.
 """
 
@@ -43,11 +46,13 @@ from ...hostile.names import safe_relative_path, shown
 from ..base import EXIT_TIMEOUT
 from ..core import CommandResult
 from ..limits import CPU_KILL_GRACE_S, Limits
+from ..live import MAX_LIVE_PROCESSES
 from ..seccomp import arch_named, build_filter
 from ..stops import named_stop, stop_note
 from .archive import MAX_ENTRIES, ArchiveStream, clean_members, rewrite, stream_budget
 from .channel import Channel, Reply
 from .labels import CONTACT_WITHIN_S, CREATED_LABEL, LABEL, SESSION_LABEL, owner_labels
+from .live import DockerLive
 
 logger = logging.getLogger(__name__)
 
@@ -217,6 +222,7 @@ class DockerSandbox:
         self.root = root
         self._channel: Channel | None = None
         self._closed = False
+        self._live: list[DockerLive] = []
 
     @classmethod
     async def create(cls, client: Any, *, image: str, limits: Limits) -> DockerSandbox:
@@ -246,9 +252,18 @@ class DockerSandbox:
             channel = self._channel = Channel(self.client.api, self.container_id)
         return channel
 
-    async def _call(self, request: Reply, *, wait: float, reply_bytes: int, sink: Any = None) -> Reply:
+    async def call(
+        self, request: Reply, *, wait: float | None, reply_bytes: int, sink: Any = None, rid: str | None = None
+    ) -> Reply:
+        """One request to init.py and its final reply (see `channel`); SandboxFailed if the
+        channel broke or the reply did not come within `wait` seconds."""
+        return await self._call(request, wait=wait, reply_bytes=reply_bytes, sink=sink, rid=rid)
+
+    async def _call(
+        self, request: Reply, *, wait: float | None, reply_bytes: int, sink: Any = None, rid: str | None = None
+    ) -> Reply:
         try:
-            return await self.channel().call(request, wait=wait, reply_bytes=reply_bytes, sink=sink)
+            return await self.channel().call(request, wait=wait, reply_bytes=reply_bytes, sink=sink, rid=rid)
         except TimeoutError as e:
             raise SandboxFailed(f"the sandbox's init did not answer within {wait:g} s") from e
         except (ConnectionError, OSError, docker.errors.APIError) as e:
@@ -308,6 +323,39 @@ class DockerSandbox:
             if result.stopped_by:
                 result.stderr += stop_note(result.stopped_by)
         return result
+
+    # ------------------------------------------------------------------ live processes
+
+    async def start_process(self, argv: Sequence[str], *, tty: bool, lifetime: float | None) -> DockerLive:
+        """A live job of init.py (a PTY session, the kernel; see `live`), in the workspace, with
+        `lifetime` seconds of wall clock (None: none); SandboxFailed at MAX_LIVE_PROCESSES."""
+        self._live = [process for process in self._live if process.alive]
+        if len(self._live) >= MAX_LIVE_PROCESSES:
+            raise SandboxFailed(f"{MAX_LIVE_PROCESSES} long-lived processes already run")
+        request = {
+            "argv": [str(a) for a in argv],
+            "cwd": self.root,
+            "timeout": lifetime,
+            "limit": self.limits.output_bytes,
+            "stdin": None,
+            "live": True,
+            "tty": tty,
+        }
+        wait = None if lifetime is None else lifetime + REPLY_SLACK_S
+        process = DockerLive(self, request, tty=tty, lifetime=lifetime, wait=wait)
+        self._live.append(process)
+        return process
+
+    async def end_process(self, process: DockerLive) -> None:
+        """Kill `process` (if it still runs) and forget it."""
+        if process in self._live:
+            self._live.remove(process)
+        await process.kill()
+
+    async def stop_processes(self) -> None:
+        """Kill every live process."""
+        processes, self._live = self._live, []
+        await asyncio.gather(*(process.kill() for process in processes), return_exceptions=True)
 
     async def read_file(self, path: PurePosixPath, *, max_bytes: int) -> bytes:
         rel = safe_relative_path(str(path))

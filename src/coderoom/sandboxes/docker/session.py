@@ -3,10 +3,9 @@
 The SDK's DockerSandboxClient creates the container (through `_create_container`, which takes
 the core's hardened settings) and its session keeps the SDK's bookkeeping; everything that
 reaches the container goes through `container.DockerSandbox`: commands (init.py's channel, the
-local backend's rules), writes, archives and unpacking, and removal on shutdown. The one SDK
-path left is `pty_exec_start` (the Python kernel's long-lived process, a `docker exec`), which
-runs through init.py's `--exec` launcher so it gets the same stacked seccomp filter; HOME points
-nowhere so the SDK's `sh -l` wrappers read no sandbox-written profile.
+local backend's rules), writes, archives and unpacking, removal on shutdown, and PTY sessions
+(`pty_sessions` over init.py's live jobs, `live`: no `docker exec`, so the wall clock, output
+bound and seccomp filter of every command hold for them too).
 """
 
 from __future__ import annotations
@@ -34,7 +33,6 @@ from agents.sandbox.sandboxes.docker import (
 )
 from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
 from agents.sandbox.session.manager import Instrumentation
-from agents.sandbox.session.pty_types import PtyExecUpdate
 from agents.sandbox.session.sandbox_client import SandboxSessionState
 from agents.sandbox.session.sandbox_session import SandboxSession
 from agents.sandbox.snapshot import SnapshotBase, SnapshotSpec
@@ -44,18 +42,18 @@ from docker.models.containers import Container
 from ...errors import CoderoomError, SandboxFailed
 from ..core import READ_IN_WORKSPACE
 from ..limits import Limits
+from ..live import LiveProcess
 from ..one_user import plain_shell
+from ..pty_sessions import PtySessions
 from ..sdk_errors import refuse_unsupported, snapshot_errors
 from ..sdk_snapshots import restore_on_resume
 from ..stops import log_stop
-from .container import INIT_BOOTSTRAP, PYTHON, RESOLV_CONF_BIND, DockerSandbox, container_settings, seccomp_program
+from .container import RESOLV_CONF_BIND, DockerSandbox, container_settings, seccomp_program
 from .labels import LABEL, SESSION_LABEL
-
-# `docker exec` processes get the container's environment, so init.py is there for them too
-_FILTERED_EXEC = (*PYTHON, "-I", "-S", "-c", INIT_BOOTSTRAP, "--exec")
+from .live import DockerLive
 
 
-class CoderoomDockerSession(DockerSandboxSession):
+class CoderoomDockerSession(PtySessions, DockerSandboxSession):
     """The SDK session over a `DockerSandbox` (the container the SDK client created)."""
 
     _limits: Limits
@@ -75,40 +73,20 @@ class CoderoomDockerSession(DockerSandboxSession):
         such as WorkspaceJsonlSink ask this before writing, and failed on every close."""
         return not self._core.closed and await super().running()
 
-    def supports_pty(self) -> bool:
-        # PTY processes would run through `docker exec`, outside the timeout and output rules;
-        # the SDK's shell tool falls back to one-shot commands.
-        return False
+    # PTY sessions (`pty_sessions`): init.py jobs, never `docker exec` (see `live`)
 
-    async def pty_exec_start(
-        self,
-        *command: str | Path,
-        timeout: float | None = None,
-        shell: bool | list[str] = True,
-        user: str | User | None = None,
-        tty: bool = False,
-        yield_time_s: float | None = None,
-        max_output_tokens: int | None = None,
-    ) -> PtyExecUpdate:
-        """The SDK's `docker exec` process (no child of init.py), started through init.py's
-        `--exec` launcher so it runs under the same stacked seccomp filter as every command."""
-        argv = self._prepare_exec_command(*command, shell=shell, user=user)
-        return await super().pty_exec_start(
-            *_FILTERED_EXEC, *argv, timeout=timeout, shell=False, user=None, tty=tty,
-            yield_time_s=yield_time_s, max_output_tokens=max_output_tokens,
-        )  # fmt: skip
+    def _live_limits(self) -> Limits:
+        return self._limits
 
-    async def _append_pty_output_chunks(self, entry: Any, chunks: list[bytes]) -> None:
-        """The SDK keeps a long-lived process's output, without a bound, until someone collects
-        it; sandbox code can write into that stream at will (the kernel's `docker exec` fds,
-        through /proc), so only the newest `output_bytes` of it are kept (attack B01/B13)."""
-        cap = self._limits.output_bytes
-        async with entry.output_lock:
-            entry.output_chunks.extend(chunks)
-            total = sum(len(chunk) for chunk in entry.output_chunks)
-            while total > cap and entry.output_chunks:
-                total -= len(entry.output_chunks.popleft())
-        entry.output_notify.set()
+    async def _start_live(self, argv: list[str], *, tty: bool, lifetime: float | None) -> DockerLive:
+        return await self._core.start_process(argv, tty=tty, lifetime=lifetime)
+
+    async def _end_live(self, process: LiveProcess) -> None:
+        assert isinstance(process, DockerLive)
+        await self._core.end_process(process)
+
+    async def _end_all_live(self) -> None:
+        await self._core.stop_processes()
 
     async def provision_manifest_accounts(self) -> None:
         refuse_unsupported(self.state.manifest, "docker")  # create() refused them already

@@ -3,6 +3,8 @@
 * `sandbox`: `LocalSandbox`, the sandbox itself through the SDK-free core API (`start` hands
   one out); `host_dir`: its private folder on the host;
 * `bwrap`: finding bubblewrap, the runtime binds, the synthetic /etc, bwrap's arguments;
+  `probe_cache`: the probe's answer kept between processes (data, not trust);
+* `spawn`: the start up to bwrap running the launcher, without asyncio (`prestart`);
 * `launcher` (host side) and `inside/launcher_inner` (in the sandbox, standard library only):
   one launcher per sandbox forks each command into namespaces of its own;
 * `process`: pipes, bounded buffers and supervision of one command; `longlived`: processes
@@ -22,7 +24,7 @@ if TYPE_CHECKING:  # bwrap, pydantic and the sandbox load when a sandbox is aske
     from pydantic import BaseModel
 
     from ..spec import SandboxSpec
-    from . import bwrap
+    from . import bwrap, spawn
     from .sandbox import LocalSandbox
 
 
@@ -30,6 +32,7 @@ class LocalBackend:
     name = "local"
     leftovers = "session folder"
     isolates = True
+    plain_spec = True  # reads spec.backend and spec.limits only: `sandbox run`'s fast path
     summary = "bubblewrap namespaces, seccomp and limits on this machine; no daemon (the default on Linux)"
 
     def unavailable_reason(self, spec: SandboxSpec) -> str | None:
@@ -61,6 +64,14 @@ class LocalBackend:
             raise
         return sandbox
 
+    def prestart(self, spec: SandboxSpec) -> Prestarted | None:
+        """Start `spec`'s sandbox now, before the caller loads asyncio (see `spawn`); None when
+        `start` must do it all (network on, no usable bwrap: `start` then says why)."""
+        from . import spawn
+
+        early = spawn.prestart(spec.limits)
+        return None if early is None else Prestarted(*early)
+
     def client(self, spec: SandboxSpec) -> tuple[Any, None]:
         from .session import LocalSandboxClient
 
@@ -73,6 +84,34 @@ class LocalBackend:
 
     def commands(self) -> None:
         return None
+
+
+class Prestarted:
+    """A sandbox whose launcher `spawn.prestart` started: `finish` (in the event loop) hands out
+    the `LocalSandbox`; `abandon` removes it if it is never wanted."""
+
+    def __init__(self, plan: spawn.SandboxPlan, started: spawn.Started) -> None:
+        self._parts: tuple[spawn.SandboxPlan, spawn.Started] | None = (plan, started)
+
+    async def finish(self) -> LocalSandbox:
+        from .sandbox import LocalSandbox
+
+        assert self._parts is not None, "finished or abandoned already"
+        parts, self._parts = self._parts, None
+        return LocalSandbox.adopt(*parts)
+
+    def abandon(self) -> None:
+        """Remove it (a cgroup still busy leaves the folder, with its lease, to `prune`)."""
+        if self._parts is not None:
+            (plan, started), self._parts = self._parts, None
+            started.close()
+            try:
+                plan._release_launch()
+            except OSError:
+                return
+            from ...hostile import tree
+
+            tree.remove_tree(plan.host_dir)
 
 
 def _bubblewrap(spec: SandboxSpec) -> bwrap.Bwrap:

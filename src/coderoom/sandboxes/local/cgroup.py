@@ -31,7 +31,6 @@ import contextlib
 import functools
 import os
 import time
-import uuid
 from dataclasses import replace
 from enum import Enum
 from pathlib import Path
@@ -111,12 +110,19 @@ class MemoryCgroup:
         self._procs_fd = -1
 
     @classmethod
-    def for_session(cls, limit: int) -> MemoryCgroup | None:
-        """A new cgroup holding `limit` bytes, or None where there is no memory cgroup here."""
+    def for_session(cls, limit: int, record: Path | None = None) -> MemoryCgroup | None:
+        """A new cgroup holding `limit` bytes, or None where there is no memory cgroup here.
+        With `record` (a file in the session folder, outside the workspace), its path is written
+        there first, so `remove_recorded` can take it if this process is killed."""
         found, parent = detect()
         if parent is None:
             return None
-        group = cls(found, parent / f"{_PREFIX}{uuid.uuid4().hex[:12]}", limit)
+        name = f"{_PREFIX}{os.urandom(6).hex()}"  # not uuid4: uuid imports platform (1 ms)
+        group = cls(found, parent / name, limit)
+        if record is not None:
+            fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(str(group.path))
         group.path.mkdir(mode=0o755)
         try:
             if found is Mode.V1:
@@ -190,3 +196,22 @@ class MemoryCgroup:
             except OSError:
                 time.sleep(0.02)
         self.path.rmdir()  # still busy after _RMDIR_WAIT_S: raise, naming the path
+
+
+def remove_recorded(record: Path) -> None:
+    """Remove the cgroup named in `record` (see `for_session`) if it is still there: a session
+    whose owner was SIGKILLed leaves it, empty (its bwrap died with the owner). The file is data:
+    only a directory named like ours under a memory cgroup root is taken, and only by rmdir,
+    which the kernel refuses for a cgroup that still has tasks or children."""
+    try:
+        fd = os.open(record, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd) as source:
+            text = source.read(4096)
+    except (OSError, ValueError):
+        return
+    path = Path(text)
+    roots = (_V1_ROOT, _V2_ROOT)
+    if ".." in path.parts or not path.name.startswith(_PREFIX) or not any(path.is_relative_to(r) for r in roots):
+        return
+    with contextlib.suppress(OSError):
+        path.rmdir()

@@ -5,7 +5,7 @@ filter that fits it, and the text `coderoom sandbox info` prints (see `cgroup`, 
 from __future__ import annotations
 
 from ..seccomp import NO_CGROUP_DENIED, Arch, build_filter
-from . import cgroup, network
+from . import cgroup
 
 
 def seccomp_filter(arch: Arch) -> bytes:
@@ -17,6 +17,7 @@ def seccomp_filter(arch: Arch) -> bytes:
 
 def describe() -> str:
     """What each limit is enforced by here, one line each, for `coderoom sandbox info`."""
+    from . import network  # asyncio: not for the filter, which `spawn` builds before asyncio loads
     mode = cgroup.mode()
     if mode is cgroup.Mode.NONE:
         memory = (

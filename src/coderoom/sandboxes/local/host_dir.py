@@ -3,8 +3,9 @@ and reused or deleted only when it is provably one we made.
 
 Layout of a session folder (mode 0700, prefix `coderoom-local-`, in the temp dir):
 `workspace/` (bound at the sandbox's workspace root, /workspace by default), `etc/` (the
-synthetic /etc), `venv/` (from a venv host), and as root `python-N/` mount points for the
-runtime views (see `bwrap.views_namespace`).
+synthetic /etc), `venv/` (from a venv host), as root `python-N/` mount points for the runtime
+views (see `bwrap.views_namespace`), and outside what the sandbox sees, `lease` (see `leases`)
+and `cgroup` (the memory cgroup's path).
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from pathlib import Path
 
 from ...errors import SandboxUnavailable
 from ...hostile import tree
-from . import bwrap, leases
+from . import bwrap, cgroup, leases
 
 PREFIX = "coderoom-local-"
+CGROUP_FILE = "cgroup"  # the session's memory cgroup, for `prune` (see `cgroup.remove_recorded`)
 
 
 def make(network: bool) -> Path:
@@ -122,6 +124,7 @@ def prune() -> int:
         if not owned(folder) or not leases.abandoned(folder):
             continue
         leases.kill_users(folder)
+        cgroup.remove_recorded(folder / CGROUP_FILE)
         tree.remove_tree(folder)
         removed += 1
     return removed

@@ -12,35 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import importlib.util
 import marshal
 import os
 import socket
 from dataclasses import dataclass, field
-from importlib import resources
 
 from . import bwrap
-from .process import BwrapProcess, CappedBuffer, memfd, pump
+from .process import BwrapProcess, CappedBuffer, pump
+from .spawn import Settings, Started, memfd, spawn_launcher
 
-LAUNCHER_PATH = "/opt/coderoom/launcher.pyc"
-SECCOMP_PATH = "/opt/coderoom/seccomp.bpf"
-SETTINGS_PATH = "/opt/coderoom/launcher.settings"
+__all__ = ["LAUNCHER_LOST", "Job", "Launcher", "LauncherError", "Settings"]
+
 LAUNCHER_LOST = 125  # the job's exit code when its launcher died under it
 _READY_TIMEOUT_S = 10.0
 _KILL_TIMEOUT_S = 5.0
 _STDERR_CAP = 16384
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What every command of a session gets (see launcher_inner)."""
-
-    seccomp: bytes  # the BPF program
-    clone_nr: int  # clone(2)'s number on this architecture
-    rlimits: list[tuple[int, int, int]]  # (resource.RLIMIT_*, soft, hard)
-    tmp_size: int  # bytes, for each command's /tmp and /dev/shm
-    workspace: str  # the workspace inside the sandbox: each command's cwd
 
 
 class LauncherError(RuntimeError):
@@ -92,36 +78,16 @@ class Launcher:
 
     @classmethod
     def spawn(cls, launch: bwrap.Launch, args: list[str], python: str, settings: Settings) -> Launcher:
-        """Start bwrap with `args` running the launcher under `python`. Jobs may be sent at once
-        (they queue on the socket); if the launcher is not ready within 10 s, or exits first,
-        they end with LAUNCHER_LOST and `failure()` says why."""
-        host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        config = marshal.dumps(
-            {
-                "clone_nr": settings.clone_nr,
-                "rlimits": settings.rlimits,
-                "tmp_size": settings.tmp_size,
-                "workspace": settings.workspace,
-            }
-        )
-        files = {
-            LAUNCHER_PATH: memfd("launcher", _compiled_launcher()),
-            SECCOMP_PATH: memfd("seccomp", settings.seccomp),
-            SETTINGS_PATH: memfd("settings", config),
-        }
-        try:
-            host_end.setblocking(False)
-            data_binds = [arg for path, fd in files.items() for arg in ("--ro-bind-data", str(fd), path)]
-            argv = [python, "-I", "-S", LAUNCHER_PATH, str(child_end.fileno()), SECCOMP_PATH, SETTINGS_PATH]
-            process = BwrapProcess(launch, data_binds + args, ["--", *argv], (child_end.fileno(), *files.values()))
-        except BaseException:
-            host_end.close()
-            raise
-        finally:
-            child_end.close()
-            for fd in files.values():
-                os.close(fd)
-        launcher = cls(process, host_end)
+        """Start bwrap with `args` running the launcher under `python` (see `adopt`)."""
+        return cls.adopt(spawn_launcher(launch, args, python, settings))
+
+    @classmethod
+    def adopt(cls, started: Started) -> Launcher:
+        """Watch a launcher `spawn.spawn_launcher` started. Jobs may be sent at once (they queue
+        on the socket); if the launcher is not ready within 10 s, or exits first, they end with
+        LAUNCHER_LOST and `failure()` says why."""
+        process = BwrapProcess(started.popen, started.status_r, started.stderr)
+        launcher = cls(process, started.sock)
         timer = asyncio.get_running_loop().call_later(_READY_TIMEOUT_S, launcher._not_ready)
         launcher._ready.add_done_callback(lambda _: timer.cancel())
         return launcher
@@ -149,8 +115,9 @@ class Launcher:
     def alive(self) -> bool:
         return not self._closed
 
-    def start_job(self, argv: list[str], env: dict[str, str], *, stdin: bool) -> Job:
-        """Send one command; its pipes come back in the Job."""
+    def start_job(self, argv: list[str], env: dict[str, str], *, stdin: bool, tty: bool = False) -> Job:
+        """Send one command; its pipes come back in the Job. With `tty`, the command runs on a
+        terminal made inside the sandbox (see launcher_inner); stdout carries its output."""
         if self._closed:
             raise LauncherError("the sandbox launcher has stopped")
         self._next_id += 1
@@ -161,7 +128,7 @@ class Launcher:
             in_r, in_w = os.pipe2(os.O_CLOEXEC)
         else:
             in_r, in_w = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC), None
-        body = memfd("request", marshal.dumps({"argv": argv, "env": env}))
+        body = memfd("request", marshal.dumps({"argv": argv, "env": env, "tty": tty}))
         theirs = [in_r, out_w, err_w, body]
         exited: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         try:
@@ -233,10 +200,3 @@ class Launcher:
             await asyncio.wait_for(self._stderr_task, _KILL_TIMEOUT_S)
 
 
-@functools.cache
-def _compiled_launcher() -> bytes:
-    """launcher_inner as a .pyc the sandbox runs directly: compiling it there took 2 ms of every
-    session start. The sandbox runs this same interpreter, so the bytecode fits."""
-    source = resources.files("coderoom.sandboxes.local.inside").joinpath("launcher_inner.py").read_text()
-    code = compile(source, "launcher_inner.py", "exec", dont_inherit=True)
-    return importlib.util.MAGIC_NUMBER + bytes(12) + marshal.dumps(code)  # flags, mtime, size: 0

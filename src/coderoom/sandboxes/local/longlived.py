@@ -1,10 +1,12 @@
-"""A sandbox process that outlives one command (the run_python kernel), for the local backend.
+"""A sandbox process that outlives one call (a PTY session, the run_python kernel), for the
+local backend.
 
-It is a launcher job like every command (same namespaces, seccomp filter, rlimits), but with no
-wall clock: it runs until it exits, `kill()` (`LocalSandbox.stop_processes`, `stop`), the
+It is a launcher job like every command (same namespaces, seccomp filter, rlimits, optionally on
+a terminal made inside the sandbox). It runs until it exits, its wall clock (`lifetime`, see
+`lifetimes`; none only for the kernel), `kill()` (`LocalSandbox.stop_processes`, `stop`), the
 workspace watchdog, or the host process dies (--die-with-parent). Like a command's, its kill
-takes its whole pid namespace. Output is kept bounded (the newest `cap` bytes) because nothing
-may ever read it.
+takes its whole pid namespace. Output is kept bounded (`live.LiveOutput`); input waits at most
+STDIN_WRITE_S for the process to take it.
 """
 
 from __future__ import annotations
@@ -12,83 +14,78 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections import deque
 
+from ..base import EXIT_TIMEOUT
+from ..lifetimes import wall_clock_note, wall_clock_stop
+from ..live import LiveOutput
 from .launcher import Job
 from .process import pump, write_all
 
+STDIN_WRITE_S = 5.0  # how long input may wait for a process that does not read it
+
 
 class LongLived:
-    def __init__(self, job: Job, cap: int) -> None:
+    def __init__(self, job: Job, cap: int, *, lifetime: float | None = None, tty: bool = False) -> None:
         self.job = job
-        self._cap = cap
-        self._chunks: deque[bytes] = deque()
-        self._size = 0
-        self._dropped = 0
-        self._lock = asyncio.Lock()
-        self._closed = asyncio.Event()
-        self._pumps = [asyncio.ensure_future(pump(fd, self._keep)) for fd in (job.stdout, job.stderr)]
+        self.tty = tty
+        self.stopped_by: str | None = None  # the limit that killed it, named as for a command
+        self._forced_exit: int | None = None
+        self._output = LiveOutput(cap)
+        self._pumps = [asyncio.ensure_future(pump(fd, self._output.keep)) for fd in (job.stdout, job.stderr)]
         self._watcher = asyncio.ensure_future(self._watch())
+        self._clock: asyncio.Task[None] | None = None
+        if lifetime is not None:
+            self._clock = asyncio.ensure_future(self._wall_clock(lifetime))
 
     @property
     def alive(self) -> bool:
-        return not self._closed.is_set()
+        return not self._output.closed.is_set()
 
     @property
     def exit_code(self) -> int | None:
-        if not self.job.exited.done() or not self._closed.is_set():
+        if not self.job.exited.done() or self.alive:
             return None
-        return self.job.exited.result()
+        return self._forced_exit if self._forced_exit is not None else self.job.exited.result()
 
-    def _keep(self, chunk: bytes) -> None:
-        self._chunks.append(chunk)
-        self._size += len(chunk)
-        while self._size > self._cap:  # keep the newest `cap` bytes
-            excess = self._size - self._cap
-            oldest = self._chunks.popleft()
-            if len(oldest) > excess:
-                self._chunks.appendleft(oldest[excess:])
-            cut = min(excess, len(oldest))
-            self._size -= cut
-            self._dropped += cut
+    async def _wall_clock(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        if not self.job.exited.done():
+            await self.kill(wall_clock_note(seconds), stopped_by=wall_clock_stop(seconds), exit_code=EXIT_TIMEOUT)
 
     async def _watch(self) -> None:
         await self.job.exited
         await asyncio.gather(*self._pumps, return_exceptions=True)
-        self._closed.set()
+        self._output.closed.set()
 
     async def collect(self, wait_s: float) -> tuple[bytes, bool]:
-        """Output since the last call, after `wait_s` or when the process ends; and whether it ended.
-
-        Waits first and drains after, so the output stays within `cap` however much arrives
-        while waiting. Bytes as they came: a UTF-8 character may be split between two calls.
-        """
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._closed.wait(), wait_s)
-        closed = self._closed.is_set()
-        async with self._lock:
-            output = b"".join(self._chunks)
-            if self._dropped:
-                output = f"[... {self._dropped} bytes of output dropped ...]\n".encode() + output
-            self._chunks.clear()
-            self._size = self._dropped = 0
-        return output, closed
+        return await self._output.collect(wait_s)
 
     async def write(self, data: bytes) -> None:
-        if self.job.stdin is not None and not self._closed.is_set():
-            await write_all(self.job.stdin, data)
+        """Send `data` to its stdin (its terminal, with tty); a process that does not take it
+        within STDIN_WRITE_S gets the rest dropped, with a note in its output."""
+        if self.job.stdin is None or not self.alive:
+            return
+        try:
+            await asyncio.wait_for(write_all(self.job.stdin, data), STDIN_WRITE_S)
+        except asyncio.TimeoutError:
+            self._output.note(f"input not read within {STDIN_WRITE_S:g} s; the rest was dropped")
 
-    async def kill(self, note: str = "") -> None:
-        """Kill the process's pid namespace, wait for it, release everything. Idempotent."""
+    async def kill(self, note: str = "", *, stopped_by: str | None = None, exit_code: int | None = None) -> None:
+        """Kill the process's pid namespace, wait for it, release everything. Idempotent.
+        `note` goes into its output; `stopped_by` and `exit_code` are what its end reports."""
         if not self.job.exited.done():
             if note:
-                self._chunks.append(f"\n[coderoom: {note}]\n".encode())
+                self._output.note(note)
+            self.stopped_by = stopped_by or note or None
+            self._forced_exit = exit_code
             await self.job.kill()
         with contextlib.suppress(BaseException):
             await asyncio.wait_for(asyncio.shield(self._watcher), 5.0)
         for task in (*self._pumps, self._watcher):
             task.cancel()
+        if self._clock is not None and self._clock is not asyncio.current_task():
+            self._clock.cancel()
         if self.job.stdin is not None:
             os.close(self.job.stdin)
             self.job.stdin = None
-        self._closed.set()
+        self._output.closed.set()

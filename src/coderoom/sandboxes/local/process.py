@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import subprocess
 from collections.abc import Awaitable, Callable
 
-from .bwrap import Launch
+from .spawn import child_pid
 
 _CHUNK = 65536
 _KILL_GRACE_S = 5.0
@@ -56,45 +55,17 @@ class CappedBuffer:
 Watchdog = Callable[[], Awaitable[str | None]]
 
 
-def memfd(name: str, data: bytes) -> int:
-    """An anonymous in-memory file holding `data`, positioned at its start (close-on-exec)."""
-    fd = os.memfd_create(name, os.MFD_CLOEXEC)
-    os.write(fd, data)
-    os.lseek(fd, 0, os.SEEK_SET)
-    return fd
-
-
 class BwrapProcess:
     """A running `bwrap --args FD <command>`, its exit watched through a pidfd in the event loop.
 
-    Started with a plain `subprocess.Popen` (Python can vfork() it): asyncio's subprocess
+    Started with a plain `subprocess.Popen` (`spawn.start_bwrap`): asyncio's subprocess
     machinery would add pipe transports and a child-watcher thread to every session start.
     bwrap's stdin and stdout are /dev/null; `stderr` is the read end of its stderr pipe.
     """
 
-    def __init__(self, launch: Launch, args: list[str], command: list[str], pass_fds: tuple[int, ...]) -> None:
-        status_r, status_w = os.pipe2(os.O_CLOEXEC)
-        err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        full = ["--json-status-fd", str(status_w), *args]
-        args_fd = memfd("args", b"\0".join(a.encode() for a in full) + b"\0")
-        try:
-            self.popen = subprocess.Popen(
-                [*launch.argv, "--args", str(args_fd), *command],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=err_w,
-                env=launch.env,  # bwrap's own pid 1 keeps it, readable from inside (catalogue §3.1)
-                pass_fds=(status_w, args_fd, *pass_fds),
-                executable=launch.executable,
-                preexec_fn=launch.preexec,
-            )
-        except BaseException:
-            os.close(status_r)
-            os.close(err_r)
-            raise
-        finally:
-            for fd in (status_w, args_fd, err_w):
-                os.close(fd)
+    def __init__(self, popen: subprocess.Popen[bytes], status_r: int, err_r: int) -> None:
+        """Watch a bwrap started by `spawn.start_bwrap` (the pipes' read ends are ours now)."""
+        self.popen = popen
         self.stderr = err_r
         self._status_r = status_r
         self._child: int | None = None
@@ -117,7 +88,7 @@ class BwrapProcess:
                 await asyncio.wait({readable, self.exited}, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 loop.remove_reader(self._status_r)
-            self._child = _child_pid(self._status_r)
+            self._child = child_pid(self._status_r)
         return self._child
 
     def _on_exit(self) -> None:
@@ -150,7 +121,7 @@ class BwrapProcess:
         Without a known pid 1 (bwrap has not reported it yet), kill bwrap: --die-with-parent
         takes its init down with it.
         """
-        child = self._child or _child_pid(self._status_r)
+        child = self._child or child_pid(self._status_r)
         try:
             if child is None:
                 raise ProcessLookupError
@@ -247,17 +218,3 @@ async def write_all(fd: int, data: bytes) -> None:
         await done
     finally:
         loop.remove_writer(fd)
-
-
-def _child_pid(status_r: int) -> int | None:
-    os.set_blocking(status_r, False)
-    try:
-        data = os.read(status_r, 65536)
-    except BlockingIOError:
-        return None
-    for line in data.decode(errors="replace").splitlines():
-        with contextlib.suppress(ValueError):
-            pid = json.loads(line).get("child-pid")
-            if isinstance(pid, int):
-                return pid
-    return None

@@ -12,9 +12,10 @@ as the processes of one container are: the network namespace (loopback and abstr
 sockets: a shell command can reach a server the kernel process started) and the hostname.
 Start is mostly the launcher's Python starting (about 20 ms here).
 
-Long-lived processes (`start_process`: the run_python kernel) run the same way but without the
-wall clock, killed by `stop_processes()`, on close, over the workspace limit, or when this
-process dies (see `longlived`). Host-side walks of the workspace tolerate it changing the tree
+Long-lived processes (`start_process`: PTY sessions, the run_python kernel) run the same way,
+optionally on a terminal made inside the sandbox, with the wall clock counted from their start
+(none for the kernel, see `lifetimes`), killed by `stop_processes()`, on close, over the
+workspace limit, or when this process dies (see `longlived`). Host-side walks of the workspace tolerate it changing the tree
 meanwhile (`hostile.tree`).
 
 The sandbox's Python is the host interpreter's (`bwrap.Runtime`): its base installation at
@@ -48,7 +49,9 @@ Limits (see `Limits`):
 * network: off, only lo; on, a namespace of its own through slirp4netns (`network`), never
   the host's.
 * output_bytes: per stream, head and tail kept, the middle replaced by a truncation marker.
-* MAX_PROCESSES long-lived processes at once; MAX_OPEN_FILES descriptors per process.
+* MAX_LIVE_PROCESSES long-lived processes at once; MAX_OPEN_FILES descriptors per process.
+* a long-lived process has the same limits, timeout included (from its start), unless it is the
+  run_python kernel (`lifetimes.LIVES_WITH_SESSION`).
 """
 
 from __future__ import annotations
@@ -57,29 +60,27 @@ import asyncio
 import errno
 import io
 import os
-import resource
 from collections.abc import Mapping, Sequence, Set
 from pathlib import Path, PurePosixPath
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
-from ...errors import SandboxFailed, UsageError
-from ...hostile import archive as hostile_archive
-from ...hostile import snapshot as hostile_snapshot
+from ...errors import SandboxFailed
 from ...hostile import tree
 from ...hostile.names import safe_relative_path
 from ..base import EXIT_KILLED, EXIT_TIMEOUT
 from ..core import READ_IN_WORKSPACE, CommandResult
-from ..limits import CPU_KILL_GRACE_S, Limits
-from ..seccomp import host_arch
+from ..live import MAX_LIVE_PROCESSES
 from ..stops import named_stop, stop_note
-from . import bwrap, disk, enforcement, host_dir, network
-from .cgroup import MemoryCgroup
-from .launcher import LAUNCHER_LOST, Job, Launcher, LauncherError, Settings
+from . import bwrap, disk, host_dir, network
+from .launcher import LAUNCHER_LOST, Job, Launcher, LauncherError
 from .longlived import LongLived
 from .process import CappedBuffer, pump, supervise, write_all
+from .spawn import BASE_ENV, SandboxPlan, Started, with_library_path
 
-MAX_OPEN_FILES = 512  # RLIMIT_NOFILE of every sandbox process
-MAX_PROCESSES = 8  # long-lived processes running at once
+if TYPE_CHECKING:  # or a `PlainLimits` (`coderoom sandbox run`): no pydantic here
+    from ...hostile import snapshot as hostile_snapshot
+    from ..limits import Limits
+
 PROCESS_POLL_S = 0.25  # how often the long-lived processes' workspace watchdog looks
 PROCESS_WALK_AT_LEAST_S = 5.0  # and walks the workspace at least this often while they run
 _PIPE_GRACE_S = 5.0  # after a command's namespace is gone, for its pipes to reach EOF
@@ -94,27 +95,7 @@ CREATE_IN_SANDBOX = (
     'mkdir -p -- "$(dirname -- "$1")" && set -C && exec cat > "$1"'
 )
 
-BASE_ENV = {
-    "PATH": ":".join(
-        dict.fromkeys(
-            [bwrap.runtime().bin_dir, f"{bwrap.RUNTIME_MOUNT}/bin", "/usr/local/bin", "/usr/bin", "/bin"]
-        )
-    ),
-    "HOME": "/tmp",
-    "TMPDIR": "/tmp",
-    "USER": "sandbox",
-    "LOGNAME": "sandbox",
-    "SHELL": "/bin/sh",
-    "LANG": "C.UTF-8",
-    "TZ": "UTC",
-    "TERM": "dumb",
-    "MPLBACKEND": "Agg",
-    "PYTHONDONTWRITEBYTECODE": "1",
-    "PYTHONNOUSERSITE": "1",
-}
-
-
-class LocalSandbox:
+class LocalSandbox(SandboxPlan):
     """A local sandbox over one host folder; `coderoom.sandboxes.core.Sandbox` and more.
 
     Beyond the core protocol: `open_file` (a stream rather than bytes), `make_dir`,
@@ -122,25 +103,11 @@ class LocalSandbox:
     """
 
     def __init__(self, limits: Limits, bw: bwrap.Bwrap, folder: Path, *, root: str = bwrap.WORKSPACE) -> None:
-        problem = bwrap.root_problem(root)
-        if problem:
-            raise UsageError(f"the local sandbox cannot put its workspace at {root!r}: {problem}")
-        self.limits = limits
-        self.host_dir = folder
-        self.root = str(PurePosixPath(root))  # the workspace inside the sandbox; never a host path
-        self._bwrap = bw
-        arch = host_arch()
-        assert arch is not None  # unavailable_reason() refuses such hosts
-        self._seccomp = enforcement.seccomp_filter(arch)
-        self._clone_nr = arch.table["clone"]
+        super().__init__(limits, bw, folder, root=root)
         self._active_commands = 0
         self._archiving = False
         self._quiet = asyncio.Condition()
-        self._python, self._views = host_dir.python_mounts(folder)
-        self._launch_cache: bwrap.Launch | None = None
-        self._memory: MemoryCgroup | None = None  # made with the launch, removed after it
         self._egress: network.Egress | None = None  # with network on, stopped with the launcher
-        self._namespace_fd = -1
         self._launcher: Launcher | None = None
         self._launcher_lock = asyncio.Lock()
         self._processes: list[LongLived] = []
@@ -152,9 +119,13 @@ class LocalSandbox:
         folder = await asyncio.to_thread(host_dir.make, limits.network)
         return cls(limits, bw, folder)
 
-    @property
-    def workspace_dir(self) -> Path:
-        return self.host_dir / "workspace"
+    @classmethod
+    def adopt(cls, plan: SandboxPlan, started: Started) -> LocalSandbox:
+        """The sandbox `spawn.prestart` planned and whose launcher it started (in an event loop)."""
+        sandbox = cls(plan.limits, plan._bwrap, plan.host_dir)
+        sandbox._launch_cache, sandbox._memory, sandbox._namespace_fd = plan._launch_cache, plan._memory, plan._namespace_fd
+        sandbox._launcher = Launcher.adopt(started)
+        return sandbox
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -172,9 +143,7 @@ class LocalSandbox:
                     await self._launcher.close()
                 self._launcher = None
                 try:
-                    self._launcher = Launcher.spawn(
-                        self._launch(), self._bwrap_args(), bwrap.runtime().sandbox_interpreter, self._settings()
-                    )
+                    self._launcher = Launcher.adopt(self._spawn())
                 except OSError as exc:
                     raise SandboxFailed(f"cannot start bubblewrap: {exc}") from exc
                 if self.limits.network:  # a network namespace of its own, see `network`
@@ -182,19 +151,6 @@ class LocalSandbox:
                         await asyncio.to_thread(self._egress.close)
                     self._egress = await network.Egress.attach(await self._launcher.sandbox_pid())
             return self._launcher
-
-    def _launch(self) -> bwrap.Launch:
-        """Made on first use: as root, the mount namespace with the runtime views (see bwrap)."""
-        if self._launch_cache is None:
-            if bwrap.host_id() is None:
-                self._launch_cache = bwrap.direct(self._bwrap)
-            else:
-                self._namespace_fd = bwrap.views_namespace(self._views)
-                self._launch_cache = bwrap.as_unprivileged(self._bwrap, self._namespace_fd)
-            self._memory = MemoryCgroup.for_session(self.limits.memory)
-            if self._memory is not None:
-                self._launch_cache = self._memory.wrap(self._launch_cache)
-        return self._launch_cache
 
     async def stop(self) -> None:
         """Stop the launcher (every command and long-lived process dies with it); the workspace
@@ -207,13 +163,7 @@ class LocalSandbox:
         if self._egress is not None:
             await asyncio.to_thread(self._egress.close)
             self._egress = None
-        self._launch_cache = None
-        if self._namespace_fd >= 0:
-            os.close(self._namespace_fd)
-            self._namespace_fd = -1
-        if self._memory is not None:
-            await asyncio.to_thread(self._memory.remove)
-            self._memory = None
+        await asyncio.to_thread(self._release_launch)
 
     async def close(self) -> None:
         """Stop everything and delete the host folder (only one `host_dir` made). Idempotent."""
@@ -251,7 +201,7 @@ class LocalSandbox:
                 pumps.append(asyncio.ensure_future(_feed_and_close(job.stdin, stdin or b"")))
             try:
                 timed_out, stopped_by = await supervise(
-                    job.exited, job.kill, timeout=timeout, watchdog=self._workspace_watchdog
+                    job.exited, job.kill, timeout=timeout, watchdog=self.workspace_overrun
                 )
                 # the namespace is gone, so the pipes reach EOF promptly; bound it anyway
                 await asyncio.wait(pumps, timeout=_PIPE_GRACE_S)
@@ -289,41 +239,19 @@ class LocalSandbox:
                 result.stderr += stop_note(result.stopped_by)
         return result
 
-    async def _start_job(self, argv: list[str], env: Mapping[str, str] | None, *, stdin: bool) -> Job:
+    async def _start_job(
+        self, argv: list[str], env: Mapping[str, str] | None, *, stdin: bool, tty: bool = False
+    ) -> Job:
         """Hand `argv` to the sandbox's launcher, starting the launcher first if needed."""
         launcher = await self._ensure_launcher()
         try:
-            return launcher.start_job(argv, {**_with_library_path(BASE_ENV), **(env or {})}, stdin=stdin)
+            return launcher.start_job(argv, {**with_library_path(BASE_ENV), **(env or {})}, stdin=stdin, tty=tty)
         except LauncherError as exc:
             await launcher.close()
             raise SandboxFailed(str(exc)) from exc
 
-    def _bwrap_args(self) -> list[str]:
-        mounts = bwrap.Mounts(
-            etc_dir=self.host_dir / "etc",
-            workspace_dir=self.workspace_dir,
-            root=self.root,
-            python=self._python,
-            tmp_size=self.limits.tmp_size,
-            network=self.limits.network,
-        )
-        launcher_env = _with_library_path({"PATH": BASE_ENV["PATH"], "LANG": "C.UTF-8"})
-        return bwrap.build_args(self._bwrap, mounts, launcher_env)
-
-    def _settings(self) -> Settings:
-        limits = self.limits
-        file_size = min(limits.file_size, limits.workspace_size)
-        rlimits = [
-            (resource.RLIMIT_CORE, 0, 0),
-            (resource.RLIMIT_NOFILE, MAX_OPEN_FILES, MAX_OPEN_FILES),
-            (resource.RLIMIT_CPU, limits.cpu_time, limits.cpu_time + CPU_KILL_GRACE_S),
-            (resource.RLIMIT_FSIZE, file_size, file_size),  # no file outgrows the workspace
-            (resource.RLIMIT_AS, limits.memory, limits.memory),
-            (resource.RLIMIT_NPROC, limits.pids, limits.pids),
-        ]
-        return Settings(self._seccomp, self._clone_nr, rlimits, limits.tmp_size, self.root)
-
-    async def _workspace_watchdog(self) -> str | None:
+    async def workspace_overrun(self) -> str | None:
+        """Why the workspace is over its limit now (see `disk`), or None."""
         return await asyncio.to_thread(self._workspace_over_limit)
 
     def _workspace_over_limit(self) -> str | None:
@@ -332,21 +260,30 @@ class LocalSandbox:
 
     # ------------------------------------------------------------------ long-lived processes
 
-    async def start_process(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None) -> LongLived:
-        """Start a process that outlives this call (the run_python kernel): see `longlived`.
+    async def start_process(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        tty: bool = False,
+        lifetime: float | None = None,
+    ) -> LongLived:
+        """Start a process that outlives this call (a PTY session, the kernel): see `longlived`.
 
-        No wall clock: it runs until it exits, `stop_processes()` or the sandbox stops; the
-        workspace limit still holds. It never holds up `archive`. Ended processes are released
-        at the next start; at most MAX_PROCESSES run at once (SandboxFailed beyond).
+        With `tty` it runs on a terminal made inside the sandbox and takes input; without, its
+        stdin is /dev/null. It runs until it exits, `lifetime` seconds (None: no wall clock),
+        `stop_processes()` or the sandbox stops; the workspace limit holds too. It never holds
+        up `archive`. Ended processes are released at the next start; at most MAX_LIVE_PROCESSES
+        run at once (SandboxFailed beyond).
         """
         live = [entry for entry in self._processes if entry.alive]
-        if len(live) >= MAX_PROCESSES:
-            raise SandboxFailed(f"{MAX_PROCESSES} long-lived processes already run")
+        if len(live) >= MAX_LIVE_PROCESSES:
+            raise SandboxFailed(f"{MAX_LIVE_PROCESSES} long-lived processes already run")
         for entry in self._processes:
             if not entry.alive:
                 await entry.kill()
-        job = await self._start_job(list(argv), env, stdin=True)
-        process = LongLived(job, self.limits.output_bytes)
+        job = await self._start_job(list(argv), env, stdin=tty, tty=tty)
+        process = LongLived(job, self.limits.output_bytes, lifetime=lifetime, tty=tty)
         self._processes = [*live, process]
         if self._processes_watch is None or self._processes_watch.done():
             self._processes_watch = asyncio.ensure_future(self._watch_processes())
@@ -383,7 +320,7 @@ class LocalSandbox:
                 reason = await asyncio.to_thread(self._workspace_over_limit)
                 if reason:
                     entries = list(self._processes)
-                    await asyncio.gather(*(e.kill(reason) for e in entries), return_exceptions=True)
+                    await asyncio.gather(*(e.kill(reason, exit_code=1) for e in entries), return_exceptions=True)
                     return
                 seen = now
                 pause = max(pause, loop.time() - walked)
@@ -497,6 +434,8 @@ class LocalSandbox:
         async with self._quiet:
             await self._quiet.wait_for(lambda: self._active_commands == 0 and not self._archiving)
             self._archiving = True
+        from ...hostile import archive as hostile_archive  # tarfile: not for a sandbox that never archives
+
         try:
             return await asyncio.to_thread(
                 hostile_archive.archive,
@@ -512,6 +451,8 @@ class LocalSandbox:
 
     async def hydrate(self, tar: IO[bytes]) -> None:
         """Unpack `tar` with the hardened extraction; OSError or ValueError if it is refused."""
+        from ...hostile import archive as hostile_archive
+
         limit = self.limits.workspace_size
         await asyncio.to_thread(hostile_archive.safe_extract_tar, tar, self.workspace_dir, max_bytes=limit)
         ids = bwrap.host_id()
@@ -523,6 +464,8 @@ class LocalSandbox:
         symlinks): checked whole before anything is written, then written on the host without
         following a symlink, every entry owned by the sandbox's host uid. SnapshotRefused names
         the member and the reason; nothing is written then."""
+        from ...hostile import snapshot as hostile_snapshot  # tarfile: only for a snapshot
+
         checked = await asyncio.to_thread(hostile_snapshot.check, tar, max_bytes=self.limits.workspace_size)
         try:
             await self.restore_checked(checked)
@@ -531,6 +474,8 @@ class LocalSandbox:
 
     async def restore_checked(self, checked: hostile_snapshot.Snapshot) -> None:
         """Write a snapshot `hostile_snapshot.check` accepted (see `restore_snapshot`)."""
+        from ...hostile import snapshot as hostile_snapshot
+
         await asyncio.to_thread(hostile_snapshot.restore, checked, self.workspace_dir, owner=bwrap.host_id())
 
 
@@ -539,12 +484,6 @@ def _checked(path: PurePosixPath, *, root_ok: bool = False) -> PurePosixPath:
     if root_ok and str(path) in ("", "."):
         return PurePosixPath(".")
     return safe_relative_path(str(path))
-
-
-def _with_library_path(env: dict[str, str]) -> dict[str, str]:
-    """`env` plus LD_LIBRARY_PATH when the runtime needs it to find libpython."""
-    library_path = bwrap.runtime_library_path()
-    return {**env, "LD_LIBRARY_PATH": library_path} if library_path else dict(env)
 
 
 async def _feed_and_close(fd: int, data: bytes) -> None:

@@ -4,40 +4,26 @@ thin adapters over `sandbox.LocalSandbox` (which says what the sandbox enforces)
 The adapter turns SDK calls into core calls and core errors into the SDK's: absolute sandbox
 paths (validated by the SDK) into workspace-relative ones, the manifest's environment into each
 command's, a shorter caller `timeout=` that fired into ExecTimeoutError, SandboxFailed into
-ExecTransportError, and long-lived processes into PTY process ids with the SDK's token-bounded,
-UTF-8-whole output. `supports_pty()` stays False: there is no terminal, so the SDK's shell tool
-keeps running one-shot commands under the wall clock.
+ExecTransportError, and long-lived processes (`LocalSandbox.start_process`) into PTY sessions
+with the SDK's semantics (`pty_sessions`): tty=true gives a terminal made inside the sandbox.
 """
 
 from __future__ import annotations
 
 import asyncio
-import codecs
 import io
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
 from agents.sandbox import Manifest
 from agents.sandbox.errors import (
     ExecTimeoutError,
-    ExecTransportError,
-    PtySessionNotFoundError,
     WorkspaceArchiveReadError,
     WorkspaceArchiveWriteError,
     WorkspaceReadNotFoundError,
 )
 from agents.sandbox.session import SandboxSession, SandboxSessionState
-from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
-from agents.sandbox.session.pty_types import (
-    PtyExecUpdate,
-    allocate_pty_process_id,
-    clamp_pty_yield_time_ms,
-    resolve_pty_write_yield_time_ms,
-    truncate_text_by_tokens,
-)
 from agents.sandbox.session.sandbox_client import (
     BaseSandboxClient,
     BaseSandboxClientOptions,
@@ -47,9 +33,10 @@ from agents.sandbox.snapshot import SnapshotBase, SnapshotSpec, resolve_snapshot
 from agents.sandbox.types import ExecResult, User
 from pydantic import Field
 
-from ...errors import SandboxFailed
 from ..limits import Limits
+from ..live import LiveProcess
 from ..one_user import plain_shell
+from ..pty_sessions import PtySessions, transport
 from ..sdk_errors import UnsupportedFeature, refuse_unsupported, snapshot_errors
 from ..sdk_snapshots import restore_on_resume
 from ..stops import log_stop
@@ -68,23 +55,13 @@ class LocalSandboxClientOptions(BaseSandboxClientOptions):
     type: Literal["coderoom_local"] = "coderoom_local"
 
 
-@asynccontextmanager
-async def _transport(command: tuple[object, ...]) -> AsyncIterator[None]:
-    """A broken sandbox (SandboxFailed) as the SDK's ExecTransportError for `command`."""
-    try:
-        yield
-    except SandboxFailed as exc:
-        raise ExecTransportError(command=command, context={"reason": exc.message}) from exc
-
-
-class LocalSandboxSession(BaseSandboxSession):
+class LocalSandboxSession(PtySessions):
     state: LocalSandboxSessionState
 
     def __init__(self, state: LocalSandboxSessionState, bw: bwrap.Bwrap) -> None:
         self.state = state
         self.sandbox = LocalSandbox(state.limits, bw, Path(state.host_dir), root=state.manifest.root)
         self._running = False
-        self._processes: dict[int, tuple[LongLived, codecs.IncrementalDecoder]] = {}
         self.limits_hit: list[str] = []  # see stops.limits_hit
 
     @property
@@ -99,7 +76,7 @@ class LocalSandboxSession(BaseSandboxSession):
     # ------------------------------------------------------------------ lifecycle
 
     async def _ensure_backend_started(self) -> None:
-        async with _transport(("start",)):
+        async with transport(("start",)):
             await self.sandbox.start()  # the launcher starts while the SDK applies the manifest
 
     async def _after_start(self) -> None:
@@ -110,14 +87,11 @@ class LocalSandboxSession(BaseSandboxSession):
 
     async def _after_shutdown(self) -> None:
         self._running = False
-        self._processes.clear()
+        self._pty_sessions().clear()
         await self.sandbox.stop()
 
     async def running(self) -> bool:
         return self._running
-
-    def supports_pty(self) -> bool:
-        return False
 
     async def provision_manifest_accounts(self) -> None:
         refuse_unsupported(self.state.manifest, "local")  # create() refused them already
@@ -132,7 +106,7 @@ class LocalSandboxSession(BaseSandboxSession):
         )
 
     async def _exec_internal(self, *command: str | Path, timeout: float | None = None) -> ExecResult:
-        async with _transport(command):
+        async with transport(command):
             result = await self.sandbox.exec([str(c) for c in command], timeout=timeout, env=await self._env())
         if result.timed_out and timeout is not None and timeout < self.state.limits.timeout:
             raise ExecTimeoutError(command=command, timeout_s=timeout)
@@ -142,76 +116,31 @@ class LocalSandboxSession(BaseSandboxSession):
     async def _env(self) -> dict[str, str]:
         return await self.state.manifest.environment.resolve()
 
-    # ------------------------------------------------------------------ long-lived processes
+    # ------------------------------------------------------------------ PTY sessions (`pty_sessions`)
 
-    async def pty_exec_start(
-        self,
-        *command: str | Path,
-        timeout: float | None = None,
-        shell: bool | list[str] = True,
-        user: str | User | None = None,
-        tty: bool = False,
-        yield_time_s: float | None = None,
-        max_output_tokens: int | None = None,
-    ) -> PtyExecUpdate:
-        """Start a process that outlives this call (the run_python kernel): see
-        `LocalSandbox.start_process`. No terminal: tty=True is refused. `timeout` is not a
-        lifetime: the process runs until it exits, `pty_terminate_all()` or the session closes."""
-        _ = timeout
-        if tty:
-            raise ValueError("the local sandbox has no terminal: start processes with tty=False")
-        argv = self._prepare_exec_command(*command, shell=shell, user=user)
-        async with _transport(tuple(argv)):
-            entry = await self.sandbox.start_process(argv, env=await self._env())
-        for ended in [pid for pid, (other, _) in self._processes.items() if not other.alive]:
-            del self._processes[ended]  # never read again; the sandbox released them
-        process_id = allocate_pty_process_id(set(self._processes))
-        self._processes[process_id] = (entry, codecs.getincrementaldecoder("utf-8")(errors="replace"))
-        yield_ms = 10_000 if yield_time_s is None else int(yield_time_s * 1000)
-        return await self._pty_update(process_id, clamp_pty_yield_time_ms(yield_ms), max_output_tokens)
+    def _live_limits(self) -> Limits:
+        return self.state.limits
 
-    async def pty_write_stdin(
-        self,
-        *,
-        session_id: int,
-        chars: str,
-        yield_time_s: float | None = None,
-        max_output_tokens: int | None = None,
-    ) -> PtyExecUpdate:
-        if session_id not in self._processes:
-            raise PtySessionNotFoundError(session_id=session_id)
-        if chars:
-            await self._processes[session_id][0].write(chars.encode())
-        yield_ms = 250 if yield_time_s is None else int(yield_time_s * 1000)
-        yield_ms = resolve_pty_write_yield_time_ms(yield_time_ms=yield_ms, input_empty=not chars)
-        return await self._pty_update(session_id, yield_ms, max_output_tokens)
+    async def _start_live(self, argv: list[str], *, tty: bool, lifetime: float | None) -> LongLived:
+        return await self.sandbox.start_process(argv, env=await self._env(), tty=tty, lifetime=lifetime)
 
-    async def pty_terminate_all(self) -> None:
-        self._processes.clear()
+    async def _end_live(self, process: LiveProcess) -> None:
+        assert isinstance(process, LongLived)
+        await self.sandbox.end_process(process)
+
+    async def _end_all_live(self) -> None:
         await self.sandbox.stop_processes()
 
-    async def _pty_update(self, process_id: int, yield_ms: int, max_output_tokens: int | None) -> PtyExecUpdate:
-        pair = self._processes[process_id]
-        entry, decoder = pair
-        data, closed = await entry.collect(yield_ms / 1000)
-        output, token_count = truncate_text_by_tokens(decoder.decode(data, final=closed), max_output_tokens)
-        exit_code = entry.exit_code if closed else None
-        if exit_code is not None:  # the SDK contract: an ended process is reported once, then gone
-            if self._processes.get(process_id) is pair:
-                del self._processes[process_id]
-            await self.sandbox.end_process(entry)
-        return PtyExecUpdate(
-            process_id=None if exit_code is not None else process_id,
-            output=output.encode("utf-8", errors="replace"),
-            exit_code=exit_code,
-            original_token_count=token_count,
-        )
+    async def _stopped_by(self, exit_code: int, output: bytes) -> str | None:
+        """The workspace limit first, as for a command (its RLIMIT_FSIZE is at most the
+        workspace size, so a writer over it often ends by SIGXFSZ)."""
+        return await self.sandbox.workspace_overrun() or await super()._stopped_by(exit_code, output)
 
     # ------------------------------------------------------------------ files
 
     async def read(self, path: Path, *, user: str | User | None = None) -> io.IOBase:
         try:
-            async with _transport(("read", str(path))):
+            async with transport(("read", str(path))):
                 return await self.sandbox.open_file(self._rel(path))  # type: ignore[return-value]
         except FileNotFoundError as exc:
             raise WorkspaceReadNotFoundError(path=path, cause=exc) from exc
@@ -221,7 +150,7 @@ class LocalSandboxSession(BaseSandboxSession):
     async def _read_bounded(self, path: Path, *, max_bytes: int) -> bytes:
         """The caller's bound reaches the sandbox: a read through a symlink stops there (A01)."""
         try:
-            async with _transport(("read", str(path))):
+            async with transport(("read", str(path))):
                 return await self.sandbox.read_prefix(self._rel(path), max_bytes=max_bytes)
         except FileNotFoundError as exc:
             raise WorkspaceReadNotFoundError(path=path, cause=exc) from exc
@@ -229,7 +158,7 @@ class LocalSandboxSession(BaseSandboxSession):
     async def write(self, path: Path, data: io.IOBase, *, user: str | User | None = None) -> None:
         payload = coerce_write_payload(path=path, data=data)
         try:
-            async with _transport(("write", str(path))):
+            async with transport(("write", str(path))):
                 await self.sandbox.write_file(self._rel(path, for_write=True), payload.stream)
         except OSError as exc:
             raise WorkspaceArchiveWriteError(path=Path(path), cause=exc) from exc
@@ -241,7 +170,7 @@ class LocalSandboxSession(BaseSandboxSession):
             raise ValueError("the local sandbox writes every file as its one sandbox user")
         payload = coerce_write_payload(path=path, data=data)
         try:
-            async with _transport(("write", str(path))):
+            async with transport(("write", str(path))):
                 await self.sandbox.create_file(self._rel(path, for_write=True), payload.stream)
         except FileExistsError:
             raise

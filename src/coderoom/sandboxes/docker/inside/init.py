@@ -14,6 +14,12 @@ Requests may carry "env" (extra variables). Operations (see the block at the end
 {"id", "op": "quiesce"} kills every other process; {"id", "op": "helper", "source", "args",
 "timeout"} quiesces, then runs host-sent Python in a forked child of PID 1, streaming its stdout
 as {"id", "data"} replies before the final {"id", "code", "timed_out", "err"}.
+A request with "live": true is a PTY session (issue 12): its output (stdout and stderr, or the
+terminal's with "tty": true) goes out as {"id", "data"} replies as it comes, the final reply
+carries no "out", "timeout" null means no wall clock (the run_python kernel only), and
+{"id", "op": "stdin", "job", "data"} / {"id", "op": "kill", "job"} feed or kill the live job
+whose request id is "job". A tty job runs on a pseudo-terminal opened here, in the container's
+own devpts, as that terminal's session leader; its output is read by this process like a pipe's.
 Only replies go to stdout. With --exit-on-eof, stdin closing (the host's attach connection
 dropped: it exited or was killed) ends PID 1, so the container stops and auto-removes.
 With --contact-within=S, PID 1 also exits when nothing arrives on stdin within S seconds of its
@@ -23,8 +29,8 @@ opened (the host sends an empty line as soon as it has attached).
 Seccomp: Docker's default profile lets io_uring, AF_VSOCK/AF_ALG sockets, i386 `int 0x80` and x32
 calls through (catalogue KERN-07, KERN-10, KERN-11). With --seccomp, PID 1 first stacks the local
 backend's BPF program (seccomp.py, base64 in $CODEROOM_SECCOMP) on Docker's filter, so every command
-inherits both; if that fails it refuses every command. `init.py --exec CMD...` is the same for a
-process the host starts with `docker exec` (the Python kernel): install the filter, then exec CMD.
+inherits both; if that fails it refuses every command. Live jobs (PTY sessions, the Python kernel)
+are commands of PID 1 too, so nothing coderoom starts needs `docker exec`.
 
 Standalone stdlib code run as `python3 -I -S init.py` (or -c), so it works in any image with
 Python 3; it is also the image's CMD for manual `docker run`.
@@ -32,13 +38,16 @@ Python 3; it is also the image's CMD for manual `docker run`.
 
 import base64
 import errno
+import fcntl
 import json
 import os
 import select
 import shutil
 import signal
+import struct
 import sys
 import tempfile
+import termios
 import time
 
 GRACE_S = 0.05  # after the command exits, how long its pipes may stay open before we cut them
@@ -47,6 +56,8 @@ OOM_COUNTERS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oo
 NO_HOME = "/nonexistent"  # HOME when /tmp is too full for a fresh one: nothing there to run
 SECCOMP_ENV = "CODEROOM_SECCOMP"
 PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS, SECCOMP_MODE_FILTER = 22, 38, 2
+TERMINAL_ROWS, TERMINAL_COLUMNS = 24, 80  # the size a tty job's terminal has
+STDIN_PENDING_MAX = 1 << 20  # input bytes a live job may have waiting for it to read
 
 
 class Capped:
@@ -88,6 +99,7 @@ class Job:
         self.timed_out = False
         self.oom_before = oom_kills()
         self.stream = False  # a helper, whose stdout goes out as "data" replies
+        self.live = False  # a PTY session: its output goes out as "data" replies, its stdin stays open
 
 
 def oom_kills():
@@ -183,14 +195,25 @@ def remove_home(path):
     shutil.rmtree(path, ignore_errors=True)
 
 
-def spawn(argv, cwd, home, stdin_wanted, env=None):
-    out_r, out_w = os.pipe()
+def spawn(argv, cwd, home, stdin_wanted, env=None, tty=False):
+    """Fork argv in a session of its own; its output pipes (with `tty`: the terminal, and an
+    empty stderr) and stdin's write end (None without `stdin_wanted`)."""
     err_r, err_w = os.pipe()
-    in_r, in_w = os.pipe() if stdin_wanted else (None, None)
+    if tty:
+        master, slave = os.openpty()
+        size = struct.pack("HHHH", TERMINAL_ROWS, TERMINAL_COLUMNS, 0, 0)
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, size)
+        out_r, out_w, in_r, in_w = master, slave, slave, os.dup(master)
+    else:
+        out_r, out_w = os.pipe()
+        in_r, in_w = os.pipe() if stdin_wanted else (None, None)
     pid = os.fork()
     if pid == 0:  # child
         try:
             os.setsid()
+            if tty:
+                fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+                err_w = slave
             for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, signal.SIG_DFL)
             try:  # if memory runs out, the command is the one to go, not pid 1
@@ -211,9 +234,8 @@ def spawn(argv, cwd, home, stdin_wanted, env=None):
             os._exit(127 if e.errno == errno.ENOENT else 126)
         finally:
             os._exit(127)
-    for fd in (out_w, err_w, in_r):
-        if fd is not None:
-            os.close(fd)
+    for fd in {out_w, err_w, in_r} - {None}:
+        os.close(fd)
     for fd in (out_r, err_r, in_w):
         if fd is not None:
             os.set_blocking(fd, False)
@@ -245,6 +267,7 @@ class Server:
         self.pending = b""
         self.out = b""  # replies not yet written
         self.paused = set()  # helper stdout fds not polled while replies back up
+        self.idle = set()  # live jobs' stdin fds not polled while no input waits
 
     def run(self):
         sig_r, sig_w = os.pipe()
@@ -278,6 +301,7 @@ class Server:
         ]
         if self.contact_deadline is not None:
             deadlines.append(self.contact_deadline)
+        deadlines = [d for d in deadlines if d != float("inf")]  # the kernel has no wall clock
         if not deadlines:
             return None
         return max(0, int((min(deadlines) - time.monotonic()) * 1000) + 1)
@@ -314,14 +338,19 @@ class Server:
             env = {str(k): str(v) for k, v in (req.get("env") or {}).items()}
             argv = [str(a) for a in req["argv"]]
             stdin = base64.b64decode(req["stdin"]) if req.get("stdin") is not None else None
+            live = req.get("live") is True
+            tty = live and req.get("tty") is True
+            timeout = float("inf") if live and req["timeout"] is None else float(req["timeout"])
             home = fresh_home()
-            pid, fds, in_w = spawn(argv, req.get("cwd"), home, stdin is not None, env)
+            pid, fds, in_w = spawn(argv, req.get("cwd"), home, stdin is not None or tty, env, tty)
         except Exception as e:  # a bad request, or fork failed (pids limit)
             if home is not None:
                 remove_home(home)
             self.reply({"id": rid, "error": "%s: %s" % (type(e).__name__, e)})
             return
-        self.add_job(Job(rid, pid, home, float(req["timeout"]), int(req["limit"]), fds, in_w, stdin))
+        job = Job(rid, pid, home, timeout, int(req["limit"]), fds, in_w, stdin)
+        job.live = live
+        self.add_job(job)
 
     def add_job(self, job):
         self.jobs[job.pid] = job
@@ -343,7 +372,15 @@ class Server:
                 return
             except OSError:  # the command closed its stdin
                 job.stdin_data = memoryview(b"")
-            if not job.stdin_data:
+                self.close_fd(fd)
+                job.stdin_fd = None
+                return
+            if job.stdin_data:
+                return
+            if job.live:  # kept open for the next input
+                self.poller.unregister(fd)
+                self.idle.add(fd)
+            else:
                 self.close_fd(fd)
                 job.stdin_fd = None
             return
@@ -351,16 +388,19 @@ class Server:
             data = os.read(fd, CHUNK)
         except BlockingIOError:
             return
-        if data and job.stream and fd == job.out_fd:
-            self.relay(job, data)
+        except OSError:  # EIO: a terminal whose every other end is closed
+            data = b""
+        if data and (job.live or job.stream and fd == job.out_fd):
+            self.relay(job, data, fd)
         elif data:
             job.bufs[fd].feed(data)
         else:
             self.close_fd(fd)
 
     def close_fd(self, fd):
-        if fd in self.paused:  # a paused helper fd is not registered
+        if fd in self.paused or fd in self.idle:  # not registered
             self.paused.discard(fd)
+            self.idle.discard(fd)
         else:
             self.poller.unregister(fd)
         self.fd_job.pop(fd, None)
@@ -420,7 +460,7 @@ class Server:
                 "code": code,
                 "timed_out": job.timed_out,
                 "oom_killed": oom,
-                "out": "" if job.stream else base64.b64encode(job.bufs[job.out_fd].value()).decode(),
+                "out": "" if job.stream or job.live else base64.b64encode(job.bufs[job.out_fd].value()).decode(),
                 "err": base64.b64encode(err).decode(),
             }
         )
@@ -491,31 +531,13 @@ def install_filter():
     return None
 
 
-def exec_filtered(argv):
-    """`--exec` mode: run argv under the filter, with a fresh HOME like a command of PID 1."""
-    problem = install_filter() if argv else "--exec needs a command"
-    try:  # as for every command: if memory runs out, this process goes before pid 1
-        with open("/proc/self/oom_score_adj", "w") as f:
-            f.write("1000")
-    except OSError:
-        pass
-    if problem:
-        os.write(2, ("coderoom: not running the command without its seccomp filter: %s\n" % problem).encode())
-        os._exit(126)
-    try:
-        os.execvpe(argv[0], argv, dict(os.environ, HOME=fresh_home()))
-    except OSError as e:
-        os.write(2, ("coderoom: cannot run %s: %s\n" % (argv[0], e.strerror)).encode())
-        os._exit(127 if e.errno == errno.ENOENT else 126)
-
-
 # ---- quiesce and host helpers (issue 10, classes 4 and 5) -------------------------
 # The host reads the workspace through a helper that runs here, as a forked child of PID 1 (no
 # execve): it keeps PID 1's stacked seccomp filter and its undumpable flag (no ptrace, no
 # /proc/PID/mem from sandbox code), and it starts only after every other process in the PID
 # namespace is dead. "Every other process" is read from /proc, not from a pid file the sandbox
 # could write: commands, their orphans, `setsid`/`nohup` leftovers and `docker exec` processes
-# (the kernel) alike. While a helper runs, commands are refused; the helper has a deadline.
+# alike. While a helper runs, commands are refused; the helper has a deadline.
 
 QUIESCE_ROUNDS = 20  # stop-and-kill passes before giving up (a pids-limited tree needs one or two)
 QUIESCE_WAIT_S = 5.0  # how long SIGKILLed processes get to disappear
@@ -602,6 +624,21 @@ def _operation(self, rid, req):
     op = req["op"]
     if op == "quiesce":
         self.reply({"id": rid, "killed": kill_all_but_me(self.reap)})
+    elif op in ("stdin", "kill"):
+        job = next((j for j in self.jobs.values() if j.live and j.rid == req["job"] and j.status is None), None)
+        if job is None:
+            raise ValueError("no live job %r" % req["job"])
+        if op == "kill":
+            kill_job_tree(job, self.live_sids(job))
+        elif job.stdin_fd is not None:
+            data = base64.b64decode(req["data"])
+            if len(job.stdin_data) + len(data) > STDIN_PENDING_MAX:
+                raise ValueError("over %d bytes of input already wait for the process" % STDIN_PENDING_MAX)
+            job.stdin_data = memoryview(bytes(job.stdin_data) + data)
+            if job.stdin_fd in self.idle:
+                self.idle.discard(job.stdin_fd)
+                self.poller.register(job.stdin_fd, select.POLLOUT)
+        self.reply({"id": rid, "done": op})
     elif op == "helper":
         if self.helper_running():
             raise RuntimeError("a helper is already running")
@@ -620,11 +657,11 @@ def _helper_running(self):
     return any(job.stream and job.status is None for job in self.jobs.values())
 
 
-def _relay(self, job, data):
+def _relay(self, job, data, fd):
     self.reply({"id": job.rid, "data": base64.b64encode(data).decode()})
-    if len(self.out) > RELAY_HIGH and job.out_fd in self.fd_job:
-        self.poller.unregister(job.out_fd)
-        self.paused.add(job.out_fd)
+    if len(self.out) > RELAY_HIGH and fd in self.fd_job and fd not in self.paused:
+        self.poller.unregister(fd)
+        self.paused.add(fd)
 
 
 def _resume_relays(self):
@@ -644,8 +681,6 @@ Server.resume_relays = _resume_relays
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    if args[:1] == ["--exec"]:
-        exec_filtered(args[1:])
     refusal = None
     if "--seccomp" in args:
         problem = install_filter()

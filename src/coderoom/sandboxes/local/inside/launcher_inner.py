@@ -16,6 +16,13 @@ costs about 2, because the launcher prepares the next command's sandbox before i
   emptied the bounding and ambient sets), sets the rlimits, installs the seccomp filter, starts
   a new session, then waits on its socket. Given a command, it takes the stdio pipes, closes
   everything else and executes the command.
+* terminal (a request with "tty"): the stub opens a pseudo-terminal of the command's own devpts
+  instance (init mounts a fresh one on /dev/pts for every command, so no other command, and
+  nothing of the host, has a terminal it can open), forks the command onto it as the terminal's
+  session leader, and relays between the terminal and its stdio pipes until the command exits
+  (`_relay_terminal`). The relay runs after the capability drop, rlimits and seccomp filter like
+  the command itself, holds nothing the command could not hold, and the host still sees pipes
+  only, read with the same bounds as any output. TIOCSTI stays refused by the filter.
 
 Such a prepared pair is a slot; the launcher keeps one ready and prepares the next while a
 command runs. The payload cannot reach the launcher: it is outside the command's PID namespace
@@ -29,7 +36,7 @@ workspace's path (each command's cwd).
 Protocol on the SOCK_SEQPACKET control socket, one message each. Host to launcher, `marshal`
 data (the host is trusted here; marshal and the C socket module keep start-up short):
     {"op": "run", "id": N} with SCM_RIGHTS fds [stdin, stdout, stderr, request], request being
-                            a memfd with {"argv": [...], "env": {...}}
+                            a memfd with {"argv": [...], "env": {...}, "tty": bool}
     {"op": "kill", "id": N}
 Launcher to host, plain text the host parses strictly:
     b"ready"
@@ -91,6 +98,10 @@ _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 _PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus")
 _MAX_MESSAGE = 65536
 _STUB_FAILED = 127
+_DEVPTS_OPTIONS = "newinstance,ptmxmode=0666,mode=0620"  # a command's own terminals
+TERMINAL_ROWS, TERMINAL_COLUMNS = 24, 80  # the size a terminal command sees
+_RELAY_CHUNK = 65536
+_RELAY_DRAIN_S = 0.2  # after the command exits, how long its terminal's last output may take
 
 
 def _check(result, what):
@@ -208,12 +219,72 @@ def _stub(sock, config):
         os.dup2(fd, target)  # dup2 clears close-on-exec on the copy
     os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
     argv, env = request["argv"], request["env"]
+    if request.get("tty"):
+        os._exit(_relay_terminal(argv, env))
+    _execute(argv, env)
+
+
+def _execute(argv, env):
+    """Replace this process with the command (never returns)."""
     try:
         os.chdir(config.workspace)
         os.execve(_resolve(argv[0], env), argv, env)
     except OSError as exc:
         os.write(2, f"coderoom: cannot run {argv[0]!r}: {exc}\n".encode())
     os._exit(_STUB_FAILED)
+
+
+def _relay_terminal(argv, env):
+    """Run the command on a new pseudo-terminal; relay stdin to it and its output to stdout.
+
+    Returns the command's exit code once it has exited and its terminal's output is drained
+    (bounded: a process it left holding the terminal does not keep the relay waiting).
+    """
+    import fcntl  # C modules, only for terminal commands
+    import termios
+
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", TERMINAL_ROWS, TERMINAL_COLUMNS, 0, 0))
+    child = os.fork()
+    if child == 0:
+        os.close(master)
+        os.setsid()
+        fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+        for target in (0, 1, 2):
+            os.dup2(slave, target)
+        os.close(slave)
+        _execute(argv, env)
+    os.close(slave)
+    exited = os.pidfd_open(child)
+    inputs = [0, master, exited]
+    status = None
+    while status is None:
+        readable, _, _ = select.select(inputs, [], [])
+        if exited in readable:
+            status = os.waitpid(child, 0)[1]
+            break
+        if master in readable and not _copy(master, 1):
+            inputs.remove(master)  # EIO: nothing holds the terminal any more
+        if 0 in readable and not _copy(0, master):
+            inputs.remove(0)  # the host closed stdin; the terminal stays open
+    while select.select([master], [], [], _RELAY_DRAIN_S)[0] and _copy(master, 1):
+        pass
+    return _exit_code(status)
+
+
+def _copy(source, target):
+    """One read from `source` written whole to `target`; False at end of file or EIO."""
+    try:
+        data = os.read(source, _RELAY_CHUNK)
+    except OSError:
+        return False
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(target, view):]
+        except OSError:
+            return False
+    return bool(data)
 
 
 def _first_to_go_at_the_memory_limit():
@@ -240,6 +311,7 @@ def _init(sock, config):
                 _mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
         for path in ("/tmp", "/dev/shm"):
             _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={config.tmp_size},mode=1777")
+        _mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, _DEVPTS_OPTIONS)
         _first_to_go_at_the_memory_limit()
     except OSError as exc:
         sys.stderr.write(f"coderoom: cannot set up a command's namespaces: {exc}\n")

@@ -1,0 +1,317 @@
+"""The synchronous half of starting a local sandbox: everything up to bwrap running the launcher,
+with no asyncio (importing asyncio takes about 20 ms here, as long as bwrap and the launcher's
+Python take to start in the sandbox).
+
+`SandboxPlan` holds what a sandbox is made of on the host (its folder, the seccomp filter, the
+runtime binds) and makes the rest on first use: the launch (memory cgroup, as root the views
+namespace), bwrap's arguments and the launcher's settings. `LocalSandbox` is a plan with an
+event loop. `spawn_launcher` starts bwrap running the launcher; `launcher.Launcher.adopt` then
+watches it from the loop. `prestart` does all of it for a one-command sandbox before the caller
+loads asyncio (`LocalBackend.prestart`, used by `coderoom sandbox run`), so the launcher starts
+on one core while the host loads on the other; nothing of the sandbox differs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.util
+import json
+import marshal
+import os
+import resource
+import select
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+from ...errors import UsageError
+from ..limit_values import CPU_KILL_GRACE_S
+from ..seccomp import host_arch
+from . import bwrap, enforcement, host_dir
+from .cgroup import MemoryCgroup
+
+if TYPE_CHECKING:  # or a `PlainLimits` (`coderoom sandbox run`)
+    from ..limits import Limits
+
+MAX_OPEN_FILES = 512  # RLIMIT_NOFILE of every sandbox process
+KILL_WAIT_S = 5.0  # for an abandoned bwrap to report its pid 1, and to exit once it is killed
+LAUNCHER_PATH = f"{bwrap.OWN_DIR}/launcher.pyc"
+SECCOMP_PATH = f"{bwrap.OWN_DIR}/seccomp.bpf"
+SETTINGS_PATH = f"{bwrap.OWN_DIR}/launcher.settings"
+LAUNCHER_SOURCE = Path(__file__).with_name("inside") / "launcher_inner.py"  # not importlib.resources: 5 ms to import
+
+BASE_ENV = {
+    "PATH": ":".join(
+        dict.fromkeys(
+            [bwrap.runtime().bin_dir, f"{bwrap.RUNTIME_MOUNT}/bin", "/usr/local/bin", "/usr/bin", "/bin"]
+        )
+    ),
+    "HOME": "/tmp",
+    "TMPDIR": "/tmp",
+    "USER": "sandbox",
+    "LOGNAME": "sandbox",
+    "SHELL": "/bin/sh",
+    "LANG": "C.UTF-8",
+    "TZ": "UTC",
+    "TERM": "dumb",
+    "MPLBACKEND": "Agg",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONNOUSERSITE": "1",
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What every command of a session gets (see launcher_inner)."""
+
+    seccomp: bytes  # the BPF program
+    clone_nr: int  # clone(2)'s number on this architecture
+    rlimits: list[tuple[int, int, int]]  # (resource.RLIMIT_*, soft, hard)
+    tmp_size: int  # bytes, for each command's /tmp and /dev/shm
+    workspace: str  # the workspace inside the sandbox: each command's cwd
+
+
+@dataclass
+class Started:
+    """A bwrap running the launcher, not yet watched by an event loop (see `Launcher.adopt`)."""
+
+    popen: subprocess.Popen[bytes]
+    status_r: int  # bwrap's --json-status-fd, read end
+    stderr: int  # bwrap's stderr, read end
+    sock: socket.socket  # the launcher's control socket, host end (non-blocking)
+
+    def close(self) -> None:
+        """Never adopted: SIGKILL the sandbox's pid 1 (its namespace dies with it) and wait for
+        bwrap, which reaps it (so its memory cgroup empties), as `BwrapProcess.kill` does; bwrap
+        itself if it never reported pid 1 within KILL_WAIT_S."""
+        child = None
+        end = time.monotonic() + KILL_WAIT_S
+        while child is None and self.popen.poll() is None and time.monotonic() < end:
+            if select.select([self.status_r], [], [], 0.05)[0]:
+                child = child_pid(self.status_r)
+                time.sleep(0 if child else 0.01)  # EOF stays readable: bwrap is exiting
+        with contextlib.suppress(OSError):
+            if child is None:
+                raise ProcessLookupError
+            pidfd = os.pidfd_open(child)
+            try:
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            finally:
+                os.close(pidfd)
+        try:
+            self.popen.wait(KILL_WAIT_S)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait()
+        for fd in (self.status_r, self.stderr):
+            os.close(fd)
+        self.sock.close()
+
+
+class SandboxPlan:
+    """A local sandbox's host side before any event loop: see the module docstring."""
+
+    def __init__(self, limits: Limits, bw: bwrap.Bwrap, folder: Path, *, root: str = bwrap.WORKSPACE) -> None:
+        problem = bwrap.root_problem(root)
+        if problem:
+            raise UsageError(f"the local sandbox cannot put its workspace at {root!r}: {problem}")
+        self.limits = limits
+        self.host_dir = folder
+        self.root = str(PurePosixPath(root))  # the workspace inside the sandbox; never a host path
+        self._bwrap = bw
+        arch = host_arch()
+        assert arch is not None  # unavailable_reason() refuses such hosts
+        self._seccomp = enforcement.seccomp_filter(arch)
+        self._clone_nr = arch.table["clone"]
+        self._python, self._views = host_dir.python_mounts(folder)
+        self._launch_cache: bwrap.Launch | None = None
+        self._memory: MemoryCgroup | None = None  # made with the launch, removed after it
+        self._namespace_fd = -1
+
+    @property
+    def workspace_dir(self) -> Path:
+        return self.host_dir / "workspace"
+
+    def _launch(self) -> bwrap.Launch:
+        """Made on first use: as root, the mount namespace with the runtime views (see bwrap)."""
+        if self._launch_cache is None:
+            self._memory = MemoryCgroup.for_session(self.limits.memory, self.host_dir / host_dir.CGROUP_FILE)
+            if bwrap.host_id() is None:
+                self._launch_cache = bwrap.direct(self._bwrap)
+            else:
+                self._namespace_fd = bwrap.views_namespace(self._views)
+                self._launch_cache = bwrap.as_unprivileged(self._bwrap, self._namespace_fd)
+            if self._memory is not None:
+                self._launch_cache = self._memory.wrap(self._launch_cache)
+        return self._launch_cache
+
+    def _release_launch(self) -> None:
+        """Undo `_launch` once its bwrap has exited: the namespace fd and the memory cgroup."""
+        self._launch_cache = None
+        if self._namespace_fd >= 0:
+            os.close(self._namespace_fd)
+            self._namespace_fd = -1
+        if self._memory is not None:
+            self._memory.remove()
+            self._memory = None
+
+    def _bwrap_args(self) -> list[str]:
+        mounts = bwrap.Mounts(
+            etc_dir=self.host_dir / "etc",
+            workspace_dir=self.workspace_dir,
+            root=self.root,
+            python=self._python,
+            tmp_size=self.limits.tmp_size,
+            network=self.limits.network,
+        )
+        launcher_env = with_library_path({"PATH": BASE_ENV["PATH"], "LANG": "C.UTF-8"})
+        return bwrap.build_args(self._bwrap, mounts, launcher_env)
+
+    def _settings(self) -> Settings:
+        limits = self.limits
+        file_size = min(limits.file_size, limits.workspace_size)
+        rlimits = [
+            (resource.RLIMIT_CORE, 0, 0),
+            (resource.RLIMIT_NOFILE, MAX_OPEN_FILES, MAX_OPEN_FILES),
+            (resource.RLIMIT_CPU, limits.cpu_time, limits.cpu_time + CPU_KILL_GRACE_S),
+            (resource.RLIMIT_FSIZE, file_size, file_size),  # no file outgrows the workspace
+            (resource.RLIMIT_AS, limits.memory, limits.memory),
+            (resource.RLIMIT_NPROC, limits.pids, limits.pids),
+        ]
+        return Settings(self._seccomp, self._clone_nr, rlimits, limits.tmp_size, self.root)
+
+    def _spawn(self) -> Started:
+        return spawn_launcher(self._launch(), self._bwrap_args(), bwrap.runtime().sandbox_interpreter, self._settings())
+
+
+def prestart(limits: Limits) -> tuple[SandboxPlan, Started] | None:
+    """A new sandbox's plan and its bwrap already running the launcher, or None when that cannot
+    be done here and now (no usable bwrap, network on, an OSError: `LocalSandbox.start` then does
+    it all and reports why). Everything made is removed again on failure."""
+    bw, _ = bwrap.probe()
+    if bw is None or limits.network:
+        return None
+    try:
+        folder = host_dir.make(limits.network)
+    except OSError:
+        return None
+    plan = None
+    try:
+        plan = SandboxPlan(limits, bw, folder)
+        return plan, plan._spawn()
+    except BaseException as exc:
+        if plan is not None:
+            plan._release_launch()
+        from ...hostile import tree
+
+        tree.remove_tree(folder)
+        if isinstance(exc, OSError):
+            return None
+        raise
+
+
+def spawn_launcher(launch: bwrap.Launch, args: list[str], python: str, settings: Settings) -> Started:
+    """Start bwrap with `args` running the launcher under `python`, its files passed as memfds."""
+    host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    config = marshal.dumps(
+        {
+            "clone_nr": settings.clone_nr,
+            "rlimits": settings.rlimits,
+            "tmp_size": settings.tmp_size,
+            "workspace": settings.workspace,
+        }
+    )
+    files = {
+        LAUNCHER_PATH: memfd("launcher", _compiled_launcher()),
+        SECCOMP_PATH: memfd("seccomp", settings.seccomp),
+        SETTINGS_PATH: memfd("settings", config),
+    }
+    try:
+        host_end.setblocking(False)
+        data_binds = [arg for path, fd in files.items() for arg in ("--ro-bind-data", str(fd), path)]
+        argv = [python, "-I", "-S", LAUNCHER_PATH, str(child_end.fileno()), SECCOMP_PATH, SETTINGS_PATH]
+        popen, status_r, err_r = start_bwrap(
+            launch, data_binds + args, ["--", *argv], (child_end.fileno(), *files.values())
+        )
+    except BaseException:
+        host_end.close()
+        raise
+    finally:
+        child_end.close()
+        for fd in files.values():
+            os.close(fd)
+    return Started(popen, status_r, err_r, host_end)
+
+
+def start_bwrap(
+    launch: bwrap.Launch, args: list[str], command: list[str], pass_fds: tuple[int, ...]
+) -> tuple[subprocess.Popen[bytes], int, int]:
+    """`bwrap --args FD <command>` started with a plain `subprocess.Popen` (Python can vfork()
+    it); its stdin and stdout are /dev/null. The process, and the read ends of its status and
+    stderr pipes."""
+    status_r, status_w = os.pipe2(os.O_CLOEXEC)
+    err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    full = ["--json-status-fd", str(status_w), *args]
+    args_fd = memfd("args", b"\0".join(a.encode() for a in full) + b"\0")
+    try:
+        popen = subprocess.Popen(
+            [*launch.argv, "--args", str(args_fd), *command],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err_w,
+            env=launch.env,  # bwrap's own pid 1 keeps it, readable from inside (catalogue §3.1)
+            pass_fds=(status_w, args_fd, *pass_fds),
+            executable=launch.executable,
+            preexec_fn=launch.preexec,
+        )
+    except BaseException:
+        os.close(status_r)
+        os.close(err_r)
+        raise
+    finally:
+        for fd in (status_w, args_fd, err_w):
+            os.close(fd)
+    return popen, status_r, err_r
+
+
+def memfd(name: str, data: bytes) -> int:
+    """An anonymous in-memory file holding `data`, positioned at its start (close-on-exec)."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def with_library_path(env: dict[str, str]) -> dict[str, str]:
+    """`env` plus LD_LIBRARY_PATH when the runtime needs it to find libpython."""
+    library_path = bwrap.runtime_library_path()
+    return {**env, "LD_LIBRARY_PATH": library_path} if library_path else dict(env)
+
+
+@functools.cache
+def _compiled_launcher() -> bytes:
+    """launcher_inner as a .pyc the sandbox runs directly: compiling it there took 2 ms of every
+    session start. The sandbox runs this same interpreter, so the bytecode fits. (Not through
+    `__pycache__`: its code objects would carry the host path of the source into the sandbox.)"""
+    code = compile(LAUNCHER_SOURCE.read_text(), "launcher_inner.py", "exec", dont_inherit=True)
+    return importlib.util.MAGIC_NUMBER + bytes(12) + marshal.dumps(code)  # flags, mtime, size: 0
+
+
+def child_pid(status_r: int) -> int | None:
+    """The sandbox's pid 1 (host pid) from bwrap's --json-status-fd, if it has said it yet."""
+    os.set_blocking(status_r, False)
+    try:
+        data = os.read(status_r, 65536)
+    except BlockingIOError:
+        return None
+    for line in data.decode(errors="replace").splitlines():
+        with contextlib.suppress(ValueError):
+            pid = json.loads(line).get("child-pid")
+            if isinstance(pid, int):
+                return pid
+    return None

@@ -1,0 +1,162 @@
+"""`coderoom sandbox run`'s fast path (no typer, rich or pydantic) is the typer command with the
+same sandbox: the same limits from the same flags, the same verdict on every probe of the attack
+catalogue, the same exit codes, and the same words for usage errors (they are typer's: the fast
+path steps aside for any form it does not take exactly as typer would)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from backends import require_backend
+from coderoom.cli.sandbox_cmd import _spec
+from coderoom.cli.sandbox_run import OPTIONS, parse_plain, plain_spec
+from coderoom.sandboxes.limit_values import DEFAULTS
+
+from .probes import PROBES, Canaries, render
+
+FAST = [sys.executable, "-c", "from coderoom.cli import main; main()"]
+TYPER = [sys.executable, "-c", "from coderoom.cli import app; app()"]  # the typer app, always
+
+
+def _cli(entry: list[str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*entry, *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        [],
+        ["--memory", "512M", "--timeout", "2.5", "--pids", "64"],
+        ["--memory=1G", "--timeout=30", "--network", "--no-network"],
+        ["--network"],
+        ["--pids", "1_000", "--timeout", "1e2", "--sandbox", "local"],
+    ],
+)
+def test_the_fast_path_reads_the_flags_as_typer_and_limits_do(flags: list[str]) -> None:
+    parsed = parse_plain([*flags, "--", "true"])
+    assert parsed is not None
+    values, command = parsed
+    assert command == ["true"]
+    fast = plain_spec(values)
+    assert fast is not None
+    full = _spec(values)
+    assert fast.backend == full.backend
+    assert {name: getattr(fast.limits, name) for name in DEFAULTS} == full.limits.model_dump()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["--bogus", "--", "true"],
+        ["true"],  # no `--`: typer parses it (and its options)
+        ["--memory", "--", "true"],
+        ["--memory", "1", "--", "true"],  # under the minimum: pydantic's words
+        ["--memory", "lots", "--", "true"],
+        ["--timeout", "0", "--", "true"],
+        ["--timeout", "-1", "--", "true"],
+        ["--timeout", "inf", "--", "true"],
+        ["--pids", "x", "--", "true"],
+        ["--network=yes", "--", "true"],
+        ["--workspace", "/nonexistent", "--", "true"],
+        ["--"],
+    ],
+)
+def test_other_forms_are_left_to_typer(args: list[str]) -> None:
+    parsed = parse_plain(args)
+    assert parsed is None or plain_spec(parsed[0]) is None
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--bogus", "--", "true"],
+        ["--memory", "1", "--", "true"],
+        ["--memory", "lots", "--", "true"],
+        ["--timeout", "x", "--", "true"],
+        ["--sandbox", "nope", "--", "true"],
+        ["--sandbox", "unix_local", "--", "true"],
+        [],
+    ],
+)
+def test_usage_errors_are_the_same_words_and_exit_2(args: list[str]) -> None:
+    fast, full = _cli(FAST, "sandbox", "run", *args), _cli(TYPER, "sandbox", "run", *args)
+    assert (fast.returncode, fast.stdout, fast.stderr) == (full.returncode, full.stdout, full.stderr)
+    assert fast.returncode == 2
+
+
+def test_every_option_of_the_table_is_typers() -> None:
+    help_text = _cli(TYPER, "sandbox", "run", "--help").stdout
+    for option in OPTIONS:
+        assert option.flag in help_text
+
+
+@pytest.fixture(scope="module")
+def tokens(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    require_backend("local")
+    with Canaries(tmp_path_factory.mktemp("canaries")) as planted:
+        yield planted
+
+
+@pytest.mark.slow
+def test_every_probe_has_the_same_verdict_on_both_paths(tokens: dict[str, str]) -> None:
+    """Each probe of the catalogue, as `sandbox run -- ARGV` through both entry points, with the
+    probe's limits where the command has flags for them (it has none for tmp_size or file_size:
+    those two probes must then agree, and need not pass under the defaults)."""
+    differ = []
+    for probe in PROBES:
+        expressible = set(probe.limits) <= {"memory", "pids"}
+        flags = ["--timeout", str(probe.timeout)]
+        for name, value in probe.limits.items() if expressible else ():
+            flags += [f"--{name}", str(value)]
+        argv = ["sandbox", "run", "--sandbox", "local", *flags, "--", *render(probe, tokens)]
+        fast, full = _cli(FAST, *argv), _cli(TYPER, *argv)
+        for name, done in (("fast", fast), ("typer", full)):
+            assert Canaries.MARK not in done.stdout + done.stderr, (probe.id, name)
+        verdicts = (probe.passes("local", fast.stdout), probe.passes("local", full.stdout))
+        same = verdicts[0] == verdicts[1] and fast.returncode == full.returncode
+        if not same or (expressible and verdicts != (True, True)):
+            differ.append((probe.id, verdicts, fast.returncode, full.returncode, fast.stdout[-200:], full.stdout[-200:]))
+    assert differ == []
+
+
+@pytest.mark.parametrize(
+    "argv, code",
+    [
+        (["--", "sh", "-c", "exit 7"], 7),
+        (["--timeout", "1", "--", "sleep", "30"], 124),
+        (["--", "sh", "-c", "kill -9 $$"], 137),
+        (["--", "no-such-command-here"], 127),
+    ],
+)
+def test_exit_codes_are_the_same(argv: list[str], code: int) -> None:
+    require_backend("local")
+    fast, full = _cli(FAST, "sandbox", "run", *argv), _cli(TYPER, "sandbox", "run", *argv)
+    assert fast.returncode == full.returncode == code, (fast.stderr, full.stderr)
+    assert fast.stdout == full.stdout
+
+
+def test_a_prestarted_sandbox_never_used_leaves_nothing_behind() -> None:
+    """`prestart` starts bwrap before asyncio loads; abandoned (an error or a signal before the
+    event loop), its processes, memory cgroup and folder go."""
+    from types import SimpleNamespace
+
+    from coderoom.sandboxes.limit_values import PlainLimits
+    from coderoom.sandboxes.local import backend, host_dir
+
+    require_backend("local")
+    early = backend.prestart(SimpleNamespace(backend="local", limits=PlainLimits()))  # type: ignore[arg-type]
+    assert early is not None
+    plan, started = early._parts
+    record = plan.host_dir / host_dir.CGROUP_FILE
+    group = Path(record.read_text()) if record.exists() else None
+    pid = started.popen.pid
+    early.abandon()
+    assert started.popen.returncode is not None and not Path(f"/proc/{pid}").exists()
+    assert not plan.host_dir.exists()
+    assert group is None or not group.exists()
