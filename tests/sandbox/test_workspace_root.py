@@ -190,3 +190,10 @@ async def test_the_kernel_and_the_output_checks_work_at_the_root(backend: str) -
         assert "[Out 1]\n'/srv/ws'" in out, out
         checks = await check_in_session(session, [OutputSpec(path="output/r.md"), OutputSpec(path="output/none.md")])
     assert [check.ok for check in checks] == [True, False], checks
+
+
+@pytest.mark.parametrize("tty", [False, True])
+async def test_live_processes_and_terminals_start_at_the_root(backend: str, tty: bool) -> None:
+    async with open_session(SandboxSpec(backend=backend), Manifest(root="/srv/ws")) as session:
+        update = await session.pty_exec_start("pwd", shell=False, tty=tty, yield_time_s=5)
+        assert update.exit_code == 0 and b"/srv/ws" in update.output, update

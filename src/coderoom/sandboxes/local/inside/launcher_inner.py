@@ -219,6 +219,11 @@ def _stub(sock, config):
         os.dup2(fd, target)  # dup2 clears close-on-exec on the copy
     os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
     argv, env = request["argv"], request["env"]
+    try:
+        os.chdir(config.workspace)  # the command's cwd, and its terminal relay's child's
+    except OSError as exc:
+        os.write(2, f"coderoom: cannot enter the workspace: {exc}\n".encode())
+        os._exit(_STUB_FAILED)
     if request.get("tty"):
         os._exit(_relay_terminal(argv, env))
     _execute(argv, env)
@@ -227,7 +232,6 @@ def _stub(sock, config):
 def _execute(argv, env):
     """Replace this process with the command (never returns)."""
     try:
-        os.chdir(config.workspace)
         os.execve(_resolve(argv[0], env), argv, env)
     except OSError as exc:
         os.write(2, f"coderoom: cannot run {argv[0]!r}: {exc}\n".encode())
