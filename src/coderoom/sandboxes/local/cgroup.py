@@ -22,7 +22,7 @@ Where it comes from, first that works (`Mode`):
 bwrap is placed in the cgroup between fork and exec (`MemoryCgroup.wrap`), so the launcher and every
 command inherit it before any of them runs; nothing inside can leave it (cgroupfs is not
 mounted in the sandbox, and its cgroup namespace is rooted at its own cgroup). The cgroup is
-removed when the session's launcher has exited.
+removed when the session's launcher has exited, after killing anything still in it.
 """
 
 from __future__ import annotations
