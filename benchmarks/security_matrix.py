@@ -115,9 +115,9 @@ async def main() -> None:
             "tests/sandbox/test_attack_catalogue.py.",
             "",
             "How coderoom local isolates: one bubblewrap per session (user, network, UTS and cgroup "
-            "namespaces, read-only binds of the runtime, a synthetic /etc, /workspace the only "
-            "writable host path) runs a launcher that holds capabilities only inside that user "
-            "namespace. Each command is forked into fresh PID, mount and IPC namespaces with a fresh "
+            "namespaces, read-only binds of the runtime, a synthetic /etc, the workspace (at "
+            "Manifest.root, /workspace by default) the only writable host path) runs a launcher "
+            "that holds capabilities only inside that user namespace. Each command is forked into fresh PID, mount and IPC namespaces with a fresh "
             "/proc, /tmp and /dev/shm, drops every capability, and gets no_new_privs, the seccomp "
             "filter and the rlimits before it starts. The launcher stays outside every command's "
             "PID namespace, is non-dumpable and talks to the host over an anonymous socket; "

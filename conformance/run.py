@@ -11,6 +11,12 @@
    not listed is a real failure; a listed test that passes, or that is no longer in scope, is a
    stale entry. Either makes the exit code 1; 0 when every test passes or is listed.
 
+The SDK's tests give their pytest tmp_path (or a tempfile.mkdtemp() folder) as Manifest.root,
+a path inside the sandbox for coderoom. Each command of coderoom's local sandbox has a private
+/tmp, so no workspace root can be under /tmp: pytest's --basetemp and the runs' TMPDIR are
+folders under BASETEMP_PARENT instead (made 0700 and removed after the run), which makes those
+roots legal on every backend.
+
 Exit codes: 0 ok; 1 a real failure or a problem with the list; 2 the sdist, a backend or a
 module the SDK's tests import is not available here (configuration), or bad arguments; 124 a
 pytest run took over RUN_TIMEOUT_S. Limits: `RUN_TIMEOUT_S` per pytest run.
@@ -20,13 +26,16 @@ The pytest runs get a minimal environment (no keys or tokens of this process).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,6 +48,7 @@ from coderoom.errors import EXIT_TIMEOUT
 HERE = Path(__file__).resolve().parent
 RUN_TIMEOUT_S = 1800  # one pytest run; the docker run of the tests in scope takes minutes
 BASELINE = "unix_local"
+BASETEMP_PARENT = Path(table.BASETEMP_PARENT)  # pytest's --basetemp goes here: not under /tmp (see above)
 _PASSING = {"passed", "xfailed"}
 _KEPT_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "DOCKER_HOST", "DOCKER_CONFIG", "DOCKER_CERT_PATH", "DOCKER_TLS_VERIFY")
 
@@ -68,15 +78,21 @@ class BackendResult:
         return not self.failed and not self.stale and not self.prune_error
 
 
-def run_pytest(source: Path, backend: str | None, targets: list[str], work: Path) -> tuple[dict[str, Outcome], float]:
-    """One pytest run of the SDK's tests in `source`; each test's outcome and the run's seconds."""
+def run_pytest(
+    source: Path, backend: str | None, targets: list[str], work: Path, basetemp: Path
+) -> tuple[dict[str, Outcome], float]:
+    """One pytest run of the SDK's tests in `source`, its tmp_paths under `basetemp`; each
+    test's outcome and the run's seconds."""
     import coderoom
 
     name = backend or BASELINE
     report, args_file = work / f"{name}.json", work / f"{name}.args"
     args_file.write_text("\n".join(targets) + "\n")  # pytest reads @file: hundreds of ids
     env = {key: os.environ[key] for key in _KEPT_ENV if key in os.environ}
+    tmpdir = basetemp / f"{name}-tmpdir"  # tempfile.mkdtemp() roots, outside /tmp like tmp_path
+    tmpdir.mkdir(mode=0o700)
     env |= {
+        "TMPDIR": str(tmpdir),
         "PYTHONPATH": os.pathsep.join([str(HERE), str(Path(coderoom.__file__).parents[1])]),
         "PYTHONDONTWRITEBYTECODE": "1",
         "CODEROOM_CONFORMANCE_BACKEND": backend or "",
@@ -84,7 +100,7 @@ def run_pytest(source: Path, backend: str | None, targets: list[str], work: Path
     }
     command = [
         sys.executable, "-m", "pytest", "-p", "coderoom_conformance", "-p", "no:cacheprovider",
-        "-q", "--no-header", "-o", "addopts=", f"@{args_file}",
+        "-q", "--no-header", "-o", "addopts=", f"--basetemp={basetemp / name}", f"@{args_file}",
     ]  # fmt: skip
     start = time.monotonic()
     with (work / f"{name}.log").open("w") as log:
@@ -148,10 +164,15 @@ def main(argv: list[str] | None = None) -> int:
         print("not_applicable.toml:\n  " + "\n  ".join(problems))
         return 1
     unavailable = _unavailable(backends)
+    if not BASETEMP_PARENT.is_dir():
+        unavailable.append(f"{BASETEMP_PARENT} (for pytest's --basetemp, outside /tmp) is not a folder here")
     if unavailable:
         print("\n".join(unavailable))
         return 2
-    with tempfile.TemporaryDirectory(prefix="coderoom-conformance-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="coderoom-conformance-") as tmp,
+        _basetemp() as basetemp,
+    ):
         work = Path(tmp)
         try:
             source = args.sdk_source or sdist.fetch(work)
@@ -159,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             print(exc)
             return 2
         try:
-            base, base_seconds = run_pytest(source, None, ["tests/sandbox"], work)
+            base, base_seconds = run_pytest(source, None, ["tests/sandbox"], work, basetemp)
         except subprocess.TimeoutExpired:
             print(f"the baseline run took over RUN_TIMEOUT_S = {RUN_TIMEOUT_S} s")
             return EXIT_TIMEOUT
@@ -171,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         scope = sorted(test for test, got in base.items() if got.built)
         print(f"baseline (SDK UnixLocal): {len(base)} tests in tests/sandbox, {len(scope)} build a UnixLocal client or session ({base_seconds:.0f} s)")
         try:
-            results = [_run_backend(name, source, scope, base, na, work) for name in backends]
+            results = [_run_backend(name, source, scope, base, na, work, basetemp) for name in backends]
         except subprocess.TimeoutExpired as exc:
             print(f"a conformance run took over RUN_TIMEOUT_S = {RUN_TIMEOUT_S} s: {exc.cmd[-1]}")
             return EXIT_TIMEOUT
@@ -192,11 +213,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run_backend(
-    name: str, source: Path, scope: list[str], base: dict[str, Outcome], na: not_applicable.NotApplicable, work: Path
-) -> BackendResult:
+    name: str, source: Path, scope: list[str], base: dict[str, Outcome], na: not_applicable.NotApplicable,
+    work: Path, basetemp: Path,
+) -> BackendResult:  # fmt: skip
     from coderoom.sandboxes.registry import get_backend
 
-    outcomes, seconds = run_pytest(source, name, scope, work)
+    outcomes, seconds = run_pytest(source, name, scope, work, basetemp)
     result = verdict(name, outcomes, scope, base, na.for_backend(name), seconds)
     try:
         result.leftovers = get_backend(name).prune()
@@ -215,6 +237,20 @@ def _run_backend(
     if result.prune_error:
         print(f"  PRUNE failed: {result.prune_error}")
     return result
+
+
+@contextlib.contextmanager
+def _basetemp() -> Iterator[Path]:
+    """A folder under BASETEMP_PARENT for the runs' tmp_paths (mode 0700), removed after."""
+    folder = Path(tempfile.mkdtemp(prefix="coderoom-conformance-", dir=BASETEMP_PARENT))
+    try:
+        yield folder
+    finally:
+        for top, names, _ in os.walk(folder):  # tests leave folders without search permission
+            for name in names:
+                if not os.path.islink(os.path.join(top, name)):  # never chmod through a link
+                    os.chmod(os.path.join(top, name), 0o700)
+        shutil.rmtree(folder)
 
 
 def _unavailable(backends: list[str]) -> list[str]:

@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "compatibility.md"
+BASETEMP_PARENT = "/var/tmp"  # run.py's, named here for the text (run.py imports this module)
 
 
 _PATH = re.compile(r"'/[^']*'|/tmp/\S+|\b[0-9a-f]{32,64}\b")
@@ -70,12 +71,14 @@ def render(summary: dict) -> str:
     lines += [
         "",
         "Each listed test has its reason in `conformance/not_applicable.toml`, reviewed as code. Most of "
-        "the SDK's UnixLocal tests give their own tmp_path as the workspace root. Docker takes any root "
-        "as a path inside the container and runs them; coderoom local refuses every root but /workspace. "
-        "A test is listed for local only when it cannot apply for a reason of its own (the same as on "
-        "docker, or checked on local); the others count as failures of local, most of them with that "
-        "one cause. Sandboxes left: sessions the SDK's tests build and never close (a session built "
-        "directly, never started); `backend.prune()` removes them after the run, and counts them here.",
+        "the SDK's UnixLocal tests give their own tmp_path (or a tempfile.mkdtemp() folder) as the "
+        "workspace root. Both backends take a root as a path inside the sandbox, where they put their own "
+        "private workspace, never the host folder of that name. Local refuses roots that collide with "
+        "what it mounts itself, /tmp included (each command has a private one), so the runner gives "
+        f"pytest `--basetemp` and TMPDIR under {BASETEMP_PARENT} (a 0700 folder, removed after the run); "
+        "a test is listed when it uses that folder from the host as well. Sandboxes left: sessions the "
+        "SDK's tests build and never close (a session built directly, never started); `backend.prune()` "
+        "removes them after the run, and counts them here.",
         "",
         "## Failing tests",
         "",

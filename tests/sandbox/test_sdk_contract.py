@@ -48,14 +48,14 @@ async def test_unsupported_features_are_refused_at_create_naming_the_alternative
     if feature == "users":
         manifest = Manifest(users=[User(name="analyst")])
     elif feature == "grants":
-        manifest = Manifest(extra_path_grants=(SandboxPathGrant(path=str(tmp_path)),))
+        manifest = Manifest(extra_path_grants=(SandboxPathGrant(path="/srv/data", host_path=str(tmp_path)),))
     elif feature == "mounts":  # never mounted: refused before any container or folder exists
         strategy = InContainerMountStrategy(pattern=MountpointMountPattern())
         manifest = Manifest(entries={"data": S3Mount(bucket="b", mount_strategy=strategy)})
     elif feature == "root":
         if backend != "local":
             pytest.skip("a container's workspace may be at any path")
-        manifest = Manifest(root="/srv/work")
+        manifest = Manifest(root="/tmp/work")  # each command's /tmp is its own (test_workspace_root)
     elif backend == "local":
         pytest.skip("the local client takes no exposed ports option")
     else:
@@ -66,7 +66,7 @@ async def test_unsupported_features_are_refused_at_create_naming_the_alternative
     assert isinstance(caught.value, ConfigurationError)  # the SDK's type, and coderoom's exit 2
     assert caught.value.exit_code == EXIT_USAGE
     named = {"users": "manifest users and groups", "grants": "extra path grants", "mounts": "mounts", "ports": "exposed ports",
-             "root": "a workspace root other than /workspace"}
+             "root": "the workspace root '/tmp/work'"}
     assert named[feature] in str(caught.value) and ": " in str(caught.value)
     assert _mine(backend) == before  # nothing was made, let alone started
 

@@ -20,7 +20,8 @@ from typing import IO, Protocol
 
 # `sh -c READ_IN_WORKSPACE sh PATH ROOT N`: at most N bytes of PATH, run inside a sandbox for a
 # path the host will not open itself (it passes through a symlink). The path is resolved there,
-# where a link cannot reach the host, and read only if it lands on a regular file under ROOT (not
+# where a link cannot reach the host, and read only if it lands on a regular file under ROOT, the
+# sandbox's workspace root (/workspace, or the Manifest.root the backend took; not
 # /proc/self/pagemap, a "regular" file of ~256 GiB); the sandbox stops at N bytes (`head -c`), so
 # the host never buffers more. Exit 3: outside ROOT; 1: not a regular file.
 READ_IN_WORKSPACE = (

@@ -2,7 +2,7 @@
 catches them as documented and coderoom's CLI still exits with the right code.
 
 * `refuse_unsupported`: what coderoom's sandboxes do not offer (manifest users and groups,
-  host-path grants, mounts, exposed ports), refused by `client.create` and `client.resume`
+  grants of host paths, mounts, exposed ports), refused by `client.create` and `client.resume`
   before anything starts. The SDK 0.24 provisions manifest accounts inside `_apply_manifest`,
   after the sandbox started; without this check the request failed deep inside `useradd`.
 * `snapshot_errors`: a refused snapshot (`hostile.snapshot.SnapshotRefused`) as the SDK's
@@ -26,7 +26,8 @@ from ..hostile.snapshot import SnapshotRefused
 
 class UnsupportedFeature(ConfigurationError, UsageError):
     """A sandbox feature coderoom does not offer; the message names it and the alternative.
-    The SDK's ConfigurationError (sandbox_config_invalid) and a usage error (exit 2)."""
+    The SDK's ConfigurationError (sandbox_config_invalid) and a usage error (exit 2), so also a
+    ValueError, which SDK-style callers catch for a bad manifest."""
 
     def __init__(self, feature: str, alternative: str, backend: str) -> None:
         super().__init__(
@@ -40,16 +41,17 @@ class UnsupportedFeature(ConfigurationError, UsageError):
 
 def refuse_unsupported(manifest: Manifest, backend: str, *, exposed_ports: Sequence[int] = ()) -> None:
     """UnsupportedFeature for the first feature of `manifest` (or `exposed_ports`) that
-    coderoom's sandboxes do not offer."""
+    coderoom's sandboxes do not offer. A grant without a host_path names a path inside the
+    sandbox, not a host one: it is the backend's to take or refuse."""
     if manifest.users or manifest.groups:
         raise UnsupportedFeature(
             "manifest users and groups",
             "every command runs as the sandbox's one unprivileged user; drop Manifest(users=..., groups=...)",
             backend,
         )
-    if manifest.extra_path_grants:
+    if any(grant.host_path is not None for grant in manifest.extra_path_grants):
         raise UnsupportedFeature(
-            "extra path grants (host paths)",
+            "extra path grants of host paths (host_path)",
             "the workspace is the only shared path; copy inputs in with Manifest entries "
             "(File, LocalFile, LocalDir) or session.write()",
             backend,

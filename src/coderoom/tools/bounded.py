@@ -63,7 +63,7 @@ async def _save(session: BaseSandboxSession, path: PurePosixPath, text: str, max
         await session.write(Path(path), io.BytesIO(kept))
     except (OSError, ValueError, SandboxError, CoderoomError) as exc:
         return f"the full output could not be saved ({type(exc).__name__}: {str(exc)[:120]})"
-    place = f"/workspace/{path}"
+    place = f"{session.state.manifest.root.rstrip('/')}/{path}"  # the session's workspace root
     if len(kept) < len(data):
         return f"its first {len(kept):,} bytes are in {place}; read it in pieces (sed -n, head -c, tail -c)"
     return f"the full output is in {place}; read it in pieces (sed -n, head -c, tail -c)"

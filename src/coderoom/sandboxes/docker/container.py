@@ -4,7 +4,8 @@
   from Limits), all capabilities dropped, no-new-privileges, Docker's default seccomp profile,
   `network none` unless allowed, memory/CPU/pids/rlimits from Limits, no host environment, no
   logging of command output, labels for `coderoom sandbox prune`.
-* PID 1 is inside/init.py (passed as the command, so any image with Python 3 works). It stacks
+* PID 1 is inside/init.py (passed as the command, so any image with python3 in one of
+  PYTHON_DIRS works; started by absolute path, whatever PATH the manifest sets). It stacks
   coderoom's seccomp filter (seccomp.py's program, for the engine's CPU) on Docker's before it
   runs anything, and runs commands sent over the container's attached stdin (`channel`): a fork
   instead of a `docker exec` (~50 ms of runc per call), with the local backend's rules
@@ -72,7 +73,18 @@ ARCHIVE_DEADLINE_S = 600.0  # the whole archive step, from killing processes to 
 QUIESCE_WAIT_S = 120.0  # init.py's kill passes are bounded at 20 x 5 s
 WRITE_CHUNK = 8 * 1024**2  # one `write_file` command's stdin (the channel carries it in one line)
 UNPACK_BATCH = 8 * 1024**2  # small files are unpacked by one `tar -x` per this many bytes
-_FILES = ("python3", "-I", "-S", "-c", FILES_SOURCE)
+# The image's python3 by absolute path, never looked up in PATH: a manifest environment may set
+# PATH for every process of the container (PID 1 and the helpers too), and Docker looked the
+# entrypoint up in it (a PATH without python3 made create fail with APIError 400). /bin/sh
+# starts it from the first of PYTHON_DIRS that has one (where Python images put it: Docker's
+# default PATH, then conda's); `exec` leaves python3 as the process, with its arguments.
+PYTHON_DIRS = ("/usr/local/bin", "/usr/bin", "/bin", "/opt/conda/bin")
+_FIND_PYTHON = (
+    f'for d in {" ".join(PYTHON_DIRS)}; do if [ -x "$d/python3" ]; then exec "$d/python3" "$@"; fi; done; '
+    f'echo "coderoom: the image has no python3 in {" ".join(PYTHON_DIRS)}" >&2; exit 127'
+)
+PYTHON = ("/bin/sh", "-c", _FIND_PYTHON, "python3")  # + python3's own arguments
+_FILES = (*PYTHON, "-I", "-S", "-c", FILES_SOURCE)
 # (source, target) of the one bind mount, when the network is off: Docker would otherwise write
 # the host's resolvers into /etc/resolv.conf (catalogue NET-03); resume recognises it by this
 RESOLV_CONF_BIND = ("/dev/null", "/etc/resolv.conf")
@@ -113,7 +125,7 @@ def container_settings(
         "image": image,
         # The source travels in the environment so `ps` in the sandbox shows a short PID 1;
         # init.py drops the variable before it starts any command.
-        "entrypoint": ["python3", "-I", "-S", "-c", INIT_BOOTSTRAP],
+        "entrypoint": [*PYTHON, "-I", "-S", "-c", INIT_BOOTSTRAP],
         "command": ["--exit-on-eof", "--seccomp", f"--contact-within={CONTACT_WITHIN_S:g}"],
         "name": f"coderoom-{session.hex[:12]}",
         "hostname": "sandbox",

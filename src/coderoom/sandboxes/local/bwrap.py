@@ -17,15 +17,16 @@ import sysconfig
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from ..seccomp import host_arch
 from . import probe_cache
 
 SANDBOX_UID = 1000
-WORKSPACE = "/workspace"
-RUNTIME_MOUNT = "/opt/coderoom/python"
-VENV_MOUNT = "/opt/coderoom/venv"
+WORKSPACE = "/workspace"  # the default workspace root; a session may choose another (`root_problem`)
+OWN_DIR = "/opt/coderoom"  # the runtime, the venv, and the launcher's files (launcher.py)
+RUNTIME_MOUNT = f"{OWN_DIR}/python"
+VENV_MOUNT = f"{OWN_DIR}/venv"
 # bwrap must have these; a build without them is refused rather than run with less isolation.
 # (--disable-userns came with --size, in 0.8: required, it is always passed, never cached as a choice.)
 _REQUIRED = ("--size", "--args", "--json-status-fd", "--ro-bind-data", "--new-session", "--cap-add", "--disable-userns")
@@ -36,6 +37,16 @@ UNPRIVILEGED_HOST_ID = 65534
 _CLONE_FS, _CLONE_NEWNS, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x200, 0x20000, 0x1000, 0x4000, 0x40000
 _libc = ctypes.CDLL(None, use_errno=True)
 _ROOT_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+# Every sandbox path `build_args` mounts, binds read-only or replaces per command (/tmp and
+# /dev/shm are each command's own tmpfs), and /sys and /run, which programs expect to be the
+# system's. A workspace root may be none of these, under none (the mount there would hide it or
+# be hidden by it) and above none (it would hide them). tests/sandbox/test_local_root.py checks
+# that build_args mounts nothing outside this list but the workspace.
+SANDBOX_PATHS = (
+    "/usr", *(f"/{name}" for name in _ROOT_LINKS), "/etc", "/proc", "/dev", "/tmp", "/sys", "/run", OWN_DIR
+)  # fmt: skip
+ROOT_MAX_BYTES = 4096  # Linux's PATH_MAX: bwrap could not make a longer root at start
+NAME_MAX_BYTES = 255  # NAME_MAX, for each name in it
 
 
 @dataclass(frozen=True)
@@ -48,7 +59,8 @@ class Mounts:
     """What the sandbox sees, host side."""
 
     etc_dir: Path  # synthetic /etc (passwd, group, hostname, hosts)
-    workspace_dir: Path  # the only writable host-backed path, at /workspace
+    workspace_dir: Path  # the only writable host-backed path, bound at `root`
+    root: str  # the workspace inside the sandbox, checked by `root_problem`; the commands' cwd
     python: list[tuple[Path, str]]  # read-only binds of the Python runtime (see Runtime, views_namespace)
     tmp_size: int
     network: bool
@@ -350,11 +362,35 @@ def build_args(bw: Bwrap, mounts: Mounts, env: dict[str, str]) -> list[str]:
     args += ["--proc", "/proc", "--dev", "/dev"]
     args += ["--size", str(mounts.tmp_size), "--tmpfs", "/tmp"]
     args += ["--size", str(mounts.tmp_size), "--tmpfs", "/dev/shm"]
-    args += ["--bind", str(mounts.workspace_dir), WORKSPACE, "--chdir", WORKSPACE]
+    args += ["--bind", str(mounts.workspace_dir), mounts.root, "--chdir", mounts.root]
     args += ["--remount-ro", "/", "--clearenv"]
     for key, value in env.items():
         args += ["--setenv", key, value]
     return args
+
+
+def root_problem(root: str) -> str | None:
+    """Why `root` cannot be a workspace root inside the sandbox, or None if it can.
+
+    The root is a path inside the sandbox only: the workspace is always the session's own host
+    folder, bound there, never the host path of that name. It must be absolute and plain (no
+    `..`, no backslash: the SDK reads one as a separator) and clear of SANDBOX_PATHS."""
+    path = PurePosixPath(root)
+    if "\0" in root or "\\" in root or not path.is_absolute() or ".." in path.parts:
+        return "the root must be a plain absolute path, without '..' or backslashes"
+    if len(root.encode()) >= ROOT_MAX_BYTES or any(len(part.encode()) > NAME_MAX_BYTES for part in path.parts):
+        return f"the root must be under {ROOT_MAX_BYTES} bytes, each name in it at most {NAME_MAX_BYTES}"
+    if root not in (str(path), f"{path}/") or root.startswith("//"):
+        return f"the root must be written plainly, as {str(path)!r}"
+    if str(path) == "/":
+        return "it is the sandbox's whole filesystem"
+    for own in SANDBOX_PATHS:
+        if path == PurePosixPath(own) or path.is_relative_to(own):
+            private = " (each command gets a private one)" if own == "/tmp" else ""
+            return f"it is under {own}, which the sandbox mounts itself{private}"
+        if PurePosixPath(own).is_relative_to(path):
+            return f"it would hide {own}, which the sandbox mounts itself"
+    return None
 
 
 def host_etc_binds(network: bool) -> list[str]:

@@ -22,7 +22,7 @@ Where it comes from, first that works (`Mode`):
 bwrap is placed in the cgroup between fork and exec (`MemoryCgroup.wrap`), so the launcher and every
 command inherit it before any of them runs; nothing inside can leave it (cgroupfs is not
 mounted in the sandbox, and its cgroup namespace is rooted at its own cgroup). The cgroup is
-removed when the session's launcher has exited.
+removed when the session's launcher has exited, after killing anything still in it.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import signal
 import time
 from dataclasses import replace
 from enum import Enum
@@ -40,7 +41,9 @@ from .bwrap import Launch
 _V1_ROOT = Path("/sys/fs/cgroup/memory")
 _V2_ROOT = Path("/sys/fs/cgroup")
 _PREFIX = "coderoom-"
-_RMDIR_TRIES = 50  # tasks leave a cgroup a little after they are reaped
+# tasks leave a cgroup a little after they are reaped: well under a second when idle, more than
+# one on a loaded host (the SDK's conformance run saw EBUSY after 1 s), so a deadline
+_RMDIR_WAIT_S = 10.0
 
 
 class Mode(Enum):
@@ -179,20 +182,47 @@ class MemoryCgroup:
             return None
 
     def remove(self) -> None:
-        """Remove the cgroup; its tasks are gone once the launcher's bwrap has exited, and leave
-        the cgroup shortly after they are reaped."""
+        """Remove the cgroup once the launcher's bwrap has exited: its tasks are gone then, and
+        leave the cgroup shortly after they are reaped; any still in it are leftovers, killed."""
         if self._procs_fd >= 0:
             os.close(self._procs_fd)
             self._procs_fd = -1
-        for _ in range(_RMDIR_TRIES):
+        deadline = time.monotonic() + _RMDIR_WAIT_S
+        while time.monotonic() < deadline:
             try:
                 self.path.rmdir()
                 return
             except FileNotFoundError:
                 return
             except OSError:
+                self._kill_leftovers()
                 time.sleep(0.02)
-        self.path.rmdir()  # still busy: raise, naming the path
+        self.path.rmdir()  # still busy after _RMDIR_WAIT_S: raise, naming the path
+
+    def _kill_leftovers(self) -> None:
+        """SIGKILL what is still in the cgroup after the session's bwrap exited. A bwrap killed
+        while it set the sandbox up leaves its inner half (pid 1 of the new PID namespace, not
+        yet under --die-with-parent) waiting for it forever, holding the cgroup (seen in the
+        SDK's conformance run: EBUSY at every retry). Each pid is held by a pidfd and signalled
+        only if it is still in the cgroup after that, so a reused pid is never hit."""
+        for pid in self._members():
+            try:
+                pidfd = os.pidfd_open(pid)
+            except OSError:  # gone already
+                continue
+            try:
+                if pid in self._members():
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            except OSError:
+                pass
+            finally:
+                os.close(pidfd)
+
+    def _members(self) -> set[int]:
+        try:
+            return {int(word) for word in (self.path / "cgroup.procs").read_text().split()}
+        except (OSError, ValueError):
+            return set()
 
 
 def remove_recorded(record: Path) -> None:

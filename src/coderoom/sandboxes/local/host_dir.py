@@ -2,9 +2,10 @@
 and reused or deleted only when it is provably one we made.
 
 Layout of a session folder (mode 0700, prefix `coderoom-local-`, in the temp dir):
-`workspace/` (bound at /workspace), `etc/` (the synthetic /etc), `venv/` (from a venv host),
-as root `python-N/` mount points for the runtime views (see `bwrap.views_namespace`), and
-outside what the sandbox sees, `lease` (see `leases`) and `cgroup` (the memory cgroup's path).
+`workspace/` (bound at the sandbox's workspace root, /workspace by default), `etc/` (the
+synthetic /etc), `venv/` (from a venv host), as root `python-N/` mount points for the runtime
+views (see `bwrap.views_namespace`), and outside what the sandbox sees, `lease` (see `leases`)
+and `cgroup` (the memory cgroup's path).
 """
 
 from __future__ import annotations

@@ -22,10 +22,11 @@ The sandbox's Python is the host interpreter's (`bwrap.Runtime`): its base insta
 /opt/coderoom/python and, from a venv, a venv of its own at /opt/coderoom/venv with the host
 venv's site-packages, all read-only; nothing else of the host's folders is visible.
 
-What persists between commands is /workspace only: a host folder private to the sandbox
-(mode 0700, see `host_dir`, deleted by `close`). /tmp and /dev/shm are fresh size-capped tmpfs
-per command, and HOME=/tmp, so login-shell or Python start-up files written by one command are
-not read by the next one (catalogue SES-02).
+What persists between commands is the workspace only: a host folder private to the sandbox
+(mode 0700, see `host_dir`, deleted by `close`), bound at the sandbox's `root` (/workspace unless
+the caller chose another path inside the sandbox, see `bwrap.root_problem`), the commands' cwd.
+/tmp and /dev/shm are fresh size-capped tmpfs per command, and HOME=/tmp, so login-shell or
+Python start-up files written by one command are not read by the next one (catalogue SES-02).
 
 Limits (see `Limits`):
 * timeout: wall clock per command; the sandbox's pid 1 is SIGKILLed, the tree dies with it.
@@ -40,7 +41,7 @@ Limits (see `Limits`):
 * cpu_time: RLIMIT_CPU per process; file_size: RLIMIT_FSIZE, at most workspace_size.
 * A command that ran into cpu_time, file_size, pids or memory gets a `[coderoom: ...]` line
   naming the limit and its value at the end of its stderr, and `stopped_by` (see `stops`).
-* workspace_size: /workspace by allocated blocks and apparent size, plus deleted files still
+* workspace_size: the workspace by allocated blocks and apparent size, plus deleted files still
   held open (`disk`), polled every 0.25 s while a command runs and checked when it ends; over
   the limit the command is killed and fails with a message naming the limit. fallocate is
   refused. The overshoot is what one command can write in 0.25 s; also capped: 100 000 entries
@@ -101,8 +102,8 @@ class LocalSandbox(SandboxPlan):
     `archive(skip=...)`, long-lived processes and `stop`, which the SDK adapter needs.
     """
 
-    def __init__(self, limits: Limits, bw: bwrap.Bwrap, folder: Path) -> None:
-        super().__init__(limits, bw, folder)
+    def __init__(self, limits: Limits, bw: bwrap.Bwrap, folder: Path, *, root: str = bwrap.WORKSPACE) -> None:
+        super().__init__(limits, bw, folder, root=root)
         self._active_commands = 0
         self._archiving = False
         self._quiet = asyncio.Condition()
@@ -330,7 +331,7 @@ class LocalSandbox(SandboxPlan):
     async def open_file(self, path: PurePosixPath, *, max_bytes: int | None = None, whole: bool = True) -> IO[bytes]:
         """A workspace file to read. Never through a symlink on the host: a path through one is
         read inside the sandbox (where links cannot reach the host), and only when it resolves
-        to a regular file under /workspace (not /proc/self/pagemap, say), at most `max_bytes`
+        to a regular file under the workspace (not /proc/self/pagemap, say), at most `max_bytes`
         (default workspace_size). FileNotFoundError if absent; OverflowError past the bound, unless
         `whole` is False (the caller wants a prefix)."""
         rel = _checked(path)
@@ -345,7 +346,7 @@ class LocalSandbox(SandboxPlan):
 
     async def _open_in_sandbox(self, rel: PurePosixPath, cap: int, *, whole: bool) -> IO[bytes]:
         result = await self.exec(
-            ["sh", "-c", READ_IN_WORKSPACE, "sh", f"{bwrap.WORKSPACE}/{rel}", bwrap.WORKSPACE, str(cap + 1)],
+            ["sh", "-c", READ_IN_WORKSPACE, "sh", f"{self.root}/{rel}", self.root, str(cap + 1)],
             output_cap=cap + 1,
         )
         if result.exit_code != 0:
@@ -379,7 +380,7 @@ class LocalSandbox(SandboxPlan):
             fd = await asyncio.to_thread(tree.open_beneath, self.workspace_dir, rel, _WRITE_FLAGS)
         except OSError:
             result = await self.exec(
-                ["sh", "-c", 'mkdir -p -- "$(dirname -- "$1")" && exec cat > "$1"', "sh", f"{bwrap.WORKSPACE}/{rel}"],
+                ["sh", "-c", 'mkdir -p -- "$(dirname -- "$1")" && exec cat > "$1"', "sh", f"{self.root}/{rel}"],
                 stdin=data.read(self.limits.file_size + 1),
             )
             if result.exit_code != 0:
@@ -411,7 +412,7 @@ class LocalSandbox(SandboxPlan):
 
     async def _create_in_sandbox(self, rel: PurePosixPath, data: IO[bytes]) -> None:
         result = await self.exec(
-            ["sh", "-c", CREATE_IN_SANDBOX, "sh", f"{bwrap.WORKSPACE}/{rel}"], stdin=data.read(self.limits.file_size + 1)
+            ["sh", "-c", CREATE_IN_SANDBOX, "sh", f"{self.root}/{rel}"], stdin=data.read(self.limits.file_size + 1)
         )
         if result.exit_code == EXIT_EXISTS:
             raise FileExistsError(errno.EEXIST, "the name exists in the workspace", str(rel))
@@ -441,7 +442,7 @@ class LocalSandbox(SandboxPlan):
                 self.workspace_dir,
                 skip=set(skip),
                 max_bytes=self.limits.workspace_size,
-                snapshot_root=bwrap.WORKSPACE if snapshot else None,
+                snapshot_root=self.root if snapshot else None,
             )
         finally:
             async with self._quiet:

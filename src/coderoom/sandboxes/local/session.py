@@ -60,7 +60,7 @@ class LocalSandboxSession(PtySessions):
 
     def __init__(self, state: LocalSandboxSessionState, bw: bwrap.Bwrap) -> None:
         self.state = state
-        self.sandbox = LocalSandbox(state.limits, bw, Path(state.host_dir))
+        self.sandbox = LocalSandbox(state.limits, bw, Path(state.host_dir), root=state.manifest.root)
         self._running = False
         self.limits_hit: list[str] = []  # see stops.limits_hit
 
@@ -71,7 +71,7 @@ class LocalSandboxSession(PtySessions):
     def _rel(self, path: Path | str, *, for_write: bool = False) -> PurePosixPath:
         """The workspace-relative path for a sandbox path (the SDK validates containment)."""
         normalized = PurePosixPath(self.normalize_path(path, for_write=for_write).as_posix())
-        return normalized.relative_to(bwrap.WORKSPACE)
+        return normalized.relative_to(self.sandbox.root)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -190,12 +190,12 @@ class LocalSandboxSession(PtySessions):
         try:
             return await self.sandbox.archive(skip=skip, snapshot=True)  # type: ignore[return-value]
         except OSError as exc:
-            raise WorkspaceArchiveReadError(path=Path(bwrap.WORKSPACE), cause=exc) from exc
+            raise WorkspaceArchiveReadError(path=Path(self.sandbox.root), cause=exc) from exc
 
     async def hydrate_workspace(self, data: io.IOBase) -> None:
         """The snapshot restored exactly, or WorkspaceArchiveWriteError with the SDK's `reason`
         and `member` context (see `hostile.snapshot`)."""
-        with snapshot_errors(Path(bwrap.WORKSPACE)):
+        with snapshot_errors(Path(self.sandbox.root)):
             await self.sandbox.restore_snapshot(data)  # type: ignore[arg-type]
 
     async def _restore_snapshot_into_workspace_on_resume(self) -> None:
@@ -260,9 +260,18 @@ class LocalSandboxClient(BaseSandboxClient[LocalSandboxClientOptions | None]):
 def _check_manifest(manifest: Manifest) -> None:
     """What the local sandbox cannot offer, refused before a session folder exists."""
     refuse_unsupported(manifest, "local")
-    if manifest.root != bwrap.WORKSPACE:
+    if manifest.extra_path_grants:  # the ones without a host_path: paths inside the sandbox
         raise UnsupportedFeature(
-            f"a workspace root other than {bwrap.WORKSPACE} ({manifest.root!r})",
-            f"leave Manifest.root at {bwrap.WORKSPACE}, where the sandbox mounts its workspace",
+            "extra path grants",
+            "the local sandbox's file operations reach its workspace only; copy inputs in with "
+            "Manifest entries (File, LocalFile, LocalDir) or session.write()",
+            "local",
+        )
+    problem = bwrap.root_problem(manifest.root)
+    if problem:
+        raise UnsupportedFeature(
+            f"the workspace root {manifest.root!r} ({problem})",
+            f"give Manifest.root an absolute path inside the sandbox clear of {', '.join(bwrap.SANDBOX_PATHS)}, "
+            f"such as the default {bwrap.WORKSPACE} or /srv/ws (the root is never a host path)",
             "local",
         )

@@ -26,9 +26,10 @@ import socket
 import subprocess
 import time
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
+from ...errors import UsageError
 from ..limit_values import CPU_KILL_GRACE_S
 from ..seccomp import host_arch
 from . import bwrap, enforcement, host_dir
@@ -39,9 +40,9 @@ if TYPE_CHECKING:  # or a `PlainLimits` (`coderoom sandbox run`)
 
 MAX_OPEN_FILES = 512  # RLIMIT_NOFILE of every sandbox process
 KILL_WAIT_S = 5.0  # for an abandoned bwrap to report its pid 1, and to exit once it is killed
-LAUNCHER_PATH = "/opt/coderoom/launcher.pyc"
-SECCOMP_PATH = "/opt/coderoom/seccomp.bpf"
-SETTINGS_PATH = "/opt/coderoom/launcher.settings"
+LAUNCHER_PATH = f"{bwrap.OWN_DIR}/launcher.pyc"
+SECCOMP_PATH = f"{bwrap.OWN_DIR}/seccomp.bpf"
+SETTINGS_PATH = f"{bwrap.OWN_DIR}/launcher.settings"
 LAUNCHER_SOURCE = Path(__file__).with_name("inside") / "launcher_inner.py"  # not importlib.resources: 5 ms to import
 
 BASE_ENV = {
@@ -72,6 +73,7 @@ class Settings:
     clone_nr: int  # clone(2)'s number on this architecture
     rlimits: list[tuple[int, int, int]]  # (resource.RLIMIT_*, soft, hard)
     tmp_size: int  # bytes, for each command's /tmp and /dev/shm
+    workspace: str  # the workspace inside the sandbox: each command's cwd
 
 
 @dataclass
@@ -114,9 +116,13 @@ class Started:
 class SandboxPlan:
     """A local sandbox's host side before any event loop: see the module docstring."""
 
-    def __init__(self, limits: Limits, bw: bwrap.Bwrap, folder: Path) -> None:
+    def __init__(self, limits: Limits, bw: bwrap.Bwrap, folder: Path, *, root: str = bwrap.WORKSPACE) -> None:
+        problem = bwrap.root_problem(root)
+        if problem:
+            raise UsageError(f"the local sandbox cannot put its workspace at {root!r}: {problem}")
         self.limits = limits
         self.host_dir = folder
+        self.root = str(PurePosixPath(root))  # the workspace inside the sandbox; never a host path
         self._bwrap = bw
         arch = host_arch()
         assert arch is not None  # unavailable_reason() refuses such hosts
@@ -158,6 +164,7 @@ class SandboxPlan:
         mounts = bwrap.Mounts(
             etc_dir=self.host_dir / "etc",
             workspace_dir=self.workspace_dir,
+            root=self.root,
             python=self._python,
             tmp_size=self.limits.tmp_size,
             network=self.limits.network,
@@ -176,7 +183,7 @@ class SandboxPlan:
             (resource.RLIMIT_AS, limits.memory, limits.memory),
             (resource.RLIMIT_NPROC, limits.pids, limits.pids),
         ]
-        return Settings(self._seccomp, self._clone_nr, rlimits, limits.tmp_size)
+        return Settings(self._seccomp, self._clone_nr, rlimits, limits.tmp_size, self.root)
 
     def _spawn(self) -> Started:
         return spawn_launcher(self._launch(), self._bwrap_args(), bwrap.runtime().sandbox_interpreter, self._settings())
@@ -211,7 +218,14 @@ def prestart(limits: Limits) -> tuple[SandboxPlan, Started] | None:
 def spawn_launcher(launch: bwrap.Launch, args: list[str], python: str, settings: Settings) -> Started:
     """Start bwrap with `args` running the launcher under `python`, its files passed as memfds."""
     host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    config = marshal.dumps({"clone_nr": settings.clone_nr, "rlimits": settings.rlimits, "tmp_size": settings.tmp_size})
+    config = marshal.dumps(
+        {
+            "clone_nr": settings.clone_nr,
+            "rlimits": settings.rlimits,
+            "tmp_size": settings.tmp_size,
+            "workspace": settings.workspace,
+        }
+    )
     files = {
         LAUNCHER_PATH: memfd("launcher", _compiled_launcher()),
         SECCOMP_PATH: memfd("seccomp", settings.seccomp),

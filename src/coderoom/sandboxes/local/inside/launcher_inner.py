@@ -30,7 +30,8 @@ command runs. The payload cannot reach the launcher: it is outside the command's
 sockets are anonymous socketpairs closed before the payload starts.
 
 Configuration, from files bwrap provides: the seccomp program, and settings with clone(2)'s
-number here, the rlimits ([(resource, soft, hard), ...]) and the tmpfs size in bytes.
+number here, the rlimits ([(resource, soft, hard), ...]), the tmpfs size in bytes and the
+workspace's path (each command's cwd).
 
 Protocol on the SOCK_SEQPACKET control socket, one message each. Host to launcher, `marshal`
 data (the host is trusted here; marshal and the C socket module keep start-up short):
@@ -185,6 +186,7 @@ class Config:
         self.clone_nr = settings["clone_nr"]  # this architecture's clone(2) number
         self.rlimits = settings["rlimits"]
         self.tmp_size = settings["tmp_size"]
+        self.workspace = settings["workspace"]  # the sandbox's workspace root
 
 
 def _stub(sock, config):
@@ -217,6 +219,11 @@ def _stub(sock, config):
         os.dup2(fd, target)  # dup2 clears close-on-exec on the copy
     os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
     argv, env = request["argv"], request["env"]
+    try:
+        os.chdir(config.workspace)  # the command's cwd, and its terminal relay's child's
+    except OSError as exc:
+        os.write(2, f"coderoom: cannot enter the workspace: {exc}\n".encode())
+        os._exit(_STUB_FAILED)
     if request.get("tty"):
         os._exit(_relay_terminal(argv, env))
     _execute(argv, env)
@@ -225,7 +232,6 @@ def _stub(sock, config):
 def _execute(argv, env):
     """Replace this process with the command (never returns)."""
     try:
-        os.chdir("/workspace")
         os.execve(_resolve(argv[0], env), argv, env)
     except OSError as exc:
         os.write(2, f"coderoom: cannot run {argv[0]!r}: {exc}\n".encode())
