@@ -69,9 +69,9 @@ class Egress:
         self._exit_w = exit_w
 
     @classmethod
-    async def attach(cls, sandbox_pid: int | None) -> Egress:
+    async def attach(cls, sandbox_pid: int) -> Egress:
         """Give the network namespace of host pid `sandbox_pid` (bwrap's pid 1) tap0 and the routes."""
-        reason = unavailable_reason() or (None if sandbox_pid else "the sandbox exited before its network was set up")
+        reason = unavailable_reason()
         if reason:
             raise SandboxUnavailable(reason)
         owner = _owner_of_netns(sandbox_pid)

@@ -4,7 +4,8 @@ bounded output, pipes read and written in the event loop, and a wall clock with 
 A bwrap is killed by SIGKILL to the sandbox's pid 1 (bwrap's init inside the new pid namespace,
 whose host pid bwrap reports on --json-status-fd): the kernel then kills every process in that
 namespace, and bwrap's outer process only exits after its init is gone, so "bwrap exited" means
-"tree gone".
+"tree gone". Before bwrap has reported its pid 1, its process group is killed instead, which
+holds that pid 1 until it is set up (`spawn.kill_sandbox`).
 """
 
 from __future__ import annotations
@@ -12,11 +13,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 import subprocess
 from collections.abc import Awaitable, Callable
 
-from .spawn import child_pid
+from .spawn import child_pid, kill_late_init, kill_sandbox
 
 _CHUNK = 65536
 _KILL_GRACE_S = 5.0
@@ -95,6 +95,7 @@ class BwrapProcess:
         asyncio.get_running_loop().remove_reader(self._pidfd)
         os.close(self._pidfd)
         self._pidfd = -1
+        kill_sandbox(self.popen, None)  # a pid 1 it left blocked at start (see kill_sandbox); unreaped: safe
         code = self.popen.wait()
         if not self.exited.done():
             self.exited.set_result(128 - code if code < 0 else code)
@@ -112,27 +113,16 @@ class BwrapProcess:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self.exited), _KILL_GRACE_S)
         if self._status_r >= 0:
+            if self._child is None:
+                kill_late_init(self._status_r)
             os.close(self._status_r)
             self._status_r = -1
 
     def _kill_tree(self) -> None:
-        """SIGKILL the sandbox's pid 1: the kernel kills its namespace, then bwrap exits.
-
-        Without a known pid 1 (bwrap has not reported it yet), kill bwrap: --die-with-parent
-        takes its init down with it.
-        """
-        child = self._child or child_pid(self._status_r)
-        try:
-            if child is None:
-                raise ProcessLookupError
-            pidfd = os.pidfd_open(child)
-            try:
-                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-            finally:
-                os.close(pidfd)
-        except OSError:
-            with contextlib.suppress(ProcessLookupError):
-                self.popen.kill()
+        """SIGKILL the sandbox's pid 1, or bwrap's group before it has reported one (`kill_sandbox`)."""
+        if self._child is None and self._status_r >= 0:
+            self._child = child_pid(self._status_r)
+        kill_sandbox(self.popen, self._child)
 
 
 async def supervise(
