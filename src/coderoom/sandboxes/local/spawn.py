@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
-import json
 import marshal
 import os
 import resource
@@ -31,6 +30,7 @@ from ..limit_values import CPU_KILL_GRACE_S
 from ..seccomp import host_arch
 from . import bwrap, enforcement, host_dir
 from .cgroup import MemoryCgroup
+from .status import StatusPipe
 
 if TYPE_CHECKING:  # or a `PlainLimits` (`coderoom sandbox run`)
     from ..limits import Limits
@@ -77,22 +77,22 @@ class Started:
     """A bwrap running the launcher, not yet watched by an event loop (see `Launcher.adopt`)."""
 
     popen: subprocess.Popen[bytes]
-    status_r: int  # bwrap's --json-status-fd, read end
+    status: StatusPipe  # bwrap's --json-status-fd, read end
     stderr: int  # bwrap's stderr, read end
     sock: socket.socket  # the launcher's control socket, host end (non-blocking)
 
     def close(self) -> None:
         """Never adopted: kill the sandbox (`kill_sandbox`) and reap bwrap (so its memory cgroup
         empties), as `BwrapProcess.kill` does, bounded by KILL_WAIT_S."""
-        kill_sandbox(self.popen, child_pid(self.status_r))
+        kill_sandbox(self.popen, self.status.child_pid())
         try:
             self.popen.wait(KILL_WAIT_S)
         except subprocess.TimeoutExpired:
             self.popen.kill()
             self.popen.wait()
-        kill_late_init(self.status_r)
-        for fd in (self.status_r, self.stderr):
-            os.close(fd)
+        kill_late_init(self.status)
+        self.status.close()
+        os.close(self.stderr)
         self.sock.close()
 
 
@@ -216,7 +216,7 @@ def spawn_launcher(launch: bwrap.Launch, args: list[str], python: str, settings:
         child_end.close()
         for fd in files.values():
             os.close(fd)
-    return Started(popen, status_r, err_r, host_end)
+    return Started(popen, StatusPipe(status_r), err_r, host_end)
 
 
 def start_bwrap(
@@ -272,12 +272,13 @@ def kill_sandbox(popen: subprocess.Popen[bytes], child: int | None) -> None:
             os.killpg(popen.pid, signal.SIGKILL)
 
 
-def kill_late_init(status_r: int) -> None:
-    """After bwrap has exited: kill a pid 1 it reported that was not known when the sandbox was
-    killed (reported between reading the status pipe and killing the group, it may have left the
-    group) if it is still a namespace's pid 1."""
-    child = child_pid(status_r)
-    if child is not None and _is_namespace_init(child):
+def kill_late_init(status: StatusPipe) -> None:
+    """After bwrap has exited: kill the pid 1 it reported if it was not known when the sandbox
+    was killed (reported between reading `status` and killing the group, it may have left the
+    group) and is still a namespace's pid 1."""
+    known = status.child
+    child = status.child_pid()
+    if known is None and child is not None and _is_namespace_init(child):
         _kill_pid(child)
 
 
@@ -324,18 +325,3 @@ def _compiled_launcher() -> bytes:
     `__pycache__`: its code objects would carry the host path of the source into the sandbox.)"""
     code = compile(LAUNCHER_SOURCE.read_text(), "launcher_inner.py", "exec", dont_inherit=True)
     return importlib.util.MAGIC_NUMBER + bytes(12) + marshal.dumps(code)  # flags, mtime, size: 0
-
-
-def child_pid(status_r: int) -> int | None:
-    """The sandbox's pid 1 (host pid) from bwrap's --json-status-fd, if it has said it yet."""
-    os.set_blocking(status_r, False)
-    try:
-        data = os.read(status_r, 65536)
-    except BlockingIOError:
-        return None
-    for line in data.decode(errors="replace").splitlines():
-        with contextlib.suppress(ValueError):
-            pid = json.loads(line).get("child-pid")
-            if isinstance(pid, int):
-                return pid
-    return None
