@@ -121,15 +121,19 @@ from test_start_close import cgroup_of, session_processes
 
 for _ in range(int(sys.argv[2])):
     plan, started = spawn.prestart(PlainLimits())
-    started.popen.kill()  # bwrap dies early, as with its owner (--die-with-parent)
+    children = f"/proc/{started.popen.pid}/task/{started.popen.pid}/children"
+    while started.popen.poll() is None and not open(children).read().strip():
+        pass  # until bwrap has cloned its pid 1
+    started.popen.kill()  # as with its SIGKILLed owner (--die-with-parent), maybe before it woke pid 1
     started.popen.wait()
-    time.sleep(0.05)
+    started.sock.close()  # a launcher that did start now exits: only a blocked pid 1 stays
+    time.sleep(0.2)
     if session_processes(plan.host_dir, cgroup_of(plan.host_dir)):
         break
 print(plan.host_dir, flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
 """
-ABANDON_TRIES = 30  # bwraps killed early until one leaves its pid 1 blocked
+ABANDON_TRIES = 100  # bwraps killed early until one leaves its pid 1 blocked
 
 
 def test_prune_reclaims_a_pid_1_left_blocked_by_a_dead_owner() -> None:

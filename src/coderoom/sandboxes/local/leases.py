@@ -3,7 +3,8 @@
 Each session folder (`coderoom-local-*` in the temp dir) gets a lease naming its owner when it
 is made (`claim`). `host_dir.prune` removes the folders whose owner is gone (`abandoned`), first
 killing any process still using one (`kill_users`: a launcher whose host was SIGKILLed dies by
-itself, but nothing is assumed: a bwrap pid 1 its bwrap left blocked at start does not). A folder without a lease is judged by age: a crash between creating it and writing the lease
+itself, but nothing is assumed: a bwrap pid 1 its bwrap left blocked at start does not). A
+folder without a lease is judged by age: a crash between creating it and writing the lease
 leaves one, and it is removed once older than LEASELESS_GRACE_S. A live owner's folder is
 never touched.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -46,11 +48,11 @@ def kill_users(folder: Path, group: Path | None) -> None:
     session's memory cgroup `group`. Not by command line alone: bwrap gets its arguments in a
     memfd, so a bwrap pid 1 left blocked at start (see `spawn.kill_sandbox`) names no folder there.
     """
-    marker = os.fsencode(folder)
+    names = re.compile(re.escape(os.fsencode(folder)) + rb"[/\s\0]")  # not a longer name's prefix
     found = set(cgroup.members(group)) if group is not None else set()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         with contextlib.suppress(OSError):
-            if any(marker in Path(f"/proc/{pid}/{name}").read_bytes() for name in ("cmdline", "mountinfo")):
+            if any(names.search(Path(f"/proc/{pid}/{name}").read_bytes()) for name in ("cmdline", "mountinfo")):
                 found.add(int(pid))
     found.discard(os.getpid())
     for pid in found:
