@@ -225,20 +225,35 @@ class MemoryCgroup:
             return set()
 
 
-def remove_recorded(record: Path) -> None:
-    """Remove the cgroup named in `record` (see `for_session`) if it is still there: a session
-    whose owner was SIGKILLed leaves it, empty (its bwrap died with the owner). The file is data:
-    only a directory named like ours under a memory cgroup root is taken, and only by rmdir,
-    which the kernel refuses for a cgroup that still has tasks or children."""
+def recorded(record: Path) -> Path | None:
+    """The cgroup named in `record` (see `for_session`), if it is one of ours. The file is data:
+    only a directory named like ours under a memory cgroup root is taken."""
     try:
         fd = os.open(record, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         with os.fdopen(fd) as source:
             text = source.read(4096)
     except (OSError, ValueError):
-        return
+        return None
     path = Path(text)
     roots = (_V1_ROOT, _V2_ROOT)
     if ".." in path.parts or not path.name.startswith(_PREFIX) or not any(path.is_relative_to(r) for r in roots):
-        return
-    with contextlib.suppress(OSError):
-        path.rmdir()
+        return None
+    return path
+
+
+def members(group: Path) -> list[int]:
+    """The pids in `group` (none if it is gone)."""
+    try:
+        return [int(pid) for pid in (group / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def remove_recorded(record: Path) -> None:
+    """Remove the cgroup named in `record` if it is still there: a session whose owner was
+    SIGKILLed leaves it (empty once `leases.kill_users` is done). Only by rmdir, which the kernel
+    refuses for a cgroup that still has tasks or children."""
+    path = recorded(record)
+    if path is not None:
+        with contextlib.suppress(OSError):
+            path.rmdir()

@@ -123,7 +123,7 @@ def prune() -> int:
     for folder in sorted(folder_parent.glob(f"{PREFIX}*")):
         if not owned(folder) or not leases.abandoned(folder):
             continue
-        leases.kill_users(folder)
+        leases.kill_users(folder, cgroup.recorded(folder / CGROUP_FILE))
         cgroup.remove_recorded(folder / CGROUP_FILE)
         tree.remove_tree(folder)
         removed += 1

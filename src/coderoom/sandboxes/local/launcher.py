@@ -86,7 +86,7 @@ class Launcher:
         """Watch a launcher `spawn.spawn_launcher` started. Jobs may be sent at once (they queue
         on the socket); if the launcher is not ready within 10 s, or exits first, they end with
         LAUNCHER_LOST and `failure()` says why."""
-        process = BwrapProcess(started.popen, started.status_r, started.stderr)
+        process = BwrapProcess(started.popen, started.status, started.stderr)
         launcher = cls(process, started.sock)
         timer = asyncio.get_running_loop().call_later(_READY_TIMEOUT_S, launcher._not_ready)
         launcher._ready.add_done_callback(lambda _: timer.cancel())

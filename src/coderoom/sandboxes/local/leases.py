@@ -3,21 +3,26 @@
 Each session folder (`coderoom-local-*` in the temp dir) gets a lease naming its owner when it
 is made (`claim`). `host_dir.prune` removes the folders whose owner is gone (`abandoned`), first
 killing any process still using one (`kill_users`: a launcher whose host was SIGKILLed dies by
-itself, but nothing is assumed). A folder without a lease is judged by age: a crash between creating it and writing the lease
+itself, but nothing is assumed: a bwrap pid 1 its bwrap left blocked at start does not). A
+folder without a lease is judged by age: a crash between creating it and writing the lease
 leaves one, and it is removed once older than LEASELESS_GRACE_S. A live owner's folder is
 never touched.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import signal
 import time
 from pathlib import Path
 
 from ..leases import read_lease, write_lease
+from . import cgroup
 
 LEASELESS_GRACE_S = 600.0
+KILL_WAIT_S = 5.0  # for the processes `kill_users` killed to be gone
 
 
 def claim(host_dir: Path) -> None:
@@ -35,12 +40,32 @@ def abandoned(folder: Path) -> bool:
         return False
 
 
-def kill_users(folder: Path) -> None:
-    """SIGKILL processes whose command line names `folder` (bwrap gets its paths as arguments)."""
-    marker = os.fsencode(folder)
+def kill_users(folder: Path, group: Path | None) -> None:
+    """SIGKILL every process using `folder` and wait (up to KILL_WAIT_S) until they are gone.
+
+    Users are found by the folder's path in their mounts (as root, the views namespace and
+    everything started in it; the sandbox's binds) or command line, and by membership of the
+    session's memory cgroup `group`. Not by command line alone: bwrap gets its arguments in a
+    memfd, so a bwrap pid 1 left blocked at start (see `spawn.kill_sandbox`) names no folder there.
+    """
+    names = re.compile(re.escape(os.fsencode(folder)) + rb"[/\s\0]")  # not a longer name's prefix
+    found = set(cgroup.members(group)) if group is not None else set()
     for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if marker in Path(f"/proc/{pid}/cmdline").read_bytes():
-                os.kill(int(pid), signal.SIGKILL)
-        except (OSError, ProcessLookupError):
-            continue
+        with contextlib.suppress(OSError):
+            if any(names.search(Path(f"/proc/{pid}/{name}").read_bytes()) for name in ("cmdline", "mountinfo")):
+                found.add(int(pid))
+    found.discard(os.getpid())
+    for pid in found:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    end = time.monotonic() + KILL_WAIT_S
+    while time.monotonic() < end and any(_running(pid) for pid in found):
+        time.sleep(0.02)
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` exists and is not a zombie (a zombie holds no cgroup and no mount)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False

@@ -69,9 +69,9 @@ class Egress:
         self._exit_w = exit_w
 
     @classmethod
-    async def attach(cls, sandbox_pid: int | None) -> Egress:
+    async def attach(cls, sandbox_pid: int) -> Egress:
         """Give the network namespace of host pid `sandbox_pid` (bwrap's pid 1) tap0 and the routes."""
-        reason = unavailable_reason() or (None if sandbox_pid else "the sandbox exited before its network was set up")
+        reason = unavailable_reason()
         if reason:
             raise SandboxUnavailable(reason)
         owner = _owner_of_netns(sandbox_pid)
@@ -92,8 +92,7 @@ class Egress:
                 os.close(fd)
         egress = cls(process, exit_w)
         try:
-            with os.fdopen(ready_r, "rb") as ready:
-                signal = await asyncio.wait_for(asyncio.to_thread(ready.read, 1), _READY_TIMEOUT_S)
+            signal = await asyncio.wait_for(_first_byte(ready_r), _READY_TIMEOUT_S)
             if signal != b"1":
                 raise SandboxUnavailable(f"slirp4netns could not attach to the sandbox: {egress._stderr()}")
             await asyncio.to_thread(_prohibit, sandbox_pid)
@@ -117,6 +116,22 @@ class Egress:
         if self._process.poll() is None:
             self._process.kill()
             self._process.communicate()
+
+
+async def _first_byte(fd: int) -> bytes:
+    """One byte from pipe `fd` (b"" at EOF), read in the event loop; closes `fd`, also when
+    cancelled. Not in a thread: one still blocked in read(2) after a cancel would outlive the
+    fd it was given, and read whatever file later took that number."""
+    loop = asyncio.get_running_loop()
+    readable = loop.create_future()
+    os.set_blocking(fd, False)
+    loop.add_reader(fd, lambda: readable.done() or readable.set_result(None))
+    try:
+        await readable
+        return os.read(fd, 1)
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
 
 
 def _owner_of_netns(sandbox_pid: int) -> int:

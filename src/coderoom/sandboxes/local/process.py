@@ -4,7 +4,8 @@ bounded output, pipes read and written in the event loop, and a wall clock with 
 A bwrap is killed by SIGKILL to the sandbox's pid 1 (bwrap's init inside the new pid namespace,
 whose host pid bwrap reports on --json-status-fd): the kernel then kills every process in that
 namespace, and bwrap's outer process only exits after its init is gone, so "bwrap exited" means
-"tree gone".
+"tree gone". Before bwrap has reported its pid 1, its process group is killed instead, which
+holds that pid 1 until it is set up (`spawn.kill_sandbox`).
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 import subprocess
 from collections.abc import Awaitable, Callable
 
-from .spawn import child_pid
+from .spawn import kill_late_init, kill_sandbox
+from .status import StatusPipe
 
 _CHUNK = 65536
 _KILL_GRACE_S = 5.0
@@ -63,12 +64,11 @@ class BwrapProcess:
     bwrap's stdin and stdout are /dev/null; `stderr` is the read end of its stderr pipe.
     """
 
-    def __init__(self, popen: subprocess.Popen[bytes], status_r: int, err_r: int) -> None:
+    def __init__(self, popen: subprocess.Popen[bytes], status: StatusPipe, err_r: int) -> None:
         """Watch a bwrap started by `spawn.start_bwrap` (the pipes' read ends are ours now)."""
         self.popen = popen
         self.stderr = err_r
-        self._status_r = status_r
-        self._child: int | None = None
+        self._status = status
         loop = asyncio.get_running_loop()
         self.exited: asyncio.Future[int] = loop.create_future()
         self._pidfd = os.pidfd_open(self.popen.pid)
@@ -81,20 +81,20 @@ class BwrapProcess:
     async def child_pid(self) -> int | None:
         """The sandbox's pid 1 (host pid), once bwrap has made its namespaces; None if it exited."""
         loop = asyncio.get_running_loop()
-        while self._child is None and not self.exited.done() and self._status_r >= 0:
+        while self._status.child_pid() is None and not self.exited.done() and self._status.fd >= 0:
             readable = loop.create_future()
-            loop.add_reader(self._status_r, lambda: readable.done() or readable.set_result(None))
+            loop.add_reader(self._status.fd, lambda: readable.done() or readable.set_result(None))
             try:
                 await asyncio.wait({readable, self.exited}, return_when=asyncio.FIRST_COMPLETED)
             finally:
-                loop.remove_reader(self._status_r)
-            self._child = child_pid(self._status_r)
-        return self._child
+                loop.remove_reader(self._status.fd)
+        return self._status.child_pid()
 
     def _on_exit(self) -> None:
         asyncio.get_running_loop().remove_reader(self._pidfd)
         os.close(self._pidfd)
         self._pidfd = -1
+        kill_sandbox(self.popen, None)  # a pid 1 it left blocked at start (see kill_sandbox); unreaped: safe
         code = self.popen.wait()
         if not self.exited.done():
             self.exited.set_result(128 - code if code < 0 else code)
@@ -111,28 +111,13 @@ class BwrapProcess:
                 self.popen.kill()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self.exited), _KILL_GRACE_S)
-        if self._status_r >= 0:
-            os.close(self._status_r)
-            self._status_r = -1
+        if self._status.fd >= 0:
+            kill_late_init(self._status)
+            self._status.close()
 
     def _kill_tree(self) -> None:
-        """SIGKILL the sandbox's pid 1: the kernel kills its namespace, then bwrap exits.
-
-        Without a known pid 1 (bwrap has not reported it yet), kill bwrap: --die-with-parent
-        takes its init down with it.
-        """
-        child = self._child or child_pid(self._status_r)
-        try:
-            if child is None:
-                raise ProcessLookupError
-            pidfd = os.pidfd_open(child)
-            try:
-                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-            finally:
-                os.close(pidfd)
-        except OSError:
-            with contextlib.suppress(ProcessLookupError):
-                self.popen.kill()
+        """SIGKILL the sandbox's pid 1, or bwrap's group before it has reported one (`kill_sandbox`)."""
+        kill_sandbox(self.popen, self._status.child_pid())
 
 
 async def supervise(

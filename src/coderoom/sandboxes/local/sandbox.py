@@ -81,6 +81,7 @@ if TYPE_CHECKING:  # or a `PlainLimits` (`coderoom sandbox run`): no pydantic he
     from ...hostile import snapshot as hostile_snapshot
     from ..limits import Limits
 
+START_TIMEOUT_S = 30.0  # a session start that waits on bwrap or slirp4netns fails after this
 PROCESS_POLL_S = 0.25  # how often the long-lived processes' workspace watchdog looks
 PROCESS_WALK_AT_LEAST_S = 5.0  # and walks the workspace at least this often while they run
 _PIPE_GRACE_S = 5.0  # after a command's namespace is gone, for its pipes to reach EOF
@@ -146,11 +147,30 @@ class LocalSandbox(SandboxPlan):
                     self._launcher = Launcher.adopt(self._spawn())
                 except OSError as exc:
                     raise SandboxFailed(f"cannot start bubblewrap: {exc}") from exc
-                if self.limits.network:  # a network namespace of its own, see `network`
-                    if self._egress is not None:
-                        await asyncio.to_thread(self._egress.close)
-                    self._egress = await network.Egress.attach(await self._launcher.sandbox_pid())
+                if self.limits.network:
+                    await self._attach_network(self._launcher)
             return self._launcher
+
+    async def _attach_network(self, launcher: Launcher) -> None:
+        """Give the new launcher's namespace its slirp4netns (see `network`) within
+        START_TIMEOUT_S; on any failure, or a cancel, the launcher is killed again."""
+        if self._egress is not None:
+            await asyncio.to_thread(self._egress.close)
+            self._egress = None
+        try:
+            async with asyncio.timeout(START_TIMEOUT_S):
+                pid = await launcher.sandbox_pid()
+                if pid is None:
+                    await launcher.close()  # reaps bwrap and collects its stderr
+                    raise SandboxFailed(f"the sandbox exited before its network was set up: {launcher.failure()}")
+                self._egress = await network.Egress.attach(pid)
+        except BaseException as exc:
+            await asyncio.shield(launcher.close())
+            if isinstance(exc, TimeoutError):
+                raise SandboxFailed(
+                    f"the sandbox's network was not set up within START_TIMEOUT_S = {START_TIMEOUT_S:g} s"
+                ) from exc
+            raise
 
     async def stop(self) -> None:
         """Stop the launcher (every command and long-lived process dies with it); the workspace

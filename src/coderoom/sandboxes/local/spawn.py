@@ -16,15 +16,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
-import json
 import marshal
 import os
 import resource
-import select
 import signal
 import socket
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
@@ -34,12 +31,13 @@ from ..limit_values import CPU_KILL_GRACE_S
 from ..seccomp import host_arch
 from . import bwrap, enforcement, host_dir
 from .cgroup import MemoryCgroup
+from .status import StatusPipe
 
 if TYPE_CHECKING:  # or a `PlainLimits` (`coderoom sandbox run`)
     from ..limits import Limits
 
 MAX_OPEN_FILES = 512  # RLIMIT_NOFILE of every sandbox process
-KILL_WAIT_S = 5.0  # for an abandoned bwrap to report its pid 1, and to exit once it is killed
+KILL_WAIT_S = 5.0  # for an abandoned bwrap to exit once it is killed
 LAUNCHER_PATH = f"{bwrap.OWN_DIR}/launcher.pyc"
 SECCOMP_PATH = f"{bwrap.OWN_DIR}/seccomp.bpf"
 SETTINGS_PATH = f"{bwrap.OWN_DIR}/launcher.settings"
@@ -81,35 +79,22 @@ class Started:
     """A bwrap running the launcher, not yet watched by an event loop (see `Launcher.adopt`)."""
 
     popen: subprocess.Popen[bytes]
-    status_r: int  # bwrap's --json-status-fd, read end
+    status: StatusPipe  # bwrap's --json-status-fd, read end
     stderr: int  # bwrap's stderr, read end
     sock: socket.socket  # the launcher's control socket, host end (non-blocking)
 
     def close(self) -> None:
-        """Never adopted: SIGKILL the sandbox's pid 1 (its namespace dies with it) and wait for
-        bwrap, which reaps it (so its memory cgroup empties), as `BwrapProcess.kill` does; bwrap
-        itself if it never reported pid 1 within KILL_WAIT_S."""
-        child = None
-        end = time.monotonic() + KILL_WAIT_S
-        while child is None and self.popen.poll() is None and time.monotonic() < end:
-            if select.select([self.status_r], [], [], 0.05)[0]:
-                child = child_pid(self.status_r)
-                time.sleep(0 if child else 0.01)  # EOF stays readable: bwrap is exiting
-        with contextlib.suppress(OSError):
-            if child is None:
-                raise ProcessLookupError
-            pidfd = os.pidfd_open(child)
-            try:
-                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-            finally:
-                os.close(pidfd)
+        """Never adopted: kill the sandbox (`kill_sandbox`) and reap bwrap (so its memory cgroup
+        empties), as `BwrapProcess.kill` does, bounded by KILL_WAIT_S."""
+        kill_sandbox(self.popen, self.status.child_pid())
         try:
             self.popen.wait(KILL_WAIT_S)
         except subprocess.TimeoutExpired:
             self.popen.kill()
             self.popen.wait()
-        for fd in (self.status_r, self.stderr):
-            os.close(fd)
+        kill_late_init(self.status)
+        self.status.close()
+        os.close(self.stderr)
         self.sock.close()
 
 
@@ -245,7 +230,7 @@ def spawn_launcher(launch: bwrap.Launch, args: list[str], python: str, settings:
         child_end.close()
         for fd in files.values():
             os.close(fd)
-    return Started(popen, status_r, err_r, host_end)
+    return Started(popen, StatusPipe(status_r), err_r, host_end)
 
 
 def start_bwrap(
@@ -268,6 +253,7 @@ def start_bwrap(
             pass_fds=(status_w, args_fd, *pass_fds),
             executable=launch.executable,
             preexec_fn=launch.preexec,
+            process_group=0,  # bwrap leads a group its pid 1 is in until set up: see kill_sandbox
         )
     except BaseException:
         os.close(status_r)
@@ -277,6 +263,59 @@ def start_bwrap(
         for fd in (status_w, args_fd, err_w):
             os.close(fd)
     return popen, status_r, err_r
+
+
+def kill_sandbox(popen: subprocess.Popen[bytes], child: int | None) -> None:
+    """SIGKILL a sandbox at whatever stage its start has reached: its pid 1 if known (`child`: the
+    kernel then kills the whole pid namespace, and bwrap reaps it and exits), else bwrap's
+    process group.
+
+    bwrap clones its pid 1 and then, after writing the uid maps and reporting "child-pid" on
+    --json-status-fd, wakes it through an eventfd. A pid 1 whose bwrap dies before that (killed
+    by us because it had not reported yet, or failing by itself) blocks on the eventfd forever:
+    it has not yet set PR_SET_PDEATHSIG, so it is left with parent pid 1, holding the memory
+    cgroup busy. Until it reads the eventfd it is in bwrap's process group (`start_bwrap` makes
+    bwrap a group leader), so killing the group takes it; once it has read it, bwrap has
+    reported it (`kill_late_init`). The group is only signalled while bwrap is unreaped: its
+    pid, the group's id, cannot have been reused.
+    """
+    if child is not None:
+        _kill_pid(child)
+    elif popen.returncode is None:
+        with contextlib.suppress(OSError):
+            os.killpg(popen.pid, signal.SIGKILL)
+
+
+def kill_late_init(status: StatusPipe) -> None:
+    """After bwrap has exited: kill the pid 1 it reported if it was not known when the sandbox
+    was killed (reported between reading `status` and killing the group, it may have left the
+    group) and is still a namespace's pid 1."""
+    known = status.child
+    child = status.child_pid()
+    if known is None and child is not None and _is_namespace_init(child):
+        _kill_pid(child)
+
+
+def _kill_pid(pid: int) -> None:
+    with contextlib.suppress(OSError):
+        pidfd = os.pidfd_open(pid)
+        try:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        finally:
+            os.close(pidfd)
+
+
+def _is_namespace_init(pid: int) -> bool:
+    """Whether host pid `pid` is pid 1 of a nested pid namespace (/proc/PID/status NSpid)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    for line in status.splitlines():
+        if line.startswith("NSpid:"):
+            ids = line.split()[1:]
+            return len(ids) > 1 and ids[-1] == "1"
+    return False
 
 
 def memfd(name: str, data: bytes) -> int:
@@ -300,18 +339,3 @@ def _compiled_launcher() -> bytes:
     `__pycache__`: its code objects would carry the host path of the source into the sandbox.)"""
     code = compile(LAUNCHER_SOURCE.read_text(), "launcher_inner.py", "exec", dont_inherit=True)
     return importlib.util.MAGIC_NUMBER + bytes(12) + marshal.dumps(code)  # flags, mtime, size: 0
-
-
-def child_pid(status_r: int) -> int | None:
-    """The sandbox's pid 1 (host pid) from bwrap's --json-status-fd, if it has said it yet."""
-    os.set_blocking(status_r, False)
-    try:
-        data = os.read(status_r, 65536)
-    except BlockingIOError:
-        return None
-    for line in data.decode(errors="replace").splitlines():
-        with contextlib.suppress(ValueError):
-            pid = json.loads(line).get("child-pid")
-            if isinstance(pid, int):
-                return pid
-    return None
