@@ -116,7 +116,7 @@ ABANDON = """
 import os, signal, sys, time
 from coderoom.sandboxes.limit_values import PlainLimits
 from coderoom.sandboxes.local import spawn
-sys.path.insert(0, sys.argv[1])
+sys.path[:0] = [sys.argv[1], os.path.dirname(sys.argv[1])]  # this folder, and tests/ (backends)
 from test_start_close import cgroup_of, session_processes
 
 for _ in range(int(sys.argv[2])):
