@@ -12,7 +12,6 @@ import secrets
 import tarfile
 from pathlib import Path
 
-import pytest
 from agents.sandbox import Manifest
 from agents.sandbox.snapshot import LocalSnapshotSpec
 
