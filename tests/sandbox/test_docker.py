@@ -183,7 +183,7 @@ from coderoom.sandboxes import Limits
 from coderoom.sandboxes.docker.image import docker_client
 from coderoom.sandboxes.docker.session import CoderoomDockerClient
 async def main():
-    container = await CoderoomDockerClient(docker_client(), limits=Limits())._create_container(
+    container = await CoderoomDockerClient(docker_client(), limits=Limits(), image="coderoom-sandbox:latest")._create_container(
         "coderoom-sandbox:latest", network_mode="none")
     container.start()
     print(container.id, flush=True)
@@ -198,7 +198,7 @@ async def test_prune_removes_orphans_and_spares_live_owners(client: Any) -> None
     from coderoom.sandboxes.docker import prune
     from coderoom.sandboxes.docker.session import CoderoomDockerClient
 
-    mine = await CoderoomDockerClient(client, limits=Limits())._create_container(
+    mine = await CoderoomDockerClient(client, limits=Limits(), image="coderoom-sandbox:latest")._create_container(
         "coderoom-sandbox:latest", network_mode="none"
     )
     mine.start()

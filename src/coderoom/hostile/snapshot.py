@@ -13,8 +13,11 @@ symlinks whose target stays inside the workspace (relative, never above the root
 permission bits (owner read/write kept, group/other write dropped, as the SDK's extractor does).
 Refused: absolute or escaping symlinks, absolute names and `..`, devices, FIFOs, setuid/setgid
 bits, members beneath a symlink or a file, duplicate names, more than MAX_SNAPSHOT_MEMBERS
-members, files adding up past the caller's byte limit, metadata headers over MAX_HEADER_DATA,
-compressed, truncated or non-tar input. The raw headers are scanned first (checksums, sizes,
+members, files adding up past the caller's byte limit, more than MAX_PATH_COMPONENTS path
+components in all (names' depth summed: what checking and restoring cost, AP-S2), any header
+whose data tarfile reads whole (PAX x/X, GNU L/K, any type but a regular file's) over
+MAX_HEADER_DATA, PAX headers with ill-formed or repeated records or GNU sparse keywords,
+compressed, truncated or non-tar input, and a snapshot file longer than the byte limit plus framing. The raw headers are scanned first (checksums, sizes,
 the end-of-archive marker), so a header claiming a terabyte or a million members costs a scan of
 headers, never a read of data or tarfile's member list.
 
@@ -29,6 +32,7 @@ import errno
 import io
 import os
 import posixpath
+import re
 import stat
 import tarfile
 import tempfile
@@ -43,10 +47,15 @@ from .tree import MAX_DEPTH, MAX_ENTRIES, copy_bounded, open_dir_beneath
 
 MAX_SNAPSHOT_MEMBERS = MAX_ENTRIES  # members of any kind; the archivers stop at the same count
 MAX_HEADER_DATA = 1024**2  # bytes of one PAX or GNU long-name header, which tarfile reads whole
+MAX_PATH_COMPONENTS = 2_000_000  # names' depths summed over a snapshot (100,000 members 20 deep)
 MAX_PLAIN_NAME = 200  # characters of a name a reason repeats as it is (longer ones are cut)
 FRAMING_PER_MEMBER = 12 * 1024  # tar framing of one member at most (headers, long names, padding)
 _BLOCK = tarfile.BLOCKSIZE
-_META_TYPES = frozenset(b"xgLK")  # PAX (x, g) and GNU long name/link (L, K) header payloads
+_FILE_TYPES = frozenset(b"0\x007")  # regular files: data read on demand, never whole
+_NO_DATA_TYPES = frozenset(b"123456")  # links, devices, directories, FIFOs: no data, whatever size says
+_PREFIX_TYPES = frozenset(b"xXLK")  # PAX (x, Solaris X) and GNU long name/link (L, K): for the next member
+_PAX_TYPES = frozenset(b"xX")  # tarfile reads both as a PAX extended header
+_PAX_RECORD = re.compile(rb"(\d+) ([^=]+)=")  # tarfile's own record pattern
 _COMPRESSED = ((b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ", "xz"), (b"\x28\xb5\x2f\xfd", "zstd"))
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -116,7 +125,10 @@ def check(data: IO[bytes], *, max_bytes: int, max_members: int = MAX_SNAPSHOT_ME
     """The members of snapshot `data`, all checked (SnapshotRefused on the first that is not
     restorable); `max_bytes` bounds the files' total size and, with framing, the input."""
     owned = not _at_start(data)
-    source = _spooled(data, max_bytes + max_members * FRAMING_PER_MEMBER + 2 * tarfile.RECORDSIZE) if owned else data
+    budget = max_bytes + max_members * FRAMING_PER_MEMBER + 2 * tarfile.RECORDSIZE
+    source = _spooled(data, budget) if owned else data
+    if not owned and data.seek(0, os.SEEK_END) > budget:  # a snapshot file read in place (AP-S1)
+        raise SnapshotRefused("<tar>", f"over {budget} bytes (the workspace_size limit plus tar framing)")
     try:
         _scan_headers(source, max_members)
         source.seek(0)
@@ -202,17 +214,17 @@ def _scan_headers(source: IO[bytes], max_members: int) -> None:
             raise SnapshotRefused("<tar>", "a GNU sparse member (coderoom's snapshots hold none)")
         if kind == ord("g"):
             raise SnapshotRefused("<tar>", "a global PAX header (no workspace archiver writes one)")
-        if kind in _META_TYPES:
-            if size > MAX_HEADER_DATA:
-                raise SnapshotRefused("<tar>", f"a {size} byte metadata header (MAX_HEADER_DATA is {MAX_HEADER_DATA})")
-            if kind == ord("x"):
+        if kind not in _FILE_TYPES and kind not in _NO_DATA_TYPES and size > MAX_HEADER_DATA:
+            raise SnapshotRefused("<tar>", f"a {size} byte metadata header (MAX_HEADER_DATA is {MAX_HEADER_DATA})")
+        if kind in _PREFIX_TYPES:
+            if kind in _PAX_TYPES:
                 pax_size = _pax_size(source.read(size))
         else:
             count += 1
             if count > max_members:
                 raise SnapshotRefused("<tar>", f"more than {max_members} members (MAX_SNAPSHOT_MEMBERS)")
             size, pax_size = (size if pax_size is None else pax_size), None  # PAX size wins, as in tarfile
-        if kind in b"123456":  # links, devices, directories, FIFOs carry no data, whatever size says
+        if kind in _NO_DATA_TYPES:
             size = 0
         offset += _BLOCK + -(-size // _BLOCK) * _BLOCK
         if offset > length:
@@ -220,23 +232,38 @@ def _scan_headers(source: IO[bytes], max_members: int) -> None:
 
 
 def _pax_size(payload: bytes) -> int | None:
-    """The `size` record of a PAX extended header ("LEN size=N\n"), if it has one."""
-    for record in payload.split(b"\n"):
-        _, _, keyword_value = record.partition(b" ")
-        keyword, _, value = keyword_value.partition(b"=")
+    """The `size` record of a PAX extended header, read as tarfile reads it: length-prefixed
+    records ("LEN keyword=value\n", LEN counting the whole record). Anything tarfile could read
+    differently from this scan is refused (AP-S1b): a record whose length does not end it at a
+    newline, bytes after the last record, a keyword given twice (tarfile keeps the last), GNU
+    sparse keywords (tarfile then reads a sparse map from the data)."""
+    seen: set[bytes] = set()
+    size: int | None = None
+    pos = 0
+    while pos < len(payload):
+        match = _PAX_RECORD.match(payload, pos)
+        length = int(match.group(1)) if match else 0
+        end = pos + length
+        if match is None or match.end() > end or end > len(payload) or payload[end - 1 : end] != b"\n":
+            raise SnapshotRefused("<tar>", "a PAX header with an ill-formed record")
+        keyword = match.group(2)
+        if keyword in seen or keyword.startswith(b"GNU.sparse"):
+            raise SnapshotRefused("<tar>", f"a PAX header with a repeated or sparse record ({shown(keyword.decode(errors='replace'))})")
+        seen.add(keyword)
         if keyword == b"size":
             try:
-                return int(value)
+                size = int(payload[match.end() : end - 1])
             except ValueError:
                 raise SnapshotRefused("<tar>", "a PAX header with an invalid size") from None
-    return None
+        pos = end
+    return size
 
 
 def _members(source: IO[bytes], max_bytes: int, max_members: int) -> list[Member]:
     members: list[Member] = []
     kinds: dict[PurePosixPath, Kind] = {}
     parents: set[PurePosixPath] = set()
-    total = 0
+    total = components = 0
     try:
         with tarfile.open(fileobj=source, mode="r:") as tar:
             for info in each_member(tar, max_members):
@@ -249,8 +276,14 @@ def _members(source: IO[bytes], max_bytes: int, max_members: int) -> list[Member
                         raise SnapshotRefused(
                             info.name, f"the snapshot's files add up past the workspace_size limit of {max_bytes} bytes"
                         )
+                components += len(member.rel.parts)
+                if components > MAX_PATH_COMPONENTS:
+                    raise SnapshotRefused(info.name, f"more than {MAX_PATH_COMPONENTS} path components in all (MAX_PATH_COMPONENTS)")
                 kinds[member.rel] = member.kind
-                parents.update(member.rel.parents)
+                for parent in member.rel.parents:  # an ancestor known already has its ancestors known
+                    if parent in parents:
+                        break
+                    parents.add(parent)
                 members.append(member)
     except SnapshotRefused:
         raise
@@ -291,6 +324,8 @@ def _member(
     if kind != "dir" and rel in parents:
         raise SnapshotRefused(name, f"a {kind} where earlier members need a directory")
     for parent in rel.parents:
+        if parent in parents:  # a directory already, as are its ancestors: the walk stays linear (AP-S2)
+            break
         if kinds.get(parent, "dir") != "dir":
             raise SnapshotRefused(name, f"archive path descends through {kinds[parent]}: {parent}")
     if kind == "symlink":
@@ -371,8 +406,9 @@ def restore(snapshot: Snapshot, dest: Path, *, owner: int | None) -> None:
     so a read-only directory does not stop its own contents."""
     root_fd = os.open(dest, _DIR_FLAGS)
     try:
-        for member in snapshot.members:
-            _restore_one(snapshot, member, root_fd, owner)
+        with _OpenDirs(root_fd, owner) as dirs:
+            for member in snapshot.members:
+                _restore_one(snapshot, member, root_fd, dirs)
         for member in sorted((m for m in snapshot.members if m.kind == "dir"), key=lambda m: -len(m.rel.parts)):
             fd = open_dir_beneath(root_fd, member.rel.parts)
             try:
@@ -383,35 +419,36 @@ def restore(snapshot: Snapshot, dest: Path, *, owner: int | None) -> None:
         os.close(root_fd)
 
 
-def _restore_one(snapshot: Snapshot, member: Member, root_fd: int, owner: int | None) -> None:
-    with _parent(root_fd, member.rel, owner) as parent_fd:
-        name = member.rel.name
-        if member.kind == "dir":
-            _clear(parent_fd, name, member, keep_dir=True)
-            try:
-                os.mkdir(name, 0o700, dir_fd=parent_fd)
-                if owner is not None:
-                    os.chown(name, owner, owner, dir_fd=parent_fd, follow_symlinks=False)
-            except FileExistsError:
-                pass
-            return
-        _clear(parent_fd, name, member, keep_dir=False)
-        if member.kind == "symlink":
-            os.symlink(member.target, name, dir_fd=parent_fd)
+def _restore_one(snapshot: Snapshot, member: Member, root_fd: int, dirs: _OpenDirs) -> None:
+    owner = dirs.owner
+    parent_fd = dirs.parent(member.rel)
+    name = member.rel.name
+    if member.kind == "dir":
+        _clear(parent_fd, name, member, keep_dir=True)
+        try:
+            os.mkdir(name, 0o700, dir_fd=parent_fd)
             if owner is not None:
                 os.chown(name, owner, owner, dir_fd=parent_fd, follow_symlinks=False)
-        elif member.kind == "hardlink":
-            source = PurePosixPath(member.target)
-            with _parent(root_fd, source, owner) as source_fd:
-                os.link(source.name, name, src_dir_fd=source_fd, dst_dir_fd=parent_fd, follow_symlinks=False)
-        else:
-            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=parent_fd)
-            with os.fdopen(fd, "wb") as out:
-                if owner is not None:
-                    os.fchown(fd, owner, owner)
-                copy_bounded(snapshot.data(member), out, member.size)  # type: ignore[arg-type]
-                out.flush()
-                os.fchmod(fd, member.mode)
+        except FileExistsError:
+            pass
+        return
+    _clear(parent_fd, name, member, keep_dir=False)
+    if member.kind == "symlink":
+        os.symlink(member.target, name, dir_fd=parent_fd)
+        if owner is not None:
+            os.chown(name, owner, owner, dir_fd=parent_fd, follow_symlinks=False)
+    elif member.kind == "hardlink":
+        source = PurePosixPath(member.target)
+        with _parent(root_fd, source, owner) as source_fd:
+            os.link(source.name, name, src_dir_fd=source_fd, dst_dir_fd=parent_fd, follow_symlinks=False)
+    else:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=parent_fd)
+        with os.fdopen(fd, "wb") as out:
+            if owner is not None:
+                os.fchown(fd, owner, owner)
+            copy_bounded(snapshot.data(member), out, member.size)  # type: ignore[arg-type]
+            out.flush()
+            os.fchmod(fd, member.mode)
 
 
 def _clear(parent_fd: int, name: str, member: Member, *, keep_dir: bool) -> None:
@@ -448,6 +485,49 @@ class _parent:
 
     def __exit__(self, *exc: object) -> None:
         os.close(self._fd)
+
+
+class _OpenDirs:
+    """The directories on the way to the last member restored, kept open (AP-S2): a member is
+    reached from the deepest one it shares with the last, not from the root, so restoring costs
+    the path components that change, not every member's depth. Each step is `open_dir_beneath`
+    from an open directory fd (no symlink followed); at most MAX_DEPTH fds are open."""
+
+    def __init__(self, root_fd: int, owner: int | None) -> None:
+        self.owner = owner
+        self._root = root_fd
+        self._names: list[str] = []
+        self._fds: list[int] = []
+
+    def __enter__(self) -> _OpenDirs:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._close_from(0)
+
+    def _close_from(self, depth: int) -> None:
+        for fd in self._fds[depth:]:
+            os.close(fd)
+        del self._names[depth:], self._fds[depth:]
+
+    def parent(self, rel: PurePosixPath) -> int:
+        """The open parent directory of `rel` (made as needed); valid until the next call."""
+        parts = rel.parts[:-1]
+        shared = 0
+        while shared < min(len(parts), len(self._names)) and parts[shared] == self._names[shared]:
+            shared += 1
+        self._close_from(shared)
+        for part in parts[shared:]:
+            at = self._fds[-1] if self._fds else self._root
+            try:
+                fd = open_dir_beneath(at, [part], create=True, owner=self.owner)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                raise SnapshotRefused(str(rel), f"a symlink or a file on its way in the workspace ({exc.strerror})") from None
+            self._names.append(part)
+            self._fds.append(fd)
+        return self._fds[-1] if self._fds else self._root
 
 
 def members_of(snapshot: Snapshot) -> Iterator[tuple[tarfile.TarInfo, IO[bytes] | None]]:

@@ -81,7 +81,7 @@ class DockerBackend:
         options = DockerSandboxClientOptions(
             image=image, network_mode=None if spec.limits.network else "none"
         )
-        return CoderoomDockerClient(docker_client(), limits=spec.limits), options
+        return CoderoomDockerClient(docker_client(), limits=spec.limits, image=image), options
 
     def prune(self) -> int:
         return prune()

@@ -46,6 +46,7 @@ from ..live import LiveProcess
 from ..one_user import plain_shell
 from ..pty_sessions import PtySessions
 from ..sdk_errors import refuse_unsupported, snapshot_errors
+from ..sdk_resume import TrustedResume
 from ..sdk_snapshots import restore_on_resume
 from ..stops import log_stop
 from .container import RESOLV_CONF_BIND, DockerSandbox, container_settings, seccomp_program
@@ -210,10 +211,20 @@ class CoderoomDockerClient(DockerSandboxClient):
     """The SDK's client with coderoom's container settings and session class."""
 
     def __init__(
-        self, docker_client: Any, *, limits: Limits, instrumentation: Instrumentation | None = None
+        self,
+        docker_client: Any,
+        *,
+        limits: Limits,
+        image: str,
+        snapshot: SnapshotSpec | None = None,
+        instrumentation: Instrumentation | None = None,
     ) -> None:
+        """`image` is the one every container of this client runs, a resumed one too (AP-R2);
+        `snapshot`, where sessions this client did not create keep their snapshot (`sdk_resume`)."""
         super().__init__(docker_client, instrumentation=instrumentation)
         self._limits = limits
+        self._image = image
+        self._trusted = TrustedResume(snapshot)
 
     def _wrap_session(
         self, inner: BaseSandboxSession, *, instrumentation: Instrumentation | None = None
@@ -235,7 +246,11 @@ class CoderoomDockerClient(DockerSandboxClient):
     ) -> SandboxSession:
         """The SDK's create, after refusing what coderoom does not offer (before any container)."""
         refuse_unsupported(manifest or Manifest(), "docker", exposed_ports=options.exposed_ports)
-        return await super().create(snapshot=snapshot, manifest=manifest, options=options)
+        if options.image != self._image:
+            raise ValueError(f"this client runs image {self._image!r} only, not {options.image!r}")
+        session = await super().create(snapshot=snapshot, manifest=manifest, options=options)
+        self._trusted.remember(session.state)
+        return session
 
     async def resume(self, state: SandboxSessionState) -> SandboxSession:
         """Resume a session: its container if it still runs, else a new one restored from the
@@ -246,6 +261,8 @@ class CoderoomDockerClient(DockerSandboxClient):
         if not isinstance(state, DockerSandboxSessionState):
             raise TypeError("CoderoomDockerClient.resume expects a DockerSandboxSessionState")
         refuse_unsupported(state.manifest, "docker", exposed_ports=state.exposed_ports)
+        self._trusted.distrust(state)  # the snapshot and the manifest's host files (sdk_resume)
+        state.image = self._image  # the image comes from the trusted spec, not from state (AP-R2)
         container = self.get_container(state.container_id)
         if container is None or state.mount_authority_rebound:
             return await super().resume(state)

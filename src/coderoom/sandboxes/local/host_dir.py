@@ -4,8 +4,9 @@ and reused or deleted only when it is provably one we made.
 Layout of a session folder (mode 0700, prefix `coderoom-local-`, in the temp dir):
 `workspace/` (bound at the sandbox's workspace root, /workspace by default), `etc/` (the
 synthetic /etc), `venv/` (from a venv host), as root `python-N/` mount points for the runtime
-views (see `bwrap.views_namespace`), and outside what the sandbox sees, `lease` (see `leases`)
-and `cgroup` (the memory cgroup's path).
+views (see `bwrap.views_namespace`), and outside what the sandbox sees, `lease` (see `leases`),
+`cgroup` (the memory cgroup's path) and `session` (the SDK session id it was made for, see
+`bind` and `adoptable`).
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from pathlib import Path
 
 from ...errors import SandboxUnavailable
 from ...hostile import tree
+from ..leases import Owner, read_lease
 from . import bwrap, cgroup, leases
 
 PREFIX = "coderoom-local-"
 CGROUP_FILE = "cgroup"  # the session's memory cgroup, for `prune` (see `cgroup.remove_recorded`)
+SESSION_FILE = "session"  # the SDK session id the folder belongs to (see `bind`)
 
 
 def make(network: bool) -> Path:
@@ -111,6 +114,39 @@ def owned(path: Path) -> bool:
     owner = bwrap.host_id()
     owner = os.getuid() if owner is None else owner
     return stat.S_ISDIR(st.st_mode) and st.st_uid == owner and stat.S_IMODE(st.st_mode) == 0o700
+
+
+def bind(folder: Path, session_id: str) -> None:
+    """Record that `folder` (just made) belongs to SDK session `session_id`: a serialized state
+    names its folder, and a state is hostile input, so `adoptable` compares this record."""
+    fd = os.open(folder / SESSION_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(session_id)
+
+
+def adoptable(folder: Path, session_id: str) -> bool:
+    """Whether a resumed state for `session_id` may reuse `folder` (AP-R1): one we made, bound
+    to that session, and not held by another live process (a live session of this process may
+    be resumed, as a live container is). A folder whose owner is gone is taken over."""
+    if not owned(folder):
+        return False
+    try:
+        fd = os.open(folder / SESSION_FILE, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd) as source:
+            bound = source.read(64)
+    except OSError:
+        return False
+    if bound != session_id:
+        return False
+    owner = read_lease(folder)
+    if owner is None:
+        return False
+    if owner == Owner.me():
+        return True
+    if owner.alive():
+        return False
+    leases.take_over(folder)
+    return True
 
 
 def prune() -> int:

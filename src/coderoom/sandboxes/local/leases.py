@@ -18,7 +18,7 @@ import signal
 import time
 from pathlib import Path
 
-from ..leases import read_lease, write_lease
+from ..leases import LEASE_FILE, read_lease, write_lease
 from . import cgroup
 
 LEASELESS_GRACE_S = 600.0
@@ -27,6 +27,12 @@ KILL_WAIT_S = 5.0  # for the processes `kill_users` killed to be gone
 
 def claim(host_dir: Path) -> None:
     """Mark a new session folder as this process's."""
+    write_lease(host_dir)
+
+
+def take_over(host_dir: Path) -> None:
+    """Make an abandoned session folder this process's (a resume adopting it, see `host_dir.adoptable`)."""
+    (host_dir / LEASE_FILE).unlink(missing_ok=True)
     write_lease(host_dir)
 
 

@@ -38,6 +38,7 @@ from ..live import LiveProcess
 from ..one_user import plain_shell
 from ..pty_sessions import PtySessions, transport
 from ..sdk_errors import UnsupportedFeature, refuse_unsupported, snapshot_errors
+from ..sdk_resume import TrustedResume
 from ..sdk_snapshots import restore_on_resume
 from ..stops import log_stop
 from . import bwrap, host_dir
@@ -204,14 +205,16 @@ class LocalSandboxSession(PtySessions):
 
 
 class LocalSandboxClient(BaseSandboxClient[LocalSandboxClientOptions | None]):
-    """Creates `LocalSandboxSession`s; `delete` removes the session's host directory."""
+    """Creates `LocalSandboxSession`s; `delete` removes the session's host directory. `snapshot`
+    is where sessions this client did not create keep their snapshot on resume (`sdk_resume`)."""
 
     backend_id = "coderoom_local"
     supports_default_options = True
 
-    def __init__(self, limits: Limits, bw: bwrap.Bwrap) -> None:
+    def __init__(self, limits: Limits, bw: bwrap.Bwrap, *, snapshot: SnapshotSpec | None = None) -> None:
         self._limits = limits
         self._bwrap = bw
+        self._trusted = TrustedResume(snapshot)
 
     async def create(
         self,
@@ -228,9 +231,10 @@ class LocalSandboxClient(BaseSandboxClient[LocalSandboxClientOptions | None]):
             session_id=session_id,
             manifest=manifest,
             snapshot=resolve_snapshot(snapshot, str(session_id)),
-            host_dir=str(await asyncio.to_thread(host_dir.make, self._limits.network)),
+            host_dir=str(await asyncio.to_thread(self._new_folder, session_id)),
             limits=self._limits,
         )
+        self._trusted.remember(state)
         return self._wrap_session(LocalSandboxSession(state, self._bwrap))
 
     async def delete(self, session: SandboxSession) -> SandboxSession:
@@ -244,14 +248,20 @@ class LocalSandboxClient(BaseSandboxClient[LocalSandboxClientOptions | None]):
         if not isinstance(state, LocalSandboxSessionState):
             raise TypeError("LocalSandboxClient.resume expects a LocalSandboxSessionState")
         _check_manifest(state.manifest)
-        preserved = host_dir.owned(Path(state.host_dir))
+        self._trusted.distrust(state)  # the snapshot and the manifest's host files (sdk_resume)
+        preserved = await asyncio.to_thread(host_dir.adoptable, Path(state.host_dir), state.session_id.hex)
         if not preserved:  # never trust a path from serialized state: start a fresh directory
-            state.host_dir = str(await asyncio.to_thread(host_dir.make, self._limits.network))
+            state.host_dir = str(await asyncio.to_thread(self._new_folder, state.session_id))
             state.workspace_root_ready = False
         state.limits = self._limits  # limits come from the trusted spec, not from state
         inner = LocalSandboxSession(state, self._bwrap)
         inner._set_start_state_preserved(preserved)
         return self._wrap_session(inner)
+
+    def _new_folder(self, session_id: uuid.UUID) -> Path:
+        folder = host_dir.make(self._limits.network)
+        host_dir.bind(folder, session_id.hex)
+        return folder
 
     def deserialize_session_state(self, payload: dict[str, object]) -> SandboxSessionState:
         return self._deserialize_session_state_payload(payload, LocalSandboxSessionState)
