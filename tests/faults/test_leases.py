@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-from .harness import COMMAND, clean_env, containers, local_folders, no_leftovers, start_run, tool_started
+from .harness import COMMAND, clean_env, containers, no_leftovers, start_run, tool_started
 from openai_server import OpenAIServer, Stall, call, say
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import tarfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
