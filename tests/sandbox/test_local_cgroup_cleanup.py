@@ -9,7 +9,6 @@ import time
 
 import pytest
 
-from coderoom.sandboxes.local import bwrap
 from coderoom.sandboxes.local.cgroup import MemoryCgroup
 
 
@@ -17,9 +16,9 @@ def test_remove_kills_what_is_left_in_the_cgroup_and_removes_it() -> None:
     cgroup = MemoryCgroup.for_session(256 * 1024**2)
     if cgroup is None:
         pytest.skip("no memory cgroup here (cgroup v1 as root, or a delegated v2)")
-    launch = cgroup.wrap(bwrap.Launch("/bin/sleep", ["sleep"]))
-    leftover = subprocess.Popen([*launch.argv, "60"], executable=launch.executable, preexec_fn=launch.preexec)
+    leftover = subprocess.Popen(["sleep", "60"])
     try:
+        cgroup.admit(leftover.pid)
         assert str(leftover.pid) in (cgroup.path / "cgroup.procs").read_text().split()
         start = time.monotonic()
         cgroup.remove()  # rmdir refused (EBUSY) while sleep is in it: it is killed, then removed

@@ -87,8 +87,10 @@ async def test_without_a_cgroup_shared_memory_that_rlimit_as_misses_is_refused(
     assert result.stdout.split(b"\n")[:2] == [b"memfd 1", b"shmget -1 1"]  # EPERM both
 
 
+# a pause after each file, longer than the watchdog's 0.25 s poll, so "stopped within a poll of
+# reaching the limit" does not depend on how fast this machine's disk is
 UNLINKED = """
-import os
+import os, time
 held = []
 for i in range(20):
     f = open(f"big{i}", "wb")
@@ -98,6 +100,7 @@ for i in range(20):
     os.unlink(f"big{i}")
     held.append(f)
     print("held", len(held), flush=True)
+    time.sleep(0.6)
 """
 DISK_ATTACKS = {
     "fallocate -l 5G": (["sh", "-c", "fallocate -l 5G big || echo refused; ls -s big"], b"refused"),

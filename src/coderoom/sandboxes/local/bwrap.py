@@ -29,7 +29,10 @@ RUNTIME_MOUNT = f"{OWN_DIR}/python"
 VENV_MOUNT = f"{OWN_DIR}/venv"
 # bwrap must have these; a build without them is refused rather than run with less isolation.
 # (--disable-userns came with --size, in 0.8: required, it is always passed, never cached as a choice.)
-_REQUIRED = ("--size", "--args", "--json-status-fd", "--ro-bind-data", "--new-session", "--cap-add", "--disable-userns")
+_REQUIRED = (
+    "--size", "--args", "--json-status-fd", "--ro-bind-data", "--new-session", "--cap-add", "--disable-userns",
+    "--info-fd", "--block-fd",  # the gate (see gate.py)
+)  # fmt: skip
 # When coderoom runs as root, bwrap runs as this host uid/gid instead: the sandbox user maps to
 # it, so nothing inside is host root (as kuid 0 it could write /proc/sys/kernel/core_pattern:
 # sysctl permission checks compare the euid with host root and need no capability).
@@ -239,23 +242,36 @@ def as_unprivileged(bw: Bwrap, namespace_fd: int) -> Launch:
 @functools.lru_cache(maxsize=1)
 def _nsenter() -> str | None:
     """util-linux nsenter, if its -S/-G really drop to uid/gid 65534 with no groups here (an old
-    one applied them only with --user: bwrap would then run as root, so it is checked)."""
+    one applied them only with --user: bwrap would then run as root, so it is checked). The
+    answer is cached between processes (`probe_cache`); the gate checks the uid bwrap really
+    runs as at every start (`gate`), so a forged one fails the start."""
     path = shutil.which("nsenter")
-    cat = shutil.which("cat")
-    if path is None or cat is None:
+    if path is None:
         return None
+    required = ("-S", "-G", str(UNPRIVILEGED_HOST_ID))
+    if probe_cache.load([path], required, probe_cache.NSENTER) == path:
+        return path
+    if _nsenter_drops(path):
+        probe_cache.store([path], required, path, probe_cache.NSENTER)
+        return path
+    return None
+
+
+def _nsenter_drops(path: str) -> bool:
+    """Whether `path -S 65534 -G 65534` runs a command as uid/gid 65534 with no groups here."""
+    cat = shutil.which("cat")
+    if cat is None:
+        return False
     ids = str(UNPRIVILEGED_HOST_ID)
     argv = [path, "--mount=/proc/self/ns/mnt", "-S", ids, "-G", ids, "--", cat, "/proc/self/status"]
     try:
         done = subprocess.run(argv, capture_output=True, env={}, timeout=10)
     except (OSError, subprocess.SubprocessError):
-        return None
+        return False
     lines = done.stdout.decode(errors="replace").splitlines()
     fields = dict(line.split(":", 1) for line in lines if ":" in line)
     want = {"Uid": [ids] * 4, "Gid": [ids] * 4, "Groups": []}
-    if done.returncode != 0 or any(fields.get(k, "?").split() != v for k, v in want.items()):
-        return None
-    return path
+    return done.returncode == 0 and all(fields.get(k, "?").split() == v for k, v in want.items())
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ Where it comes from, first that works (`Mode`):
   refused by seccomp (`seccomp.NO_CGROUP_DENIED`), and `coderoom sandbox info` says that several
   processes can each take the limit.
 
-bwrap is placed in the cgroup between fork and exec (`MemoryCgroup.wrap`), so the launcher and every
-command inherit it before any of them runs; nothing inside can leave it (cgroupfs is not
+The sandbox's pid 1 is put in the cgroup while it waits at the gate, before it forks the launcher
+(`gate`), so the launcher and every command start in it; nothing inside can leave it (cgroupfs is not
 mounted in the sandbox, and its cgroup namespace is rooted at its own cgroup). The cgroup is
 removed when the session's launcher has exited, after killing anything still in it.
 """
@@ -32,11 +32,9 @@ import functools
 import os
 import signal
 import time
-from dataclasses import replace
 from enum import Enum
 from pathlib import Path
 
-from .bwrap import Launch
 
 _V1_ROOT = Path("/sys/fs/cgroup/memory")
 _V2_ROOT = Path("/sys/fs/cgroup")
@@ -101,8 +99,8 @@ def mode() -> Mode:
 
 
 class MemoryCgroup:
-    """One session's memory cgroup: made with its limit, bwrap put in it by `wrap`, removed by
-    `remove` after the launcher has exited."""
+    """One session's memory cgroup: made with its limit, the sandbox's pid 1 put in it by `admit`,
+    removed by `remove` after the launcher has exited."""
 
     def __init__(self, mode: Mode, path: Path, limit: int) -> None:
         self.mode = mode
@@ -143,16 +141,10 @@ class MemoryCgroup:
     def _write(self, name: str, value: int) -> None:
         (self.path / name).write_text(str(value))
 
-    def wrap(self, launch: Launch) -> Launch:
-        """`launch`, with bwrap moved into this cgroup between fork and exec, before anything else."""
-        fd, then = self._procs_fd, launch.preexec
-
-        def hook() -> None:  # in the child: no allocation-heavy work
-            os.write(fd, b"0")  # 0: the writing process
-            if then is not None:
-                then()
-
-        return replace(launch, preexec=hook)
+    def admit(self, pid: int) -> None:
+        """Move process `pid` into this cgroup (its children from then on start in it): the
+        sandbox's pid 1 at the gate (see `gate`)."""
+        os.write(self._procs_fd, str(pid).encode())
 
     def oom_kills(self) -> int:
         """How many processes the kernel has OOM-killed in this cgroup so far."""

@@ -17,9 +17,8 @@ import os
 import socket
 from dataclasses import dataclass, field
 
-from . import bwrap
 from .process import BwrapProcess, CappedBuffer, pump
-from .spawn import Settings, Started, memfd, spawn_launcher
+from .spawn import Settings, Started, memfd
 
 __all__ = ["LAUNCHER_LOST", "Job", "Launcher", "LauncherError", "Settings"]
 
@@ -77,16 +76,11 @@ class Launcher:
         return await self._bwrap.child_pid()
 
     @classmethod
-    def spawn(cls, launch: bwrap.Launch, args: list[str], python: str, settings: Settings) -> Launcher:
-        """Start bwrap with `args` running the launcher under `python` (see `adopt`)."""
-        return cls.adopt(spawn_launcher(launch, args, python, settings))
-
-    @classmethod
     def adopt(cls, started: Started) -> Launcher:
-        """Watch a launcher `spawn.spawn_launcher` started. Jobs may be sent at once (they queue
-        on the socket); if the launcher is not ready within 10 s, or exits first, they end with
+        """Watch a launcher `spawn.spawn_launcher` started. Send jobs once it is ready
+        (`wait_ready`): if it is not ready within 10 s, or exits first, they end with
         LAUNCHER_LOST and `failure()` says why."""
-        process = BwrapProcess(started.popen, started.status, started.stderr)
+        process = BwrapProcess(started.popen, started.status, started.stderr, started.admission)
         launcher = cls(process, started.sock)
         timer = asyncio.get_running_loop().call_later(_READY_TIMEOUT_S, launcher._not_ready)
         launcher._ready.add_done_callback(lambda _: timer.cancel())
@@ -94,11 +88,20 @@ class Launcher:
 
     def failure(self) -> str:
         """Why the launcher stopped, for error messages."""
+        if self._bwrap.gate_error:
+            return self._bwrap.gate_error
         detail = self._stderr.value().decode(errors="replace").strip()
         if self.started:
             return f"the sandbox launcher stopped{': ' + detail if detail else ''}"
         reason = self._ready.exception() if self._ready.done() else None
         return f"the sandbox launcher did not start: {detail or reason or 'no reason given'}"
+
+    async def wait_ready(self) -> bool:
+        """Wait until the launcher has said it is ready (True) or failed to start (False). Only a
+        launcher past the gate can say so (see `gate`), so no command is sent before it."""
+        with contextlib.suppress(LauncherError):
+            await asyncio.shield(self._ready)
+        return self.started
 
     @property
     def started(self) -> bool:

@@ -12,7 +12,11 @@ candidates this process found itself, and only while the key is exactly the curr
 forged or stale answer is therefore at worst a bwrap that cannot build the sandbox here: it
 then fails to start (SandboxFailed), and is never run with less isolation, because coderoom
 passes every option it relies on and bwrap refuses options it lacks rather than ignore them.
-Nothing else is cached (the nsenter check as root is not: it decides which uid bwrap runs as).
+
+As root, the nsenter check (`bwrap._nsenter`: does this nsenter drop to uid 65534?) is kept the
+same way in `nsenter-probe.json`, keyed by nsenter's identity. It decides which uid bwrap runs
+as, so it is not trusted either: the gate checks the uid bwrap and its pid 1 really run as
+before anything starts in the sandbox (`gate`), and a wrong answer fails the start.
 A file that is not a small regular file of the expected shape is ignored and replaced.
 """
 
@@ -26,6 +30,7 @@ from pathlib import Path
 
 MAX_BYTES = 65536  # far more than an entry takes
 _FORMAT = 1
+BWRAP, NSENTER = "bwrap-probe", "nsenter-probe"  # the two answers kept, one file each
 _SYSCTLS = (
     "/proc/sys/user/max_user_namespaces",
     "/proc/sys/kernel/unprivileged_userns_clone",
@@ -34,9 +39,9 @@ _SYSCTLS = (
 )
 
 
-def cache_file() -> Path:
+def cache_file(name: str = BWRAP) -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base, "coderoom", "bwrap-probe.json")
+    return Path(base, "coderoom", f"{name}.json")
 
 
 def key(candidates: list[str], required: tuple[str, ...]) -> list[object]:
@@ -59,10 +64,10 @@ def key(candidates: list[str], required: tuple[str, ...]) -> list[object]:
     return [_FORMAT, identities, machine, list(required)]
 
 
-def load(candidates: list[str], required: tuple[str, ...]) -> str | None:
+def load(candidates: list[str], required: tuple[str, ...], name: str = BWRAP) -> str | None:
     """The candidate that passed under the current key, or None (no entry, stale, or not ours)."""
     try:
-        fd = os.open(cache_file(), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(cache_file(name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as handle:
@@ -81,9 +86,9 @@ def load(candidates: list[str], required: tuple[str, ...]) -> str | None:
     return path if isinstance(path, str) and path in candidates else None
 
 
-def store(candidates: list[str], required: tuple[str, ...], path: str) -> None:
+def store(candidates: list[str], required: tuple[str, ...], path: str, name: str = BWRAP) -> None:
     """Record that `path` passed; best effort (a read-only home just means probing each time)."""
-    target = cache_file()
+    target = cache_file(name)
     text = json.dumps({"key": key(candidates, required), "path": path})
     temp = target.with_name(f".{target.name}.{os.getpid()}")
     try:

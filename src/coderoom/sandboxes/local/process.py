@@ -16,6 +16,7 @@ import os
 import subprocess
 from collections.abc import Awaitable, Callable
 
+from .gate import Admission
 from .spawn import kill_late_init, kill_sandbox
 from .status import StatusPipe
 
@@ -64,11 +65,15 @@ class BwrapProcess:
     bwrap's stdin and stdout are /dev/null; `stderr` is the read end of its stderr pipe.
     """
 
-    def __init__(self, popen: subprocess.Popen[bytes], status: StatusPipe, err_r: int) -> None:
-        """Watch a bwrap started by `spawn.start_bwrap` (the pipes' read ends are ours now)."""
+    def __init__(
+        self, popen: subprocess.Popen[bytes], status: StatusPipe, err_r: int, admission: Admission | None = None
+    ) -> None:
+        """Watch a bwrap started by `spawn.start_bwrap` (the pipes' read ends are ours now), its
+        pid 1 at the gate if `admission` (see `gate`)."""
         self.popen = popen
         self.stderr = err_r
         self._status = status
+        self._admission = admission
         loop = asyncio.get_running_loop()
         self.exited: asyncio.Future[int] = loop.create_future()
         self._pidfd = os.pidfd_open(self.popen.pid)
@@ -77,6 +82,11 @@ class BwrapProcess:
     @property
     def pid(self) -> int:
         return self.popen.pid
+
+    @property
+    def gate_error(self) -> str | None:
+        """Why the gate stopped the sandbox, once it has (see `gate`)."""
+        return self._admission.error if self._admission is not None else None
 
     async def child_pid(self) -> int | None:
         """The sandbox's pid 1 (host pid), once bwrap has made its namespaces; None if it exited."""
@@ -114,6 +124,8 @@ class BwrapProcess:
         if self._status.fd >= 0:
             kill_late_init(self._status)
             self._status.close()
+        if self._admission is not None and self.exited.done():
+            self._admission.close()
 
     def _kill_tree(self) -> None:
         """SIGKILL the sandbox's pid 1, or bwrap's group before it has reported one (`kill_sandbox`)."""

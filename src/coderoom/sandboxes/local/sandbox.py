@@ -264,6 +264,9 @@ class LocalSandbox(SandboxPlan):
     ) -> Job:
         """Hand `argv` to the sandbox's launcher, starting the launcher first if needed."""
         launcher = await self._ensure_launcher()
+        if not await launcher.wait_ready():
+            await launcher.close()  # reaps bwrap and collects its stderr
+            raise SandboxFailed(launcher.failure())
         try:
             return launcher.start_job(argv, {**with_library_path(BASE_ENV), **(env or {})}, stdin=stdin, tty=tty)
         except LauncherError as exc:

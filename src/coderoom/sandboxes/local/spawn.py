@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.machinery
 import importlib.util
 import marshal
 import os
@@ -24,6 +25,7 @@ import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from types import CodeType
 from typing import TYPE_CHECKING
 
 from ...errors import UsageError
@@ -31,6 +33,7 @@ from ..limit_values import CPU_KILL_GRACE_S
 from ..seccomp import host_arch
 from . import bwrap, enforcement, host_dir
 from .cgroup import MemoryCgroup
+from .gate import Admission, Gate, GatePipes
 from .status import StatusPipe
 
 if TYPE_CHECKING:  # or a `PlainLimits` (`coderoom sandbox run`)
@@ -82,6 +85,7 @@ class Started:
     status: StatusPipe  # bwrap's --json-status-fd, read end
     stderr: int  # bwrap's stderr, read end
     sock: socket.socket  # the launcher's control socket, host end (non-blocking)
+    admission: Admission | None  # its pid 1 at the gate (see `gate`); None: not gated here
 
     def close(self) -> None:
         """Never adopted: kill the sandbox (`kill_sandbox`) and reap bwrap (so its memory cgroup
@@ -94,6 +98,8 @@ class Started:
             self.popen.wait()
         kill_late_init(self.status)
         self.status.close()
+        if self.admission is not None:
+            self.admission.close()
         os.close(self.stderr)
         self.sock.close()
 
@@ -131,8 +137,6 @@ class SandboxPlan:
             else:
                 self._namespace_fd = bwrap.views_namespace(self._views)
                 self._launch_cache = bwrap.as_unprivileged(self._bwrap, self._namespace_fd)
-            if self._memory is not None:
-                self._launch_cache = self._memory.wrap(self._launch_cache)
         return self._launch_cache
 
     def _release_launch(self) -> None:
@@ -171,7 +175,9 @@ class SandboxPlan:
         return Settings(self._seccomp, self._clone_nr, rlimits, limits.tmp_size, self.root)
 
     def _spawn(self) -> Started:
-        return spawn_launcher(self._launch(), self._bwrap_args(), bwrap.runtime().sandbox_interpreter, self._settings())
+        launch = self._launch()
+        gate = Gate(self._memory, bwrap.host_id())
+        return spawn_launcher(launch, self._bwrap_args(), bwrap.runtime().sandbox_interpreter, self._settings(), gate)
 
 
 def prestart(limits: Limits) -> tuple[SandboxPlan, Started] | None:
@@ -200,8 +206,10 @@ def prestart(limits: Limits) -> tuple[SandboxPlan, Started] | None:
         raise
 
 
-def spawn_launcher(launch: bwrap.Launch, args: list[str], python: str, settings: Settings) -> Started:
-    """Start bwrap with `args` running the launcher under `python`, its files passed as memfds."""
+def spawn_launcher(launch: bwrap.Launch, args: list[str], python: str, settings: Settings, gate: Gate) -> Started:
+    """Start bwrap with `args` running the launcher under `python`, its files passed as memfds,
+    its pid 1 held at `gate` until admitted (when the gate is needed here)."""
+    pipes = GatePipes() if gate.needed else None
     host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     config = marshal.dumps(
         {
@@ -219,18 +227,25 @@ def spawn_launcher(launch: bwrap.Launch, args: list[str], python: str, settings:
     try:
         host_end.setblocking(False)
         data_binds = [arg for path, fd in files.items() for arg in ("--ro-bind-data", str(fd), path)]
+        gate_args, gate_fds = (pipes.bwrap_args(), pipes.bwrap_fds()) if pipes else ([], ())
         argv = [python, "-I", "-S", LAUNCHER_PATH, str(child_end.fileno()), SECCOMP_PATH, SETTINGS_PATH]
         popen, status_r, err_r = start_bwrap(
-            launch, data_binds + args, ["--", *argv], (child_end.fileno(), *files.values())
+            launch, gate_args + data_binds + args, ["--", *argv], (child_end.fileno(), *gate_fds, *files.values())
         )
     except BaseException:
         host_end.close()
+        if pipes:
+            pipes.close_all()
         raise
     finally:
         child_end.close()
         for fd in files.values():
             os.close(fd)
-    return Started(popen, StatusPipe(status_r), err_r, host_end)
+    admission = None
+    if pipes:
+        pipes.spawned()
+        admission = Admission(gate, pipes, popen.pid)
+    return Started(popen, StatusPipe(status_r), err_r, host_end, admission)
 
 
 def start_bwrap(
@@ -335,7 +350,16 @@ def with_library_path(env: dict[str, str]) -> dict[str, str]:
 @functools.cache
 def _compiled_launcher() -> bytes:
     """launcher_inner as a .pyc the sandbox runs directly: compiling it there took 2 ms of every
-    session start. The sandbox runs this same interpreter, so the bytecode fits. (Not through
-    `__pycache__`: its code objects would carry the host path of the source into the sandbox.)"""
-    code = compile(LAUNCHER_SOURCE.read_text(), "launcher_inner.py", "exec", dont_inherit=True)
+    session start. The sandbox runs this same interpreter, so the bytecode fits. The code comes
+    from Python's own bytecode cache (`__pycache__`, written by pip at install or here on first
+    use; compiling it in every process took 5 ms), renamed so that no code object carries the
+    host path of the source into the sandbox."""
+    loader = importlib.machinery.SourceFileLoader("launcher_inner", str(LAUNCHER_SOURCE))
+    code = _renamed(loader.get_code("launcher_inner"), LAUNCHER_SOURCE.name)
     return importlib.util.MAGIC_NUMBER + bytes(12) + marshal.dumps(code)  # flags, mtime, size: 0
+
+
+def _renamed(code: CodeType, filename: str) -> CodeType:
+    """`code` and every code object within it, with `filename` as co_filename."""
+    consts = tuple(_renamed(const, filename) if isinstance(const, CodeType) else const for const in code.co_consts)
+    return code.replace(co_filename=filename, co_consts=consts)

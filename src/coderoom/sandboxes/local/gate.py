@@ -1,0 +1,165 @@
+"""The gate a local sandbox passes before anything runs in it: bwrap's pid 1 waits on
+`--block-fd` until the host has put it in the session's memory cgroup and, as root, checked
+that bwrap runs as the unprivileged host uid. A thread does this while the host goes on.
+
+Why a gate: moving a process into a cgroup waits for an RCU grace period (cgroup_threadgroup_rwsem;
+12-18 ms here, the same on cgroup v2). Done between fork and exec, as it was before, it held up
+bwrap's start, and the host's own start-up with it (and needed fork() where Python can vfork()).
+At the gate it overlaps bwrap's setup and the host's imports.
+
+bwrap's pid 1 reports itself on `--info-fd` (written once, then closed), makes the sandbox's
+mounts, drops its privileges and then blocks on the gate; only then does it fork the launcher,
+which every command descends from, so all of them start inside the cgroup. What runs before the
+gate is bwrap's own code. bwrap's outer process stays in our cgroup: it runs nothing of the
+sandbox and only waits for pid 1.
+
+pid 1 goes on when it reads a byte, or EOF once every write end is closed. On any failure the
+sandbox is killed instead, and the write end stays open until its bwrap has exited (`close`). If
+this process dies at the gate, pid 1 reads EOF: its launcher then finds no host on its socket and
+exits before running anything, because the host sends a command only after the launcher has said
+it is ready, which it can only do after the gate (`LocalSandbox._start_job`).
+
+The uid check makes the nsenter answer safe to cache (`bwrap._nsenter`): a wrong answer fails
+the start instead of running the sandbox as host root.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .cgroup import MemoryCgroup
+
+MAX_INFO_BYTES = 65536  # far more than bwrap's info (pid 1 and six namespace ids)
+CLOSE_WAIT_S = 5.0  # for the thread to finish once bwrap has exited
+
+
+class GateError(RuntimeError):
+    """The gate stayed shut: the sandbox was killed, and this says why."""
+
+
+class Gate:
+    """What the gate requires of a sandbox: the memory cgroup its pid 1 joins (None: there is none
+    here) and the host uid/gid bwrap must run as (None: we are not root, bwrap runs as us)."""
+
+    def __init__(self, memory: MemoryCgroup | None, host_id: int | None) -> None:
+        self.memory = memory
+        self.host_id = host_id
+
+    @property
+    def needed(self) -> bool:
+        return self.memory is not None or self.host_id is not None
+
+
+class GatePipes:
+    """The two pipes a gated bwrap is started with: bwrap writes its info into one and its pid 1
+    reads the other (`bwrap_args`, `bwrap_fds`); the host keeps the other ends."""
+
+    def __init__(self) -> None:
+        self.info_r, self.info_w = os.pipe2(os.O_CLOEXEC)
+        self.block_r, self.block_w = os.pipe2(os.O_CLOEXEC)
+
+    def bwrap_args(self) -> list[str]:
+        return ["--info-fd", str(self.info_w), "--block-fd", str(self.block_r)]
+
+    def bwrap_fds(self) -> tuple[int, int]:
+        return self.info_w, self.block_r
+
+    def spawned(self) -> None:
+        """bwrap has its ends now: close ours of them."""
+        for fd in self.bwrap_fds():
+            os.close(fd)
+
+    def close_all(self) -> None:
+        """bwrap was never started."""
+        for fd in (self.info_r, self.info_w, self.block_r, self.block_w):
+            os.close(fd)
+
+
+class Admission:
+    """One sandbox at the gate: a thread that admits its pid 1, or kills it and says why."""
+
+    def __init__(self, gate: Gate, pipes: GatePipes, bwrap_pid: int) -> None:
+        self._gate = gate
+        self._info_r = pipes.info_r
+        self._block_w = pipes.block_w
+        self._bwrap_pid = bwrap_pid
+        self.error: str | None = None
+        self._thread = threading.Thread(target=self._admit, name="coderoom-gate", daemon=True)
+        self._thread.start()
+
+    def _admit(self) -> None:
+        pidfd = -1
+        try:
+            pid = self._read_pid()
+            if pid is None:
+                raise GateError("bwrap exited before it reported the sandbox's pid 1")
+            pidfd = os.pidfd_open(pid)
+            self._check(pid)
+            if self._gate.memory is not None:
+                self._gate.memory.admit(pid)
+            os.write(self._block_w, b"1")
+        except BaseException as exc:  # the thread's end: reported through `error`
+            self.error = f"the sandbox was stopped at its start: {exc}"
+            if pidfd >= 0:
+                with contextlib.suppress(OSError):
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            return
+        finally:
+            if pidfd >= 0:
+                os.close(pidfd)
+            os.close(self._info_r)
+        os.close(self._block_w)
+        self._block_w = -1
+
+    def _read_pid(self) -> int | None:
+        """pid 1's host pid from bwrap's info, read to EOF (bwrap closes it once written)."""
+        data = b""
+        while len(data) <= MAX_INFO_BYTES:
+            chunk = os.read(self._info_r, MAX_INFO_BYTES + 1 - len(data))
+            if not chunk:
+                break
+            data += chunk
+        try:
+            pid = json.loads(data).get("child-pid")
+        except (ValueError, AttributeError):
+            return None
+        return pid if isinstance(pid, int) and pid > 1 else None
+
+    def _check(self, pid: int) -> None:
+        """pid is bwrap's child and a namespace's pid 1; as root, both run as the host uid."""
+        child = _status(pid)
+        if child.get("PPid") != [str(self._bwrap_pid)] or child.get("NSpid", [""])[-1:] != ["1"]:
+            raise GateError(f"pid {pid} is not the pid 1 of bwrap {self._bwrap_pid}")
+        if self._gate.host_id is None:
+            return
+        ids = [str(self._gate.host_id)] * 4
+        for name, fields in (("bwrap", _status(self._bwrap_pid)), ("its pid 1", child)):
+            if fields.get("Uid") != ids or fields.get("Gid") != ids or fields.get("Groups") != []:
+                raise GateError(f"{name} does not run as uid/gid {self._gate.host_id} with no groups")
+
+    def close(self) -> None:
+        """After bwrap has exited: wait for the thread (bounded) and close the gate's write end."""
+        self._thread.join(CLOSE_WAIT_S)
+        if self._block_w >= 0 and not self._thread.is_alive():
+            os.close(self._block_w)
+            self._block_w = -1
+
+
+def _status(pid: int) -> dict[str, list[str]]:
+    """/proc/PID/status as {field: words}; {} if it cannot be read."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return {}
+    fields: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        fields[name] = value.split()
+    return fields
