@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
 import sys
 from typing import Any
 
@@ -24,9 +25,14 @@ def main() -> None:
     took longer than the sandbox's own close): its sandbox is closed and removed by then, and
     exit handlers and the streams are run and flushed first.
     """
-    from .sandbox_run import fast_exit_code
+    try:
+        from .sandbox_run import fast_exit_code
 
-    code = fast_exit_code(sys.argv[1:])
+        code = fast_exit_code(sys.argv[1:])
+    except KeyboardInterrupt:  # before the fast path has its own handlers: nothing made yet
+        from .errors import show
+
+        code = show("interrupted by SIGINT", 128 + signal.SIGINT)
     if code is None:
         _typer_app()()
         return

@@ -144,8 +144,8 @@ def fast_exit_code(argv: list[str]) -> int | None:
         if not getattr(backend, "plain_spec", False):
             return None
         with _signals_raise():  # outside the event loop, which handles them itself (see `execute`)
-            early = backend.prestart(spec) if hasattr(backend, "prestart") else None
-            return execute(spec, command, None, copy_back_all=False, progress=_progress, early=early)
+            prestart = (lambda: backend.prestart(spec)) if hasattr(backend, "prestart") else None
+            return execute(spec, command, None, copy_back_all=False, progress=_progress, prestart=prestart)
     except _Signalled as signalled:  # the same words and code as `interrupts.Interrupted`
         return show(f"interrupted by {signal.Signals(signalled.signum).name}", 128 + signalled.signum)
     except CoderoomError as exc:
@@ -159,12 +159,17 @@ def execute(
     *,
     copy_back_all: bool,
     progress: Callable[[str], None],
-    early: Any = None,
+    prestart: Callable[[], Any] | None = None,
 ) -> int:
     """Run `command` in a fresh sandbox, write its output, and return its exit code. A signal
     ends it with `interrupts.Interrupted` once the sandbox is gone (see `run_interruptible`).
-    `early`: the sandbox a backend's `prestart` started (before this loaded asyncio)."""
+    `prestart`: a backend's `prestart(spec)`, which starts the sandbox before asyncio is loaded;
+    a signal during it waits until what it made is ours to remove (`_signals_deferred`)."""
+    early = None
     try:
+        if prestart is not None:
+            with _signals_deferred():
+                early = prestart()
         import asyncio
 
         from ..interrupts import run_interruptible
@@ -197,6 +202,18 @@ class _Signalled(BaseException):
 
 def _raise_signalled(signum: int, _frame: object) -> None:
     raise _Signalled(signum)
+
+
+@contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP held back (blocked) meanwhile, and delivered at the end: a
+    signal in the middle of making a session folder, a cgroup or a bwrap would leave them with
+    no name to remove them by."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 @contextmanager

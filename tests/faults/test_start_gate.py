@@ -1,0 +1,125 @@
+"""Faults while a local sandbox waits at its gate (`local/gate.py`): the host killed there, and a
+signal at every moment of a whole `coderoom sandbox run -- true`. Nothing is left running, and a
+closed sandbox leaves no session folder and no memory cgroup."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from backends import require_backend
+from coderoom.sandboxes.local import host_dir
+from coderoom.sandboxes.local.cgroup import Mode, detect, remove_recorded
+
+GONE_WITHIN_S = 5.0
+# a limit no other sandbox here uses, so the test finds its own cgroups among everyone's
+MEMORY = "333M"
+MEMORY_BYTES = str(333 * 2**20)
+DELAYS_S = (0.0, 0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.1, 0.12)
+
+
+@pytest.fixture
+def tmpdir_for_sessions() -> Iterator[Path]:
+    """A TMPDIR of the test's own, searchable by the uid bwrap runs as when root."""
+    require_backend("local")
+    folder = Path(tempfile.mkdtemp(prefix="coderoom-test-", dir="/tmp"))
+    folder.chmod(0o755)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def our_cgroups() -> set[Path]:
+    """Session cgroups with this test's memory limit."""
+    _, parent = detect()
+    if parent is None:
+        return set()
+    found = set()
+    for group in parent.glob("coderoom-*"):
+        try:
+            if (group / "memory.limit_in_bytes").read_text().strip() == MEMORY_BYTES:
+                found.add(group)
+        except OSError:
+            continue
+    return found
+
+
+HELD_AT_THE_GATE = """
+import os, signal, time
+from coderoom.sandboxes.limit_values import PlainLimits
+from coderoom.sandboxes.local import spawn
+from coderoom.sandboxes.local.cgroup import MemoryCgroup
+
+MemoryCgroup.admit = lambda self, pid: time.sleep(3600)  # the gate never opens
+plan, started = spawn.prestart(PlainLimits())
+while started.status.child_pid() is None:
+    time.sleep(0.01)
+print(started.popen.pid, started.status.child_pid(), plan.host_dir, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_host_killed_at_the_gate_leaves_nothing_running(tmpdir_for_sessions: Path) -> None:
+    """pid 1 reads EOF at the gate when the host dies; the launcher it then forks finds no host
+    on its socket and exits, and nothing was ever sent to it."""
+    if detect()[0] is Mode.NONE:
+        pytest.skip("no memory cgroup here: no gate unless root")
+    env = {**os.environ, "TMPDIR": str(tmpdir_for_sessions)}
+    script = textwrap.dedent(HELD_AT_THE_GATE)
+    host = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert host.returncode == -signal.SIGKILL, host.stderr
+    bwrap_pid, pid1, folder = host.stdout.split()
+    left = [int(bwrap_pid), int(pid1)]
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while left and time.monotonic() < deadline:
+        left = [pid for pid in left if alive(pid)]
+        time.sleep(0.05)
+    try:
+        assert left == []
+        assert not os.listdir(Path(folder) / "workspace")
+    finally:
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+        remove_recorded(Path(folder) / host_dir.CGROUP_FILE)  # what `coderoom sandbox prune` does
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
+def test_a_signal_at_any_moment_of_the_start_leaves_nothing_behind(signum: int, tmpdir_for_sessions: Path) -> None:
+    env = {**os.environ, "TMPDIR": str(tmpdir_for_sessions)}
+    argv = [sys.executable, "-c", "from coderoom.cli import main; main()", "sandbox", "run", "--memory", MEMORY, "--", "true"]
+    before = our_cgroups()
+    codes = set()
+    for delay in DELAYS_S:
+        process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(delay)
+        process.send_signal(signum)
+        _, stderr = process.communicate(timeout=30)
+        codes.add(process.returncode)
+        if process.returncode == 1 and signum == signal.SIGINT:  # Python's own, while it loads coderoom
+            assert stderr.rstrip().endswith(b"KeyboardInterrupt"), (delay, stderr)
+        else:
+            assert process.returncode in (0, 128 + signum, -signum), (delay, stderr)
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while (our_cgroups() - before or list(tmpdir_for_sessions.iterdir())) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert our_cgroups() - before == set()
+    assert list(tmpdir_for_sessions.iterdir()) == []
+    assert 128 + signum in codes  # some signals did come while the sandbox was up
