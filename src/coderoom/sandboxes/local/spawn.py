@@ -4,7 +4,8 @@ Python take to start in the sandbox).
 
 `SandboxPlan` holds what a sandbox is made of on the host (its folder, the seccomp filter, the
 runtime binds) and makes the rest on first use: the launch (memory cgroup, as root the views
-namespace), bwrap's arguments and the launcher's settings. `LocalSandbox` is a plan with an
+namespace), bwrap's arguments and the launcher's settings. bwrap's pid 1 then waits at the gate
+until a thread has put it in the memory cgroup (`gate`). `LocalSandbox` is a plan with an
 event loop. `spawn_launcher` starts bwrap running the launcher; `launcher.Launcher.adopt` then
 watches it from the loop. `prestart` does all of it for a one-command sandbox before the caller
 loads asyncio (`LocalBackend.prestart`, used by `coderoom sandbox run`), so the launcher starts
