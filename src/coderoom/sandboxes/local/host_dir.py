@@ -29,18 +29,22 @@ SESSION_FILE = "session"  # the SDK session id the folder belongs to (see `bind`
 def make(network: bool) -> Path:
     """A new session folder with its workspace, /etc and venv skeleton, owned by bwrap's uid."""
     host_dir = Path(tempfile.mkdtemp(prefix=PREFIX, dir=parent()))  # mode 0700
-    leases.claim(host_dir)  # `prune` reclaims the folder once this process is gone
-    (host_dir / "workspace").mkdir(mode=0o700)
-    bwrap.write_etc(host_dir / "etc", network)
-    rt = bwrap.runtime()
-    if rt.venv_sites:
-        bwrap.write_venv(host_dir / "venv", rt)
-    ids = bwrap.host_id()
-    if ids is not None:  # bwrap runs as this uid and must reach the workspace
-        for index in range(len(rt.binds())):
-            (host_dir / f"python-{index}").mkdir(mode=0o755)  # mount points, see bwrap.views_namespace
-        os.chown(host_dir, ids, ids)
-        os.chown(host_dir / "workspace", ids, ids)
+    try:
+        leases.claim(host_dir)  # `prune` reclaims the folder once this process is gone
+        (host_dir / "workspace").mkdir(mode=0o700)
+        bwrap.write_etc(host_dir / "etc", network)
+        rt = bwrap.runtime()
+        if rt.venv_sites:
+            bwrap.write_venv(host_dir / "venv", rt)
+        ids = bwrap.host_id()
+        if ids is not None:  # bwrap runs as this uid and must reach the workspace
+            for index in range(len(rt.binds())):
+                (host_dir / f"python-{index}").mkdir(mode=0o755)  # mount points, see bwrap.views_namespace
+            os.chown(host_dir, ids, ids)
+            os.chown(host_dir / "workspace", ids, ids)
+    except BaseException:  # a signal (Interrupted) or an error: a half-made folder is not one
+        tree.remove_tree(host_dir)  # `prune` would take (as root it is not yet bwrap's uid's)
+        raise
     return host_dir
 
 
