@@ -106,3 +106,24 @@ def test_after_a_sigkill_prune_takes_the_folder_and_its_cgroup(entry: str, tmpdi
     done = subprocess.run([sys.executable, "-c", prune], env=env, capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout) == (0, "1\n"), done.stderr
     _nothing_left(marker, folder, group)
+
+
+@pytest.mark.parametrize("step", ["write_etc", "chown"])
+def test_a_signal_while_the_session_folder_is_made_leaves_no_folder(
+    step: str, tmpdir_for_sessions: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """G15: SIGTERM/SIGINT in the first milliseconds of `sandbox run` can land in `host_dir.make`
+    (prestart makes the folder before anything else). The folder was left half made, owned by
+    root, which `prune` never takes (it takes only folders owned by bwrap's uid): one per such
+    signal, for good. Seen in a loop of SIGTERMs 0-100 ms after start (exit 143)."""
+    from coderoom.interrupts import Interrupted
+    from coderoom.sandboxes.local import bwrap
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise Interrupted(signal.SIGTERM)  # what the handler raises in the main thread
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmpdir_for_sessions))
+    monkeypatch.setattr(bwrap if step == "write_etc" else os, step, interrupted)
+    with pytest.raises(Interrupted):
+        host_dir.make(False)
+    assert list(tmpdir_for_sessions.glob(f"{host_dir.PREFIX}*")) == []

@@ -42,8 +42,8 @@ def make(network: bool) -> Path:
                 (host_dir / f"python-{index}").mkdir(mode=0o755)  # mount points, see bwrap.views_namespace
             os.chown(host_dir, ids, ids)
             os.chown(host_dir / "workspace", ids, ids)
-    except BaseException:  # half made: nobody else has its name
-        tree.remove_tree(host_dir)
+    except BaseException:  # a signal (Interrupted) or an error: a half-made folder is not one
+        tree.remove_tree(host_dir)  # `prune` would take (as root it is not yet bwrap's uid's)
         raise
     return host_dir
 

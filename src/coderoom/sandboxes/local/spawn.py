@@ -33,7 +33,7 @@ from ...errors import UsageError
 from ..limit_values import CPU_KILL_GRACE_S
 from ..seccomp import host_arch
 from . import bwrap, enforcement, host_dir
-from .cgroup import MemoryCgroup
+from .cgroup import MemoryCgroup, Mode
 from .gate import Admission, Gate, GatePipes
 from .status import StatusPipe
 
@@ -218,6 +218,9 @@ def spawn_launcher(launch: bwrap.Launch, args: list[str], python: str, settings:
             "rlimits": settings.rlimits,
             "tmp_size": settings.tmp_size,
             "workspace": settings.workspace,
+            # the cgroup line pid 1 was admitted in at the gate ("memory" on v1, "" the v2 line),
+            # None: none; the launcher checks it (bwrap goes on at EOF too, see `gate`)
+            "admitted": None if gate.memory is None else ("memory" if gate.memory.mode is Mode.V1 else ""),
         }
     )
     files = {

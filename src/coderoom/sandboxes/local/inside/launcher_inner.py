@@ -436,6 +436,21 @@ class Launcher:
             os.waitpid(slot.pid, 0)
 
 
+def _own_cgroup(controller):
+    """This process's path for `controller` ("" = the v2 line), as its cgroup namespace shows it.
+
+    The session's namespace was made by bwrap before the gate, rooted where pid 1 was then (the
+    host's cgroup): after the gate moved pid 1 into the session's memory cgroup the path names
+    it; "/" means pid 1 went on at the gate without being admitted (bwrap goes on at EOF too,
+    which is what it reads when the host dies there), so nothing may start."""
+    with open("/proc/self/cgroup") as handle:
+        for line in handle.read().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if (controller in controllers.split(",")) if controller else controllers == "":
+                return path
+    return None
+
+
 def main():
     """argv: the control socket's fd, the seccomp program's path, the settings' path."""
     _prctl(PR_SET_DUMPABLE, 0)
@@ -444,6 +459,9 @@ def main():
         seccomp = handle.read()
     with open(sys.argv[3], "rb") as handle:
         settings = marshal.loads(handle.read())
+    if settings.get("admitted") is not None and _own_cgroup(settings["admitted"]) in (None, "/"):
+        sys.stderr.write("coderoom: the sandbox was not admitted to its memory cgroup\n")
+        os._exit(_STUB_FAILED)
     fd = int(sys.argv[1])
     os.set_inheritable(fd, False)
     Launcher(_socket.socket(fileno=fd), Config(seccomp, settings)).serve()
