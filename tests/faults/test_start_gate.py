@@ -1,9 +1,11 @@
-"""Faults while a local sandbox waits at its gate (`local/gate.py`): the host killed there, and a
-signal at every moment of a whole `coderoom sandbox run -- true`. Nothing is left running, and a
-closed sandbox leaves no session folder and no memory cgroup."""
+"""Faults while a local sandbox waits at its gate (`local/gate.py`): the host killed there, a
+signal at every moment of a whole `coderoom sandbox run -- true`, and a bwrap pid 1 left blocked
+before the gate by a killed bwrap. Nothing is left running, and a closed sandbox leaves no
+session folder and no memory cgroup."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -18,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from backends import require_backend
-from coderoom.sandboxes.local import host_dir
+from coderoom.sandboxes.local import host_dir, leases
 from coderoom.sandboxes.local.cgroup import Mode, detect, remove_recorded
 
 GONE_WITHIN_S = 5.0
@@ -123,3 +125,52 @@ def test_a_signal_at_any_moment_of_the_start_leaves_nothing_behind(signum: int, 
     assert our_cgroups() - before == set()
     assert list(tmpdir_for_sessions.iterdir()) == []
     assert 128 + signum in codes  # some signals did come while the sandbox was up
+
+
+def blocked_pid_1() -> tuple[int, int]:
+    """A real bwrap pid 1 left as a host SIGKILL can leave one: its bwrap killed after cloning it
+    and before waking it (here bwrap waits on --userns-block-fd in that window). It then waits on
+    bwrap's eventfd for good, with parent 1, in bwrap's process group, in no session cgroup, and
+    its mounts name no folder. Returns (bwrap's pid = the group, pid 1)."""
+    info_r, info_w = os.pipe()
+    block_r, block_w = os.pipe()
+    argv = ["bwrap", "--unshare-user", "--unshare-pid", "--info-fd", str(info_w), "--userns-block-fd", str(block_r)]
+    outer = subprocess.Popen([*argv, "--ro-bind", "/", "/", "true"], pass_fds=(info_w, block_r), process_group=0)
+    os.close(info_w)
+    os.close(block_r)
+    with os.fdopen(info_r, "rb") as info:
+        pid1 = json.loads(info.read())["child-pid"]
+    outer.kill()
+    outer.wait()
+    os.close(block_w)
+    assert alive(pid1)
+    return outer.pid, pid1
+
+
+def test_prune_kills_a_pid_1_left_blocked_before_the_gate(tmp_path: Path) -> None:
+    """G16: the memory cgroup used to find such a pid 1 (bwrap was in it from exec); it joins the
+    cgroup only at the gate now, so `prune` finds it by the bwrap group the folder records."""
+    require_backend("local")
+    group, pid1 = blocked_pid_1()
+    record = tmp_path / host_dir.BWRAP_FILE
+    leases.record_group(record, group)
+    try:
+        leases.kill_users(tmp_path, None, leases.recorded_group(record))
+        assert not alive(pid1)
+    finally:
+        if alive(pid1):
+            os.kill(pid1, signal.SIGKILL)
+
+
+def test_a_recorded_group_is_data_and_a_live_leader_is_not_killed(tmp_path: Path) -> None:
+    record = tmp_path / host_dir.BWRAP_FILE
+    for text in ("", "1", "-5", "12x", "9" * 11, "0x10"):
+        record.write_text(text)
+        assert leases.recorded_group(record) is None
+    leader = subprocess.Popen(["sleep", "30"], process_group=0)  # the recorded number, now someone else's group
+    try:
+        leases.kill_users(tmp_path, None, leader.pid)
+        assert leader.poll() is None
+    finally:
+        leader.kill()
+        leader.wait()

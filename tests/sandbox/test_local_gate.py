@@ -1,6 +1,8 @@
 """Local backend: the gate. bwrap's pid 1 waits after its setup until the host has put it in the
 session's memory cgroup and, as root, checked the uid bwrap runs as (`local/gate.py`). Nothing
-of the sandbox runs before the gate opens, and nothing at all when it stays shut."""
+of the sandbox runs before the gate opens, and nothing at all when it stays shut. bwrap goes on
+at EOF on --block-fd just as at a byte (what pid 1 reads when the host dies at the gate), so a
+launcher that starts un-admitted stops before it prepares anything."""
 
 from __future__ import annotations
 
@@ -8,15 +10,18 @@ import asyncio
 import os
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from backends import require_backend
 
 from coderoom.errors import SandboxFailed
 from coderoom.sandboxes import Limits, SandboxSpec
-from coderoom.sandboxes.local import bwrap, spawn
+from coderoom.sandboxes.limit_values import PlainLimits
+from coderoom.sandboxes.local import bwrap, gate, spawn
 from coderoom.sandboxes.local.cgroup import MemoryCgroup, Mode, mode
 from coderoom.sandboxes.local.sandbox import LocalSandbox
+from coderoom.sandboxes.oneshot import run_once
 from coderoom.sandboxes.session import open_session
 
 from .hostside import host_processes_with
@@ -104,3 +109,21 @@ def test_the_launcher_bytecode_names_no_host_path() -> None:
     assert os.fsencode(spawn.LAUNCHER_SOURCE.parent) not in code
     assert os.fsencode(str(Path(spawn.__file__).parents[3])) not in code
     assert b"launcher_inner.py" in code
+
+
+async def test_a_gate_opened_by_eof_runs_no_command_outside_the_memory_cgroup(monkeypatch: pytest.MonkeyPatch) -> None:
+    """G04: the gate's write end closes before pid 1 is admitted (the host killed at the gate,
+    here without killing the test). Before the fix the launcher started outside the cgroup,
+    prepared a command namespace and said ready; a command then ran with no memory limit."""
+    needs_cgroup()
+
+    def open_without_admitting(self: gate.Admission) -> None:
+        self._read_pid()
+        os.close(self._info_r)
+        os.close(self._block_w)  # EOF at pid 1, as when this process dies at the gate
+        self._block_w = -1
+
+    monkeypatch.setattr(gate.Admission, "_admit", open_without_admitting)
+    spec = SimpleNamespace(backend="local", limits=PlainLimits())
+    with pytest.raises(SandboxFailed, match="not admitted to its memory cgroup"):
+        await run_once(spec, ["echo", "ran outside the memory cgroup"], None)  # type: ignore[arg-type]

@@ -23,6 +23,7 @@ from . import bwrap, cgroup, leases
 
 PREFIX = "coderoom-local-"
 CGROUP_FILE = "cgroup"  # the session's memory cgroup, for `prune` (see `cgroup.remove_recorded`)
+BWRAP_FILE = "bwrap"  # the pid of the session's latest bwrap, its process group: for `prune` (`leases.kill_users`)
 SESSION_FILE = "session"  # the SDK session id the folder belongs to (see `bind`)
 
 
@@ -163,7 +164,7 @@ def prune() -> int:
     for folder in sorted(folder_parent.glob(f"{PREFIX}*")):
         if not owned(folder) or not leases.abandoned(folder):
             continue
-        leases.kill_users(folder, cgroup.recorded(folder / CGROUP_FILE))
+        leases.kill_users(folder, cgroup.recorded(folder / CGROUP_FILE), leases.recorded_group(folder / BWRAP_FILE))
         cgroup.remove_recorded(folder / CGROUP_FILE)
         tree.remove_tree(folder)
         removed += 1

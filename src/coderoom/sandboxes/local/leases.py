@@ -46,19 +46,27 @@ def abandoned(folder: Path) -> bool:
         return False
 
 
-def kill_users(folder: Path, group: Path | None) -> None:
+def kill_users(folder: Path, group: Path | None, bwrap_group: int | None = None) -> None:
     """SIGKILL every process using `folder` and wait (up to KILL_WAIT_S) until they are gone.
 
     Users are found by the folder's path in their mounts (as root, the views namespace and
-    everything started in it; the sandbox's binds) or command line, and by membership of the
-    session's memory cgroup `group`. Not by command line alone: bwrap gets its arguments in a
-    memfd, so a bwrap pid 1 left blocked at start (see `spawn.kill_sandbox`) names no folder there.
+    everything started in it; the sandbox's binds) or command line, by membership of the
+    session's memory cgroup `group`, and by being a bwrap in the process group of the session's
+    bwrap (`bwrap_group`). Not by command line alone: bwrap gets its arguments in a memfd, so a
+    bwrap pid 1 left blocked at start (see `spawn.kill_sandbox`) names no folder there, and it
+    joins the memory cgroup only at the gate (see `gate`); it is still in its bwrap's group.
     """
     names = re.compile(re.escape(os.fsencode(folder)) + rb"[/\s\0]")  # not a longer name's prefix
     found = set(cgroup.members(group)) if group is not None else set()
+    # only a group whose leader (that bwrap) is gone: a pid in use as a group id is never reused,
+    # so its members are still that bwrap's; with the leader alive the number may be someone else's
+    if bwrap_group is not None and os.path.exists(f"/proc/{bwrap_group}"):
+        bwrap_group = None
     for pid in filter(str.isdigit, os.listdir("/proc")):
         with contextlib.suppress(OSError):
             if any(names.search(Path(f"/proc/{pid}/{name}").read_bytes()) for name in ("cmdline", "mountinfo")):
+                found.add(int(pid))
+            elif bwrap_group is not None and _is_bwrap_in_group(int(pid), bwrap_group):
                 found.add(int(pid))
     found.discard(os.getpid())
     for pid in found:
@@ -67,6 +75,33 @@ def kill_users(folder: Path, group: Path | None) -> None:
     end = time.monotonic() + KILL_WAIT_S
     while time.monotonic() < end and any(_running(pid) for pid in found):
         time.sleep(0.02)
+
+
+def recorded_group(record: Path) -> int | None:
+    """The process group written in `record` (`host_dir.BWRAP_FILE`); a file is data: None
+    unless it holds a plain pid above 1."""
+    try:
+        fd = os.open(record, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as source:
+            text = source.read(32)
+    except OSError:
+        return None
+    return int(text) if text.isdigit() and len(text) <= 10 and int(text) > 1 else None
+
+
+def record_group(record: Path, pid: int) -> None:
+    """Write bwrap's pid (its process group) to `record`, best effort (see `recorded_group`)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(str(pid))
+
+
+def _is_bwrap_in_group(pid: int, group: int) -> bool:
+    """Whether `pid` is a bwrap whose process group is `group` (/proc/PID/stat: comm, pgrp)."""
+    comm, _, rest = Path(f"/proc/{pid}/stat").read_text().partition("(")[2].rpartition(")")
+    fields = rest.split()
+    return comm == "bwrap" and len(fields) > 2 and fields[2] == str(group)
 
 
 def _running(pid: int) -> bool:

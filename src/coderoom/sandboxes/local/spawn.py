@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from ...errors import UsageError
 from ..limit_values import CPU_KILL_GRACE_S
 from ..seccomp import host_arch
-from . import bwrap, enforcement, host_dir
+from . import bwrap, enforcement, host_dir, leases
 from .cgroup import MemoryCgroup, Mode
 from .gate import Admission, Gate, GatePipes
 from .status import StatusPipe
@@ -178,7 +178,9 @@ class SandboxPlan:
     def _spawn(self) -> Started:
         launch = self._launch()
         gate = Gate(self._memory, bwrap.host_id())
-        return spawn_launcher(launch, self._bwrap_args(), bwrap.runtime().sandbox_interpreter, self._settings(), gate)
+        started = spawn_launcher(launch, self._bwrap_args(), bwrap.runtime().sandbox_interpreter, self._settings(), gate)
+        leases.record_group(self.host_dir / host_dir.BWRAP_FILE, started.popen.pid)  # for `prune` (see `leases`)
+        return started
 
 
 def prestart(limits: Limits) -> tuple[SandboxPlan, Started] | None:
