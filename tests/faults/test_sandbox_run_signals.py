@@ -6,36 +6,21 @@ path (the entry point) and the typer command alike."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from backends import require_backend
 from coderoom.sandboxes.local import host_dir
 
 ENTRIES = {
     "fast": [sys.executable, "-c", "from coderoom.cli import main; main()"],
     "typer": [sys.executable, "-c", "from coderoom.cli import app; app()"],
 }
-
-
-@pytest.fixture
-def tmpdir_for_sessions() -> Iterator[Path]:
-    """A TMPDIR of the test's own, searchable by the uid bwrap runs as when root."""
-    require_backend("local")
-    folder = Path(tempfile.mkdtemp(prefix="coderoom-test-", dir="/tmp"))
-    folder.chmod(0o755)
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _sleepers(marker: str) -> list[int]:

@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,18 +25,6 @@ GONE_WITHIN_S = 5.0
 MEMORY = "333M"
 MEMORY_BYTES = str(333 * 2**20)
 DELAYS_S = (0.0, 0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.1, 0.12)
-
-
-@pytest.fixture
-def tmpdir_for_sessions() -> Iterator[Path]:
-    """A TMPDIR of the test's own, searchable by the uid bwrap runs as when root."""
-    require_backend("local")
-    folder = Path(tempfile.mkdtemp(prefix="coderoom-test-", dir="/tmp"))
-    folder.chmod(0o755)
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def alive(pid: int) -> bool:
