@@ -5,6 +5,7 @@ session folder and no memory cgroup."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -159,3 +160,114 @@ def test_a_recorded_group_is_data_and_a_live_leader_is_not_killed(tmp_path: Path
     finally:
         leader.kill()
         leader.wait()
+
+
+OTHER_UID = 61234  # a user of no sandbox here
+
+
+def test_prune_kills_no_bwrap_of_another_user_in_the_recorded_group(tmp_path: Path) -> None:
+    """G17: the record is data that may name someone else's group: written by the folder's owner
+    (uid 65534 as root, which owns the folder), or stale (its group ended, and the number was a
+    new group's later: 32768 pids here). A bwrap of another user that a shell started and left
+    in its group when it exited is not a pid 1 of the session: only one running as the folder's
+    owner (bwrap's uid), and a pid namespace's init, is taken."""
+    require_backend("local")
+    if os.geteuid() != 0:
+        pytest.skip("starts a bwrap as another user")
+    script = "bwrap --unshare-user --unshare-pid --ro-bind / / sleep 60 >/dev/null 2>&1 & echo $!"
+    leader = subprocess.Popen(
+        ["sh", "-c", script], user=OTHER_UID, group=OTHER_UID, extra_groups=[], process_group=0,
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert leader.stdout is not None
+    victim = int(leader.stdout.readline())
+    leader.wait()  # the group's leader is gone; its bwrap (and bwrap's pid 1) stay in the group
+    try:
+        deadline = time.monotonic() + GONE_WITHIN_S
+        while not Path(f"/proc/{victim}/task/{victim}/children").read_text().split():
+            assert time.monotonic() < deadline, "the other user's bwrap did not start its pid 1"
+            time.sleep(0.01)
+        os.chown(tmp_path, 65534, 65534)  # a session folder as root: bwrap's uid's
+        record = tmp_path / host_dir.BWRAP_FILE
+        record.write_text(str(leader.pid))
+        leases.kill_users(tmp_path, None, leases.recorded_group(record))
+        assert alive(victim)
+    finally:
+        with contextlib.suppress(OSError):
+            os.killpg(leader.pid, signal.SIGKILL)
+
+
+def test_a_signal_during_a_hanging_nsenter_probe_ends_the_run_at_once(tmp_path: Path, tmpdir_for_sessions: Path) -> None:
+    """G18: the fast path holds signals back while `prestart` makes things, and `prestart` used to
+    probe bwrap and (as root) nsenter in that time too: a probe that hangs (up to its 10 s
+    timeout, per program) kept Ctrl-C from working. Nothing is made while they probe."""
+    require_backend("local")
+    if os.geteuid() != 0:
+        pytest.skip("nsenter is probed as root only")
+    fake, probing = tmp_path / "bin", tmp_path / "probing"
+    fake.mkdir()
+    (fake / "nsenter").write_text(f"#!/bin/sh\ntouch {probing}\nexec sleep 60\n")
+    (fake / "nsenter").chmod(0o755)
+    env = {**os.environ, "TMPDIR": str(tmpdir_for_sessions), "PATH": f"{fake}:{os.environ['PATH']}",
+           "XDG_CACHE_HOME": str(tmp_path / "cache")}  # fmt: skip
+    argv = [sys.executable, "-c", "from coderoom.cli import main; main()", "sandbox", "run", "--", "true"]
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while not probing.exists():
+            assert time.monotonic() < deadline and process.poll() is None, "nsenter was not probed"
+            time.sleep(0.01)
+        signalled = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=30)
+        waited = time.monotonic() - signalled
+    finally:
+        process.kill()
+        process.wait()
+    assert process.returncode == 128 + signal.SIGINT, stderr
+    assert waited < 2.0, f"SIGINT took {waited:.1f} s"
+    assert list(tmpdir_for_sessions.iterdir()) == []
+
+
+SECOND_SIGNAL_WHILE_UNDONE = """
+import os, signal, sys
+from coderoom.cli import main
+from coderoom.sandboxes.local import spawn
+
+made, close = spawn.prestart, spawn.Started.close
+
+def prestart(limits):
+    early = made(limits)
+    os.kill(os.getpid(), signal.SIGINT)  # a first Ctrl-C, held back until prestart is done
+    return early
+
+def closing(self):
+    os.kill(os.getpid(), signal.SIGINT)  # a second one while the sandbox is being removed
+    close(self)
+
+spawn.prestart, spawn.Started.close = prestart, closing
+sys.argv = ["coderoom", "sandbox", "run", "--memory", sys.argv[1], "--", "true"]
+main()
+"""
+
+
+def test_a_second_signal_while_the_start_is_undone_leaves_nothing_behind(tmpdir_for_sessions: Path) -> None:
+    """G19: a double Ctrl-C. The first signal, held back in `prestart`, ends the run and
+    `Prestarted.abandon` removes the sandbox; a second one used to cut that short (9 of 80 runs
+    of two SIGINTs 0-10 ms apart left the folder and the memory cgroup, for `prune` to take)."""
+    if detect()[0] is Mode.NONE:
+        pytest.skip("no memory cgroup here")
+    env = {**os.environ, "TMPDIR": str(tmpdir_for_sessions)}
+    before = our_cgroups()
+    script = textwrap.dedent(SECOND_SIGNAL_WHILE_UNDONE)
+    host = subprocess.run([sys.executable, "-c", script, MEMORY], env=env, capture_output=True, timeout=60)
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while (our_cgroups() - before or list(tmpdir_for_sessions.iterdir())) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left_folders = list(tmpdir_for_sessions.iterdir())
+    left_cgroups = our_cgroups() - before
+    for folder in left_folders:  # what `coderoom sandbox prune` would do
+        remove_recorded(folder / host_dir.CGROUP_FILE)
+    assert host.returncode == 128 + signal.SIGINT, host.stderr
+    assert left_cgroups == set()
+    assert left_folders == []

@@ -191,8 +191,9 @@ def execute(
                 sys.stderr.write("coderoom: --copy-back-all copies hook files too\n")
         return result.exit_code
     finally:
-        if early is not None:
-            early.abandon()  # nothing if the sandbox was handed out (run_once closed it)
+        if early is not None:  # nothing if the sandbox was handed out (run_once closed it); a
+            with _signals_deferred():  # second signal (a double Ctrl-C) must not cut the removal short
+                early.abandon()
 
 
 class _Signalled(BaseException):

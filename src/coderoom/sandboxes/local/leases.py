@@ -51,10 +51,14 @@ def kill_users(folder: Path, group: Path | None, bwrap_group: int | None = None)
 
     Users are found by the folder's path in their mounts (as root, the views namespace and
     everything started in it; the sandbox's binds) or command line, by membership of the
-    session's memory cgroup `group`, and by being a bwrap in the process group of the session's
-    bwrap (`bwrap_group`). Not by command line alone: bwrap gets its arguments in a memfd, so a
-    bwrap pid 1 left blocked at start (see `spawn.kill_sandbox`) names no folder there, and it
-    joins the memory cgroup only at the gate (see `gate`); it is still in its bwrap's group.
+    session's memory cgroup `group`, and by being a bwrap pid 1 in the process group of the
+    session's bwrap (`bwrap_group`). Not by command line alone: bwrap gets its arguments in a
+    memfd, so a bwrap pid 1 left blocked at start (see `spawn.kill_sandbox`) names no folder
+    there, and it joins the memory cgroup only at the gate (see `gate`); it is still in its
+    bwrap's group. The record is data (the folder's owner can write it, and a group that ended
+    frees its number for a later one), so only a pid namespace's init running as the folder's
+    owner, which is bwrap's uid (`host_dir.owned`), is taken that way: as root, nothing that
+    uid could not kill itself.
     """
     names = re.compile(re.escape(os.fsencode(folder)) + rb"[/\s\0]")  # not a longer name's prefix
     found = set(cgroup.members(group)) if group is not None else set()
@@ -62,11 +66,15 @@ def kill_users(folder: Path, group: Path | None, bwrap_group: int | None = None)
     # so its members are still that bwrap's; with the leader alive the number may be someone else's
     if bwrap_group is not None and os.path.exists(f"/proc/{bwrap_group}"):
         bwrap_group = None
+    try:
+        uid = os.lstat(folder).st_uid  # bwrap's (see `host_dir.owned`)
+    except OSError:
+        bwrap_group = uid = None
     for pid in filter(str.isdigit, os.listdir("/proc")):
         with contextlib.suppress(OSError):
             if any(names.search(Path(f"/proc/{pid}/{name}").read_bytes()) for name in ("cmdline", "mountinfo")):
                 found.add(int(pid))
-            elif bwrap_group is not None and _is_bwrap_in_group(int(pid), bwrap_group):
+            elif bwrap_group is not None and uid is not None and _is_bwrap_init_in_group(int(pid), bwrap_group, uid):
                 found.add(int(pid))
     found.discard(os.getpid())
     for pid in found:
@@ -97,11 +105,16 @@ def record_group(record: Path, pid: int) -> None:
             out.write(str(pid))
 
 
-def _is_bwrap_in_group(pid: int, group: int) -> bool:
-    """Whether `pid` is a bwrap whose process group is `group` (/proc/PID/stat: comm, pgrp)."""
+def _is_bwrap_init_in_group(pid: int, group: int, uid: int) -> bool:
+    """Whether `pid` is a bwrap whose process group is `group` (/proc/PID/stat: comm, pgrp), the
+    init of a pid namespace, running as `uid` (/proc/PID/status: NSpid, Uid)."""
     comm, _, rest = Path(f"/proc/{pid}/stat").read_text().partition("(")[2].rpartition(")")
     fields = rest.split()
-    return comm == "bwrap" and len(fields) > 2 and fields[2] == str(group)
+    if comm != "bwrap" or len(fields) <= 2 or fields[2] != str(group):
+        return False
+    status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    nspid, uids = status.get("NSpid", "").split(), status.get("Uid", "").split()
+    return len(nspid) > 1 and nspid[-1] == "1" and uids == [str(uid)] * 4
 
 
 def _running(pid: int) -> bool:

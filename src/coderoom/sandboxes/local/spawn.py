@@ -24,6 +24,7 @@ import resource
 import signal
 import socket
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from types import CodeType
@@ -186,10 +187,17 @@ class SandboxPlan:
 def prestart(limits: Limits) -> tuple[SandboxPlan, Started] | None:
     """A new sandbox's plan and its bwrap already running the launcher, or None when that cannot
     be done here and now (no usable bwrap, network on, an OSError: `LocalSandbox.start` then does
-    it all and reports why). Everything made is removed again on failure."""
-    bw, _ = bwrap.probe()
-    if bw is None or limits.network:
-        return None
+    it all and reports why). Everything made is removed again on failure.
+
+    The probes come first and with SIGINT/SIGTERM/SIGHUP let through: the caller holds them back
+    while this makes things (`sandbox_run._signals_deferred`), and a probe that hangs takes up to
+    its timeout (10 s a program); nothing is made yet, and their answers are kept for `_launch`."""
+    with _signals_let_through():
+        bw, _ = bwrap.probe()
+        if bw is None or limits.network:
+            return None
+        if bwrap.host_id() is not None:
+            bwrap._nsenter()
     try:
         folder = host_dir.make(limits.network)
     except OSError:
@@ -207,6 +215,16 @@ def prestart(limits: Limits) -> tuple[SandboxPlan, Started] | None:
         if isinstance(exc, OSError):
             return None
         raise
+
+
+@contextlib.contextmanager
+def _signals_let_through() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP unblocked meanwhile (one held back before is delivered now)."""
+    previous = signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def spawn_launcher(launch: bwrap.Launch, args: list[str], python: str, settings: Settings, gate: Gate) -> Started:
