@@ -34,10 +34,11 @@ from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
 from .errors import CoderoomError
+from .signal_masks import STOP_SIGNALS
 
 T = TypeVar("T")
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+SIGNALS = STOP_SIGNALS
 SIGNALS_BEFORE_HARD_EXIT = 3
 
 

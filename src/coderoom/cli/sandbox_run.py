@@ -20,6 +20,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import IO, TYPE_CHECKING, Any
 
+from .. import signal_masks
 from ..errors import CoderoomError
 from ..hostile.text import terminal_safe, terminal_safe_bytes
 from ..sandboxes.defaults import default_backend_name
@@ -64,7 +65,6 @@ OPTIONS = (
     Option("pids", int, None, "processes and threads"),
 )
 COMMAND_HELP = "the command and its arguments (after --)"
-_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # as `interrupts.SIGNALS`, which imports asyncio
 SUMMARY = "Run one command in a fresh sandbox; exit with its status (124 timeout, 137 killed)."
 
 
@@ -164,11 +164,11 @@ def execute(
     """Run `command` in a fresh sandbox, write its output, and return its exit code. A signal
     ends it with `interrupts.Interrupted` once the sandbox is gone (see `run_interruptible`).
     `prestart`: a backend's `prestart(spec)`, which starts the sandbox before asyncio is loaded;
-    a signal during it waits until what it made is ours to remove (`_signals_deferred`)."""
+    a signal during it waits until what it made is ours to remove (`signal_masks.held`)."""
     early = None
     try:
         if prestart is not None:
-            with _signals_deferred():
+            with signal_masks.held():
                 early = prestart()
         import asyncio
 
@@ -192,7 +192,7 @@ def execute(
         return result.exit_code
     finally:
         if early is not None:  # nothing if the sandbox was handed out (run_once closed it); a
-            with _signals_deferred():  # second signal (a double Ctrl-C) must not cut the removal short
+            with signal_masks.held():  # second signal (a double Ctrl-C) must not cut the removal short
                 early.abandon()
 
 
@@ -206,22 +206,10 @@ def _raise_signalled(signum: int, _frame: object) -> None:
 
 
 @contextmanager
-def _signals_deferred() -> Iterator[None]:
-    """SIGINT, SIGTERM and SIGHUP held back (blocked) meanwhile, and delivered at the end: a
-    signal in the middle of making a session folder, a cgroup or a bwrap would leave them with
-    no name to remove them by."""
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
-@contextmanager
 def _signals_raise() -> Iterator[None]:
     """SIGINT, SIGTERM and SIGHUP raise `_Signalled` here, so a sandbox started before the event
     loop runs (`prestart`) is removed; `interrupts.run_interruptible` handles them in the loop."""
-    previous = {signum: signal.signal(signum, _raise_signalled) for signum in _SIGNALS}
+    previous = {signum: signal.signal(signum, _raise_signalled) for signum in signal_masks.STOP_SIGNALS}
     try:
         yield
     finally:

@@ -24,12 +24,12 @@ import resource
 import signal
 import socket
 import subprocess
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from types import CodeType
 from typing import TYPE_CHECKING
 
+from ... import signal_masks
 from ...errors import UsageError
 from ..limit_values import CPU_KILL_GRACE_S
 from ..seccomp import host_arch
@@ -190,9 +190,9 @@ def prestart(limits: Limits) -> tuple[SandboxPlan, Started] | None:
     it all and reports why). Everything made is removed again on failure.
 
     The probes come first and with SIGINT/SIGTERM/SIGHUP let through: the caller holds them back
-    while this makes things (`sandbox_run._signals_deferred`), and a probe that hangs takes up to
-    its timeout (10 s a program); nothing is made yet, and their answers are kept for `_launch`."""
-    with _signals_let_through():
+    while this makes things (`signal_masks.held`), and a probe that hangs takes up to its timeout
+    (10 s a program); nothing is made yet, and their answers are kept for `_launch`."""
+    with signal_masks.let_through():
         bw, _ = bwrap.probe()
         if bw is None or limits.network:
             return None
@@ -215,16 +215,6 @@ def prestart(limits: Limits) -> tuple[SandboxPlan, Started] | None:
         if isinstance(exc, OSError):
             return None
         raise
-
-
-@contextlib.contextmanager
-def _signals_let_through() -> Iterator[None]:
-    """SIGINT, SIGTERM and SIGHUP unblocked meanwhile (one held back before is delivered now)."""
-    previous = signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def spawn_launcher(launch: bwrap.Launch, args: list[str], python: str, settings: Settings, gate: Gate) -> Started:
