@@ -6,7 +6,8 @@
   `probe_cache`: the probe's answer kept between processes (data, not trust);
 * `spawn`: the start up to bwrap running the launcher, without asyncio (`prestart`);
   `gate`: bwrap's pid 1 waits there until it is in the memory cgroup (and, as root, bwrap's uid
-  is checked), done by a thread while the host goes on;
+  is checked), done by a thread while the host goes on; `procfs`: what the host reads of a
+  process in /proc (a bwrap's pid 1 recognised there);
 * `launcher` (host side) and `inside/launcher_inner` (in the sandbox, standard library only):
   one launcher per sandbox forks each command into namespaces of its own;
 * `process`: pipes, bounded buffers and supervision of one command; `longlived`: processes

@@ -30,8 +30,9 @@ import json
 import os
 import signal
 import threading
-from pathlib import Path
 from typing import TYPE_CHECKING
+
+from . import procfs
 
 if TYPE_CHECKING:
     from .cgroup import MemoryCgroup
@@ -134,13 +135,13 @@ class Admission:
 
     def _check(self, pid: int) -> None:
         """pid is bwrap's child and a namespace's pid 1; as root, both run as the host uid."""
-        child = _status(pid)
-        if child.get("PPid") != [str(self._bwrap_pid)] or child.get("NSpid", [""])[-1:] != ["1"]:
+        child = procfs.status(pid)
+        if child.get("PPid") != [str(self._bwrap_pid)] or not procfs.is_namespace_init(child):
             raise GateError(f"pid {pid} is not the pid 1 of bwrap {self._bwrap_pid}")
         if self._gate.host_id is None:
             return
         ids = [str(self._gate.host_id)] * 4
-        for name, fields in (("bwrap", _status(self._bwrap_pid)), ("its pid 1", child)):
+        for name, fields in (("bwrap", procfs.status(self._bwrap_pid)), ("its pid 1", child)):
             if fields.get("Uid") != ids or fields.get("Gid") != ids or fields.get("Groups") != []:
                 raise GateError(f"{name} does not run as uid/gid {self._gate.host_id} with no groups")
 
@@ -151,15 +152,3 @@ class Admission:
             os.close(self._block_w)
             self._block_w = -1
 
-
-def _status(pid: int) -> dict[str, list[str]]:
-    """/proc/PID/status as {field: words}; {} if it cannot be read."""
-    try:
-        text = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return {}
-    fields: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        name, _, value = line.partition(":")
-        fields[name] = value.split()
-    return fields

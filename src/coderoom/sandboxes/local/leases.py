@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from ..leases import LEASE_FILE, read_lease, write_lease
-from . import cgroup
+from . import cgroup, procfs
 
 LEASELESS_GRACE_S = 600.0
 KILL_WAIT_S = 5.0  # for the processes `kill_users` killed to be gone
@@ -106,15 +106,15 @@ def record_group(record: Path, pid: int) -> None:
 
 
 def _is_bwrap_init_in_group(pid: int, group: int, uid: int) -> bool:
-    """Whether `pid` is a bwrap whose process group is `group` (/proc/PID/stat: comm, pgrp), the
-    init of a pid namespace, running as `uid` (/proc/PID/status: NSpid, Uid)."""
-    comm, _, rest = Path(f"/proc/{pid}/stat").read_text().partition("(")[2].rpartition(")")
-    fields = rest.split()
-    if comm != "bwrap" or len(fields) <= 2 or fields[2] != str(group):
-        return False
-    status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    nspid, uids = status.get("NSpid", "").split(), status.get("Uid", "").split()
-    return len(nspid) > 1 and nspid[-1] == "1" and uids == [str(uid)] * 4
+    """Whether `pid` is a bwrap whose process group is `group` (NSpgid as the host sees it), the
+    init of a pid namespace, running as `uid`."""
+    fields = procfs.status(pid)
+    return (
+        fields.get("Name") == ["bwrap"]
+        and fields.get("NSpgid", [""])[0] == str(group)
+        and procfs.is_namespace_init(fields)
+        and fields.get("Uid") == [str(uid)] * 4
+    )
 
 
 def _running(pid: int) -> bool:

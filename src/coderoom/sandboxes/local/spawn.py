@@ -33,7 +33,7 @@ from ... import signal_masks
 from ...errors import UsageError
 from ..limit_values import CPU_KILL_GRACE_S
 from ..seccomp import host_arch
-from . import bwrap, enforcement, host_dir, leases
+from . import bwrap, enforcement, host_dir, leases, procfs
 from .cgroup import MemoryCgroup, Mode
 from .gate import Admission, Gate, GatePipes
 from .status import StatusPipe
@@ -321,7 +321,7 @@ def kill_late_init(status: StatusPipe) -> None:
     group) and is still a namespace's pid 1."""
     known = status.child
     child = status.child_pid()
-    if known is None and child is not None and _is_namespace_init(child):
+    if known is None and child is not None and procfs.is_namespace_init(procfs.status(child)):
         _kill_pid(child)
 
 
@@ -332,19 +332,6 @@ def _kill_pid(pid: int) -> None:
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         finally:
             os.close(pidfd)
-
-
-def _is_namespace_init(pid: int) -> bool:
-    """Whether host pid `pid` is pid 1 of a nested pid namespace (/proc/PID/status NSpid)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
-    for line in status.splitlines():
-        if line.startswith("NSpid:"):
-            ids = line.split()[1:]
-            return len(ids) > 1 and ids[-1] == "1"
-    return False
 
 
 def memfd(name: str, data: bytes) -> int:
