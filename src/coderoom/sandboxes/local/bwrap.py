@@ -221,13 +221,13 @@ def as_unprivileged(bw: Bwrap, namespace_fd: int) -> Launch:
     steps run in a pre-exec hook.
     """
     ids = str(UNPRIVILEGED_HOST_ID)
-    nsenter = _nsenter()
-    if nsenter:
+    found = nsenter()
+    if found:
         # the namespace by our /proc path (a passed fd would stay open inside the sandbox), and
         # bwrap by name, found on a PATH of its own directory (/proc/1/cmdline shows no path)
         namespace = f"/proc/{os.getpid()}/fd/{namespace_fd}"
         argv = ["nsenter", f"--mount={namespace}", "-S", ids, "-G", ids, "--", Path(bw.path).name]
-        return Launch(nsenter, argv, env={"PATH": str(Path(bw.path).parent)})
+        return Launch(found, argv, env={"PATH": str(Path(bw.path).parent)})
 
     def hook() -> None:  # between fork and exec: no allocation-heavy work
         if _libc.setns(namespace_fd, _CLONE_NEWNS) != 0:
@@ -240,7 +240,7 @@ def as_unprivileged(bw: Bwrap, namespace_fd: int) -> Launch:
 
 
 @functools.lru_cache(maxsize=1)
-def _nsenter() -> str | None:
+def nsenter() -> str | None:
     """util-linux nsenter, if its -S/-G really drop to uid/gid 65534 with no groups here (an old
     one applied them only with --user: bwrap would then run as root, so it is checked). The
     answer is cached between processes (`probe_cache`); the gate checks the uid bwrap really

@@ -19,7 +19,7 @@ this process dies at the gate, pid 1 reads EOF: its launcher then finds no host 
 exits before running anything, because the host sends a command only after the launcher has said
 it is ready, which it can only do after the gate (`LocalSandbox._start_job`).
 
-The uid check makes the nsenter answer safe to cache (`bwrap._nsenter`): a wrong answer fails
+The uid check makes the nsenter answer safe to cache (`bwrap.nsenter`): a wrong answer fails
 the start instead of running the sandbox as host root.
 """
 
@@ -30,12 +30,9 @@ import json
 import os
 import signal
 import threading
-from typing import TYPE_CHECKING
 
 from . import procfs
-
-if TYPE_CHECKING:
-    from .cgroup import MemoryCgroup
+from .cgroup import MemoryCgroup, Mode
 
 MAX_INFO_BYTES = 65536  # far more than bwrap's info (pid 1 and six namespace ids)
 CLOSE_WAIT_S = 5.0  # for the thread to finish once bwrap has exited
@@ -56,6 +53,15 @@ class Gate:
     @property
     def needed(self) -> bool:
         return self.memory is not None or self.host_id is not None
+
+    @property
+    def cgroup_line(self) -> str | None:
+        """The /proc/self/cgroup line an admitted pid 1 is moved in: "memory" on cgroup v1, ""
+        (the unified line) on v2, None without a memory cgroup. The launcher reads it and stops
+        if its own path there is still "/" (not admitted: bwrap went on at EOF)."""
+        if self.memory is None:
+            return None
+        return "memory" if self.memory.mode is Mode.V1 else ""
 
 
 class GatePipes:

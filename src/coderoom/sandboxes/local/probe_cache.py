@@ -13,7 +13,7 @@ forged or stale answer is therefore at worst a bwrap that cannot build the sandb
 then fails to start (SandboxFailed), and is never run with less isolation, because coderoom
 passes every option it relies on and bwrap refuses options it lacks rather than ignore them.
 
-As root, the nsenter check (`bwrap._nsenter`: does this nsenter drop to uid 65534?) is kept the
+As root, the nsenter check (`bwrap.nsenter`: does this nsenter drop to uid 65534?) is kept the
 same way in `nsenter-probe.json`, keyed by nsenter's identity. It decides which uid bwrap runs
 as, so it is not trusted either: the gate checks the uid bwrap and its pid 1 really run as
 before anything starts in the sandbox (`gate`), and a wrong answer fails the start.

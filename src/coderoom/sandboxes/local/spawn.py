@@ -34,7 +34,7 @@ from ...errors import UsageError
 from ..limit_values import CPU_KILL_GRACE_S
 from ..seccomp import host_arch
 from . import bwrap, enforcement, host_dir, leases, procfs
-from .cgroup import MemoryCgroup, Mode
+from .cgroup import MemoryCgroup
 from .gate import Admission, Gate, GatePipes
 from .status import StatusPipe
 
@@ -197,7 +197,7 @@ def prestart(limits: Limits) -> tuple[SandboxPlan, Started] | None:
         if bw is None or limits.network:
             return None
         if bwrap.host_id() is not None:
-            bwrap._nsenter()
+            bwrap.nsenter()
     try:
         folder = host_dir.make(limits.network)
     except OSError:
@@ -228,9 +228,7 @@ def spawn_launcher(launch: bwrap.Launch, args: list[str], python: str, settings:
             "rlimits": settings.rlimits,
             "tmp_size": settings.tmp_size,
             "workspace": settings.workspace,
-            # the cgroup line pid 1 was admitted in at the gate ("memory" on v1, "" the v2 line),
-            # None: none; the launcher checks it (bwrap goes on at EOF too, see `gate`)
-            "admitted": None if gate.memory is None else ("memory" if gate.memory.mode is Mode.V1 else ""),
+            "admitted": gate.cgroup_line,  # the launcher checks it (bwrap goes on at EOF too, see `gate`)
         }
     )
     files = {
