@@ -8,6 +8,7 @@ import io
 import os
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from agents.editor import ApplyPatchOperation
@@ -85,12 +86,18 @@ async def test_apply_patch_add_file_refuses_an_existing_name_and_a_dangling_syml
     assert b"No such file" in listing.stdout
 
 
+async def started_with_snapshots(backend: str, folder: Path) -> tuple[Any, Any]:
+    """The backend's SDK client and a started session of it whose snapshots go to `folder`."""
+    client, options = get_backend(backend).client(SandboxSpec(backend=backend))
+    session = await client.create(manifest=Manifest(), snapshot=LocalSnapshotSpec(base_path=folder), options=options)
+    await session.start()
+    return client, session
+
+
 async def test_resume_adopts_a_live_session_and_restores_a_closed_one_from_its_snapshot(
     backend: str, tmp_path: Path
 ) -> None:
-    client, options = get_backend(backend).client(SandboxSpec(backend=backend))
-    session = await client.create(manifest=Manifest(), snapshot=LocalSnapshotSpec(base_path=tmp_path), options=options)
-    await session.start()
+    client, session = await started_with_snapshots(backend, tmp_path)
     try:
         await session.exec("echo kept > state.txt && chmod 750 state.txt")
         live = await client.resume(session.state)  # while the first one still runs
@@ -113,9 +120,7 @@ async def test_resume_adopts_a_live_session_and_restores_a_closed_one_from_its_s
 async def test_resume_refuses_an_invalid_snapshot_before_clearing_the_live_workspace(
     backend: str, tmp_path: Path
 ) -> None:
-    client, options = get_backend(backend).client(SandboxSpec(backend=backend))
-    session = await client.create(manifest=Manifest(), snapshot=LocalSnapshotSpec(base_path=tmp_path), options=options)
-    await session.start()
+    client, session = await started_with_snapshots(backend, tmp_path)
     try:
         await session.exec("echo live > keep.txt")
         forged = io.BytesIO()
