@@ -112,18 +112,17 @@ class Admission:
             if self._gate.memory is not None:
                 self._gate.memory.admit(pid)
             os.write(self._block_w, b"1")
+            os.close(self._block_w)  # open: pid 1 has read or will read its byte
+            self._block_w = -1
         except BaseException as exc:  # the thread's end: reported through `error`
             self.error = f"the sandbox was stopped at its start: {exc}"
             if pidfd >= 0:
                 with contextlib.suppress(OSError):
                     signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-            return
         finally:
             if pidfd >= 0:
                 os.close(pidfd)
             os.close(self._info_r)
-        os.close(self._block_w)
-        self._block_w = -1
 
     def _read_pid(self) -> int | None:
         """pid 1's host pid from bwrap's info, read to EOF (bwrap closes it once written)."""
