@@ -19,6 +19,7 @@ import pytest
 
 from backends import require_backend
 from coderoom.sandboxes.local import host_dir, leases
+from coderoom.sandboxes.local.procfs import running as alive
 from coderoom.sandboxes.local.cgroup import Mode, detect, remove_recorded
 
 GONE_WITHIN_S = 5.0
@@ -26,13 +27,6 @@ GONE_WITHIN_S = 5.0
 MEMORY = "333M"
 MEMORY_BYTES = str(333 * 2**20)
 DELAYS_S = (0.0, 0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.1, 0.12)
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def our_cgroups() -> set[Path]:

@@ -81,7 +81,7 @@ def kill_users(folder: Path, group: Path | None, bwrap_group: int | None = None)
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
     end = time.monotonic() + KILL_WAIT_S
-    while time.monotonic() < end and any(_running(pid) for pid in found):
+    while time.monotonic() < end and any(procfs.running(pid) for pid in found):
         time.sleep(0.02)
 
 
@@ -116,10 +116,3 @@ def _is_bwrap_init_in_group(pid: int, group: int, uid: int) -> bool:
         and fields.get("Uid") == [str(uid)] * 4
     )
 
-
-def _running(pid: int) -> bool:
-    """Whether `pid` exists and is not a zombie (a zombie holds no cgroup and no mount)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False

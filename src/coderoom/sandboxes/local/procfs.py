@@ -20,6 +20,11 @@ def status(pid: int) -> dict[str, list[str]]:
     return fields
 
 
+def running(pid: int) -> bool:
+    """Whether `pid` exists and is not a zombie (a zombie holds no cgroup and no mount)."""
+    return status(pid).get("State", ["Z"])[0] != "Z"
+
+
 def is_namespace_init(fields: dict[str, list[str]]) -> bool:
     """Whether `fields` (of `status`) are those of pid 1 of a nested pid namespace (NSpid)."""
     ids = fields.get("NSpid", [])
