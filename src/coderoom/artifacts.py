@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, cast
 
 from agents.sandbox.errors import WorkspaceArchiveReadError
 from agents.sandbox.session.sandbox_session import SandboxSession
@@ -178,7 +178,7 @@ async def save_workspace(
             report.refused[WORKSPACE_ARCHIVE] = f"not saved: {_cause(exc)} (workspace_size {limit:,} bytes)"
             await _save_outputs_only(session, run_dir, outputs, report)
             return report
-        await _write_in_thread(archive, run_dir, limit, report)
+        await _write_in_thread(cast(IO[bytes], archive), run_dir, limit, report)  # the SDK says io.IOBase
     except asyncio.CancelledError:
         report.incomplete = report.incomplete or "interrupted before the workspace was archived: nothing saved"
         raise

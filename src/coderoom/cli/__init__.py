@@ -12,6 +12,7 @@ Commands import what they run when they run.
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import signal
 import sys
@@ -42,19 +43,17 @@ def main() -> None:
     os._exit(code)
 
 
+@functools.cache
 def _typer_app() -> Any:
-    """The typer app with every command group registered (once)."""
+    """The typer app with every command group registered (once: the result is cached)."""
+    from ..sandboxes import backend_names, get_backend
+    from . import export_cmd, mcp_cmd, models_cmd, run_cmd, sandbox_cmd, serve_cmd, show_cmd  # noqa: F401  (commands register on import)
     from .application import app as typer_app
 
-    if not getattr(typer_app, "_coderoom_registered", False):
-        from ..sandboxes import backend_names, get_backend
-        from . import export_cmd, mcp_cmd, models_cmd, run_cmd, sandbox_cmd, serve_cmd, show_cmd  # noqa: F401  (commands register on import)
-
-        for name in backend_names():
-            commands = get_backend(name).commands()
-            if commands is not None:
-                typer_app.add_typer(commands)
-        typer_app._coderoom_registered = True
+    for name in backend_names():
+        commands = get_backend(name).commands()
+        if commands is not None:
+            typer_app.add_typer(commands)
     globals()["app"] = typer_app
     return typer_app
 

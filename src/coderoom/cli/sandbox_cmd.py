@@ -54,7 +54,7 @@ sandbox_app.command("run")(run)
 def _spec(values: dict[str, Any]) -> SandboxSpec:
     from ..sandboxes import Limits, SandboxSpec, parse_size
 
-    overrides: dict[str, object] = {"network": values["network"]}
+    overrides: dict[str, Any] = {"network": values["network"]}
     try:
         if values["memory"] is not None:
             overrides["memory"] = parse_size(values["memory"])

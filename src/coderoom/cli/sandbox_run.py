@@ -92,9 +92,10 @@ def parse_plain(argv: list[str]) -> tuple[dict[str, Any], list[str]] | None:
             values[option.name] = not flag.startswith("--no-")
             continue
         if not inline:
-            text = next(tokens, None)
-            if text is None:
+            following = next(tokens, None)
+            if following is None:
                 return None
+            text = following
         if text.startswith("-"):
             return None
         try:

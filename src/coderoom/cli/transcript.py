@@ -41,7 +41,9 @@ def _show_event(event: Event) -> None:
     stamp = (f"{event.t:7.2f}s", "dim")
     if isinstance(event, RunStart):
         job = event.job
-        sandbox = job.get("sandbox") if isinstance(job.get("sandbox"), dict) else {}
+        sandbox = job.get("sandbox")
+        if not isinstance(sandbox, dict):
+            sandbox = {}
         title = safe(f"{job.get('name', '?')} · model {event.model} · sandbox {sandbox.get('backend', '?')}")
         out.print(Panel(safe(shown(str(job.get("prompt", "")))), title=title, title_align="left"))
     elif isinstance(event, ModelCall):

@@ -143,8 +143,8 @@ def header_cell(start: dict[str, Any], run_dir: Path) -> NotebookNode:
 
 def outputs_cell(start: dict[str, Any], images: WorkspaceImages) -> NotebookNode | None:
     """The declared outputs at the end, with the PNG ones shown."""
-    paths = [o.get("path") for o in start["job"].get("outputs") or [] if isinstance(o, dict)]
-    paths = [p for p in paths if isinstance(p, str)]
+    declared = [o.get("path") for o in start["job"].get("outputs") or [] if isinstance(o, dict)]
+    paths = [p for p in declared if isinstance(p, str)]
     if not paths:
         return None
     lines, attachments = ["**Outputs of the run**", ""], {}

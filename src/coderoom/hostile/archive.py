@@ -37,7 +37,7 @@ def each_member(tar: tarfile.TarFile, limit: int = MAX_MEMBERS) -> Iterator[tarf
     for count, member in enumerate(tar, start=1):
         if count > limit:
             raise ArchiveError(f"more than {limit} members (MAX_MEMBERS): not read further")
-        tar.members.clear()
+        tar.members.clear()  # type: ignore[attr-defined]  # TarFile.members: untyped in typeshed
         yield member
 
 
@@ -226,7 +226,7 @@ def archive(
                     first_names[inode] = info.name
                 total += added or 0
     out.seek(0)
-    return out  # type: ignore[return-value]
+    return out
 
 
 def _add_file(tar: tarfile.TarFile, info: tarfile.TarInfo, entry: Entry, mode: int, budget: int) -> int | None:

@@ -39,7 +39,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import IO, Literal
+from typing import IO, Literal, cast
 
 from .archive import ArchiveError, each_member
 from .names import UnsafePath, has_windows_separator, safe_relative_path, shown
@@ -102,7 +102,7 @@ class Snapshot:
 
     def data(self, member: Member) -> IO[bytes]:
         """A regular file member's content, exactly `member.size` bytes."""
-        return _Slice(self.source, member.offset, member.size)
+        return cast(IO[bytes], _Slice(self.source, member.offset, member.size))  # a binary reader
 
     def close(self) -> None:
         if self.owned:
@@ -154,7 +154,7 @@ def _spooled(data: IO[bytes], budget: int) -> IO[bytes]:
     """A seekable copy of a stream (at most `budget` bytes), read from its current position."""
     out = tempfile.TemporaryFile()
     try:
-        copy_bounded(data, out, budget)  # type: ignore[arg-type]
+        copy_bounded(data, out, budget)
     except OverflowError:
         out.close()
         raise SnapshotRefused("<tar>", f"over {budget} bytes (the workspace_size limit plus tar framing)") from None
@@ -446,7 +446,7 @@ def _restore_one(snapshot: Snapshot, member: Member, root_fd: int, dirs: _OpenDi
         with os.fdopen(fd, "wb") as out:
             if owner is not None:
                 os.fchown(fd, owner, owner)
-            copy_bounded(snapshot.data(member), out, member.size)  # type: ignore[arg-type]
+            copy_bounded(snapshot.data(member), out, member.size)
             out.flush()
             os.fchmod(fd, member.mode)
 

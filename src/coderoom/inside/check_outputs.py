@@ -223,7 +223,7 @@ def check_text(f: io.BufferedReader, allow_empty: bool) -> Result:
 
 def check_csv(f: io.BufferedReader, allow_empty: bool) -> Result:
     header: list[str] | None = None
-    rows, ragged = 0, []
+    rows, ragged = 0, list[str]()
     try:
         reader = csv.reader(_bounded_lines(_text(f)))
         for row in reader:

@@ -20,7 +20,8 @@ _NOTE = "Images returned by the tool call(s) above, in order:"
 def images_after_tool_outputs(data: CallModelData[Any]) -> ModelInputData:
     items: list[Any] = []
     pending: list[dict[str, Any]] = []
-    for item in data.model_data.input:
+    inputs: list[Any] = list(data.model_data.input)  # plain dicts here, read field by field
+    for item in inputs:
         is_output = isinstance(item, dict) and item.get("type") == "function_call_output"
         if pending and not is_output:
             items.append(_user_message(pending))

@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import openai
+from openai.types.chat import ChatCompletionFunctionToolParam
 
 from .base import ResolvedModel, images_override
 from .errors import explain_model_error
 from .failures import one_line
 from .server import ServerFacts
 
-TOOL = {
+TOOL: ChatCompletionFunctionToolParam = {
     "type": "function",
     "function": {
         "name": "record_number",

@@ -23,6 +23,7 @@ from agents.exceptions import ModelBehaviorError
 from agents.items import TResponseInputItem
 from agents.retry import ModelRetryAdvice, ModelRetryAdviceRequest
 from openai import APIError
+from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 
 from .context import ContextGuard
 from .failures import ModelAnswerError, ModelDeadlineExceeded, Notify
@@ -120,8 +121,8 @@ def _cut_text(response: ModelResponse, limit: int | None) -> bool:
 
 def _append_note(response: ModelResponse) -> None:
     for item in reversed(response.output):
-        if getattr(item, "type", "") == "message" and item.content:
+        if isinstance(item, ResponseOutputMessage) and item.content:
             part = item.content[-1]
-            if getattr(part, "type", "") == "output_text":
+            if isinstance(part, ResponseOutputText):
                 part.text = f"{part.text}\n\n{CUT_NOTE}"
                 return

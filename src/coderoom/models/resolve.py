@@ -80,9 +80,9 @@ def _default_spec(env: Mapping[str, str]) -> tuple[str, str | None]:
     return "offline", OFFLINE_NOTICE
 
 
-def _providers() -> dict[str, str | Provider]:
+def _providers() -> dict[str, str | Callable[[], Provider]]:
     """Built-ins first; a plugin cannot shadow them."""
-    found: dict[str, str | Provider] = {
+    found: dict[str, str | Callable[[], Provider]] = {
         ep.name: ep.load for ep in entry_points(group="coderoom.models")
     }
     return {**found, **_BUILTIN}

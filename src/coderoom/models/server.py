@@ -18,7 +18,7 @@ from typing import Any
 try:  # the HTTP library the installed `openai` client is built on (httpx, or its fork httpx2)
     import httpx2 as httpx
 except ImportError:  # pragma: no cover - depends on the openai build
-    import httpx  # type: ignore[no-redef]
+    import httpx  # type: ignore[no-redef, import-not-found, unused-ignore]
 
 MAX_ANSWER_BYTES = 4_000_000
 PROBE_TIMEOUT_S = 15.0

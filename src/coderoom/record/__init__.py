@@ -27,7 +27,8 @@ _LAZY = {
     "Recorder": ".writer",
     "bounded": ".writer",
 }
-__all__ = ["RECORD_FILE", *_LAZY]
+__all__ = ["RECORD_FILE", "RECORD_VERSION", "Event", "Listener", "Record", "read_record", "Recorder", "bounded"]
+assert set(__all__) == {"RECORD_FILE", *_LAZY}
 
 
 def __getattr__(name: str) -> Any:

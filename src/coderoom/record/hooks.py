@@ -8,6 +8,7 @@ from typing import Any
 
 from agents import Agent, RunContextWrapper, RunHooks, Tool
 from agents.items import ModelResponse, TResponseInputItem
+from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage
 
 from .writer import Recorder, bounded
 
@@ -19,8 +20,10 @@ MAX_MESSAGE_CHARS = 100_000
 MAX_ARGUMENT_CHARS = 1_000_000
 
 
-def _arguments(raw: str) -> Any:
-    if isinstance(raw, str) and len(raw) > MAX_ARGUMENT_CHARS:
+def _arguments(raw: str | None) -> Any:
+    if raw is None:
+        return None
+    if len(raw) > MAX_ARGUMENT_CHARS:
         return bounded(raw, MAX_ARGUMENT_CHARS)  # kept as text: cut JSON does not parse
     try:
         return json.loads(raw)
@@ -32,10 +35,10 @@ def _output_items(response: ModelResponse) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     for item in response.output:
         kind = getattr(item, "type", None)
-        if kind == "message":
+        if isinstance(item, ResponseOutputMessage):
             text = "".join(getattr(part, "text", "") or "" for part in item.content)
             items.append({"kind": "message", "text": bounded(text, MAX_MESSAGE_CHARS)})
-        elif kind == "function_call":
+        elif isinstance(item, ResponseFunctionToolCall):
             items.append(
                 {
                     "kind": "tool_call",

@@ -7,6 +7,7 @@ read them without importing pydantic (about 25 ms of every start here).
 from __future__ import annotations
 
 import re
+from typing import TypedDict
 
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
@@ -55,8 +56,24 @@ def shown_size(size: int) -> str:
     return f"{size} bytes"
 
 
+class LimitDefaults(TypedDict):
+    """Each limit's type, so `Limits`' fields and `PlainLimits`' attributes agree with it."""
+
+    timeout: float
+    memory: int
+    cpus: float
+    cpu_time: int
+    pids: int
+    file_size: int
+    workspace_size: int
+    tmp_size: int
+    output_bytes: int
+    tool_output_chars: int
+    network: bool
+
+
 # Every limit's default: `Limits` takes its field defaults from here.
-DEFAULTS: dict[str, float | int | bool] = {
+DEFAULTS: LimitDefaults = {
     "timeout": 120.0,
     "memory": 2 * 1024**3,
     "cpus": 1.0,

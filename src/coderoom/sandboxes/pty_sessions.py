@@ -58,7 +58,7 @@ class _Session:
 
 
 @asynccontextmanager
-async def transport(command: tuple[object, ...]) -> AsyncIterator[None]:
+async def transport(command: tuple[str | Path, ...]) -> AsyncIterator[None]:
     """A broken sandbox (SandboxFailed) as the SDK's ExecTransportError for `command`."""
     try:
         yield

@@ -11,6 +11,7 @@ so) and every file response carries `FILE_CSP`, nosniff and, but for a checked i
 from __future__ import annotations
 
 import asyncio
+import builtins
 import os
 import stat
 import tempfile
@@ -73,7 +74,7 @@ class RunFolderFiles:
     async def list(self) -> list[FileInfo]:
         return await asyncio.to_thread(self._list)
 
-    def _list(self) -> list[FileInfo]:
+    def _list(self) -> builtins.list[FileInfo]:  # `list` here is the method above
         found: list[FileInfo] = []
         try:
             for entry in walk(self.root, max_depth=32):

@@ -76,7 +76,9 @@ def summarise(run_dir: Path) -> dict[str, Any] | None:
         tail = handle.read(SUMMARY_BYTES)
     start = _event(first)
     end = _event(tail.rstrip(b"\n").rsplit(b"\n", 1)[-1])
-    job = start.get("job") if isinstance(start.get("job"), dict) else {}
+    job = start.get("job")
+    if not isinstance(job, dict):
+        job = {}
     status = end.get("status") if end.get("type") == "run_end" else "unfinished"
     return bounded({
         "model": str(start.get("model", "?")),

@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import docker.errors
 from docker.types import LogConfig, Ulimit
@@ -196,7 +196,7 @@ def remove_container(client: Any, container_id: str) -> None:
 def _rewrite_and_close(stream: ArchiveStream, max_bytes: int, snapshot_root: str | None) -> IO[bytes]:
     """`archive.rewrite`; the stream drops what arrives after (the tar's end, or a failure)."""
     try:
-        return rewrite(stream, max_bytes, snapshot_root=snapshot_root)
+        return rewrite(cast(IO[bytes], stream), max_bytes, snapshot_root=snapshot_root)
     finally:
         stream.close()
 

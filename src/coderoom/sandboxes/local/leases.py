@@ -77,9 +77,9 @@ def kill_users(folder: Path, group: Path | None, bwrap_group: int | None = None)
             elif bwrap_group is not None and uid is not None and _is_bwrap_init_in_group(int(pid), bwrap_group, uid):
                 found.add(int(pid))
     found.discard(os.getpid())
-    for pid in found:
+    for member in found:
         with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
+            os.kill(member, signal.SIGKILL)
     end = time.monotonic() + KILL_WAIT_S
     while time.monotonic() < end and any(procfs.running(pid) for pid in found):
         time.sleep(0.02)

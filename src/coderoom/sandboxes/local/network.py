@@ -125,7 +125,7 @@ async def _first_byte(fd: int) -> bytes:
     loop = asyncio.get_running_loop()
     readable = loop.create_future()
     os.set_blocking(fd, False)
-    loop.add_reader(fd, lambda: readable.done() or readable.set_result(None))
+    loop.add_reader(fd, lambda: None if readable.done() else readable.set_result(None))
     try:
         await readable
         return os.read(fd, 1)

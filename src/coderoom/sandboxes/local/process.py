@@ -93,7 +93,7 @@ class BwrapProcess:
         loop = asyncio.get_running_loop()
         while self._status.child_pid() is None and not self.exited.done() and self._status.fd >= 0:
             readable = loop.create_future()
-            loop.add_reader(self._status.fd, lambda: readable.done() or readable.set_result(None))
+            loop.add_reader(self._status.fd, lambda: None if readable.done() else readable.set_result(None))
             try:
                 await asyncio.wait({readable, self.exited}, return_when=asyncio.FIRST_COMPLETED)
             finally:

@@ -14,7 +14,7 @@ import asyncio
 import io
 import uuid
 from pathlib import Path, PurePosixPath
-from typing import Literal
+from typing import IO, Literal, cast
 
 from agents.sandbox import Manifest
 from agents.sandbox.errors import (
@@ -160,7 +160,7 @@ class LocalSandboxSession(PtySessions):
         payload = coerce_write_payload(path=path, data=data)
         try:
             async with transport(("write", str(path))):
-                await self.sandbox.write_file(self._rel(path, for_write=True), payload.stream)
+                await self.sandbox.write_file(self._rel(path, for_write=True), cast(IO[bytes], payload.stream))
         except OSError as exc:
             raise WorkspaceArchiveWriteError(path=Path(path), cause=exc) from exc
 
@@ -172,7 +172,7 @@ class LocalSandboxSession(PtySessions):
         payload = coerce_write_payload(path=path, data=data)
         try:
             async with transport(("write", str(path))):
-                await self.sandbox.create_file(self._rel(path, for_write=True), payload.stream)
+                await self.sandbox.create_file(self._rel(path, for_write=True), cast(IO[bytes], payload.stream))
         except FileExistsError:
             raise
         except OSError as exc:

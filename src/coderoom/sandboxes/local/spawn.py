@@ -354,7 +354,9 @@ def _compiled_launcher() -> bytes:
     use; compiling it in every process took 5 ms), renamed so that no code object carries the
     host path of the source into the sandbox."""
     loader = importlib.machinery.SourceFileLoader("launcher_inner", str(LAUNCHER_SOURCE))
-    code = _renamed(loader.get_code("launcher_inner"), LAUNCHER_SOURCE.name)
+    compiled = loader.get_code("launcher_inner")
+    assert compiled is not None, "a source file compiles to code or raises"
+    code = _renamed(compiled, LAUNCHER_SOURCE.name)
     return importlib.util.MAGIC_NUMBER + bytes(12) + marshal.dumps(code)  # flags, mtime, size: 0
 
 

@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 import traceback
+from typing import Any, TypeGuard
 
 BOOT = "import sys;exec(compile(sys.argv[1],'kernel_server.py','exec'))"
 KERNEL_DIR = ".coderoom/kernel"
@@ -281,6 +282,7 @@ class Worker:
         linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
         tree = ast.parse(code, filename)
         last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+        assert last is None or isinstance(last, ast.Expr)
         exec(compile(tree, filename, "exec"), self.namespace)
         if last is None:
             return None
@@ -533,7 +535,7 @@ class Supervisor:
         os.replace(temporary, os.path.join(self.dir, f"resp-{ident}.json"))
 
 
-def valid_request(request: object) -> bool:
+def valid_request(request: object) -> TypeGuard[dict[str, Any]]:
     return (
         isinstance(request, dict)
         and isinstance(request.get("code"), str)

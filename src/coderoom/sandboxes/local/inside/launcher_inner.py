@@ -73,7 +73,7 @@ class _Function(_ctypes.CFuncPtr):
 class _Libc:
     """libc's functions by name (`_libc.mount(...)`); integers are passed as C longs."""
 
-    _handle = _ctypes.dlopen(None)
+    _handle = _ctypes.dlopen(None)  # type: ignore[arg-type]  # None: this program and its libc (dlopen(3))
 
     def __getattr__(self, name):
         function = _Function((name, self))
