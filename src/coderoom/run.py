@@ -22,7 +22,7 @@ from agents import Runner
 from agents.sandbox import Manifest
 from agents.exceptions import MaxTurnsExceeded
 
-from . import __version__
+from .version import __version__
 from .agent import build_agent, build_run_config
 from .artifacts import SaveReport, check_in_session, save_workspace, saved_checks
 from .errors import RunDirInUse

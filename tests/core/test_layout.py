@@ -41,12 +41,14 @@ def runtime_nodes(tree: ast.AST) -> list[ast.AST]:
     return nodes
 
 
-def imported_modules(name: str) -> set[str]:
-    """Every module of ours, and every top-level external module, that `name` imports."""
+def imported_modules(name: str, *, type_only_too: bool = False) -> set[str]:
+    """Every module of ours, and every top-level external module, that `name` imports (at run
+    time; with `type_only_too`, also under `if TYPE_CHECKING:`)."""
     path = MODULES[name]
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in runtime_nodes(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    for node in (ast.walk(tree) if type_only_too else runtime_nodes(tree)):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -62,12 +64,15 @@ def imported_modules(name: str) -> set[str]:
     return found
 
 
-def internal_imports(name: str) -> set[str]:
-    return {m for m in imported_modules(name) if m in MODULES and m != name}
+def internal_imports(name: str, *, type_only_too: bool = False) -> set[str]:
+    return {m for m in imported_modules(name, type_only_too=type_only_too) if m in MODULES and m != name}
 
 
-def test_there_are_no_import_cycles() -> None:
-    graph = {name: internal_imports(name) for name in MODULES}
+@pytest.mark.parametrize("type_only_too", [False, True], ids=["run time", "type-only imports too"])
+def test_there_are_no_import_cycles(type_only_too: bool) -> None:
+    """Not even through `if TYPE_CHECKING:` imports: a type-only circle is still two modules
+    that cannot be understood (or type-checked) one without the other."""
+    graph = {name: internal_imports(name, type_only_too=type_only_too) for name in MODULES}
     cycles: list[list[str]] = []
     state: dict[str, int] = {}  # 1 = on the current path, 2 = done
 

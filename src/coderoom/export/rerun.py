@@ -37,8 +37,8 @@ from ..outputs import OutputCheck
 from ..record import read_record
 from ..record.events import SessionOpen
 from ..sandboxes.limits import Limits
+from ..sandboxes.registry import backend_names, get_backend
 from ..sandboxes.defaults import default_backend_name
-from ..sandboxes.docker.labels import DEFAULT_IMAGE
 from ..sandboxes.session import open_session
 from ..sandboxes.spec import SandboxSpec
 from ..workspace import stage_inputs
@@ -79,6 +79,15 @@ def granted_sandbox(
     return SandboxSpec(backend=backend or default_backend_name(), limits=granted)
 
 
+def _option_defaults() -> dict[str, object]:
+    """Every offered backend's option defaults by name, from its options model (the backends
+    installed here, never one a record names): a version 1 record kept Docker's at the top level."""
+    defaults: dict[str, object] = {}
+    for name in backend_names():
+        defaults.update(get_backend(name).options_model()().model_dump())
+    return defaults
+
+
 def sandbox_notes(recorded: Any, granted: SandboxSpec) -> list[str]:
     """What the recorded job's sandbox asked for that this rerun does not grant, and how to."""
     if not isinstance(recorded, dict):
@@ -91,9 +100,11 @@ def sandbox_notes(recorded: Any, granted: SandboxSpec) -> list[str]:
             "(a record never chooses the backend: choose with --sandbox)"
         )
     # backend tables ([sandbox.docker] image and packages; record version 1 kept them top level)
-    options = {k: v for k, v in recorded.items() if k not in ("backend", "limits") and v}
-    if options.get("image") == DEFAULT_IMAGE:
-        del options["image"]
+    defaults = _option_defaults()
+    options = {
+        k: v for k, v in recorded.items()
+        if k not in ("backend", "limits") and v and (k not in defaults or defaults[k] != v)
+    }
     if options:
         notes.append(f"the run's sandbox options ({', '.join(sorted(options))[:80]}) are not reused: "
                      "this rerun uses the backend's defaults")

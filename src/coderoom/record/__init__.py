@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-RECORD_FILE = "run.jsonl"
+from .names import RECORD_FILE
 
 if TYPE_CHECKING:
     from .events import RECORD_VERSION, Event, Listener

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from . import RECORD_FILE as RECORD_FILE  # re-exported: the record's file name
+from .names import RECORD_FILE as RECORD_FILE  # re-exported: the record's file name
 
 RECORD_VERSION = 2
 """2: typed events; run_python results carry a `cell`. 1: the same events, cells only as prose.

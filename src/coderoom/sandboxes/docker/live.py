@@ -16,7 +16,7 @@ import base64
 import binascii
 import contextlib
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ...errors import SandboxFailed
 from ..base import EXIT_TIMEOUT
@@ -26,7 +26,18 @@ from ..stops import named_stop
 from .channel import Reply
 
 if TYPE_CHECKING:
-    from .container import DockerSandbox
+    from ..limits import Limits
+
+
+class Caller(Protocol):
+    """What a live job needs of its sandbox (`container.DockerSandbox`, which imports this module
+    to start one): its limits and one request to init.py."""
+
+    limits: Limits
+
+    async def call(
+        self, request: Reply, *, wait: float | None, reply_bytes: int, sink: Any = None, rid: str | None = None
+    ) -> Reply: ...
 
 STDIN_WRITE_S = 5.0  # how long init.py may take to accept input for a live job
 CONTROL_WAIT_S = 10.0  # for init.py's answer to a stdin or kill request
@@ -36,7 +47,7 @@ _DATA_LINE = 1 << 17  # the payload of one "data" reply (init.py sends at most 6
 
 class DockerLive:
     def __init__(
-        self, sandbox: DockerSandbox, request: Reply, *, tty: bool, lifetime: float | None, wait: float | None
+        self, sandbox: Caller, request: Reply, *, tty: bool, lifetime: float | None, wait: float | None
     ) -> None:
         """Send `request` (a live job for init.py); `wait`: how long its final reply may take."""
         self.tty = tty
