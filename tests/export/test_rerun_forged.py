@@ -143,3 +143,16 @@ def test_a_missing_archived_input_is_a_clear_usage_error(kernel_run: Path, tmp_p
 def test_a_bad_limit_flag_names_the_limit(kernel_run: Path, tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["rerun", str(kernel_run), "--limit", "rootfs=1", "--out", str(tmp_path / "o")])
     assert result.exit_code == 2 and "--limit rootfs: not a limit" in result.output
+
+
+def test_a_recorded_backend_option_is_noted_unless_it_is_an_offered_backends_default() -> None:
+    """The defaults come from the backends' own options models (through the registry): a
+    version 1 record's top-level `image` at Docker's default is no news, any other image is."""
+    from coderoom.export.rerun import sandbox_notes
+    from coderoom.sandboxes.docker.labels import DEFAULT_IMAGE
+    from coderoom.sandboxes.spec import SandboxSpec
+
+    granted = SandboxSpec(backend="local")
+    assert sandbox_notes({"backend": "local", "image": DEFAULT_IMAGE}, granted) == []
+    (note,) = sandbox_notes({"backend": "local", "image": "attacker/image:latest"}, granted)
+    assert note.startswith("the run's sandbox options (image) are not reused")
