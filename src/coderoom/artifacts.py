@@ -9,6 +9,9 @@ and renamed into place. A save cut short (a second signal, `run.SAVE_TIMEOUT_S`)
 partial files and says so in `SaveReport.incomplete`, which run_end records: a run folder holds
 either a whole workspace.tar or none, and either the extracted outputs or none.
 
+The outputs leave through the exit policy (`hostile.exits`): a planted `.git/`, repository, hook,
+special file or link stays out, and `coderoom-left-out.txt` in the run folder says what and why.
+
 A workspace over its workspace_size limit cannot be archived; then the required outputs alone
 are read from the session (each bounded by MAX_OUTPUT_READ) and saved, so the run keeps them.
 """
@@ -30,7 +33,7 @@ from typing import IO, cast
 from agents.sandbox.errors import WorkspaceArchiveReadError
 from agents.sandbox.session.sandbox_session import SandboxSession
 
-from .hostile.archive import safe_extract_tar
+from .hostile.exits import LEFT_OUT_NOTE, exit_policy, extract_leaving_out
 from .interrupts import finish_uncancelled
 from .jobs import OutputSpec
 from .outputs import CHECKER, OutputCheck, check_on_host, checker_args, checker_source, parse_reply
@@ -114,10 +117,15 @@ async def _copy_out(
     session: SandboxSession, outputs: Sequence[OutputSpec], folder: Path
 ) -> tuple[list[str], dict[str, str]]:
     """Copy each output from the session into `folder` (each bounded by MAX_OUTPUT_READ, written
-    O_EXCL|O_NOFOLLOW); the paths copied, and why the others were not."""
+    O_EXCL|O_NOFOLLOW) unless the exit policy refuses its name; the paths copied, and why the
+    others were not."""
     copied: list[str] = []
     refused: dict[str, str] = {}
+    policy = exit_policy(())  # no listing here: the declared names alone are judged
     for spec in outputs:
+        if (reason := policy.refusal(spec.path)) is not None:
+            refused[spec.path] = reason
+            continue
         try:
             data = await session.read_bounded(Path(spec.path), max_bytes=MAX_OUTPUT_READ)
         except Exception as exc:  # missing, a directory, unreadable
@@ -234,7 +242,7 @@ def _write_and_extract(archive: IO[bytes], run_dir: Path, limit: int, stop: thre
         report.incomplete = "interrupted before the outputs were extracted from workspace.tar"
         raise SaveAborted
     with _staging(run_dir) as staging:
-        extracted = safe_extract_tar(run_dir / WORKSPACE_ARCHIVE, staging, members=[OUTPUT_DIR], max_bytes=limit)
+        extracted = extract_leaving_out(run_dir / WORKSPACE_ARCHIVE, staging, members=[OUTPUT_DIR], max_bytes=limit)
         _publish(staging, run_dir)
     report.saved += extracted.extracted
     report.refused.update(extracted.refused)
@@ -261,7 +269,10 @@ def _staging(run_dir: Path) -> Iterator[Path]:
 
 
 def _publish(staging: Path, run_dir: Path) -> None:
-    """Move the staged output/ into the run folder in one rename (a fresh run folder has none)."""
+    """Move the staged output/ into the run folder in one rename (a fresh run folder has none),
+    and the exit policy's list of what it left out beside it."""
     staged = staging / OUTPUT_DIR
     if staged.is_dir():
         os.rename(staged, run_dir / OUTPUT_DIR)
+    if (staging / LEFT_OUT_NOTE).is_file():
+        os.rename(staging / LEFT_OUT_NOTE, run_dir / LEFT_OUT_NOTE)

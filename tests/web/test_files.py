@@ -40,7 +40,7 @@ def test_past_runs_are_listed_with_their_record_summary(server: Served, forged: 
 
 
 def test_the_files_of_a_run_leave_out_links(server: Served, forged: str) -> None:
-    paths = [f["path"] for f in _json(server, f"/api/runs/{forged}/files")]  # type: ignore[union-attr]
+    paths = [f["path"] for f in _json(server, f"/api/runs/{forged}/files")["files"]]  # type: ignore[index]
     assert "output/report.md" in paths and "run.jsonl" in paths
     assert not any(p.startswith(("output/passwd", "output/outside")) for p in paths)
     assert paths.index("output/report.md") < paths.index("run.jsonl")  # outputs first

@@ -88,7 +88,7 @@ def test_bidi_and_zero_width_characters_are_shown_as_escapes(server: Served) -> 
     (run / "output" / f"invoice{RLO}fdp.exe").write_text(f"hello{RLO}olleh\u200b\n")
     (run / "run.jsonl").write_text(json.dumps({"type": "run_start", "t": 0, "record_version": 2, "model": f"m{RLO}x",
                                                "job": {"name": "j", "prompt": "p", "inputs": {}, "outputs": []}}) + "\n")
-    [listed] = json.loads(server.authed("GET", "/api/runs/bidi-names/files").body)[:1]
+    [listed] = json.loads(server.authed("GET", "/api/runs/bidi-names/files").body)["files"][:1]
     assert listed["path"] == f"output/invoice{RLO}fdp.exe"  # the name to ask for, as it is
     assert listed["shown"] == "output/invoice\\u202efdp.exe"  # the name to show
     preview = json.loads(server.authed("GET", f"/api/runs/bidi-names/preview?path={quote(listed['path'])}").body)

@@ -184,11 +184,11 @@ def execute(
         _write(sys.stdout.buffer, result.stdout)
         _write(sys.stderr.buffer, result.stderr)
         if result.copied_out is not None:
-            from ..hostile.planted import HOOK_REASON
+            from ..hostile.exits import OVERRIDABLE
 
             for name, reason in result.copied_out.refused:
                 sys.stderr.write(terminal_safe(f"coderoom: not copied out: {name!r}: {reason}") + "\n")
-            if any(reason == HOOK_REASON for _, reason in result.copied_out.refused):
+            if any(reason in OVERRIDABLE for _, reason in result.copied_out.refused):
                 sys.stderr.write("coderoom: --copy-back-all copies hook files too\n")
         return result.exit_code
     finally:

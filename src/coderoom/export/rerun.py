@@ -9,7 +9,7 @@ prompt and declared outputs, and the workspace paths of its inputs. It never tak
   backend or image) is listed in a note with the flag that would grant it;
 * host paths: each input is the user's `--input HOST=WORKSPACE`, or else the run folder's own
   archived copy (the file or folder at that workspace path in its workspace.tar, as the run
-  left it), extracted with the hardened extraction under the workspace size limit. A missing
+  left it), extracted through the exit policy (`hostile.exits`) under the workspace size limit. A missing
   copy is a usage error, never a fall-back to the recorded host path.
 
 The replay script (`export.script`) runs as one command in that fresh sandbox; the declared
@@ -30,8 +30,10 @@ from pydantic import ValidationError
 
 from ..artifacts import WORKSPACE_ARCHIVE, save_workspace, saved_checks
 from ..errors import RecordError, UsageError
-from ..hostile.archive import ArchiveError, safe_extract_tar
+from ..hostile.archive import ArchiveError
+from ..hostile.exits import extract_leaving_out
 from ..hostile.names import UnsafePath, safe_relative_path
+from ..hostile.text import terminal_safe
 from ..jobs import Job, build_job
 from ..outputs import OutputCheck
 from ..record import read_record
@@ -124,25 +126,30 @@ def sandbox_notes(recorded: Any, granted: SandboxSpec) -> list[str]:
     return notes
 
 
-def archived_inputs(run_dir: Path, paths: list[str], into: Path, max_bytes: int) -> dict[str, Path]:
+def archived_inputs(
+    run_dir: Path, paths: list[str], into: Path, max_bytes: int
+) -> tuple[dict[str, Path], list[tuple[str, str]]]:
     """The run folder's own copies of the inputs at `paths`, extracted from its workspace.tar
-    into `into`: a usage error names the first one that is not there."""
+    into `into` through the exit policy (a planted repository or hook in an input folder stays
+    out), and what the policy left out: a usage error names the first input that is not there."""
     archive = run_dir / WORKSPACE_ARCHIVE
     usable = archive.is_file() and not archive.is_symlink() and archive.stat().st_size <= max_bytes
     found: set[str] = set()
+    left_out: list[tuple[str, str]] = []
     if paths and usable:
         try:
-            report = safe_extract_tar(archive, into, members=paths, max_bytes=max_bytes)
+            report = extract_leaving_out(archive, into, members=paths, max_bytes=max_bytes, note=False)
         except ArchiveError as exc:
             raise RecordError(f"{archive}: {exc}") from None
         found = {p for p in paths for name in report.extracted if name == p or name.startswith(p + "/")}
+        left_out = report.refused
     for path in paths:
         if path not in found:
             raise UsageError(
                 f"input {path}: the run folder has no archived copy in its {WORKSPACE_ARCHIVE} "
                 f"(or it is over {max_bytes} bytes); give the file with --input HOST_FILE={path}"
             )
-    return {path: into / path for path in paths}
+    return {path: into / path for path in paths}, left_out
 
 
 def recorded_input_paths(job: dict[str, Any]) -> list[str]:
@@ -176,7 +183,7 @@ def rerun_job(
     recorded = start["job"]
     wanted = dict.fromkeys(recorded_input_paths(recorded) + session_input_paths(run_dir))
     missing = [p for p in wanted if p not in inputs]
-    archived = archived_inputs(run_dir, missing, archive_dir, sandbox.limits.workspace_size)
+    archived, left_out = archived_inputs(run_dir, missing, archive_dir, sandbox.limits.workspace_size)
     data = {key: recorded.get(key) for key in ("name", "prompt", "outputs") if key in recorded}
     job = build_job(
         {**data, "inputs": {**archived, **inputs}, "sandbox": sandbox},
@@ -184,6 +191,7 @@ def rerun_job(
     )
     notes = sandbox_notes(recorded.get("sandbox"), job.sandbox)
     notes += [f"input {path}: the run folder's archived copy, as the run left it" for path in archived]
+    notes += [terminal_safe(f"left out of the archived inputs: {name}: {reason}") for name, reason in left_out]
     return job, notes
 
 

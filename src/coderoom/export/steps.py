@@ -14,6 +14,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from ..hostile.archive import each_member, open_plain
+from ..hostile.exits import exit_policy, tar_entry
 from ..record import read_record
 from ..record.events import Cell, MessageItem, ModelCall, ToolResult
 
@@ -132,7 +133,8 @@ def load_steps(run_dir: Path) -> tuple[dict[str, Any], list[Step]]:
 
 
 class WorkspaceImages:
-    """PNG files read from the run's workspace.tar by member name; never extracted to disk.
+    """PNG files read from the run's workspace.tar by member name; never extracted to disk, and
+    only those the exit policy (`hostile.exits`) lets out of the workspace.
 
     The archive is hostile (a run folder from anywhere): it must be an uncompressed tar, its
     members are read one at a time up to MAX_MEMBERS, and only MAX_IMAGES PNG names are kept."""
@@ -142,12 +144,14 @@ class WorkspaceImages:
         self._tar = open_plain(archive) if archive.is_file() and not archive.is_symlink() else None
         self._members: dict[str, tarfile.TarInfo] = {}
         if self._tar is not None:
+            entries = []  # every member: the exit policy finds a planted repository from its siblings
             for member in each_member(self._tar):
+                entries.append(tar_entry(member))
                 name = PurePosixPath(member.name.lstrip("/"))
-                if member.isreg() and name.suffix == ".png" and ".." not in name.parts:
+                if member.isreg() and name.suffix == ".png" and ".." not in name.parts and len(self._members) < MAX_IMAGES:
                     self._members[name.as_posix().removeprefix("./")] = member
-                    if len(self._members) >= MAX_IMAGES:
-                        break
+            policy = exit_policy(entries)
+            self._members = {key: member for key, member in self._members.items() if policy.refusal(key) is None}
 
     def png(self, path: str) -> bytes | None:
         """The PNG at workspace path `path` (absolute /workspace/... accepted), if it is one."""

@@ -7,7 +7,10 @@ run with the server's model. Artifacts are resources: `coderoom://session/{id}/{
 live session's workspace files, `coderoom://run/{run}/{path}` for a finished run's outputs.
 
 Every answer is built from hostile data through `content` (bounded, escaped, images checked);
-every refusal is a tool error with coderoom's message, never a traceback.
+every refusal is a tool error with coderoom's message, never a traceback. Every file leaves
+through the exit policy (`hostile.exits`, judged on the whole workspace or run folder): a
+planted `.git/config`, a repository under another name, a hook, a link or a special file is
+refused by `read_file` and both resource templates, and never listed as a resource.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, ContentBlock, Resource, ResourceLink
 
 from ..errors import CoderoomError, RequestRefused
+from ..hostile.exits import LEFT_OUT_NOTE, ExitEntry, exit_policy, folder_entries, refuse_leaving
 from ..hostile.names import UnsafePath, safe_relative_path
 from ..hostile.tree import open_beneath
 from ..sandboxes.limits import Limits
@@ -166,7 +170,7 @@ def build_server(manager: SessionManager, settings: ServerSettings) -> MCPServer
     async def read_file(session_id: str, path: str) -> CallToolResult:
         """Read a workspace file: an image as image content, text as text, else base64."""
         async def work() -> CallToolResult:
-            data = await manager.get(session_id).read_file(path, MAX_RESOURCE_BYTES)
+            data = await read_session_file(manager.get(session_id), path)
             return _ok(content.file_content(session_uri(session_id, path), data))
         return await _guarded(work)
 
@@ -200,7 +204,7 @@ def build_server(manager: SessionManager, settings: ServerSettings) -> MCPServer
     @server.resource("coderoom://session/{session_id}/{+path}", mime_type="application/octet-stream")
     async def session_file(session_id: str, path: str) -> bytes:
         """A live session's workspace file."""
-        return await manager.get(session_id).read_file(path, MAX_RESOURCE_BYTES)
+        return await read_session_file(manager.get(session_id), path)
 
     @server.resource("coderoom://run/{run}/{+path}", mime_type="application/octet-stream")
     def run_file(run: str, path: str) -> bytes:
@@ -226,8 +230,11 @@ class _CoderoomServer(MCPServer):
                 entries = await session.files(quiet=True)
             except CoderoomError:
                 continue
+            policy = exit_policy(ExitEntry(e.path, e.kind) for e in entries)
             for entry in entries:
-                if entry.kind == "file" and entry.path.startswith("output/") and len(listed) < MAX_LISTED_RESOURCES:
+                if entry.kind != "file" or policy.refusal(entry.path) is not None:
+                    continue
+                if entry.path.startswith("output/") and len(listed) < MAX_LISTED_RESOURCES:
                     listed.append(Resource(uri=session_uri(session.id, entry.path), name=entry.path, size=entry.size))
         return listed
 
@@ -236,8 +243,16 @@ def session_uri(session_id: str, path: str) -> str:
     return f"coderoom://session/{session_id}/{path}"
 
 
+async def read_session_file(session: Any, path: str) -> bytes:
+    """A live session's workspace file, if the exit policy, judging the whole workspace, lets it out."""
+    entries = await session.files(quiet=True)
+    refuse_leaving(exit_policy(ExitEntry(e.path, e.kind) for e in entries), path)
+    return await session.read_file(path, MAX_RESOURCE_BYTES)
+
+
 def read_run_file(runs_dir: Path, run: str, path: str) -> bytes:
-    """An output of a run folder under `runs_dir`, O_NOFOLLOW from the folder down, bounded."""
+    """An output of a run folder under `runs_dir`, O_NOFOLLOW from the folder down, bounded, if
+    the exit policy lets it out."""
     if not RUN_NAME.match(run):
         raise RequestRefused("not a run folder name")
     try:
@@ -246,6 +261,7 @@ def read_run_file(runs_dir: Path, run: str, path: str) -> bytes:
         raise RequestRefused(f"not a run file path: {exc}") from None
     if rel.parts[0] != "output":
         raise RequestRefused("only a run's outputs (output/...) are resources")
+    refuse_leaving(exit_policy(folder_entries(runs_dir.resolve() / run), own=(LEFT_OUT_NOTE,)), rel)
     try:
         fd = open_beneath(runs_dir.resolve() / run, rel, os.O_RDONLY)
     except OSError:

@@ -5,10 +5,11 @@ Agents SDK. How a backend reports why a command ended: see `base.EXIT_TIMEOUT` a
 `base.EXIT_KILLED`.
 
 With `workspace`, the directory's files are copied in (`hydrate`, so symlinks and special files
-in it are not) and the workspace is copied back out afterwards with `safe_extract_tar`
-(regular files and directories only; files deleted inside are not deleted outside). What the
-sandbox wrote is hostile: names in `hostile.planted.HOST_HOOKS` (`.git/`, `.envrc`, shell
-start-up files...) are not copied back unless `copy_back_all`, and are listed in the report.
+in it are not) and the workspace is copied back out afterwards through the exit policy
+(`hostile.exits.extract_leaving_out`: regular files and directories only; files deleted inside
+are not deleted outside). What the sandbox wrote is hostile: VCS metadata, planted repositories
+and hooks (`.git/`, `.envrc`, shell start-up files...) are not copied back unless
+`copy_back_all`; what was left out is listed in the report and in DIR/coderoom-left-out.txt.
 """
 
 from __future__ import annotations
@@ -58,8 +59,8 @@ async def run_once(
     if reason is not None:
         raise SandboxUnavailable(reason)
     if workspace is not None:
-        from ..hostile.archive import archive, safe_extract_tar
-        from ..hostile.planted import hook_refusal
+        from ..hostile.archive import archive
+        from ..hostile.exits import extract_leaving_out
     limit = spec.limits.workspace_size
     sandbox = await (start() if start is not None else backend.start(spec))
     try:
@@ -70,8 +71,9 @@ async def run_once(
         report = None
         if workspace is not None:
             with await sandbox.archive() as out:
-                refuse = None if copy_back_all else await asyncio.to_thread(hook_refusal, out)
-                report = await asyncio.to_thread(safe_extract_tar, out, workspace, max_bytes=limit, refuse=refuse)
+                report = await asyncio.to_thread(
+                    extract_leaving_out, out, workspace, max_bytes=limit, everything=copy_back_all
+                )
     finally:
         await finish_uncancelled(sandbox.close())  # a signal's cancel never cuts the cleanup short
     return OneShotResult(result.exit_code, result.stdout, result.stderr, report)

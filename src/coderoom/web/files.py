@@ -6,6 +6,11 @@ nothing outside it. Reads are bounded (named limits below), previews are built o
 (a CSV as a bounded table, Markdown rendered and sanitised, an image only when its magic bytes say
 so) and every file response carries `FILE_CSP`, nosniff and, but for a checked image,
 `Content-Disposition: attachment`.
+
+Every file leaves through the exit policy (`hostile.exits`), judged on the whole listing: a
+planted `.git/`, repository under another name, hook, special file or link is neither listed as
+a file, previewed, downloaded nor zipped; the listing's `left_out` and the zip's
+`coderoom-left-out.txt` say what was kept in and why.
 """
 
 from __future__ import annotations
@@ -13,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import builtins
 import os
-import stat
 import tempfile
 import zipfile
 from collections.abc import Iterator
@@ -25,11 +29,20 @@ from urllib.parse import quote
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..errors import NoSuchFile, ReadTooLarge
+from ..hostile.exits import (
+    LEFT_OUT_NOTE,
+    ExitEntry,
+    ExitPolicy,
+    exit_policy,
+    folder_entries,
+    left_out_note,
+    refuse_leaving,
+)
 from ..hostile.markup import markdown_html
 from ..hostile.names import UnsafePath, portable_path, safe_relative_path
 from ..hostile.preview import as_text, csv_table, image_type
 from ..hostile.text import terminal_safe
-from ..hostile.tree import WorkspaceLimitError, open_beneath, walk
+from ..hostile.tree import open_beneath
 from .headers import FILE_CSP
 
 MAX_LISTED_FILES = 2_000
@@ -40,7 +53,6 @@ MAX_DOWNLOAD_BYTES = 256 * 1024**2
 MAX_ZIP_FILES = 2_000
 MAX_ZIP_BYTES = 512 * 1024**2
 """Of all files put in one zip, before compression."""
-LEFT_OUT_NOTE = "coderoom-left-out.txt"
 HIDDEN_PREFIXES = (".coderoom/",)  # coderoom's own scripts and state in a workspace: not artifacts
 _CHUNK = 1024 * 1024
 
@@ -53,12 +65,18 @@ class FileTooLarge(Exception):
 class FileInfo:
     path: str
     size: int
+    kind: str = "file"  # or "dir", "link", "other": the exit policy judges a file by its siblings
+    target: str | None = None  # a link's, when known
 
 
 class FileSource(Protocol):
     """Where files come from: a live session's workspace or a run folder."""
 
-    async def list(self) -> list[FileInfo]: ...
+    own_notes: tuple[str, ...]
+    """Paths of coderoom's own LEFT_OUT_NOTE files here (a run folder's), not a sandbox's forgery."""
+
+    async def list(self) -> list[FileInfo]:
+        """Every entry, of any kind (at most MAX_LISTED_FILES files)."""
 
     async def read(self, path: PurePosixPath, max_bytes: int) -> bytes:
         """`path`'s bytes: at most `max_bytes + 1` (so a caller sees that it is over), or
@@ -68,6 +86,8 @@ class FileSource(Protocol):
 class RunFolderFiles:
     """The regular files of a run folder (outputs, workspace.tar, run.jsonl), never through a link."""
 
+    own_notes = (LEFT_OUT_NOTE,)
+
     def __init__(self, root: Path) -> None:
         self.root = root
 
@@ -75,16 +95,7 @@ class RunFolderFiles:
         return await asyncio.to_thread(self._list)
 
     def _list(self) -> builtins.list[FileInfo]:  # `list` here is the method above
-        found: list[FileInfo] = []
-        try:
-            for entry in walk(self.root, max_depth=32):
-                if stat.S_ISREG(entry.st.st_mode):
-                    found.append(FileInfo(str(entry.rel), entry.st.st_size))
-                    if len(found) >= MAX_LISTED_FILES:
-                        break
-        except (OSError, WorkspaceLimitError):
-            pass  # a folder that changes or goes too deep is listed as far as it was read
-        return found
+        return [FileInfo(e.name, e.size, e.kind, e.target) for e in folder_entries(self.root, max_files=MAX_LISTED_FILES)]
 
     async def read(self, path: PurePosixPath, max_bytes: int) -> bytes:
         return await asyncio.to_thread(self._read, path, max_bytes)
@@ -106,12 +117,13 @@ class SessionFiles:
     (no such file, a planted link out of the workspace, a special file) is FileNotFoundError.
     """
 
+    own_notes: tuple[str, ...] = ()
+
     def __init__(self, session: Any) -> None:
         self.session = session
 
     async def list(self) -> list[FileInfo]:
-        infos = await self.session.files()
-        return [FileInfo(str(i.path), int(i.size)) for i in infos if i.kind == "file"][:MAX_LISTED_FILES]
+        return [FileInfo(str(i.path), int(i.size), i.kind) for i in await self.session.files()]
 
     async def read(self, path: PurePosixPath, max_bytes: int) -> bytes:
         bound = self.session.max_read_bytes
@@ -132,15 +144,35 @@ def checked_path(raw: str | None) -> PurePosixPath:
     return safe_relative_path(raw)
 
 
-async def listing(source: FileSource) -> list[dict[str, Any]]:
-    """The files to show, outputs first, coderoom's own files left out."""
-    files = [f for f in await source.list() if not f.path.startswith(HIDDEN_PREFIXES)]
+async def exit_view(source: FileSource) -> tuple[ExitPolicy, list[FileInfo]]:
+    """The exit policy for everything `source` holds, and its regular files the policy lets out
+    (coderoom's own scripts and state left aside), outputs first."""
+    entries = await source.list()
+    policy = exit_policy((ExitEntry(e.path, e.kind, e.target) for e in entries), own=source.own_notes)
+    files = [e for e in entries if e.kind == "file" and not e.path.startswith(HIDDEN_PREFIXES)
+             and policy.refusal(e.path) is None][:MAX_LISTED_FILES]  # fmt: skip
     files.sort(key=lambda f: (not f.path.startswith("output/"), f.path))
-    return [{"path": f.path, "shown": terminal_safe(f.path), "size": f.size} for f in files]
+    return policy, files
+
+
+async def listing(source: FileSource) -> dict[str, Any]:
+    """The files to show and what the exit policy kept in (with why), names escaped for showing."""
+    policy, files = await exit_view(source)
+    left_out = [{"path": name, "shown": terminal_safe(name), "reason": terminal_safe(reason)}
+                for name, reason in policy.left_out() if not name.startswith(HIDDEN_PREFIXES)]  # fmt: skip
+    return {"files": [{"path": f.path, "shown": terminal_safe(f.path), "size": f.size} for f in files],
+            "left_out": left_out}  # fmt: skip
+
+
+async def _leaving(source: FileSource, path: PurePosixPath) -> None:
+    """A single file asked for by name leaves only if the policy, judging the whole listing, lets it."""
+    policy, _ = await exit_view(source)
+    refuse_leaving(policy, path)
 
 
 async def preview(source: FileSource, path: PurePosixPath) -> dict[str, Any]:
     """What the page shows for `path`: a table, sanitised HTML, an image to load, text, or nothing."""
+    await _leaving(source, path)
     try:
         data = await source.read(path, MAX_PREVIEW_BYTES)
     except FileTooLarge:
@@ -165,6 +197,7 @@ async def preview(source: FileSource, path: PurePosixPath) -> dict[str, Any]:
 
 async def download(source: FileSource, path: PurePosixPath, *, inline: bool) -> Response:
     """`path` as a download; with `inline`, shown in the page only when its bytes are an image."""
+    await _leaving(source, path)
     data = await source.read(path, MAX_DOWNLOAD_BYTES)
     if len(data) > MAX_DOWNLOAD_BYTES:
         raise FileTooLarge(f"{path} is over {MAX_DOWNLOAD_BYTES} bytes (MAX_DOWNLOAD_BYTES)")
@@ -183,22 +216,26 @@ async def zipped(source: FileSource, name: str) -> Response:
     """Every listed file in one zip, bounded in files and bytes; the zip is spooled to a temp
     file, compressed in a worker thread (the server keeps answering meanwhile). The zip goes to a
     user's machine, so each name is `portable_path`'s (no `..\\x`, `C:` or device name for a
-    Windows unzip to act on); a file whose portable name another already has is left out, and
-    LEFT_OUT_NOTE in the zip says which."""
-    files = await listing(source)
+    Windows unzip to act on); a file whose portable name another already has is left out, as is
+    what the exit policy keeps in, and LEFT_OUT_NOTE in the zip says which and why."""
+    policy, files = await exit_view(source)
     if len(files) > MAX_ZIP_FILES:
         raise FileTooLarge(f"more than {MAX_ZIP_FILES} files (MAX_ZIP_FILES)")
     spool = tempfile.TemporaryFile()
     try:
         total = 0
         named: set[str] = set()  # portable names, lowercased: a Windows file system ignores case
-        left_out: list[str] = []
+        left_out = [(name, reason) for name, reason in policy.left_out() if not name.startswith(HIDDEN_PREFIXES)]
+        own_note = b""
         with zipfile.ZipFile(spool, "w", compression=zipfile.ZIP_DEFLATED) as archive:
             for info in files:
-                path = safe_relative_path(info["path"])
+                path = safe_relative_path(info.path)
                 member = portable_path(path)
-                if str(member).lower() in named or str(member) == LEFT_OUT_NOTE:
-                    left_out.append(terminal_safe(str(path)))
+                if str(member) == LEFT_OUT_NOTE:  # the run folder's own list: it goes into the zip's
+                    own_note = await source.read(path, MAX_PREVIEW_BYTES)
+                    continue
+                if str(member).lower() in named:
+                    left_out.append((str(path), "another file has the same name on Windows"))
                     continue
                 named.add(str(member).lower())
                 data = await source.read(path, min(MAX_DOWNLOAD_BYTES, MAX_ZIP_BYTES - total))
@@ -207,8 +244,8 @@ async def zipped(source: FileSource, name: str) -> Response:
                     raise FileTooLarge(f"the files come to more than {MAX_ZIP_BYTES} bytes (MAX_ZIP_BYTES), "
                                        f"or one is over {MAX_DOWNLOAD_BYTES} (MAX_DOWNLOAD_BYTES)")
                 await asyncio.to_thread(archive.writestr, str(member), data)
-            if left_out:
-                archive.writestr(LEFT_OUT_NOTE, "left out: another file has the same name on Windows\n" + "\n".join(left_out) + "\n")
+            if left_out or own_note:
+                archive.writestr(LEFT_OUT_NOTE, left_out_note(left_out).encode() + own_note[:MAX_PREVIEW_BYTES])
         spool.seek(0)
     except BaseException:
         spool.close()

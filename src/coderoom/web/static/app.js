@@ -226,10 +226,13 @@ function refreshFiles() {
     refreshing = null;
     const view = state.view;
     try {
-      const files = await api(`${base()}/files`);
+      const { files, left_out: leftOut } = await api(`${base()}/files`);
       if (view !== state.view) return;
       const list = $("file-list");
       list.replaceChildren();
+      for (const kept of leftOut) {  // what the exit policy keeps in the sandbox, and why: never a link
+        list.append(el("li", "note", `${kept.shown}: left out (${kept.reason})`));
+      }
       for (const file of files) {
         const item = el("li");
         const open = el("button", "file", file.shown);  // the display form: a bidi override shows as its escape
