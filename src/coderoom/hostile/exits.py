@@ -129,16 +129,16 @@ class ExitPolicy:
 
     def refusal(self, name: str | PurePosixPath) -> str | None:
         """Why `name` (workspace-relative, as the sandbox wrote it) must stay in, or None."""
-        reason = self._strict(name)
-        if reason is None and not self.everything:
-            reason = self._hooks(PurePosixPath(name))
-        return reason
-
-    def _strict(self, name: str | PurePosixPath) -> str | None:
         try:
             path = safe_relative_path(str(name))
         except UnsafePath as exc:
             return f"a name unsafe on the host: {exc}"
+        reason = self._strict(path)
+        if reason is None and not self.everything:
+            reason = self._hooks(path)
+        return reason
+
+    def _strict(self, path: PurePosixPath) -> str | None:
         if _CONTROL.search(str(path)):
             return "a name unsafe on the host: it holds control characters"
         if path.name.lower() == LEFT_OUT_NOTE and path not in self._own:

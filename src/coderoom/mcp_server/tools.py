@@ -28,6 +28,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError
 from mcp.types import CallToolResult, ContentBlock, Resource, ResourceLink
 
 from ..errors import CoderoomError, RequestRefused
@@ -176,10 +177,13 @@ def build_server(manager: SessionManager, settings: ServerSettings) -> MCPServer
 
     @server.tool(structured_output=False)
     async def list_files(session_id: str) -> CallToolResult:
-        """The session's workspace files: kind, size in bytes, path."""
+        """The session's workspace files: kind, size in bytes, path, and why the exit policy
+        keeps one in (read_file refuses it)."""
         async def work() -> CallToolResult:
             entries = await manager.get(session_id).files()
-            lines = [f"{e.kind}\t{e.size}\t{e.path}" for e in entries] or ["(empty)"]
+            policy = exit_policy(ExitEntry(e.path, e.kind) for e in entries)
+            lines = [f"{e.kind}\t{e.size}\t{e.path}" + (f"\tleft out: {reason}" if (reason := policy.refusal(e.path)) else "")
+                     for e in entries] or ["(empty)"]  # fmt: skip
             return _ok(content.text("\n".join(lines)))
         return await _guarded(work)
 
@@ -204,12 +208,18 @@ def build_server(manager: SessionManager, settings: ServerSettings) -> MCPServer
     @server.resource("coderoom://session/{session_id}/{+path}", mime_type="application/octet-stream")
     async def session_file(session_id: str, path: str) -> bytes:
         """A live session's workspace file."""
-        return await read_session_file(manager.get(session_id), path)
+        try:
+            return await read_session_file(manager.get(session_id), path)
+        except CoderoomError as exc:  # the client sees coderoom's reason, not "Error creating resource"
+            raise ResourceError(exc.message) from None
 
     @server.resource("coderoom://run/{run}/{+path}", mime_type="application/octet-stream")
     def run_file(run: str, path: str) -> bytes:
         """A file of a finished run's outputs (under output/ in its run folder)."""
-        return read_run_file(settings.runs_dir, run, path)
+        try:
+            return read_run_file(settings.runs_dir, run, path)
+        except CoderoomError as exc:
+            raise ResourceError(exc.message) from None
 
     return server
 

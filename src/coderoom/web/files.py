@@ -75,8 +75,9 @@ class FileSource(Protocol):
     own_notes: tuple[str, ...]
     """Paths of coderoom's own LEFT_OUT_NOTE files here (a run folder's), not a sandbox's forgery."""
 
-    async def list(self) -> list[FileInfo]:
-        """Every entry, of any kind (at most MAX_LISTED_FILES files)."""
+    async def list(self, *, quiet: bool = False) -> list[FileInfo]:
+        """Every entry, of any kind (at most MAX_LISTED_FILES files); `quiet`: only to judge a
+        read by the exit policy, not a listing the user asked for (a session records none)."""
 
     async def read(self, path: PurePosixPath, max_bytes: int) -> bytes:
         """`path`'s bytes: at most `max_bytes + 1` (so a caller sees that it is over), or
@@ -91,7 +92,7 @@ class RunFolderFiles:
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    async def list(self) -> list[FileInfo]:
+    async def list(self, *, quiet: bool = False) -> list[FileInfo]:
         return await asyncio.to_thread(self._list)
 
     def _list(self) -> builtins.list[FileInfo]:  # `list` here is the method above
@@ -122,8 +123,8 @@ class SessionFiles:
     def __init__(self, session: Any) -> None:
         self.session = session
 
-    async def list(self) -> list[FileInfo]:
-        return [FileInfo(str(i.path), int(i.size), i.kind) for i in await self.session.files()]
+    async def list(self, *, quiet: bool = False) -> list[FileInfo]:
+        return [FileInfo(str(i.path), int(i.size), i.kind) for i in await self.session.files(quiet=quiet)]
 
     async def read(self, path: PurePosixPath, max_bytes: int) -> bytes:
         bound = self.session.max_read_bytes
@@ -144,10 +145,10 @@ def checked_path(raw: str | None) -> PurePosixPath:
     return safe_relative_path(raw)
 
 
-async def exit_view(source: FileSource) -> tuple[ExitPolicy, list[FileInfo]]:
+async def exit_view(source: FileSource, *, quiet: bool = False) -> tuple[ExitPolicy, list[FileInfo]]:
     """The exit policy for everything `source` holds, and its regular files the policy lets out
     (coderoom's own scripts and state left aside), outputs first."""
-    entries = await source.list()
+    entries = await source.list(quiet=quiet)
     policy = exit_policy((ExitEntry(e.path, e.kind, e.target) for e in entries), own=source.own_notes)
     files = [e for e in entries if e.kind == "file" and not e.path.startswith(HIDDEN_PREFIXES)
              and policy.refusal(e.path) is None][:MAX_LISTED_FILES]  # fmt: skip
@@ -166,7 +167,7 @@ async def listing(source: FileSource) -> dict[str, Any]:
 
 async def _leaving(source: FileSource, path: PurePosixPath) -> None:
     """A single file asked for by name leaves only if the policy, judging the whole listing, lets it."""
-    policy, _ = await exit_view(source)
+    policy, _ = await exit_view(source, quiet=True)
     refuse_leaving(policy, path)
 
 
