@@ -14,6 +14,7 @@ import pytest
 
 from coderoom.hostile.preview import MAX_PREVIEW_ROWS
 from coderoom.web.headers import FILE_CSP
+from support.planted import GIT_CONFIGS, REFUSED, plant_on_disk
 from web.hostile_run import CANARY, PNG, active_parts, forge_run
 from web.served import Served
 
@@ -117,3 +118,20 @@ def test_a_record_is_sent_as_bounded_data(server: Served, forged: str) -> None:
     record = _json(server, f"/api/runs/{forged}")
     types = [e["type"] for e in record["events"]]  # type: ignore[index]
     assert types == ["run_start", "model_start", "model_call", "tool_start", "tool_result", "run_end"]
+
+
+def test_no_planted_form_leaves_a_run_folder_through_the_page(server: Served) -> None:
+    """The exit policy over HTTP: a run folder holding every planted form (a `.git`, bare and
+    split repositories, a worktree, hooks, links, a FIFO) lists, previews, serves and zips none."""
+    plant_on_disk(server.runs_dir / "planted" / "output")
+    (server.runs_dir / "planted" / "run.jsonl").write_text("{}\n")
+    listed = _json(server, "/api/runs/planted/files")
+    assert [n for n in REFUSED if f"output/{n}" in {f["path"] for f in listed["files"]}] == []  # type: ignore[index]
+    assert {"output/.git", "output/src/commondir"} <= {f["path"] for f in listed["left_out"]}  # type: ignore[index]
+    for name in GIT_CONFIGS:
+        for kind in ("file", "preview"):
+            reply = server.authed("GET", f"/api/runs/planted/{kind}?path={quote('output/' + name)}")
+            assert reply.status == 400 and b"exit policy" in reply.body, (kind, name)
+    with zipfile.ZipFile(io.BytesIO(server.authed("GET", "/api/runs/planted/zip").body)) as archive:
+        assert [n for n in REFUSED if f"output/{n}" in archive.namelist()] == []
+        assert "output/src/HEAD: " in archive.read("coderoom-left-out.txt").decode()
