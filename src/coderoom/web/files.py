@@ -87,7 +87,7 @@ class FileSource(Protocol):
 class RunFolderFiles:
     """The regular files of a run folder (outputs, workspace.tar, run.jsonl), never through a link."""
 
-    own_notes = (LEFT_OUT_NOTE,)
+    own_notes: tuple[str, ...] = (LEFT_OUT_NOTE,)
 
     def __init__(self, root: Path) -> None:
         self.root = root
