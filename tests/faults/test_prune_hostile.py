@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import signal
 import stat
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -17,7 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from backends import require_backend
 from coderoom.hostile import tree
+from coderoom.sandboxes import records
+from coderoom.sandboxes.leases import LEASE_FILE
+from coderoom.sandboxes.local import cgroup, host_dir
 
 SANDBOX_UID = 65534  # bwrap's host uid when coderoom runs as root (`bwrap.host_id`)
 RACE_S = 4.0  # removals of a tree a racer keeps turning into links
@@ -49,11 +56,11 @@ def _forked(body_as_sandbox_uid: object) -> Iterator[int]:
 
 @pytest.fixture
 def shared_tmp() -> Iterator[Path]:
-    """A folder in /tmp that uid 65534 can reach, with a root-owned canary file and directory."""
+    """A temp dir of the test's own in /tmp where uid 65534 can make folders, as in /tmp itself."""
     if os.geteuid() != 0:
         pytest.skip("the attack is on root's removal; needs root to drop to uid 65534")
     base = Path(tempfile.mkdtemp(prefix="coderoom-prune-test-", dir="/tmp"))
-    base.chmod(0o755)
+    base.chmod(0o1777)  # like /tmp: anyone may make a folder here
     try:
         yield base
     finally:
@@ -119,3 +126,135 @@ def test_a_racing_uid_65534_process_never_makes_root_chmod_through_a_link(shared
             assert stat.S_IMODE(canary_dir.stat().st_mode) == 0o755, f"canary dir chmod-ed after {removals} removals"
     assert canary_file.read_text() == "root's"
     assert refused < removals, "every removal was refused: the race was not run"
+
+
+ENTRY = [sys.executable, "-c", "from coderoom.cli import main; main()"]
+DEAD_OWNER = {"boot": "a boot long gone", "pid": 2, "start": 0, "pidns": 0}  # what a crashed run leaves
+
+
+def _sleepers(marker: str) -> list[int]:
+    """Host pids of the live session's sandboxed `sh ... MARKER` (coderoom's own command line
+    holds the marker too)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if argv[0] == b"sh" and marker.encode() in argv:
+                found.append(int(pid))
+    return found
+
+
+@contextlib.contextmanager
+def _live_session(sessions: Path) -> Iterator[tuple[Path, Path, str]]:
+    """A live `sandbox run` in `sessions`: its folder, its memory cgroup and its command's marker."""
+    marker = f"live-session-{os.getpid()}-{time.monotonic_ns()}"
+    env = {**os.environ, "TMPDIR": str(sessions)}
+    argv = [*ENTRY, "sandbox", "run", "--sandbox", "local", "--", "sh", "-c", "sleep 100; :", marker]
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not _sleepers(marker):
+            assert time.monotonic() < deadline and process.poll() is None, "the live session never started"
+            time.sleep(0.05)
+        [folder] = sessions.glob(f"{host_dir.PREFIX}*")
+        group = cgroup.recorded(folder / host_dir.CGROUP_FILE)
+        if group is None:
+            pytest.skip("no memory cgroup here: nothing for a record to name")
+        yield folder, group, marker
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+
+
+def _prune_local(sessions: Path) -> tuple[int, list[str]]:
+    """The local backend's prune as its own process over `sessions`: (removed, skipped)."""
+    code = "import json; from coderoom.sandboxes.local import host_dir; s = []; print(json.dumps([host_dir.prune(s), s]))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, "TMPDIR": str(sessions)}, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and not done.stderr, done.stderr
+    removed, skipped = json.loads(done.stdout)
+    return removed, skipped
+
+
+def _forge_as_sandbox_uid(folder: Path, live_group: Path, live_bwrap: str) -> None:
+    """As uid 65534: a folder shaped like a crashed session's, whose records name the live one's
+    cgroup and bwrap group (before issue 19, a folder of bwrap's uid was taken for a session's)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _as_sandbox_uid()
+            os.mkdir(folder, 0o700)
+            (folder / LEASE_FILE).write_text(json.dumps(DEAD_OWNER))
+            (folder / host_dir.CGROUP_FILE).write_text(str(live_group))
+            (folder / host_dir.BWRAP_FILE).write_text(live_bwrap)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert folder.stat().st_uid == SANDBOX_UID, "the forger did not make its folder"
+
+
+@pytest.mark.parametrize("forger", ["uid 65534", "a record in our own folder"])
+def test_a_forged_record_never_reaches_another_live_session(forger: str, shared_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Attack 19b: a forged folder's `cgroup` record naming another session's cgroup made root's
+    `prune` SIGKILL that live session and remove its cgroup. A folder uid 65534 made or can write
+    is not a session's; and even a record in a folder of ours may only name that folder's own
+    cgroup (`cgroup.name_for`), so the live session, its processes and its cgroup survive."""
+    require_backend("local")
+    with _live_session(shared_tmp) as (live, group, marker):
+        live_bwrap = (live / host_dir.BWRAP_FILE).read_text()
+        if forger == "uid 65534":
+            forged = shared_tmp / f"{host_dir.PREFIX}forged"
+            _forge_as_sandbox_uid(forged, group, live_bwrap)
+        else:
+            monkeypatch.setattr(tempfile, "tempdir", str(shared_tmp))
+            forged = host_dir.make(False)  # a real session folder, left by a "crashed" run
+            records.write(forged, LEASE_FILE, json.dumps(DEAD_OWNER).encode(), replace=True)
+            records.write(forged, host_dir.CGROUP_FILE, os.fsencode(group), replace=True)
+            records.write(forged, host_dir.BWRAP_FILE, live_bwrap.encode(), replace=True)
+        removed, skipped = _prune_local(shared_tmp)
+        assert _sleepers(marker), "prune killed the live session"
+        assert group.is_dir(), "prune removed the live session's cgroup"
+        assert live.is_dir() and skipped == []
+        assert removed == (0 if forger == "uid 65534" else 1)
+        assert forged.exists() == (forger == "uid 65534"), "a folder of uid 65534 was taken for ours"
+
+
+@contextlib.contextmanager
+def _unremovable_folder(sessions: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """An abandoned session folder root cannot remove (an immutable file in its workspace)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(sessions))
+    folder = host_dir.make(False)
+    records.write(folder, LEASE_FILE, json.dumps(DEAD_OWNER).encode(), replace=True)
+    stuck = folder / "workspace" / "stuck\x1b[2J"  # a name that would clear a terminal
+    stuck.write_text("")
+    if subprocess.run(["chattr", "+i", str(stuck)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not available on this file system")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["chattr", "-i", str(stuck)], check=True)
+
+
+def test_a_folder_prune_cannot_remove_is_reported_and_the_rest_are_pruned(
+    shared_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack 19c: one hostile folder made `prune` stop with a traceback and skip every folder
+    after it. It is now left with one terminal-safe line naming it, every other abandoned folder
+    is removed, no traceback is printed, and `coderoom sandbox prune` exits 1 (something was left)."""
+    require_backend("local")
+    with _unremovable_folder(shared_tmp, monkeypatch) as hostile:
+        others = []
+        for _ in range(3):
+            other = host_dir.make(False)
+            records.write(other, LEASE_FILE, json.dumps(DEAD_OWNER).encode(), replace=True)
+            others.append(other)
+        env = {**os.environ, "TMPDIR": str(shared_tmp), "DOCKER_HOST": "unix:///nonexistent"}  # local alone
+        done = subprocess.run([*ENTRY, "sandbox", "prune"], env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1, done.stderr
+        assert "Traceback" not in done.stderr
+        assert "removed 3 session folders (local)" in done.stdout
+        [line] = done.stderr.splitlines()
+        assert line.startswith("coderoom: error: skipped ") and hostile.name in line
+        assert "\x1b" not in line
+        assert hostile.is_dir() and not any(other.exists() for other in others)
