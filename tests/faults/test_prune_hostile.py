@@ -35,6 +35,10 @@ def _as_sandbox_uid() -> None:
     os.setgroups([])
     os.setgid(SANDBOX_UID)
     os.setuid(SANDBOX_UID)
+    ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)  # its own /proc/self, as any process started as it has
+
+
+_PR_SET_DUMPABLE = 4
 
 
 @contextlib.contextmanager
@@ -258,3 +262,94 @@ def test_a_folder_prune_cannot_remove_is_reported_and_the_rest_are_pruned(
         assert line.startswith("coderoom: error: skipped ") and hostile.name in line
         assert "\x1b" not in line
         assert hostile.is_dir() and not any(other.exists() for other in others)
+
+
+def _readers(folder: Path) -> dict[str, object]:
+    """What each reader of a session folder's records makes of them (None: no record)."""
+    from coderoom.sandboxes.leases import read_lease
+    from coderoom.sandboxes.local import leases
+
+    return {
+        "lease": read_lease(folder),
+        "cgroup": cgroup.recorded(folder / host_dir.CGROUP_FILE),
+        "bwrap": leases.recorded_group(folder / host_dir.BWRAP_FILE),
+        "session": records.read(folder, host_dir.SESSION_FILE, 64),
+    }
+
+
+def _write_all(folder: Path) -> None:
+    records.write(folder, LEASE_FILE, json.dumps(DEAD_OWNER).encode())
+    group = Path("/sys/fs/cgroup/memory") / cgroup.name_for(folder)
+    records.write(folder, host_dir.CGROUP_FILE, os.fsencode(group))
+    records.write(folder, host_dir.BWRAP_FILE, b"4242")
+    records.write(folder, host_dir.SESSION_FILE, b"a-session")
+
+
+NAMES = (LEASE_FILE, host_dir.CGROUP_FILE, host_dir.BWRAP_FILE, host_dir.SESSION_FILE)
+
+
+@pytest.mark.parametrize("forgery", ["folder of uid 65534", "records of uid 65534", "links", "hard links", "writable by others"])
+def test_every_record_reader_refuses_what_uid_65534_could_have_written(forgery: str, shared_tmp: Path) -> None:
+    """The records `prune` acts on are read in one place (`records.read`): each reader takes a
+    record we wrote in our own folder, and none takes one uid 65534 could have written or
+    swapped (its folder or file, a link or a hard link to ours, a file others may write)."""
+    good = shared_tmp / "good"
+    good.mkdir(mode=0o700)
+    _write_all(good)
+    assert all(value is not None for value in _readers(good).values()), _readers(good)
+    folder = shared_tmp / "forged"
+    folder.mkdir(mode=0o700)
+    if forgery == "links":
+        for name in NAMES:
+            (folder / name).symlink_to(good / name)
+    elif forgery == "hard links":
+        for name in NAMES:
+            os.link(good / name, folder / name)
+    else:
+        _write_all(folder)
+        if forgery == "writable by others":
+            for name in NAMES:
+                (folder / name).chmod(0o622)
+        else:
+            os.chown(folder, SANDBOX_UID, SANDBOX_UID)
+            if forgery == "records of uid 65534":
+                os.chown(folder, 0, 0)
+                for name in NAMES:
+                    os.chown(folder / name, SANDBOX_UID, SANDBOX_UID)
+    assert _readers(folder) == dict.fromkeys(_readers(folder), None)
+
+
+def test_a_record_may_name_only_its_own_folders_cgroup(shared_tmp: Path) -> None:
+    """However it got there, a `cgroup` record naming any cgroup but its folder's own is no record."""
+    folder = shared_tmp / f"{host_dir.PREFIX}mine"
+    folder.mkdir(mode=0o700)
+    root = Path("/sys/fs/cgroup/memory")
+    for named in (root / "coderoom-coderoom-local-other", root / "x" / cgroup.name_for(folder) / "..", root / "system.slice"):
+        records.write(folder, host_dir.CGROUP_FILE, os.fsencode(named), replace=True)
+        assert cgroup.recorded(folder / host_dir.CGROUP_FILE) is None, named
+    records.write(folder, host_dir.CGROUP_FILE, os.fsencode(root / "x" / cgroup.name_for(folder)), replace=True)
+    assert cgroup.recorded(folder / host_dir.CGROUP_FILE) == root / "x" / cgroup.name_for(folder)
+
+
+def test_the_sandbox_uid_removing_its_own_locked_tree_needs_no_chmod_by_name(shared_tmp: Path) -> None:
+    """Without root (as the sandbox uid, the case of a non-root host), directories the sandbox made
+    unreadable (mode 000) are opened through an O_PATH fd and fixed through that fd."""
+    arena = shared_tmp / "arena"
+    arena.mkdir()
+    os.chown(arena, SANDBOX_UID, SANDBOX_UID)
+
+    def lock_and_remove() -> None:
+        locked = arena / "tree" / "a" / "b"
+        locked.mkdir(parents=True)
+        (locked / "file").write_text("x")
+        for folder in (locked, locked.parent, locked.parent.parent):
+            folder.chmod(0)
+        tree.remove_tree(arena / "tree")
+        (arena / "done").touch()
+
+    with _forked(lock_and_remove):
+        deadline = time.monotonic() + 10
+        while not (arena / "done").exists():
+            assert time.monotonic() < deadline, "the sandbox uid could not remove its own tree"
+            time.sleep(0.01)
+    assert not (arena / "tree").exists()

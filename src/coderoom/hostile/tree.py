@@ -10,6 +10,7 @@ vanishes or turns into a link between listing and opening is skipped, and nothin
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import os
@@ -252,6 +253,8 @@ def _empty(root_fd: int) -> None:
         try:
             for child in os.listdir(dir_fd):
                 if _unlink(child, dir_fd) == errno.EISDIR:
+                    with contextlib.suppress(OSError):  # moving a directory needs its write bit (not as root)
+                        os.close(_open_to_empty(child, dir_fd))
                     flat = _free_name(root_fd, serial)
                     try:
                         os.rename(child, flat, src_dir_fd=dir_fd, dst_dir_fd=root_fd)
