@@ -353,3 +353,16 @@ def test_the_sandbox_uid_removing_its_own_locked_tree_needs_no_chmod_by_name(sha
             assert time.monotonic() < deadline, "the sandbox uid could not remove its own tree"
             time.sleep(0.01)
     assert not (arena / "tree").exists()
+
+
+@pytest.mark.parametrize("lease", ['{"boot": "b", "pid": Infinity, "start": 0}', "[" * 4000, '{"pid": [1]}', "\xff\xfe"])
+def test_a_lease_that_does_not_parse_is_no_lease(lease: str, shared_tmp: Path) -> None:
+    """A lease is data even in our own folder: an infinite pid (OverflowError in int()) and nesting
+    past the recursion limit raised out of `read_lease` before, ending `prune` with a traceback;
+    each of these is now no lease."""
+    from coderoom.sandboxes.leases import read_lease
+
+    folder = shared_tmp / "folder"
+    folder.mkdir(mode=0o700)
+    records.write(folder, LEASE_FILE, lease.encode("utf-8", "surrogateescape"))
+    assert read_lease(folder) is None
