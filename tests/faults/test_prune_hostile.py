@@ -173,9 +173,8 @@ def _live_session(sessions: Path) -> Iterator[tuple[Path, Path, str]]:
 def _prune_local(sessions: Path) -> tuple[int, list[str]]:
     """The local backend's prune as its own process over `sessions`: (removed, skipped)."""
     code = "import json; from coderoom.sandboxes.local import host_dir; s = []; print(json.dumps([host_dir.prune(s), s]))"
-    done = subprocess.run(
-        [sys.executable, "-c", code], env={**os.environ, "TMPDIR": str(sessions)}, capture_output=True, text=True, timeout=120
-    )
+    env = {**os.environ, "TMPDIR": str(sessions)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and not done.stderr, done.stderr
     removed, skipped = json.loads(done.stdout)
     return removed, skipped
@@ -199,7 +198,9 @@ def _forge_as_sandbox_uid(folder: Path, live_group: Path, live_bwrap: str) -> No
 
 
 @pytest.mark.parametrize("forger", ["uid 65534", "a record in our own folder"])
-def test_a_forged_record_never_reaches_another_live_session(forger: str, shared_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_forged_record_never_reaches_another_live_session(
+    forger: str, shared_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Attack 19b: a forged folder's `cgroup` record naming another session's cgroup made root's
     `prune` SIGKILL that live session and remove its cgroup. A folder uid 65534 made or can write
     is not a session's; and even a record in a folder of ours may only name that folder's own
@@ -288,7 +289,10 @@ def _write_all(folder: Path) -> None:
 NAMES = (LEASE_FILE, host_dir.CGROUP_FILE, host_dir.BWRAP_FILE, host_dir.SESSION_FILE)
 
 
-@pytest.mark.parametrize("forgery", ["folder of uid 65534", "records of uid 65534", "links", "hard links", "writable by others"])
+FORGERIES = ["folder of uid 65534", "records of uid 65534", "links", "hard links", "writable by others"]
+
+
+@pytest.mark.parametrize("forgery", FORGERIES)
 def test_every_record_reader_refuses_what_uid_65534_could_have_written(forgery: str, shared_tmp: Path) -> None:
     """The records `prune` acts on are read in one place (`records.read`): each reader takes a
     record we wrote in our own folder, and none takes one uid 65534 could have written or
@@ -324,7 +328,8 @@ def test_a_record_may_name_only_its_own_folders_cgroup(shared_tmp: Path) -> None
     folder = shared_tmp / f"{host_dir.PREFIX}mine"
     folder.mkdir(mode=0o700)
     root = Path("/sys/fs/cgroup/memory")
-    for named in (root / "coderoom-coderoom-local-other", root / "x" / cgroup.name_for(folder) / "..", root / "system.slice"):
+    others = (root / "coderoom-coderoom-local-other", root / "x" / cgroup.name_for(folder) / "..", root / "system.slice")
+    for named in others:
         records.write(folder, host_dir.CGROUP_FILE, os.fsencode(named), replace=True)
         assert cgroup.recorded(folder / host_dir.CGROUP_FILE) is None, named
     records.write(folder, host_dir.CGROUP_FILE, os.fsencode(root / "x" / cgroup.name_for(folder)), replace=True)
