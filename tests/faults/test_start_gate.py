@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from backends import require_backend
-from coderoom.sandboxes.local import host_dir, leases
+from coderoom.sandboxes.local import bwrap, host_dir, leases
 from coderoom.sandboxes.local.procfs import running as alive
 from coderoom.sandboxes.local.cgroup import Mode, detect, remove_recorded
 
@@ -111,11 +111,16 @@ def blocked_pid_1() -> tuple[int, int]:
     """A real bwrap pid 1 left as a host SIGKILL can leave one: its bwrap killed after cloning it
     and before waking it (here bwrap waits on --userns-block-fd in that window). It then waits on
     bwrap's eventfd for good, with parent 1, in bwrap's process group, in no session cgroup, and
-    its mounts name no folder. Returns (bwrap's pid = the group, pid 1)."""
+    its mounts name no folder. As a session's: as bwrap's uid (65534 as root). Returns (bwrap's
+    pid = the group, pid 1)."""
     info_r, info_w = os.pipe()
     block_r, block_w = os.pipe()
     argv = ["bwrap", "--unshare-user", "--unshare-pid", "--info-fd", str(info_w), "--userns-block-fd", str(block_r)]
-    outer = subprocess.Popen([*argv, "--ro-bind", "/", "/", "true"], pass_fds=(info_w, block_r), process_group=0)
+    ids = bwrap.host_id()
+    outer = subprocess.Popen(
+        [*argv, "--ro-bind", "/", "/", "true"], pass_fds=(info_w, block_r), process_group=0,
+        user=ids, group=ids, extra_groups=None if ids is None else [],
+    )  # fmt: skip
     os.close(info_w)
     os.close(block_r)
     with os.fdopen(info_r, "rb") as info:

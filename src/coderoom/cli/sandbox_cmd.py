@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from ..errors import UsageError
+from ..errors import EXIT_FAILED, UsageError
 from ..sandboxes import backend_names, get_backend
 from .application import app
-from .errors import reported
+from .errors import reported, show
 from .sandbox_run import COMMAND_HELP, OPTIONS, SUMMARY, execute
 
 if TYPE_CHECKING:
@@ -89,13 +89,20 @@ def info() -> None:
 
 @sandbox_app.command("prune")
 def prune() -> None:
-    """Remove the sandbox resources crashed sessions left behind, for every backend that runs here."""
+    """Remove the sandbox resources crashed sessions left behind, for every backend that runs here.
+
+    Exits 1 when something had to be left (each named on stderr), after pruning all the rest."""
     from ..sandboxes import SandboxSpec
 
+    skipped: list[str] = []
     with reported():
         for name in backend_names():
             backend = get_backend(name)
             if backend.unavailable_reason(SandboxSpec(backend=name)) is not None:
                 continue
-            removed = backend.prune()
+            removed = backend.prune(skipped)
             typer.echo(f"removed {removed} {backend.leftovers}{'' if removed == 1 else 's'} ({name})")
+        if skipped:
+            for line in skipped:
+                show(f"skipped {line}", EXIT_FAILED)
+            raise typer.Exit(EXIT_FAILED)

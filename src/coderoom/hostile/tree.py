@@ -10,6 +10,7 @@ vanishes or turns into a link between listing and opening is skipped, and nothin
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import os
@@ -25,6 +26,8 @@ MAX_DEPTH = 256
 MAX_ENTRIES = 100_000
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _CHUNK = 1024 * 1024
+REMOVE_RETRIES = 100  # directories found non-empty again after they were emptied (a refilling process)
+_PATH_DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # an entry removed or replaced (by a link, a file) between listing and opening: a live process
 # (a command, while the watchdog walks; the run_python kernel, at any time) changed the tree
 GONE = {errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EINVAL}  # EINVAL: readlink of a non-link
@@ -173,46 +176,114 @@ def copy_bounded(source: IO[bytes], out: IO[bytes], max_bytes: int) -> int:
 def remove_tree(path: Path) -> None:
     """Delete `path` whatever the sandbox left in it: any depth, read-only dirs, links, FIFOs.
 
-    Subdirectories are renamed up into `path` itself before they are emptied, so no walk ever
-    goes deeper than one level and no path grows past PATH_MAX.
+    Run as root over folders uid 65534 can write (prune, session close), so no step acts on a
+    name that could have become a link since it was looked at: each directory is opened with
+    O_NOFOLLOW relative to its parent's fd and its mode changed through that fd (a link in its
+    place fails the open with ENOTDIR and is unlinked itself), entries go by `unlinkat`, which
+    never follows, and a directory found by `unlinkat`'s EISDIR is moved by `renameat`, which
+    never follows either. Subdirectories are renamed up into `path` itself before they are
+    emptied, so no walk ever goes deeper than one level and no path grows past PATH_MAX. A
+    process that keeps refilling the tree makes it raise OSError after REMOVE_RETRIES tries.
     """
     try:
-        root_fd = os.open(path, _DIR_FLAGS)
+        parent_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the caller's, trusted
     except FileNotFoundError:
         return
-    except NotADirectoryError:
-        os.unlink(path)
-        return
     try:
-        os.fchmod(root_fd, 0o700)
-        serial = itertools.count()
-        pending = os.listdir(root_fd)
-        while pending:
-            name = pending.pop()
-            try:
-                st = os.stat(name, dir_fd=root_fd, follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            if not stat.S_ISDIR(st.st_mode):
-                os.unlink(name, dir_fd=root_fd)
-                continue
-            os.chmod(name, 0o700, dir_fd=root_fd)  # a directory (lstat above), not a link
-            dir_fd = os.open(name, _DIR_FLAGS, dir_fd=root_fd)
-            try:
-                for child in os.listdir(dir_fd):
-                    child_st = os.stat(child, dir_fd=dir_fd, follow_symlinks=False)
-                    if stat.S_ISDIR(child_st.st_mode):
-                        flat = _free_name(root_fd, serial)
-                        os.rename(child, flat, src_dir_fd=dir_fd, dst_dir_fd=root_fd)
-                        pending.append(flat)
-                    else:
-                        os.unlink(child, dir_fd=dir_fd)
-            finally:
-                os.close(dir_fd)
-            os.rmdir(name, dir_fd=root_fd)
+        try:
+            root_fd = _open_to_empty(path.name, parent_fd)
+        except FileNotFoundError:
+            return
+        except NotADirectoryError:
+            os.unlink(path.name, dir_fd=parent_fd)
+            return
+        try:
+            _empty(root_fd)
+        finally:
+            os.close(root_fd)
+        os.rmdir(path.name, dir_fd=parent_fd)
     finally:
-        os.close(root_fd)
-    os.rmdir(path)
+        os.close(parent_fd)
+
+
+def _open_to_empty(name: str, parent_fd: int) -> int:
+    """Open the directory `name` in `parent_fd` without following a link, and give it mode 0700
+    through the open fd (never by name). ENOTDIR: not a directory (a link, a file) any more."""
+    try:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+    except PermissionError:  # not root, and the sandbox took the read bit away: fix it through an O_PATH fd
+        path_fd = os.open(name, _PATH_DIR_FLAGS, dir_fd=parent_fd)
+        try:
+            os.chmod(f"/proc/self/fd/{path_fd}", 0o700)  # that inode itself: a magic link, no name lookup
+            fd = os.open(".", _DIR_FLAGS, dir_fd=path_fd)
+        finally:
+            os.close(path_fd)
+    try:
+        os.fchmod(fd, 0o700)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _empty(root_fd: int) -> None:
+    """Remove everything in the directory `root_fd`, flattening subdirectories into it."""
+    serial = itertools.count()
+    pending = os.listdir(root_fd)
+    retries = 0
+
+    def again(name: str) -> None:
+        """`name` changed under us (refilled, or swapped between a directory and a link): later."""
+        nonlocal retries
+        retries += 1
+        if retries > REMOVE_RETRIES:
+            raise OSError(errno.ENOTEMPTY, "the tree kept changing while it was removed")
+        pending.append(name)
+
+    while pending:
+        name = pending.pop()
+        try:
+            dir_fd = _open_to_empty(name, root_fd)
+        except FileNotFoundError:
+            continue
+        except NotADirectoryError:
+            if _unlink(name, root_fd) == errno.EISDIR:  # a directory again
+                again(name)
+            continue
+        try:
+            for child in os.listdir(dir_fd):
+                if _unlink(child, dir_fd) == errno.EISDIR:
+                    with contextlib.suppress(OSError):  # moving a directory needs its write bit (not as root)
+                        os.close(_open_to_empty(child, dir_fd))
+                    flat = _free_name(root_fd, serial)
+                    try:
+                        os.rename(child, flat, src_dir_fd=dir_fd, dst_dir_fd=root_fd)
+                    except FileNotFoundError:
+                        continue
+                    pending.append(flat)
+        finally:
+            os.close(dir_fd)
+        try:
+            os.rmdir(name, dir_fd=root_fd)
+        except FileNotFoundError:
+            pass
+        except NotADirectoryError:  # replaced by a link or file since it was emptied
+            again(name)
+        except OSError as exc:
+            if exc.errno != errno.ENOTEMPTY:
+                raise
+            again(name)
+
+
+def _unlink(name: str, dir_fd: int) -> int:
+    """`unlinkat` (never follows a link); EISDIR (a directory: the caller moves it) or 0."""
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+    except IsADirectoryError:
+        return errno.EISDIR
+    return 0
 
 
 def _free_name(dir_fd: int, serial: Iterator[int]) -> str:

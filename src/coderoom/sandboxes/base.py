@@ -59,8 +59,10 @@ class SandboxBackend(Protocol):
     def client(self, spec: SandboxSpec) -> tuple[BaseSandboxClient[Any], Any]:
         """An SDK sandbox client configured for `spec`, and the options for `client.create`."""
 
-    def prune(self) -> int:
-        """Remove what crashed sessions of this backend left behind; how many were removed."""
+    def prune(self, skipped: list[str] | None = None) -> int:
+        """Remove what crashed sessions of this backend left behind; how many were removed. What
+        it had to leave (a hostile leftover that cannot be removed) is added to `skipped`, one
+        terminal-safe line each, and never ends the prune of the others."""
 
     def info(self) -> str:
         """What enforces each limit on this machine, one `limit: how` line each (`sandbox info`)."""

@@ -10,8 +10,8 @@ An owner from another boot is gone too: its process died with that boot. (A Dock
 another machine, via DOCKER_HOST, is out of reach: its containers are judged by the engine's
 own boot, which is ours only when the engine runs here; see `docker.leases`.)
 
-Local session folders hold a `lease` file (mode 0600, outside the workspace, so the sandbox
-never sees it); Docker containers carry the same fields as labels.
+Local session folders hold a `lease` file (a record, see `records`: mode 0600, outside the
+workspace, so the sandbox never sees it); Docker containers carry the same fields as labels.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from . import records
 
 LEASE_FILE = "lease"
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
@@ -68,17 +70,17 @@ class Owner:
 
 def write_lease(folder: Path) -> None:
     """Write this process's lease into `folder` (a fresh session folder), readable by us alone."""
-    fd = os.open(folder / LEASE_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as out:
-        json.dump(asdict(Owner.me()), out)
+    records.write(folder, LEASE_FILE, json.dumps(asdict(Owner.me())).encode())
 
 
 def read_lease(folder: Path) -> Owner | None:
-    """The owner named in `folder`'s lease, or None when there is none or it cannot be parsed."""
+    """The owner named in `folder`'s lease, or None when there is none, it cannot be parsed or it
+    is not a trusted record (see `records`)."""
+    text = records.read(folder, LEASE_FILE, 4096)
+    if text is None:
+        return None
     try:
-        fd = os.open(folder / LEASE_FILE, os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd) as source:
-            data = json.loads(source.read(4096))
+        data = json.loads(text)
         return Owner(str(data["boot"]), int(data["pid"]), int(data["start"]), int(data.get("pidns", 0)))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, OverflowError, RecursionError):  # a record is data
         return None

@@ -31,7 +31,7 @@ class UnconfinedBackend:
     def prepare(self, spec: SandboxSpec, progress: Any) -> None:
         """Nothing to prepare."""
 
-    def prune(self) -> int:
+    def prune(self, skipped: list[str] | None = None) -> int:
         return 0
 
     def info(self) -> str:

@@ -83,8 +83,8 @@ class DockerBackend:
         )
         return CoderoomDockerClient(docker_client(), limits=spec.limits, image=image), options
 
-    def prune(self) -> int:
-        return prune()
+    def prune(self, skipped: list[str] | None = None) -> int:
+        return prune(skipped=skipped)
 
     def info(self) -> str:
         return "memory: docker --memory (cgroup), swap included\nnetwork: none unless network = true"
@@ -95,10 +95,11 @@ class DockerBackend:
         return image_app
 
 
-def prune(client: Any | None = None) -> int:
+def prune(client: Any | None = None, skipped: list[str] | None = None) -> int:
     """Remove the coderoom containers whose owner is gone (see `labels`); returns how many.
 
-    A live run's container is never touched, running or not."""
+    A live run's container is never touched, running or not. One the engine refuses to remove
+    is added to `skipped` (with a list to add to) and the others are still pruned."""
     import docker.errors
 
     from .image import docker_client
@@ -115,8 +116,11 @@ def prune(client: Any | None = None) -> int:
         except docker.errors.NotFound:
             continue
         except docker.errors.APIError as exc:
-            if exc.status_code != 409:  # 409: the daemon is removing it already (auto_remove)
+            if exc.status_code == 409:  # the daemon is removing it already (auto_remove)
+                continue
+            if skipped is None:
                 raise
+            skipped.append(f"container {container.short_id} left in place: {exc.explanation or exc}")
             continue
         removed += 1
     return removed

@@ -80,10 +80,10 @@ class LocalBackend:
 
         return LocalSandboxClient(spec.limits, _bubblewrap(spec)), None
 
-    def prune(self) -> int:
+    def prune(self, skipped: list[str] | None = None) -> int:
         from .host_dir import prune
 
-        return prune()
+        return prune(skipped)
 
     def commands(self) -> None:
         return None

@@ -35,6 +35,8 @@ import time
 from enum import Enum
 from pathlib import Path
 
+from .. import records
+
 
 _V1_ROOT = Path("/sys/fs/cgroup/memory")
 _V2_ROOT = Path("/sys/fs/cgroup")
@@ -111,17 +113,17 @@ class MemoryCgroup:
     @classmethod
     def for_session(cls, limit: int, record: Path | None = None) -> MemoryCgroup | None:
         """A new cgroup holding `limit` bytes, or None where there is no memory cgroup here.
-        With `record` (a file in the session folder, outside the workspace), its path is written
-        there first, so `remove_recorded` can take it if this process is killed."""
+        With `record` (a file in the session folder, outside the workspace), the cgroup is named
+        after the folder (`name_for`) and its path written there first, so `remove_recorded` can
+        take it if this process is killed."""
         found, parent = detect()
         if parent is None:
             return None
-        name = f"{_PREFIX}{os.urandom(6).hex()}"  # not uuid4: uuid imports platform (1 ms)
+        # not uuid4: uuid imports platform (1 ms)
+        name = name_for(record.parent) if record is not None else f"{_PREFIX}{os.urandom(6).hex()}"
         group = cls(found, parent / name, limit)
         if record is not None:
-            fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, "w") as out:
-                out.write(str(group.path))
+            records.write(record.parent, record.name, os.fsencode(group.path), replace=True)
         group.path.mkdir(mode=0o755)
         try:
             if found is Mode.V1:
@@ -217,18 +219,22 @@ class MemoryCgroup:
             return set()
 
 
+def name_for(folder: Path) -> str:
+    """The memory cgroup of the session in `folder`, by name: the folder's own (unique) name, so
+    the record in one folder can only ever name that folder's cgroup, never another session's."""
+    return f"{_PREFIX}{folder.name}"
+
+
 def recorded(record: Path) -> Path | None:
-    """The cgroup named in `record` (see `for_session`), if it is one of ours. The file is data:
-    only a directory named like ours under a memory cgroup root is taken."""
-    try:
-        fd = os.open(record, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        with os.fdopen(fd) as source:
-            text = source.read(4096)
-    except (OSError, ValueError):
+    """The cgroup named in `record` (see `for_session`), if it is the cgroup of `record`'s own
+    folder. The file is data: only a trusted record (see `records`) naming a directory under a
+    memory cgroup root with the folder's cgroup name (`name_for`) is taken."""
+    text = records.read(record.parent, record.name, 4096)
+    if text is None or b"\0" in text:
         return None
-    path = Path(text)
+    path = Path(os.fsdecode(text))
     roots = (_V1_ROOT, _V2_ROOT)
-    if ".." in path.parts or not path.name.startswith(_PREFIX) or not any(path.is_relative_to(r) for r in roots):
+    if ".." in path.parts or path.name != name_for(record.parent) or not any(path.is_relative_to(r) for r in roots):
         return None
     return path
 

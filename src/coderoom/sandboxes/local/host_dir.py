@@ -1,12 +1,17 @@
 """A local sandbox's folder on the host: made private, found where bubblewrap's uid can reach it,
 and reused or deleted only when it is provably one we made.
 
-Layout of a session folder (mode 0700, prefix `coderoom-local-`, in the temp dir):
-`workspace/` (bound at the sandbox's workspace root, /workspace by default), `etc/` (the
-synthetic /etc), `venv/` (from a venv host), as root `python-N/` mount points for the runtime
-views (see `bwrap.views_namespace`), and outside what the sandbox sees, `lease` (see `leases`),
-`cgroup` (the memory cgroup's path) and `session` (the SDK session id it was made for, see
-`bind` and `adoptable`).
+Layout of a session folder (prefix `coderoom-local-`, in the temp dir, owned by the user running
+coderoom: mode 0700, or as root 0710 with bwrap's uid's group, so uid 65534 can reach what it
+binds but never add, rename or remove an entry): `workspace/` (bwrap's uid's, bound at the
+sandbox's workspace root, /workspace by default), `etc/` (the synthetic /etc), `venv/` (from a
+venv host), as root `python-N/` mount points for the runtime views (see
+`bwrap.views_namespace`), and outside what the sandbox sees, the records (see `records`):
+`lease` (see `leases`), `cgroup` (the memory cgroup's path), `bwrap` and `session` (the SDK
+session id it was made for, see `bind` and `adoptable`). Root trusts the records and removes
+the folder because uid 65534 cannot write in it: when the folder itself was 65534's, that uid
+could forge a record naming another session's cgroup, or swap entries for links under root's
+feet (issue 19, docs/security.md).
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from pathlib import Path
 
 from ...errors import SandboxUnavailable
 from ...hostile import tree
+from ...hostile.names import shown
+from .. import records
 from ..leases import Owner, read_lease
 from . import bwrap, cgroup, leases
 
@@ -25,11 +32,12 @@ PREFIX = "coderoom-local-"
 CGROUP_FILE = "cgroup"  # the session's memory cgroup, for `prune` (see `cgroup.remove_recorded`)
 BWRAP_FILE = "bwrap"  # the pid of the session's latest bwrap, its process group: for `prune` (`leases.kill_users`)
 SESSION_FILE = "session"  # the SDK session id the folder belongs to (see `bind`)
+SHARED_MODE = 0o710  # as root: searchable by bwrap's uid's group, writable by us alone
 
 
 def make(network: bool) -> Path:
-    """A new session folder with its workspace, /etc and venv skeleton, owned by bwrap's uid."""
-    host_dir = Path(tempfile.mkdtemp(prefix=PREFIX, dir=parent()))  # mode 0700
+    """A new session folder with its workspace, /etc and venv skeleton; the workspace is bwrap's uid's."""
+    host_dir = Path(tempfile.mkdtemp(prefix=PREFIX, dir=parent()))  # ours, mode 0700
     try:
         leases.claim(host_dir)  # `prune` reclaims the folder once this process is gone
         (host_dir / "workspace").mkdir(mode=0o700)
@@ -41,10 +49,11 @@ def make(network: bool) -> Path:
         if ids is not None:  # bwrap runs as this uid and must reach the workspace
             for index in range(len(rt.binds())):
                 (host_dir / f"python-{index}").mkdir(mode=0o755)  # mount points, see bwrap.views_namespace
-            os.chown(host_dir, ids, ids)
             os.chown(host_dir / "workspace", ids, ids)
+            os.chown(host_dir, -1, ids)  # bwrap's uid may reach its binds, never write here
+            os.chmod(host_dir, SHARED_MODE)
     except BaseException:  # a signal (Interrupted) or an error: a half-made folder is not one
-        tree.remove_tree(host_dir)  # `prune` would take (as root it is not yet bwrap's uid's)
+        tree.remove_tree(host_dir)  # `prune` would take (as root its mode is not yet SHARED_MODE)
         raise
     return host_dir
 
@@ -105,7 +114,8 @@ def walkable(path: Path, uid: int) -> bool:
 
 
 def owned(path: Path) -> bool:
-    """Only a folder we made (our prefix, in the temp dir, ours, private) is reused or deleted."""
+    """Only a folder we made (our prefix, in the temp dir, ours and unwritable by anyone else, with
+    the mode `make` gives it) is reused or deleted: never one bwrap's uid made or can write."""
     try:
         where = parent()
     except SandboxUnavailable:
@@ -116,17 +126,16 @@ def owned(path: Path) -> bool:
         st = os.lstat(path)
     except FileNotFoundError:
         return False
-    owner = bwrap.host_id()
-    owner = os.getuid() if owner is None else owner
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == owner and stat.S_IMODE(st.st_mode) == 0o700
+    ids = bwrap.host_id()
+    if ids is None:
+        return records.trusted_folder(st) and stat.S_IMODE(st.st_mode) == 0o700
+    return records.trusted_folder(st) and st.st_gid == ids and stat.S_IMODE(st.st_mode) == SHARED_MODE
 
 
 def bind(folder: Path, session_id: str) -> None:
     """Record that `folder` (just made) belongs to SDK session `session_id`: a serialized state
     names its folder, and a state is hostile input, so `adoptable` compares this record."""
-    fd = os.open(folder / SESSION_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(session_id)
+    records.write(folder, SESSION_FILE, session_id.encode())
 
 
 def adoptable(folder: Path, session_id: str) -> bool:
@@ -135,13 +144,7 @@ def adoptable(folder: Path, session_id: str) -> bool:
     be resumed, as a live container is). A folder whose owner is gone is taken over."""
     if not owned(folder):
         return False
-    try:
-        fd = os.open(folder / SESSION_FILE, os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd) as source:
-            bound = source.read(64)
-    except OSError:
-        return False
-    if bound != session_id:
+    if records.read(folder, SESSION_FILE, 64) != session_id.encode():
         return False
     owner = read_lease(folder)
     if owner is None:
@@ -154,18 +157,32 @@ def adoptable(folder: Path, session_id: str) -> bool:
     return True
 
 
-def prune() -> int:
-    """Remove session folders whose owner is gone (see `leases`); returns how many."""
+def prune(skipped: list[str] | None = None) -> int:
+    """Remove session folders whose owner is gone (see `leases`); returns how many.
+
+    A folder that cannot be removed (whatever it raises) is left, with one line naming it and
+    why added to `skipped`, and the others are still pruned: one hostile folder never stops
+    `prune` (issue 19)."""
     try:
         folder_parent = parent()
     except SandboxUnavailable:
         return 0
     removed = 0
     for folder in sorted(folder_parent.glob(f"{PREFIX}*")):
-        if not owned(folder) or not leases.abandoned(folder):
+        try:
+            if not owned(folder) or not leases.abandoned(folder):
+                continue
+            _reclaim(folder)
+        except Exception as exc:  # noqa: BLE001 - any failure is this folder's alone
+            if skipped is not None:
+                skipped.append(f"{shown(folder, 200)} left in place: {type(exc).__name__}: {shown(exc, 200)}")
             continue
-        leases.kill_users(folder, cgroup.recorded(folder / CGROUP_FILE), leases.recorded_group(folder / BWRAP_FILE))
-        cgroup.remove_recorded(folder / CGROUP_FILE)
-        tree.remove_tree(folder)
         removed += 1
     return removed
+
+
+def _reclaim(folder: Path) -> None:
+    """Kill what still uses an abandoned folder, remove its own cgroup, then the folder."""
+    leases.kill_users(folder, cgroup.recorded(folder / CGROUP_FILE), leases.recorded_group(folder / BWRAP_FILE))
+    cgroup.remove_recorded(folder / CGROUP_FILE)
+    tree.remove_tree(folder)

@@ -18,8 +18,9 @@ import signal
 import time
 from pathlib import Path
 
+from .. import records
 from ..leases import LEASE_FILE, read_lease, write_lease
-from . import cgroup, procfs
+from . import bwrap, cgroup, procfs
 
 LEASELESS_GRACE_S = 600.0
 KILL_WAIT_S = 5.0  # for the processes `kill_users` killed to be gone
@@ -55,10 +56,9 @@ def kill_users(folder: Path, group: Path | None, bwrap_group: int | None = None)
     session's bwrap (`bwrap_group`). Not by command line alone: bwrap gets its arguments in a
     memfd, so a bwrap pid 1 left blocked at start (see `spawn.kill_sandbox`) names no folder
     there, and it joins the memory cgroup only at the gate (see `gate`); it is still in its
-    bwrap's group. The record is data (the folder's owner can write it, and a group that ended
-    frees its number for a later one), so only a pid namespace's init running as the folder's
-    owner, which is bwrap's uid (`host_dir.owned`), is taken that way: as root, nothing that
-    uid could not kill itself.
+    bwrap's group. The record is data (only this uid can write it, see `records`, but a group
+    that ended frees its number for a later one), so only a pid namespace's init running as bwrap's uid
+    (`bwrap.host_id`) is taken that way: as root, nothing that uid could not kill itself.
     """
     names = re.compile(re.escape(os.fsencode(folder)) + rb"[/\s\0]")  # not a longer name's prefix
     found = set(cgroup.members(group)) if group is not None else set()
@@ -66,15 +66,13 @@ def kill_users(folder: Path, group: Path | None, bwrap_group: int | None = None)
     # so its members are still that bwrap's; with the leader alive the number may be someone else's
     if bwrap_group is not None and os.path.exists(f"/proc/{bwrap_group}"):
         bwrap_group = None
-    try:
-        uid = os.lstat(folder).st_uid  # bwrap's (see `host_dir.owned`)
-    except OSError:
-        bwrap_group = uid = None
+    uid = bwrap.host_id()
+    uid = os.getuid() if uid is None else uid  # bwrap's
     for pid in filter(str.isdigit, os.listdir("/proc")):
         with contextlib.suppress(OSError):
             if any(names.search(Path(f"/proc/{pid}/{name}").read_bytes()) for name in ("cmdline", "mountinfo")):
                 found.add(int(pid))
-            elif bwrap_group is not None and uid is not None and _is_bwrap_init_in_group(int(pid), bwrap_group, uid):
+            elif bwrap_group is not None and _is_bwrap_init_in_group(int(pid), bwrap_group, uid):
                 found.add(int(pid))
     found.discard(os.getpid())
     for member in found:
@@ -87,12 +85,9 @@ def kill_users(folder: Path, group: Path | None, bwrap_group: int | None = None)
 
 def recorded_group(record: Path) -> int | None:
     """The process group written in `record` (`host_dir.BWRAP_FILE`); a file is data: None
-    unless it holds a plain pid above 1."""
-    try:
-        fd = os.open(record, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as source:
-            text = source.read(32)
-    except OSError:
+    unless it is a trusted record (see `records`) holding a plain pid above 1."""
+    text = records.read(record.parent, record.name, 32)
+    if text is None:
         return None
     return int(text) if text.isdigit() and len(text) <= 10 and int(text) > 1 else None
 
@@ -100,9 +95,7 @@ def recorded_group(record: Path) -> int | None:
 def record_group(record: Path, pid: int) -> None:
     """Write bwrap's pid (its process group) to `record`, best effort (see `recorded_group`)."""
     with contextlib.suppress(OSError):
-        fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(str(pid))
+        records.write(record.parent, record.name, str(pid).encode(), replace=True)
 
 
 def _is_bwrap_init_in_group(pid: int, group: int, uid: int) -> bool:

@@ -23,8 +23,9 @@ The sandbox's Python is the host interpreter's (`bwrap.Runtime`): its base insta
 venv's site-packages, all read-only; nothing else of the host's folders is visible.
 
 What persists between commands is the workspace only: a host folder private to the sandbox
-(mode 0700, see `host_dir`, deleted by `close`), bound at the sandbox's `root` (/workspace unless
-the caller chose another path inside the sandbox, see `bwrap.root_problem`), the commands' cwd.
+(in the session folder, see `host_dir`, deleted by `close`), bound at the sandbox's `root`
+(/workspace unless the caller chose another path inside the sandbox, see `bwrap.root_problem`),
+the commands' cwd.
 /tmp and /dev/shm are fresh size-capped tmpfs per command, and HOME=/tmp, so login-shell or
 Python start-up files written by one command are not read by the next one (catalogue SES-02).
 
