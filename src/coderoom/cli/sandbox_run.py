@@ -25,7 +25,7 @@ from .. import signal_masks
 from ..errors import CoderoomError
 from ..hostile.text import terminal_safe, terminal_safe_bytes
 from ..sandboxes.defaults import default_backend_name
-from ..sandboxes.limits import LIMIT_NAMES, Limits, limits_from_flags
+from ..sandboxes.limits import FLAG_HELP, Limits, limits_from_flags
 from ..sandboxes.registry import backend_names, get_backend
 from .errors import show
 
@@ -65,7 +65,7 @@ OPTIONS = (
     Option("memory", str, None, "memory limit, e.g. 512M"),
     Option("timeout", float, None, "wall-clock seconds"),
     Option("pids", int, None, "processes and threads"),
-    Option("limit", list, lambda: [], lambda: f"a sandbox limit, NAME=VALUE (repeatable): {', '.join(LIMIT_NAMES)}"),
+    Option("limit", list, lambda: [], FLAG_HELP),
 )
 SHORT_FORMS = ("network", "memory", "timeout", "pids")  # options that set one limit each
 COMMAND_HELP = "the command and its arguments (after --)"

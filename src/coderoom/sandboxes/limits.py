@@ -174,6 +174,7 @@ class Limits:
 
 
 LIMIT_NAMES = tuple(field.name for field in fields(Limits))
+FLAG_HELP = f"a sandbox limit, NAME=VALUE (repeatable): {', '.join(LIMIT_NAMES)}"
 
 
 def parse_limits(values: Mapping[str, object], *, source: str, base: Limits | None = None) -> Limits:
