@@ -56,7 +56,7 @@ def parse_size(value: object) -> int:
         if value <= 0:
             raise ValueError("a size must be positive")
         return value
-    if isinstance(value, str):
+    if isinstance(value, str) and len(value) <= _SHOWN_CHARS:
         match = _SIZE.match(value)
         if match:
             number, unit = match.groups()
