@@ -116,6 +116,7 @@ def test_values_no_limit_can_hold_are_refused_with_the_value_shown_bounded(value
 
 def test_a_limits_object_never_holds_a_value_the_parser_would_refuse() -> None:
     assert Limits(memory="512M", network="yes") == parse_limits({"memory": "512M", "network": True}, source="X")
+    assert Limits(network=1) == Limits(network="true") and Limits(network=0) == Limits()  # as TOML may write it
     with pytest.raises(ValueError, match="memory: memory = 1 bytes is under"):
         Limits(memory=1)
 

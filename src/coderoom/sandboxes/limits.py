@@ -124,6 +124,8 @@ def _positive(value: object) -> float:
 def _switch(value: object) -> bool:
     if isinstance(value, bool):
         return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
     if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
         return value.strip().lower() in _TRUE
     raise ValueError(f"{_shown(value)} is not true or false")
