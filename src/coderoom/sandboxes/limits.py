@@ -14,6 +14,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 from ..errors import UsageError
 
@@ -185,7 +186,8 @@ def parse_limits(values: Mapping[str, object], *, source: str, base: Limits | No
     with `source` and the limit's name ("--limit memory: ..."), one line for each problem."""
     if not isinstance(values, Mapping):
         raise UsageError(f"{source}: expected a table of limits by name, not {_shown(values)}")
-    problems, checked = [], {}
+    problems: list[str] = []
+    checked: dict[str, Any] = {}  # each value of its limit's type: its check made it so
     for name, value in values.items():
         check = _CHECKS.get(name) if isinstance(name, str) else None
         if check is None:
