@@ -51,12 +51,12 @@ STAGES = """
 import time
 started = time.perf_counter()
 from types import SimpleNamespace
-from coderoom.sandboxes.limit_values import PlainLimits
+from coderoom.sandboxes.limits import Limits
 from coderoom.sandboxes.local import backend
 marks = [("coderoom's light modules (errors, registry, limit values)", time.perf_counter())]
 def mark(name):
     marks.append((name, time.perf_counter()))
-early = backend.prestart(SimpleNamespace(backend="local", limits=PlainLimits()))
+early = backend.prestart(SimpleNamespace(backend="local", limits=Limits()))
 mark("prestart: bwrap modules, probe (cached), folder, cgroup, views namespace, bwrap spawned")
 import asyncio, json
 import coderoom.cli.sandbox_run, coderoom.sandboxes.oneshot, coderoom.sandboxes.local.sandbox

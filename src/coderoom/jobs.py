@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .errors import JobError
+from .errors import JobError, UsageError
 from .hostile.names import UnsafePath, safe_relative_path
 from .models.options import ModelOptions
 from .sandboxes.spec import SandboxSpec
@@ -141,6 +141,10 @@ def _workspace_path(value: str) -> PurePosixPath:
 def _describe(error: ValidationError, source: str) -> str:
     lines = [f"{source}: invalid job"]
     for item in error.errors():
+        said = item.get("ctx", {}).get("error")
+        if isinstance(said, UsageError):  # already names where it is: `sandboxes.limits.parse_limits`
+            lines += [f"  {line}" for line in said.message.splitlines()]
+            continue
         loc = ["model", *item["loc"][1:]] if item["loc"][:1] == ("model_settings",) else item["loc"]
         key = ".".join(str(part) for part in loc) or "(top level)"
         message = item["msg"].removeprefix("Value error, ")

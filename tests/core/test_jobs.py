@@ -48,7 +48,7 @@ def test_a_job_folder_loads_with_paths_relative_to_it(job_dir: Path) -> None:
     [
         ("colour = 'red'\n", "colour", "unknown key"),
         ("max_turns = 'many'\n", "max_turns", "integer"),
-        ("[sandbox.limits]\nmemory = 'lots'\n", "sandbox.limits.memory", "not a size"),
+        ("[sandbox.limits]\nmemory = 'lots'\n", "coderoom.toml [sandbox.limits] memory", "not a size"),
         ("[sandbox]\nbogus = 1\n", "sandbox.bogus", "unknown key"),
     ],
 )

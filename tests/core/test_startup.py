@@ -108,8 +108,10 @@ def test_show_and_export_of_a_run_do_not_import_the_sdk(run_dir: Path, tmp_path:
           "--no-network", "--", "sh", "-c", "exit 7"], 7),
         (["sandbox", "run", "--timeout=1", "--", "sleep", "30"], 124),
         (["sandbox", "run", "--sandbox", "nope", "--", "true"], 2),  # reported in the same words
+        (["sandbox", "run", "--memory", "1", "--", "true"], 2),  # the one limits parser has no pydantic
+        (["sandbox", "run", "--limit", "workspace_size=8M", "--limit", "file_size=1M", "--", "true"], 0),
     ],
-    ids=["true", "options", "timeout", "unknown-backend"],
+    ids=["true", "options", "timeout", "unknown-backend", "bad-limit", "limit-flags"],
 )  # fmt: skip
 def test_a_plain_sandbox_run_imports_no_typer_rich_or_pydantic(args: list[str], exit_code: int, tmp_path: Path) -> None:
     from backends import require_backend
@@ -119,8 +121,8 @@ def test_a_plain_sandbox_run_imports_no_typer_rich_or_pydantic(args: list[str], 
 
 
 def test_other_forms_of_sandbox_run_go_through_typer(tmp_path: Path) -> None:
-    """--help and a bad value are typer's and pydantic's to report: the fast path steps aside."""
-    for args in (["sandbox", "run", "--help"], ["sandbox", "run", "--memory", "1", "--", "true"]):
+    """--help and a value typer would not convert are typer's to report: the fast path steps aside."""
+    for args in (["sandbox", "run", "--help"], ["sandbox", "run", "--pids", "x", "--", "true"]):
         code, modules = heavy_modules(*args, cwd=tmp_path)
         assert "typer" in modules and not any(m.startswith("agents") for m in modules), args
         assert code == (0 if "--help" in args else 2)

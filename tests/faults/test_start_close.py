@@ -97,11 +97,10 @@ def test_an_unadopted_prestart_closed_at_any_stage_leaves_no_process() -> None:
     after each delay."""
     require_backend("local")
     from coderoom.hostile import tree
-    from coderoom.sandboxes.limit_values import PlainLimits
     from coderoom.sandboxes.local import spawn
 
     for delay in STAGE_DELAYS_S:
-        early = spawn.prestart(PlainLimits())  # type: ignore[arg-type]
+        early = spawn.prestart(Limits())
         assert early is not None
         plan, started = early
         group = cgroup_of(plan.host_dir)
@@ -114,13 +113,13 @@ def test_an_unadopted_prestart_closed_at_any_stage_leaves_no_process() -> None:
 
 ABANDON = """
 import os, signal, sys, time
-from coderoom.sandboxes.limit_values import PlainLimits
+from coderoom.sandboxes.limits import Limits
 from coderoom.sandboxes.local import spawn
 sys.path[:0] = [sys.argv[1], os.path.dirname(sys.argv[1])]  # this folder, and tests/ (backends)
 from test_start_close import cgroup_of, session_processes
 
 for _ in range(int(sys.argv[2])):
-    plan, started = spawn.prestart(PlainLimits())
+    plan, started = spawn.prestart(Limits())
     children = f"/proc/{started.popen.pid}/task/{started.popen.pid}/children"
     while started.popen.poll() is None and not open(children).read().strip():
         pass  # until bwrap has cloned its pid 1

@@ -46,12 +46,12 @@ def our_cgroups() -> set[Path]:
 
 HELD_AT_THE_GATE = """
 import os, signal, time
-from coderoom.sandboxes.limit_values import PlainLimits
+from coderoom.sandboxes.limits import Limits
 from coderoom.sandboxes.local import spawn
 from coderoom.sandboxes.local.cgroup import MemoryCgroup
 
 MemoryCgroup.admit = lambda self, pid: time.sleep(3600)  # the gate never opens
-plan, started = spawn.prestart(PlainLimits())
+plan, started = spawn.prestart(Limits())
 while started.status.child_pid() is None:
     time.sleep(0.01)
 print(started.popen.pid, started.status.child_pid(), plan.host_dir, flush=True)

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -111,7 +112,7 @@ async def test_pid1_is_out_of_the_sandbox_reach(session: Any) -> None:
 
 @pytest.fixture
 async def short_session() -> AsyncIterator[Any]:
-    async with open_session(SandboxSpec(backend="docker", limits=LIMITS.model_copy(update={"timeout": 2}))) as s:
+    async with open_session(SandboxSpec(backend="docker", limits=replace(LIMITS, timeout=2))) as s:
         yield s
 
 

@@ -1,7 +1,8 @@
 """`coderoom sandbox run`'s fast path (no typer, rich or pydantic) is the typer command with the
 same sandbox: the same limits from the same flags, the same verdict on every probe of the attack
-catalogue, the same exit codes, and the same words for usage errors (they are typer's: the fast
-path steps aside for any form it does not take exactly as typer would)."""
+catalogue, the same exit codes, and the same words for usage errors (an option's are typer's:
+the fast path steps aside for any form it does not take exactly as typer would; a limit's are
+the one parser's, `sandboxes.limits.parse_limits`, on both paths)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from backends import require_backend
 from coderoom.cli.sandbox_cmd import _spec
 from coderoom.cli.sandbox_run import OPTIONS, parse_plain, plain_spec
-from coderoom.sandboxes.limit_values import DEFAULTS
+from coderoom.errors import UsageError
 
 from .probes import PROBES, Canaries, render
 
@@ -35,6 +36,8 @@ def _cli(entry: list[str], *args: str) -> subprocess.CompletedProcess[str]:
         ["--memory=1G", "--timeout=30", "--network", "--no-network"],
         ["--network"],
         ["--pids", "1_000", "--timeout", "1e2", "--sandbox", "local"],
+        ["--limit", "workspace_size=5M", "--limit=cpus=0.5", "--limit", "file_size=1M", "--memory", "1G"],
+        ["--limit", "memory=2G", "--memory", "1G", "--limit", "network=true", "--no-network"],
     ],
 )
 def test_the_fast_path_reads_the_flags_as_typer_and_limits_do(flags: list[str]) -> None:
@@ -43,10 +46,9 @@ def test_the_fast_path_reads_the_flags_as_typer_and_limits_do(flags: list[str]) 
     values, command = parsed
     assert command == ["true"]
     fast = plain_spec(values)
-    assert fast is not None
     full = _spec(values)
     assert fast.backend == full.backend
-    assert {name: getattr(fast.limits, name) for name in DEFAULTS} == full.limits.model_dump()
+    assert fast.limits == full.limits
 
 
 @pytest.mark.parametrize(
@@ -56,20 +58,40 @@ def test_the_fast_path_reads_the_flags_as_typer_and_limits_do(flags: list[str]) 
         ["--bogus", "--", "true"],
         ["true"],  # no `--`: typer parses it (and its options)
         ["--memory", "--", "true"],
-        ["--memory", "1", "--", "true"],  # under the minimum: pydantic's words
-        ["--memory", "lots", "--", "true"],
-        ["--timeout", "0", "--", "true"],
         ["--timeout", "-1", "--", "true"],
-        ["--timeout", "inf", "--", "true"],
         ["--pids", "x", "--", "true"],
+        ["--limit", "--", "true"],
         ["--network=yes", "--", "true"],
         ["--workspace", "/nonexistent", "--", "true"],
         ["--"],
     ],
 )
 def test_other_forms_are_left_to_typer(args: list[str]) -> None:
+    assert parse_plain(args) is None
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--memory", "1", "--", "true"],  # under the minimum
+        ["--memory", "lots", "--", "true"],
+        ["--timeout", "0", "--", "true"],
+        ["--timeout", "inf", "--", "true"],
+        ["--pids", "0", "--", "true"],
+        ["--limit", "tmp_size=1", "--", "true"],
+        ["--limit", "rootfs=1G", "--", "true"],
+        ["--limit", "pids", "--", "true"],
+    ],
+)
+def test_a_bad_limit_is_refused_by_the_one_parser_on_both_paths(args: list[str]) -> None:
     parsed = parse_plain(args)
-    assert parsed is None or plain_spec(parsed[0]) is None
+    assert parsed is not None
+    with pytest.raises(UsageError) as fast:
+        plain_spec(parsed[0])
+    with pytest.raises(UsageError) as full:
+        _spec(parsed[0])
+    assert fast.value.message == full.value.message
+    assert fast.value.message.startswith("--limit ")
 
 
 @pytest.mark.parametrize(
@@ -78,6 +100,9 @@ def test_other_forms_are_left_to_typer(args: list[str]) -> None:
         ["--bogus", "--", "true"],
         ["--memory", "1", "--", "true"],
         ["--memory", "lots", "--", "true"],
+        ["--limit", "memory=1", "--", "true"],
+        ["--limit", "bogus=1", "--", "true"],
+        ["--timeout", "inf", "--", "true"],
         ["--timeout", "x", "--", "true"],
         ["--sandbox", "nope", "--", "true"],
         ["--sandbox", "unix_local", "--", "true"],
@@ -106,21 +131,19 @@ def tokens(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
 @pytest.mark.slow
 def test_every_probe_has_the_same_verdict_on_both_paths(tokens: dict[str, str]) -> None:
     """Each probe of the catalogue, as `sandbox run -- ARGV` through both entry points, with the
-    probe's limits where the command has flags for them (it has none for tmp_size or file_size:
-    those two probes must then agree, and need not pass under the defaults)."""
+    probe's limits as `--limit NAME=VALUE` flags: both paths must pass every probe."""
     differ = []
     for probe in PROBES:
-        expressible = set(probe.limits) <= {"memory", "pids"}
         flags = ["--timeout", str(probe.timeout)]
-        for name, value in probe.limits.items() if expressible else ():
-            flags += [f"--{name}", str(value)]
+        for name, value in probe.limits.items():
+            flags += ["--limit", f"{name}={value}"]
         argv = ["sandbox", "run", "--sandbox", "local", *flags, "--", *render(probe, tokens)]
         fast, full = _cli(FAST, *argv), _cli(TYPER, *argv)
         for name, done in (("fast", fast), ("typer", full)):
             assert Canaries.MARK not in done.stdout + done.stderr, (probe.id, name)
         verdicts = (probe.passes("local", fast.stdout), probe.passes("local", full.stdout))
         same = verdicts[0] == verdicts[1] and fast.returncode == full.returncode
-        if not same or (expressible and verdicts != (True, True)):
+        if not same or verdicts != (True, True):
             differ.append((probe.id, verdicts, fast.returncode, full.returncode, fast.stdout[-200:], full.stdout[-200:]))
     assert differ == []
 
@@ -146,11 +169,11 @@ def test_a_prestarted_sandbox_never_used_leaves_nothing_behind() -> None:
     event loop), its processes, memory cgroup and folder go."""
     from types import SimpleNamespace
 
-    from coderoom.sandboxes.limit_values import PlainLimits
+    from coderoom.sandboxes.limits import Limits
     from coderoom.sandboxes.local import backend, host_dir
 
     require_backend("local")
-    early = backend.prestart(SimpleNamespace(backend="local", limits=PlainLimits()))  # type: ignore[arg-type]
+    early = backend.prestart(SimpleNamespace(backend="local", limits=Limits()))  # type: ignore[arg-type]
     assert early is not None
     plan, started = early._parts
     record = plan.host_dir / host_dir.CGROUP_FILE

@@ -17,7 +17,6 @@ from backends import require_backend
 
 from coderoom.errors import SandboxFailed
 from coderoom.sandboxes import Limits, SandboxSpec
-from coderoom.sandboxes.limit_values import PlainLimits
 from coderoom.sandboxes.local import bwrap, gate, spawn
 from coderoom.sandboxes.local.cgroup import MemoryCgroup, Mode, mode
 from coderoom.sandboxes.local.sandbox import LocalSandbox
@@ -124,6 +123,6 @@ async def test_a_gate_opened_by_eof_runs_no_command_outside_the_memory_cgroup(mo
         self._block_w = -1
 
     monkeypatch.setattr(gate.Admission, "_admit", open_without_admitting)
-    spec = SimpleNamespace(backend="local", limits=PlainLimits())
+    spec = SimpleNamespace(backend="local", limits=Limits())
     with pytest.raises(SandboxFailed, match="not admitted to its memory cgroup"):
         await run_once(spec, ["echo", "ran outside the memory cgroup"], None)  # type: ignore[arg-type]

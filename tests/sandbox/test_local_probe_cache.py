@@ -104,7 +104,7 @@ def test_a_forged_answer_that_matches_fails_closed(cache: Path, monkeypatch: pyt
     from types import SimpleNamespace
 
     from coderoom.errors import SandboxFailed
-    from coderoom.sandboxes.limit_values import PlainLimits
+    from coderoom.sandboxes.limits import Limits
     from coderoom.sandboxes.oneshot import run_once
 
     fake = tmp_path / "bwrap"
@@ -113,7 +113,7 @@ def test_a_forged_answer_that_matches_fails_closed(cache: Path, monkeypatch: pyt
     monkeypatch.setattr(bwrap, "_candidates", lambda: [str(fake)])
     cache.parent.mkdir(parents=True)
     cache.write_text(json.dumps({"key": probe_cache.key([str(fake)], bwrap._REQUIRED), "path": str(fake)}))
-    spec = SimpleNamespace(backend="local", limits=PlainLimits())
+    spec = SimpleNamespace(backend="local", limits=Limits())
     with pytest.raises(SandboxFailed):
         asyncio.run(run_once(spec, ["touch", str(tmp_path / "payload-ran")], None))  # type: ignore[arg-type]
     assert not (tmp_path / "payload-ran").exists()

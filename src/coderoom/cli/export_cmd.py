@@ -17,6 +17,7 @@ from ..hostile.text import terminal_safe
 from ..record import RECORD_FILE
 from .application import app
 from .errors import reported
+from .limit_option import Limit
 
 console = Console(stderr=True)
 
@@ -25,13 +26,6 @@ def _run_dir(path: Path) -> Path:
     if not (path / RECORD_FILE).is_file():
         raise RecordError(f"{path}: no {RECORD_FILE} here; give a run directory (runs/NAME-TIME)")
     return path
-
-
-def _limit_flag(flag: str) -> tuple[str, str]:
-    name, sep, value = flag.partition("=")
-    if not sep or not name or not value:
-        raise UsageError(f"--limit {flag!r}: expected NAME=VALUE, e.g. memory=8G")
-    return name, value
 
 
 @app.command()
@@ -66,12 +60,11 @@ def rerun(
     sandbox: Annotated[
         str | None, typer.Option("--sandbox", help="backend (default: local on Linux; never the run's)")
     ] = None,
-    timeout: Annotated[float, typer.Option(help="seconds for the whole replay")] = REPLAY_TIMEOUT,
-    network: Annotated[bool, typer.Option("--network", help="let the replay use the network")] = False,
-    limit: Annotated[
-        list[str] | None,
-        typer.Option("--limit", help="raise a sandbox limit: memory=8G, workspace_size=4G (repeatable)"),
+    timeout: Annotated[
+        float | None, typer.Option(help=f"seconds for the whole replay (default {REPLAY_TIMEOUT:g})")
     ] = None,
+    network: Annotated[bool, typer.Option("--network", help="let the replay use the network")] = False,
+    limit: Limit = [],
 ) -> None:
     """Redo a run's analysis without a model, in a fresh sandbox, on the same or new inputs.
 
@@ -87,7 +80,6 @@ def rerun(
         for workspace_path, host_path in inputs.items():
             if not host_path.exists():
                 raise JobError(f"--input {host_path}={workspace_path}: {host_path} does not exist")
-        limits = dict(_limit_flag(flag) for flag in limit or [])
         stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         target = out or run_dir.parent / f"{run_dir.name}-rerun-{stamp}"
         from ..export.rerun import LOG_FILE
@@ -95,7 +87,7 @@ def rerun(
 
         result = asyncio.run(
             rerun_run(
-                run_dir, target, inputs=inputs, backend=sandbox, timeout=timeout, network=network, limits=limits
+                run_dir, target, inputs=inputs, backend=sandbox, timeout=timeout, network=network, limits=limit
             )
         )
     for check in result.checks:

@@ -17,11 +17,13 @@ from rich.console import Console
 from rich.text import Text
 
 from ..errors import UsageError
+from ..sandboxes.limits import limits_from_flags
 from ..sandboxes import backend_names, get_backend
 from ..sandboxes.defaults import default_backend_name
 from . import service_options as options
 from .application import app
 from .errors import reported
+from .limit_option import Limit
 
 console = Console(stderr=True)
 
@@ -39,7 +41,7 @@ def mcp(
     sandbox: Annotated[Optional[str], typer.Option(help=f"sandbox backend: {' | '.join(backend_names())}")] = None,
     memory: options.Memory = None,
     timeout: options.Timeout = None,
-    limit: options.Limit = [],
+    limit: Limit = [],
     max_sessions: Annotated[int, typer.Option(help="live sessions at once")] = 8,
     idle_timeout: options.IdleTimeout = options.IDLE_TIMEOUT_DEFAULT_S,
     pool: options.Pool = 0,
@@ -64,7 +66,7 @@ def mcp(
         backend = sandbox or default_backend_name()
         if backend not in backend_names():
             raise UsageError(f"--sandbox {backend!r}: choose one of {', '.join(backend_names())}")
-        limits = options.limits_from_flags(memory, timeout, limit)
+        limits = limits_from_flags(limit, memory=memory, timeout=timeout)
         options.check_pool(pool, pool_max_idle, idle_timeout)
         spec = SandboxSpec(backend=backend, limits=limits)
         reason = get_backend(backend).unavailable_reason(spec)

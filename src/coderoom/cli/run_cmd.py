@@ -18,9 +18,11 @@ from rich.text import Text
 
 from ..errors import JobError, RecordError
 from ..sandboxes import backend_names, get_backend
+from ..sandboxes.limits import limits_from_flags
 from .application import app
 from .display import safe, safe_markdown, shown
 from .errors import reported
+from .limit_option import Limit
 
 if TYPE_CHECKING:  # pydantic (jobs) and rich.markdown load when a command needs them
     from ..jobs import Job
@@ -65,7 +67,7 @@ def _apply_overrides(job: Job, **overrides: Any) -> Job:
     from ..jobs import build_job
 
     data = job.model_dump()
-    sandbox, limits = data["sandbox"], data["sandbox"]["limits"]
+    sandbox = data["sandbox"]
     for key, value in overrides.items():
         if value is None:
             continue
@@ -75,8 +77,8 @@ def _apply_overrides(job: Job, **overrides: Any) -> Job:
             data["model_settings"][key] = value
         elif key == "backend":
             sandbox["backend"] = value
-        else:
-            limits[key] = value
+        elif key == "limits":
+            sandbox["limits"] = value
     return build_job(data)
 
 
@@ -95,6 +97,7 @@ def run(
     memory: Annotated[Optional[str], typer.Option(help="sandbox memory, e.g. 2G")] = None,
     timeout: Annotated[Optional[float], typer.Option(help="seconds per command")] = None,
     network: Annotated[Optional[bool], typer.Option("--network/--no-network", help="allow network in the sandbox")] = None,
+    limit: Limit = [],
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="where to save outputs and the record")] = None,
 ) -> None:
     """Run a job: the agent writes and runs code in a sandbox; validated artifacts come back.
@@ -111,9 +114,10 @@ def run(
     with raising_on_signals(), reported():
         try:
             job = _job_from_flags(target, prompt, inputs, outputs)
+            limits = limits_from_flags(limit, base=job.sandbox.limits, memory=memory, timeout=timeout, network=network)
             job = _apply_overrides(
                 job, model=model, max_turns=max_turns, tool_choice=tool_choice, max_tokens=max_tokens,
-                temperature=temperature, backend=sandbox, memory=memory, timeout=timeout, network=network,
+                temperature=temperature, backend=sandbox, limits=limits,
             )
             get_backend(job.sandbox.backend).prepare(
                 job.sandbox, lambda line: console.print(Text.assemble((f"{job.sandbox.backend}:", "dim"), " ", safe(line)))

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from ..errors import EXIT_FAILED, UsageError
+from ..errors import EXIT_FAILED
 from ..sandboxes import backend_names, get_backend
 from .application import app
 from .errors import reported, show
-from .sandbox_run import COMMAND_HELP, OPTIONS, SUMMARY, execute
+from .sandbox_run import COMMAND_HELP, OPTIONS, SUMMARY, execute, limits_of
 
 if TYPE_CHECKING:
     from ..sandboxes.spec import SandboxSpec
@@ -39,7 +39,7 @@ def _signature() -> tuple[inspect.Signature, dict[str, Any]]:
     annotations: dict[str, Any] = {"command": list[str], "return": None}
     for option in OPTIONS:
         default = option.value("default")
-        kind = option.kind if default is not None else option.kind | None
+        kind = list[str] if option.kind is list else option.kind if default is not None else option.kind | None
         info = typer.Option(default, help=option.value("help"), **option.typer_extra)
         parameters.append(inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=kind))
         annotations[option.name] = kind
@@ -52,19 +52,9 @@ sandbox_app.command("run")(run)
 
 
 def _spec(values: dict[str, Any]) -> SandboxSpec:
-    from ..sandboxes import Limits, SandboxSpec, parse_size
+    from ..sandboxes import SandboxSpec
 
-    overrides: dict[str, Any] = {"network": values["network"]}
-    try:
-        if values["memory"] is not None:
-            overrides["memory"] = parse_size(values["memory"])
-        if values["timeout"] is not None:
-            overrides["timeout"] = values["timeout"]
-        if values["pids"] is not None:
-            overrides["pids"] = values["pids"]
-        spec = SandboxSpec(backend=values["sandbox"], limits=Limits(**overrides))
-    except ValueError as exc:
-        raise UsageError(f"bad sandbox limit: {exc}") from None
+    spec = SandboxSpec(backend=values["sandbox"], limits=limits_of(values))
     get_backend(spec.backend)  # an unknown or unconfined backend is a usage error
     return spec
 

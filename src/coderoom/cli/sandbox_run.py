@@ -4,10 +4,11 @@ Importing typer, rich and pydantic cost about 80 ms of a whole `sandbox run -- t
 ms here) and a one-command local sandbox about 40. So the entry point (`cli.main`) first offers
 the command line to `fast_exit_code`: in its plain form (known options, each value one the
 typer command would take the same way, then `--` and the command) it runs here. Any other
-form, `--help`, an option with a value that starts with `-`, a value typer or `Limits` might
-refuse, `--workspace`, or a backend that needs the full spec (`base.SandboxBackend.plain_spec`)
-goes through the typer command (`sandbox_cmd`), which reads the same `OPTIONS`. Help, usage
-errors and their exit code (2) are therefore typer's own; what both paths run is `execute`.
+form, `--help`, an option with a value that starts with `-` or that typer would not convert,
+`--workspace`, or a backend that needs the full spec (`base.SandboxBackend.plain_spec`) goes
+through the typer command (`sandbox_cmd`), which reads the same `OPTIONS`. Help and option
+errors are therefore typer's own; both paths make their `Limits` with `limits_of` (the one
+parser, `sandboxes.limits`, so a bad limit has the same words), and both run `execute`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from .. import signal_masks
 from ..errors import CoderoomError
 from ..hostile.text import terminal_safe, terminal_safe_bytes
 from ..sandboxes.defaults import default_backend_name
-from ..sandboxes.limit_values import MINIMUM_SIZES, PlainLimits, parse_size
+from ..sandboxes.limits import FLAG_HELP, Limits, limits_from_flags
 from ..sandboxes.registry import backend_names, get_backend
 from .errors import show
 
@@ -33,8 +34,9 @@ if TYPE_CHECKING:
 
 
 class Option:
-    """One option: `kind` is str, int, float, bool (a `--x/--no-x` flag) or Path (a directory
-    that must exist); `default` and `help` may be callables, called when the typer command is built."""
+    """One option: `kind` is str, int, float, bool (a `--x/--no-x` flag), list (a repeatable
+    string option) or Path (a directory that must exist); `default` and `help` may be callables,
+    called when the typer command is built."""
 
     __slots__ = ("name", "kind", "default", "help", "typer_extra")
 
@@ -59,11 +61,13 @@ OPTIONS = (
         "copy_back_all", bool, False,
         "also copy back VCS, shell and editor hook files (.git/, .envrc, ...): they can run code on this host",
     ),  # fmt: skip
-    Option("network", bool, False, "allow network access"),
+    Option("network", bool, None, "allow network access"),
     Option("memory", str, None, "memory limit, e.g. 512M"),
     Option("timeout", float, None, "wall-clock seconds"),
     Option("pids", int, None, "processes and threads"),
+    Option("limit", list, lambda: [], FLAG_HELP),
 )
+SHORT_FORMS = ("network", "memory", "timeout", "pids")  # options that set one limit each
 COMMAND_HELP = "the command and its arguments (after --)"
 SUMMARY = "Run one command in a fresh sandbox; exit with its status (124 timeout, 137 killed)."
 
@@ -98,6 +102,9 @@ def parse_plain(argv: list[str]) -> tuple[dict[str, Any], list[str]] | None:
             text = following
         if text.startswith("-"):
             return None
+        if option.kind is list:
+            values[option.name].append(text)
+            continue
         try:
             values[option.name] = option.kind(text)
         except ValueError:
@@ -105,27 +112,14 @@ def parse_plain(argv: list[str]) -> tuple[dict[str, Any], list[str]] | None:
     return values, command
 
 
-def plain_spec(values: dict[str, Any]) -> SimpleNamespace | None:
-    """A pydantic-free spec when every value is one `Limits` takes as it is; None otherwise (the
-    typer path then builds the real `SandboxSpec`, and reports a bad value in pydantic's words)."""
-    overrides: dict[str, Any] = {"network": values["network"]}
-    if values["memory"] is not None:
-        try:
-            overrides["memory"] = parse_size(values["memory"])
-        except ValueError:
-            return None
-        if overrides["memory"] < MINIMUM_SIZES["memory"]:
-            return None
-    timeout, pids = values["timeout"], values["pids"]
-    if timeout is not None:
-        if not 0 < timeout < float("inf"):
-            return None
-        overrides["timeout"] = timeout
-    if pids is not None:
-        if pids <= 0:
-            return None
-        overrides["pids"] = pids
-    return SimpleNamespace(backend=values["sandbox"], limits=PlainLimits(**overrides))
+def limits_of(values: dict[str, Any]) -> Limits:
+    """The limits `sandbox run`'s options ask for, on both paths (a bad one: UsageError)."""
+    return limits_from_flags(values["limit"], **{name: values[name] for name in SHORT_FORMS})
+
+
+def plain_spec(values: dict[str, Any]) -> SimpleNamespace:
+    """A pydantic-free spec: the backend's name and the limits (see `base.SandboxBackend.plain_spec`)."""
+    return SimpleNamespace(backend=values["sandbox"], limits=limits_of(values))
 
 
 def fast_exit_code(argv: list[str]) -> int | None:
@@ -137,10 +131,8 @@ def fast_exit_code(argv: list[str]) -> int | None:
     if parsed is None:
         return None
     values, command = parsed
-    spec = plain_spec(values)
-    if spec is None:
-        return None
     try:
+        spec = plain_spec(values)
         backend = get_backend(spec.backend)
         if not getattr(backend, "plain_spec", False):
             return None

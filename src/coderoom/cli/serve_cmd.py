@@ -20,9 +20,11 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ..errors import UsageError
+from ..sandboxes.limits import limits_from_flags
 from . import service_options as options
 from .application import app
 from .errors import reported
+from .limit_option import Limit
 
 DEFAULT_PORT = 8780  # not coderoom mcp's 8765: both can run side by side
 
@@ -39,7 +41,7 @@ def serve(
     max_sessions: Annotated[int, typer.Option(help="live sessions at once; more are refused (429)")] = 8,
     memory: options.Memory = None,
     timeout: options.Timeout = None,
-    limit: options.Limit = [],
+    limit: Limit = [],
     idle_timeout: options.IdleTimeout = options.IDLE_TIMEOUT_DEFAULT_S,
     pool: Annotated[int, typer.Option(help="warm sandboxes of the default sandbox kept ready (0: none)")] = 0,
     pool_max_idle: options.PoolMaxIdle = options.POOL_MAX_IDLE_DEFAULT_S,
@@ -48,7 +50,7 @@ def serve(
     with reported():
         if max_sessions < 1:
             raise UsageError(f"--max-sessions {max_sessions}: at least 1")
-        limits = options.limits_from_flags(memory, timeout, limit)
+        limits = limits_from_flags(limit, memory=memory, timeout=timeout)
         options.check_pool(pool, pool_max_idle, idle_timeout)
         choices = _choices(model or [], sandbox or [])
         listener = _listen(host, port, allow_remote)

@@ -1,10 +1,11 @@
 """What `coderoom serve` and `coderoom mcp` both take about their sessions: the sandbox limits
-every session gets (no client chooses them) and the warm pool. One definition, so the two
-servers cannot drift apart in names, defaults or validation."""
+every session gets (no client chooses them; `--limit` is `limit_option`'s, read by
+`sandboxes.limits.limits_from_flags`) and the warm pool. One definition, so the two servers
+cannot drift apart in names, defaults or validation."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 
@@ -12,35 +13,12 @@ from ..errors import UsageError
 
 Memory = Annotated[Optional[str], typer.Option(help="sandbox memory of every session, e.g. 2G")]
 Timeout = Annotated[Optional[float], typer.Option(help="seconds per command or cell")]
-Limit = Annotated[list[str], typer.Option("--limit", help="another sandbox limit, NAME=VALUE (e.g. pids=128)")]
 IdleTimeout = Annotated[float, typer.Option(help="seconds before an unused session is closed")]
 Pool = Annotated[int, typer.Option(help="warm sandboxes kept ready (0: none)")]
 PoolMaxIdle = Annotated[float, typer.Option(help="seconds before an unclaimed warm sandbox is recycled")]
 
 IDLE_TIMEOUT_DEFAULT_S = 900.0
 POOL_MAX_IDLE_DEFAULT_S = 600.0
-
-
-def limits_from_flags(memory: str | None, timeout: float | None, limit: list[str]) -> Any:
-    """`Limits` from `--memory`, `--timeout` and `--limit NAME=VALUE` (a bad one: UsageError)."""
-    from pydantic import ValidationError
-
-    from ..sandboxes.limits import Limits
-
-    values: dict[str, Any] = {}
-    for item in limit:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise UsageError(f"--limit {item!r}: expected NAME=VALUE, e.g. --limit pids=128")
-        values[name.strip()] = value.strip()
-    if memory is not None:
-        values["memory"] = memory
-    if timeout is not None:
-        values["timeout"] = timeout
-    try:
-        return Limits.model_validate(values)
-    except ValidationError as exc:
-        raise UsageError("; ".join(f"--limit {'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from None
 
 
 def check_pool(pool: int, pool_max_idle: float, idle_timeout: float) -> None:

@@ -4,9 +4,10 @@ A run folder may come from anywhere and its run.jsonl is plain editable text, so
 data, never authority. From it the rerun takes the steps (the replay script), the job's name,
 prompt and declared outputs, and the workspace paths of its inputs. It never takes:
 
-* the sandbox: backend, limits and network come from the user's flags and `Limits()`
-  defaults. What the recorded job asked for beyond them (network, more memory, another
-  backend or image) is listed in a note with the flag that would grant it;
+* the sandbox: backend, limits and network come from the user's flags and the defaults
+  (`Limits()`, with the whole replay's timeout). What the recorded job asked for beyond them
+  (network, more memory, another backend or image) is listed in a note with the flag that
+  would grant it;
 * host paths: each input is the user's `--input HOST=WORKSPACE`, or else the run folder's own
   archived copy (the file or folder at that workspace path in its workspace.tar, as the run
   left it), extracted through the exit policy (`hostile.exits`) under the workspace size limit. A missing
@@ -21,12 +22,12 @@ from __future__ import annotations
 
 import io
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agents.sandbox import Manifest
-from pydantic import ValidationError
 
 from ..artifacts import WORKSPACE_ARCHIVE, save_workspace, saved_checks
 from ..errors import RecordError, UsageError
@@ -38,7 +39,7 @@ from ..jobs import Job, build_job
 from ..outputs import OutputCheck
 from ..record import read_record
 from ..record.events import SessionOpen
-from ..sandboxes.limits import Limits
+from ..sandboxes.limits import LIMIT_NAMES, Limits, limits_from_flags, parse_limits
 from ..sandboxes.registry import backend_names, get_backend
 from ..sandboxes.defaults import default_backend_name
 from ..sandboxes.session import open_session
@@ -50,7 +51,8 @@ from .steps import load_steps
 
 REPLAY_PATH = ".coderoom/replay.py"
 LOG_FILE = "replay.log"
-GRANTABLE = frozenset(Limits.model_fields) - {"timeout", "network"}  # --limit NAME=VALUE
+# what a rerun compares with the recorded job's limits (its timeout is the whole replay's)
+COMPARED = [name for name in LIMIT_NAMES if name not in ("timeout", "network")]
 
 
 @dataclass
@@ -66,18 +68,12 @@ class RerunResult:
 
 
 def granted_sandbox(
-    backend: str | None, timeout: float, network: bool, limits: dict[str, str] | None = None
+    backend: str | None, timeout: float | None, network: bool, limits: Sequence[str] = ()
 ) -> SandboxSpec:
-    """The rerun's sandbox from the user's choices alone; the replay is one command, so the
-    per-command time limit is the whole replay's."""
-    unknown = sorted(set(limits or {}) - GRANTABLE)
-    if unknown:
-        raise UsageError(f"--limit {unknown[0]}: not a limit; choose one of: {', '.join(sorted(GRANTABLE))}")
-    try:
-        granted = Limits.model_validate({**(limits or {}), "timeout": timeout, "network": network})
-    except ValidationError as exc:
-        problem = exc.errors()[0]
-        raise UsageError(f"--limit {problem['loc'][0]}: {problem['msg']}") from None
+    """The rerun's sandbox from the user's choices alone (`--limit NAME=VALUE` flags and their
+    short forms); the replay is one command, so the per-command time limit is the whole replay's."""
+    replay = Limits(timeout=REPLAY_TIMEOUT)
+    granted = limits_from_flags(limits, base=replay, timeout=timeout, network=network or None)
     return SandboxSpec(backend=backend or default_backend_name(), limits=granted)
 
 
@@ -111,12 +107,12 @@ def sandbox_notes(recorded: Any, granted: SandboxSpec) -> list[str]:
         notes.append(f"the run's sandbox options ({', '.join(sorted(options))[:80]}) are not reused: "
                      "this rerun uses the backend's defaults")
     try:
-        asked = Limits.model_validate(recorded.get("limits") or {})
-    except ValidationError:
+        asked = parse_limits(recorded.get("limits") or {}, source="the record's limits")
+    except UsageError:
         return [*notes, "the record's sandbox limits are not valid; they were ignored"]
     if asked.network and not granted.limits.network:
         notes.append("the recorded job had network access; not granted: pass --network to allow it")
-    for name in sorted(GRANTABLE):
+    for name in sorted(COMPARED):
         wanted, given = getattr(asked, name), getattr(granted.limits, name)
         if wanted > given:
             notes.append(
@@ -201,9 +197,9 @@ async def rerun(
     *,
     inputs: dict[str, Path] | None = None,
     backend: str | None = None,
-    timeout: float = REPLAY_TIMEOUT,
+    timeout: float | None = None,
     network: bool = False,
-    limits: dict[str, str] | None = None,
+    limits: Sequence[str] = (),
 ) -> RerunResult:
     """Replay `run_dir` in a fresh sandbox; outputs, workspace.tar and replay.log go to `out_dir`."""
     sandbox = granted_sandbox(backend, timeout, network, limits)

@@ -299,7 +299,7 @@ async def _run_job(settings: ServerSettings, request: str, outputs: list[str], f
         job = build_job({
             "name": "mcp-job", "prompt": request, "inputs": inputs, "outputs": outputs,
             "model": settings.model or "",
-            "sandbox": {"backend": settings.sandbox, "limits": settings.limits.model_dump()},
+            "sandbox": {"backend": settings.sandbox, "limits": settings.limits},
         }, source="run_job")
         result = await run_job(job, run_dir=new_run_dir(job, settings.runs_dir))
     finally:

@@ -2,8 +2,8 @@
 protocol, found by name through `registry`.
 
 Importing this package imports neither the Agents SDK (`session.open_session` does) nor
-pydantic: `Limits`, `SandboxSpec` and `parse_size` load on first use, so `coderoom --help`
-and usage errors stay fast.
+pydantic: `SandboxSpec` loads on first use, so `coderoom --help` and usage errors stay fast
+(`Limits` has no pydantic in it).
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import SandboxUnavailable
 from .defaults import default_backend_name
+from .limits import Limits, parse_size
 from .registry import backend_names, get_backend
 
 if TYPE_CHECKING:
-    from .limits import Limits, parse_size
     from .spec import SandboxSpec
 
-_LAZY = {"Limits": ".limits", "parse_size": ".limits", "SandboxSpec": ".spec"}
+_LAZY = {"SandboxSpec": ".spec"}
 
 __all__ = [
     "Limits",

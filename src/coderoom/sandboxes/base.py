@@ -31,7 +31,8 @@ __all__ = ["EXIT_KILLED", "EXIT_TIMEOUT", "Progress", "SandboxBackend"]
 
 # Optional on a backend: `plain_spec = True` says that `unavailable_reason`, `prepare` and `start`
 # read nothing of the spec but `spec.backend` and the values of `spec.limits`, so the CLI's fast
-# path (`coderoom sandbox run`) may hand them a spec made without pydantic (`limit_values.PlainLimits`).
+# path (`coderoom sandbox run`) may hand them a spec made without pydantic: an object with
+# `backend` and a `Limits` (pydantic-free itself), where `SandboxSpec` would also carry backend tables.
 # And `prestart(spec)`: start the sandbox now, synchronously, before the caller loads asyncio;
 # it returns None (then `start` does it all) or an object with `async finish() -> Sandbox` (in
 # the event loop) and `abandon()` (remove it unused).

@@ -7,12 +7,23 @@ spec itself knows no backend.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import asdict
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator
 
-from .limits import Limits
 from .defaults import default_backend_name
+from .limits import JOB_FILE_SOURCE, Limits, parse_limits
+
+
+def _limits(value: object) -> Limits:
+    """A `Limits` as it is; a table (a job file's, a serialized session state's) through the one
+    parser, whose UsageError pydantic reports at the `limits` key (see `jobs._describe`)."""
+    return value if isinstance(value, Limits) else parse_limits(value, source=JOB_FILE_SOURCE)  # type: ignore[arg-type]
+
+
+# `Limits` as a field of a pydantic model: validated by `parse_limits`, dumped as a plain table.
+LimitsField = Annotated[Limits, PlainValidator(_limits), PlainSerializer(asdict)]
 
 
 class SandboxSpec(BaseModel):
@@ -21,7 +32,7 @@ class SandboxSpec(BaseModel):
     model_config = ConfigDict(extra="allow")  # backend tables, checked by `jobs` and the backend
 
     backend: str = Field(default_factory=default_backend_name)
-    limits: Limits = Field(default_factory=Limits)
+    limits: LimitsField = Field(default_factory=Limits)
 
     def options_for(self, backend: str) -> dict[str, Any]:
         """The raw `[sandbox.<backend>]` table (empty when the job has none)."""

@@ -14,12 +14,8 @@ from __future__ import annotations
 
 import re
 import signal
-from typing import TYPE_CHECKING
 
-from .limit_values import shown_size
-
-if TYPE_CHECKING:  # or a `PlainLimits`: no pydantic on `sandbox run`'s path
-    from .limits import Limits
+from .limits import Limits, shown_size
 
 # how much of stderr's end is searched: the messages come last, and the sandbox's text is hostile
 _TAIL_BYTES = 8192

@@ -103,7 +103,7 @@ def session_job(
             "prompt": SESSION_PROMPT,
             "instructions": instructions or DEFAULT_INSTRUCTIONS,
             "model": model or "",
-            "sandbox": {"backend": sandbox, "limits": limits.model_dump()},
+            "sandbox": {"backend": sandbox, "limits": limits},
         },
         source="session",
     )

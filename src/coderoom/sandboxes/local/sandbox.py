@@ -78,7 +78,7 @@ from .longlived import LongLived
 from .process import CappedBuffer, pump, supervise, write_all
 from .spawn import BASE_ENV, SandboxPlan, Started, with_library_path
 
-if TYPE_CHECKING:  # or a `PlainLimits` (`coderoom sandbox run`): no pydantic here
+if TYPE_CHECKING:
     from ...hostile import snapshot as hostile_snapshot
     from ..limits import Limits
 

@@ -40,6 +40,7 @@ from ..pty_sessions import PtySessions, transport
 from ..sdk_errors import UnsupportedFeature, refuse_unsupported, snapshot_errors
 from ..sdk_resume import TrustedResume
 from ..sdk_snapshots import restore_on_resume
+from ..spec import LimitsField
 from ..stops import log_stop
 from . import bwrap, host_dir
 from .longlived import LongLived
@@ -49,7 +50,7 @@ from .sandbox import LocalSandbox
 class LocalSandboxSessionState(SandboxSessionState):
     type: Literal["coderoom_local"] = "coderoom_local"
     host_dir: str = ""
-    limits: Limits = Field(default_factory=Limits)
+    limits: LimitsField = Field(default_factory=Limits)
 
 
 class LocalSandboxClientOptions(BaseSandboxClientOptions):

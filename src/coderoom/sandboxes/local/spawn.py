@@ -27,19 +27,15 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from types import CodeType
-from typing import TYPE_CHECKING
 
 from ... import signal_masks
 from ...errors import UsageError
-from ..limit_values import CPU_KILL_GRACE_S
+from ..limits import CPU_KILL_GRACE_S, Limits
 from ..seccomp import host_arch
 from . import bwrap, enforcement, host_dir, leases, procfs
 from .cgroup import MemoryCgroup
 from .gate import Admission, Gate, GatePipes
 from .status import StatusPipe
-
-if TYPE_CHECKING:  # or a `PlainLimits` (`coderoom sandbox run`)
-    from ..limits import Limits
 
 MAX_OPEN_FILES = 512  # RLIMIT_NOFILE of every sandbox process
 KILL_WAIT_S = 5.0  # for an abandoned bwrap to exit once it is killed
