@@ -123,8 +123,9 @@ class RecordingHooks(RunHooks[Any]):
         self, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool, result: object
     ) -> None:
         call_id = getattr(context, "tool_call_id", None) or tool.name
-        # a tool with a structured result (run_python's cell) hands it over by call id
+        # a tool with a structured result (run_python's cell, a shell call's result) hands it over by call id
         take_cell = getattr(tool, "take_cell", None)
+        take_shell = getattr(tool, "take_shell", None)
         started = self._tool_started.pop(call_id, time.monotonic())
         self.recorder.emit(
             "tool_result",
@@ -133,5 +134,6 @@ class RecordingHooks(RunHooks[Any]):
             arguments=_arguments(getattr(context, "tool_arguments", None)),
             output=bounded(tool_output_text(result)),
             cell=take_cell(call_id) if callable(take_cell) else None,
+            shell=take_shell(call_id) if callable(take_shell) else None,
             duration_s=round(time.monotonic() - started, 4),
         )
