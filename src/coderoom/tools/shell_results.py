@@ -108,6 +108,7 @@ def _word(value: Any) -> str | None:
 
 def _result(tool: str, raw_input: str, seen: _Seen, wall_time_s: float) -> ShellResult:
     arguments = _arguments(raw_input)
+    named: dict[str, str | None] = {}
     if tool == "exec_command":
         named = {"command": arguments.get("cmd") if isinstance(arguments.get("cmd"), str) else None,
                  "workdir": _word(arguments.get("workdir")), "shell": _word(arguments.get("shell"))}
@@ -115,7 +116,6 @@ def _result(tool: str, raw_input: str, seen: _Seen, wall_time_s: float) -> Shell
     else:  # write_stdin: the session it wrote to
         wanted = arguments.get("session_id")
         session = seen.running if seen.running is not None else wanted if isinstance(wanted, int) else None
-        named = {}
     return shell_result(seen.status, seen.output, exit_code=None if seen.running is not None else seen.exit_code,
                         session_id=session, wall_time_s=wall_time_s, tokens_before_cut=seen.tokens_before_cut,
                         **named)
@@ -138,7 +138,8 @@ class ShellResults:
 
 def record_shell(tool: FunctionTool) -> FunctionTool:
     """`tool` (the SDK's exec_command or write_stdin, which hold their session as `session`),
-    its calls noted as `ShellResult`s the hook takes with `tool.take_shell(call_id)`."""
+    its calls noted as `ShellResult`s the hook takes with `tool.take_shell(call_id)`
+    (`record.hooks.KeepsShellResults`)."""
     tool.session = WatchedSession(tool.session)  # type: ignore[attr-defined]
     invoke: Callable[[ToolContext[Any], str], Awaitable[Any]] = tool.on_invoke_tool
     results = ShellResults()
