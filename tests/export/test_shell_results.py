@@ -52,7 +52,7 @@ def no_prose(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(legacy, "shell_from_prose", refuse)
 
 
-async def test_a_runs_shell_calls_are_recorded_as_typed_fields(tmp_path: Path, no_prose: None) -> None:
+async def test_a_runs_shell_calls_are_recorded_as_typed_fields(backend: str, tmp_path: Path, no_prose: None) -> None:
     model = scripted(
         shell("mkdir 'sub dir'; echo out; echo err >&2; exit 3", "c1"),
         [function_call("exec_command", {"cmd": "sleep 3; echo late", "yield_time_ms": 250}, call_id="c2")],
@@ -61,7 +61,7 @@ async def test_a_runs_shell_calls_are_recorded_as_typed_fields(tmp_path: Path, n
         [function_call("exec_command", {"cmd": "pwd", "workdir": "/etc"}, call_id="c5")],
         [assistant_message("done")],
     )  # fmt: skip
-    job = build_job({"name": "t", "prompt": "p", "sandbox": {"backend": "local"}})
+    job = build_job({"name": "t", "prompt": "p", "sandbox": {"backend": backend}})
     run_dir = tmp_path / "run"
     assert (await run_job(job, run_dir=run_dir, model=model)).ok
     got = shell_results(run_dir)
