@@ -25,6 +25,7 @@ from .models.profile import input_filter, tool_error_message
 from .models.failures import Notify
 from .models.settings import model_settings
 from .tools.bounded import OutputBound, bound_tool
+from .tools.shell_results import record_shell
 
 BASE_INSTRUCTIONS = (
     "You work in a sandbox: a Linux machine with a workspace at /workspace and no network. "
@@ -45,14 +46,16 @@ PTY_INSTRUCTIONS = " Poll a running command's session ID with `write_stdin`; typ
 
 class SandboxShell(Shell):
     """The SDK's Shell tools with instructions that name only what this sandbox offers (no `rg`,
-    and `write_stdin` only where the backend keeps a terminal), their results bounded."""
+    and `write_stdin` only where the backend keeps a terminal), their results bounded and each
+    call's result kept for the record (`tools.shell_results`)."""
 
     bound: OutputBound = OutputBound()
 
     def tools(self) -> list[Tool]:
         assert self.session is not None  # the SDK's Shell.tools refuses an unbound capability
         session, bound = self.session, self.bound
-        return [bound_tool(t, session, bound) if isinstance(t, FunctionTool) else t for t in super().tools()]
+        return [bound_tool(record_shell(t), session, bound) if isinstance(t, FunctionTool) else t
+                for t in super().tools()]
 
     async def instructions(self, manifest: Manifest) -> str | None:
         pty = self.session is not None and self.session.supports_pty()

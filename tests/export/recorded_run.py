@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 from agents.sandbox import Manifest
-from agents.sandbox.capabilities.tools import ExecCommandTool, ViewImageTool
+from agents.sandbox.capabilities.tools import ViewImageTool
 from agents.tool_context import ToolContext
 
+from coderoom.agent import SandboxShell
 from coderoom.jobs import build_job
 from coderoom.record import Recorder
 from coderoom.record.hooks import RecordingHooks
@@ -51,6 +52,14 @@ def write_energy_csv(path: Path, *, spikes: list[int], hours: int = 24 * 14) -> 
     return path
 
 
+def shell_tools(session: Any) -> dict[str, Any]:
+    """The shell tools a run's agent gets (exec_command, and write_stdin where the backend keeps
+    a terminal), by name."""
+    shell = SandboxShell()
+    shell.bind(session)
+    return {tool.name: tool for tool in shell.tools()}
+
+
 async def record_session(run_dir: Path, data: Path) -> None:
     job = build_job(
         {
@@ -70,7 +79,7 @@ async def record_session(run_dir: Path, data: Path) -> None:
         tools: dict[str, Any] = {
             "run_python": RunPythonTool(session, images=True, timeout=20),
             "quick_python": RunPythonTool(session, images=True, timeout=1),
-            "exec_command": ExecCommandTool(session=session),
+            "exec_command": shell_tools(session)["exec_command"],
             "view_image": ViewImageTool(session=session),
         }
         calls: list[tuple[str, dict[str, Any]]] = [

@@ -1,9 +1,12 @@
 """Records written before typed events (version 1, kept in records_v1/: the same recorded session
 as `recorded_run`, and a real run with a nudge, both written by that coderoom) read, show and
-export as today's records do."""
+export as today's records do. Records of version 2 written before shell results were structured
+(records_v2/: `recorded_run`'s session and one with a PTY session, polled with write_stdin) and
+version 1 records export exactly as they did then: exported/ holds what that coderoom made."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -12,19 +15,35 @@ from recorded_run import kernel_run  # noqa: F401 (fixture)
 from typer.testing import CliRunner
 
 from coderoom.cli import app
-from coderoom.export.notebook import python_outputs
+from coderoom.export.notebook import build_notebook, python_outputs
 from coderoom.export.script import build_script
 from coderoom.export.steps import load_steps
 from coderoom.record import RECORD_VERSION, read_record
 
-RECORDS_V1 = Path(__file__).parent / "records_v1"
+HERE = Path(__file__).parent
+RECORDS_V1 = HERE / "records_v1"
+EXPORTED = HERE / "exported"
+OLD_RECORDS = ["records_v1/kernel_run", "records_v1/nudged_run", "records_v2/kernel_run", "records_v2/pty_run"]
 
 
 def v1_run(name: str, tmp_path: Path) -> Path:
+    return old_run(f"records_v1/{name}", tmp_path)
+
+
+def old_run(name: str, tmp_path: Path) -> Path:
     run_dir = tmp_path / name
-    run_dir.mkdir()
-    shutil.copy(RECORDS_V1 / f"{name}.jsonl", run_dir / "run.jsonl")
+    run_dir.mkdir(parents=True)
+    shutil.copy(HERE / f"{name}.jsonl", run_dir / "run.jsonl")
     return run_dir
+
+
+@pytest.mark.parametrize("name", OLD_RECORDS)
+def test_old_records_export_exactly_as_they_did(name: str, tmp_path: Path) -> None:
+    run_dir = old_run(name, tmp_path)
+    expected = EXPORTED / name.replace("/", "-")
+    assert build_script(*load_steps(run_dir)) == expected.with_suffix(".script").read_text()
+    cells = [{k: v for k, v in cell.items() if k != "id"} for cell in build_notebook(run_dir).cells]  # ids are random
+    assert json.loads(json.dumps(cells)) == json.loads(expected.with_suffix(".cells.json").read_text())
 
 
 def test_a_version_1_session_gives_the_same_steps_as_today(kernel_run: Path, tmp_path: Path) -> None:

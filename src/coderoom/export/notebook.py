@@ -93,8 +93,8 @@ def step_cell(step: Step, images: WorkspaceImages) -> NotebookNode:
     if step.kind == "shell":
         text = step.output if step.output.endswith("\n") or not step.output else step.output + "\n"
         outputs = [new_output("stream", name="stdout", text=text)] if text else []
-        if step.still_running:
-            outputs.append(new_output("stream", name="stderr", text="[still running when the tool returned]\n"))
+        if step.note:
+            outputs.append(new_output("stream", name="stderr", text=step.note + "\n"))
         meta: dict[str, Any] = {"tool": "exec_command", "exit_code": step.exit_code}
         return new_code_cell(shell_source(step), outputs=outputs, metadata={"coderoom": meta})
     if step.kind == "image":

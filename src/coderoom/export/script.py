@@ -121,7 +121,7 @@ def step_code(step: Step) -> list[str]:
     if step.kind == "shell":
         if not step.replayable:
             first = step.source.splitlines()[0][:80] if step.source else ""
-            return [f"# not replayed (still running when the agent moved on): {first!r}"]
+            return [f"# not replayed ({step.not_replayed}): {first!r}"]
         options = ""
         if step.shell:
             options += f", shell={step.shell!r}"

@@ -2,12 +2,13 @@
 
 `run.jsonl` is written by coderoom, but a run directory may come from anywhere: the reader
 validates every event (`coderoom.record.reader`), only a finished run is exported, and nothing in
-it is trusted as a path on the host. `run_python` steps read the recorded `Cell`, never its prose.
+it is trusted as a path on the host. `run_python` steps read the recorded `Cell` and shell steps
+the recorded `ShellResult`, never the prose the model read (older records get both from
+`record.legacy` on reading).
 """
 
 from __future__ import annotations
 
-import re
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -16,7 +17,7 @@ from typing import Any, Literal
 from ..hostile.archive import each_member, open_plain
 from ..hostile.exits import exit_policy, tar_entry
 from ..record import read_record
-from ..record.events import Cell, MessageItem, ModelCall, ToolResult
+from ..record.events import Cell, MessageItem, ModelCall, ShellResult, ToolResult
 
 WORKSPACE_ARCHIVE = "workspace.tar"
 MAX_IMAGE_BYTES = 10 * 1024 * 1024
@@ -24,12 +25,6 @@ MAX_IMAGES = 1000  # PNG members of a workspace.tar an export looks at
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 Kind = Literal["message", "python", "shell", "stdin", "image", "other"]
-
-_EXEC_HEADER = re.compile(
-    r"^Chunk ID: \S*\nWall time: [^\n]*\n(?:Process exited with code (?P<code>-?\d+)\n)?"
-    r"(?:Process running with session ID (?P<session>\d+)\n)?(?:Original token count: \d+\n)?"
-    r"Output:\n",
-)
 
 
 @dataclass
@@ -43,7 +38,8 @@ class Step:
     workdir: str | None = None
     shell: str | None = None
     exit_code: int | None = None
-    still_running: bool = False  # a shell command that had not finished when the tool returned
+    not_replayed: str | None = None  # why a shell step is not replayed
+    note: str | None = None  # how a shell step ended: left running, or (no output) timed out or refused
     run: Cell | None = None  # run_python: the cell that ran (None: the kernel was unreachable)
 
     @property
@@ -77,7 +73,7 @@ class Step:
         if self.kind == "python":
             return self.run is not None and self.run.ran_to_completion
         if self.kind == "shell":
-            return not self.still_running
+            return self.not_replayed is None
         return False
 
 
@@ -85,32 +81,48 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _shell_step(arguments: dict[str, Any], output: str) -> Step:
-    step = Step(kind="shell", tool="exec_command", source=_text(arguments.get("cmd")))
-    step.workdir = _text(arguments.get("workdir")) or None
-    step.shell = _text(arguments.get("shell")) or None
-    match = _EXEC_HEADER.match(output)
-    if match:
-        step.output = output[match.end() :]
-        step.exit_code = int(match["code"]) if match["code"] else None
-        step.still_running = match["session"] is not None
-    else:
-        step.output = output
-    return step
+NOT_REPLAYED = {
+    "running": "still running when the agent moved on",
+    "not_run": "it did not run",
+}
+NOTES = {
+    "running": "[still running when the tool returned]",
+    "timed_out": "[timed out: stopped at the call's time limit]",
+    "not_run": "[not run: its arguments or folder were refused]",
+}
+
+
+def shell_output(result: ShellResult) -> str:
+    """The recorded output, with a line saying how much more there was when it was cut."""
+    cut = result.chars_not_recorded
+    return result.output + (f"\n[... {cut} more characters not recorded ...]" if cut else "")
+
+
+def _shell_step(result: ShellResult) -> Step:
+    not_replayed = NOT_REPLAYED.get(result.status)
+    if result.command is None and not_replayed is None:
+        not_replayed = "its command was not recorded"
+    output = shell_output(result)
+    note = NOTES.get(result.status) if result.status == "running" or not output else None
+    return Step(
+        kind="shell", tool="exec_command", source=result.command or "", output=output, workdir=result.workdir,
+        shell=result.shell, exit_code=result.exit_code, not_replayed=not_replayed, note=note,
+    )
 
 
 def step_of(event: ToolResult) -> Step:
     """The step of one `tool_result` event."""
     name, output = event.name, event.output
     arguments = event.arguments if isinstance(event.arguments, dict) else {}
-    if name == "exec_command":
-        return _shell_step(arguments, output)
+    if name == "exec_command":  # the reader gives every exec_command result its shell result
+        return _shell_step(event.shell or ShellResult(status="not_run"))
     if name == "run_python":
         return Step(kind="python", tool=name, source=_text(arguments.get("code")), output=output, run=event.cell)
     if name == "write_stdin":
         session = arguments.get("session_id")
         chars = _text(arguments.get("chars"))
-        return Step(kind="stdin", tool=name, source=f"session {session}: {chars!r}", output=output)
+        text = shell_output(event.shell) if event.shell else output  # older records: what the model read
+        return Step(kind="stdin", tool=name, source=f"session {session}: {chars!r}", output=text)
     if name == "view_image":
         return Step(kind="image", tool=name, source=_text(arguments.get("path")), output=output)
     return Step(kind="other", tool=name or "?", source=str(arguments)[:2000], output=output)

@@ -1,7 +1,7 @@
 """The run record: every model call and tool call of a run, as JSON lines beside the outputs.
 
 `events` says what a record holds (typed, versioned events), `writer` appends it, `reader` reads
-it back (for `show`, `export`, `rerun`) with `legacy` upgrading version 1 records, `hooks` (which
+it back (for `show`, `export`, `rerun`) with `legacy` upgrading older records, `hooks` (which
 needs the Agents SDK) turns a run's lifecycle into events. The names below load on first use
 (the events are pydantic models): `coderoom --help` needs only RECORD_FILE.
 """

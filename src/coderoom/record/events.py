@@ -14,15 +14,16 @@ import re
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from .names import RECORD_FILE as RECORD_FILE  # re-exported: the record's file name
 
 RECORD_VERSION = 2
 """2: typed events; run_python results carry a `cell`. 1: the same events, cells only as prose.
 Live sessions added event types (session_open, ask_start, ask_end, file_written, file_read,
-files_listed) and a tool
-event's `origin`; a reader of version 2 skips unknown types and fields, so the version stays."""
+files_listed) and a tool event's `origin`, and shell results their `shell`; a reader of version 2
+skips unknown types and fields (an older coderoom reads a shell step from its prose, which is
+still written), so the version stays."""
 
 FIGURE_PATH = re.compile(r"^\.coderoom/figures/cell-\d+-\d+\.png$")
 """The only names the kernel gives figures; a record naming any other file is not coderoom's."""
@@ -108,6 +109,55 @@ class Cell(_Model):
         return self.status in ("ok", "error")
 
 
+ShellStatus = Literal["exited", "running", "timed_out", "not_run", "unknown"]
+"""exited: with its exit code; running: left running as a PTY session (`session_id`) when the
+tool returned; timed_out: stopped at the call's time limit; not_run: refused before it ran (its
+arguments or folder were not valid); unknown: only in records written before shell results were
+structured, whose text does not say how the command ended (`legacy`)."""
+
+MAX_COMMAND_CHARS = 1_000_000  # a longer command is not recorded (`command` is None): it was the model's to choose
+MAX_SHELL_OUTPUT_CHARS = 20_000  # of a call's output kept in the record; `output_chars` counts all of it
+LEGACY_MARKER_ROOM = 100  # older records cut the whole text at 20,000 and added a marker: it fits
+MAX_SHELL_NAME_CHARS = 4096  # a folder or a shell's name
+MAX_SESSION_ID = 2**31 - 1
+MAX_WALL_TIME_S = 10_000_000.0  # far beyond any limit: a record saying more is not coderoom's
+
+
+class ShellResult(_Model):
+    """One `exec_command` or `write_stdin` call as coderoom saw it run: what exports and rerun
+    read, never the prose the model read (the SDK's words, which may change with it).
+
+    Every field is bounded, so a forged record with absurd values is refused by the reader (a
+    `RecordError` naming the line and the field) rather than reaching an exporter."""
+
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+
+    status: ShellStatus
+    command: str | None = Field(default=None, max_length=MAX_COMMAND_CHARS)  # exec_command's, as the model gave it
+    workdir: str | None = Field(default=None, max_length=MAX_SHELL_NAME_CHARS)
+    shell: str | None = Field(default=None, max_length=MAX_SHELL_NAME_CHARS)
+    exit_code: int | None = Field(default=None, ge=-(2**31), le=2**32 - 1)
+    session_id: int | None = Field(default=None, ge=0, le=MAX_SESSION_ID)  # the PTY session it started or wrote to
+    wall_time_s: float = Field(default=0.0, ge=0.0, le=MAX_WALL_TIME_S)
+    output: str = Field(default="", max_length=MAX_SHELL_OUTPUT_CHARS + LEGACY_MARKER_ROOM)  # stdout and stderr as the tool got them
+    output_chars: int = Field(default=0, ge=0, le=2**53)  # of the whole output; beyond len(output): not recorded
+    tokens_before_cut: int | None = Field(default=None, ge=0, le=2**53)  # the SDK cut it to max_output_tokens
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ShellResult:
+        if self.status == "exited" and self.exit_code is None:
+            raise ValueError("an exited command has an exit code")
+        if self.status == "running" and (self.session_id is None or self.exit_code is not None):
+            raise ValueError("a running command has a session id and no exit code")
+        if self.status == "not_run" and self.exit_code is not None:
+            raise ValueError("a command that did not run has no exit code")
+        return self
+
+    @property
+    def chars_not_recorded(self) -> int:
+        return max(0, self.output_chars - len(self.output))
+
+
 class OutputResult(_Model):
     path: str
     ok: bool
@@ -168,6 +218,7 @@ class ToolResult(_ToolEvent):
     type: Literal["tool_result"] = "tool_result"
     output: str = ""  # the text the model read, bounded
     cell: Cell | None = None  # run_python: the cell that ran; absent when the kernel was unreachable
+    shell: ShellResult | None = None  # exec_command, write_stdin: absent in records written before it
     duration_s: float = 0.0
 
 

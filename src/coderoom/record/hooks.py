@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from agents import Agent, RunContextWrapper, RunHooks, Tool
 from agents.items import ModelResponse, TResponseInputItem
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage
 
+from .events import ShellResult
 from .writer import Recorder, bounded
 
 
@@ -59,6 +60,14 @@ def _usage(usage: Any) -> dict[str, int]:
         "output_tokens": usage.output_tokens,
         "total_tokens": usage.total_tokens,
     }
+
+
+@runtime_checkable
+class KeepsShellResults(Protocol):
+    """A shell tool that keeps what each call ran (`tools.shell_results.record_shell`) until the
+    record takes it, once: the record's shell steps come from here, not from the tool's prose."""
+
+    def take_shell(self, call_id: str) -> ShellResult | None: ...
 
 
 def tool_output_text(result: object) -> str:
@@ -123,7 +132,7 @@ class RecordingHooks(RunHooks[Any]):
         self, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool, result: object
     ) -> None:
         call_id = getattr(context, "tool_call_id", None) or tool.name
-        # a tool with a structured result (run_python's cell) hands it over by call id
+        # a tool with a structured result (run_python's cell, a shell call's result) hands it over by call id
         take_cell = getattr(tool, "take_cell", None)
         started = self._tool_started.pop(call_id, time.monotonic())
         self.recorder.emit(
@@ -133,5 +142,6 @@ class RecordingHooks(RunHooks[Any]):
             arguments=_arguments(getattr(context, "tool_arguments", None)),
             output=bounded(tool_output_text(result)),
             cell=take_cell(call_id) if callable(take_cell) else None,
+            shell=tool.take_shell(call_id) if isinstance(tool, KeepsShellResults) else None,
             duration_s=round(time.monotonic() - started, 4),
         )

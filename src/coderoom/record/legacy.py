@@ -1,8 +1,11 @@
-"""Records of version 1 (coderoom before typed events) upgraded to today's events on reading.
+"""Older records upgraded to today's events on reading: the one place prose is parsed.
 
-Version 1 kept a `run_python` cell only as the prose the model read ("[cell N: status]", sections,
-"[kernel] ..." notes, a last "figures: " line). This is the one place that prose is parsed, and
-only for version 1 records: every reader gets a `Cell` either way.
+Version 1 (coderoom before typed events) kept a `run_python` cell only as the prose the model read
+("[cell N: status]", sections, "[kernel] ..." notes, a last "figures: " line). Records of either
+version written before shell results were structured kept an `exec_command` result only as the
+SDK's prose ("Chunk ID: ...", "Process exited with code N", "Output:"). Both are parsed here, and
+only for such records (an event that has its `cell` or `shell` is never parsed): every reader
+gets a `Cell` and a `ShellResult` either way.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .events import FIGURE_PATH, CellStatus
+from .events import FIGURE_PATH, LEGACY_MARKER_ROOM, MAX_COMMAND_CHARS, MAX_SHELL_NAME_CHARS, MAX_SHELL_OUTPUT_CHARS, CellStatus
 
 _HEADER = re.compile(r"^\[cell (?P<number>\d{1,9}): (?P<status>[^\]\n]*)\]$")
 _SECTION = re.compile(r"^\[(stdout|stderr|Out \d+|error)\]$")
@@ -25,6 +28,51 @@ _STATUSES: list[tuple[str, CellStatus]] = [
 ]
 FIGURES_LINE = "figures: "
 LOST_NOTE = "a new one was started"  # what version 1's kernel said before a cell in a fresh kernel
+_EXEC_HEADER = re.compile(
+    r"^Chunk ID: \S*\nWall time: [^\n]*\n(?:Process exited with code (?P<code>-?\d{1,9})\n)?"
+    r"(?:Process running with session ID (?P<session>\d{1,9})\n)?(?:Original token count: \d+\n)?"
+    r"Output:\n",
+)
+
+
+def upgrade(raw: dict[str, Any], version: int) -> dict[str, Any]:
+    """An event of a record of `version` as today's."""
+    if version == 1:
+        raw = upgrade_v1(raw)
+    if raw["type"] == "tool_result" and raw.get("name") == "exec_command" and raw.get("shell") is None:
+        output = raw.get("output", "")
+        arguments = raw.get("arguments")
+        if isinstance(output, str):
+            return {**raw, "shell": shell_from_prose(output, arguments if isinstance(arguments, dict) else {})}
+    return raw
+
+
+def _text(value: Any, limit: int) -> str | None:
+    return value if isinstance(value, str) and value and len(value) <= limit else None
+
+
+def shell_from_prose(output: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The shell result an `exec_command` result's prose and arguments describe. Output that
+    does not start with the SDK's header is kept whole, status unknown (replayed, as it was)."""
+    match = _EXEC_HEADER.match(output)
+    if match is None:
+        status, code, session, rest = "unknown", None, None, output
+    else:  # the SDK printed no exit code only when the command timed out or was left running
+        session = int(match["session"]) if match["session"] else None
+        code = int(match["code"]) if match["code"] and session is None else None
+        status = "running" if session is not None else "exited" if code is not None else "timed_out"
+        rest = output[match.end() :]
+    command = arguments.get("cmd")
+    return {
+        "status": status,
+        "command": command if isinstance(command, str) and len(command) <= MAX_COMMAND_CHARS else None,
+        "workdir": _text(arguments.get("workdir"), MAX_SHELL_NAME_CHARS),
+        "shell": _text(arguments.get("shell"), MAX_SHELL_NAME_CHARS),
+        "exit_code": code,
+        "session_id": session,
+        "output": rest[: MAX_SHELL_OUTPUT_CHARS + LEGACY_MARKER_ROOM],
+        "output_chars": len(rest),
+    }
 
 
 def upgrade_v1(raw: dict[str, Any]) -> dict[str, Any]:

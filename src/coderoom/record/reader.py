@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from ..errors import RecordError
 from .events import EVENT_TYPES, RECORD_FILE, RECORD_VERSION, Event, RunEnd, RunStart
-from .legacy import upgrade_v1
+from . import legacy
 
 MAX_LINE_BYTES = 16 * 1024 * 1024  # a 4 MiB cell of escaped non-ASCII code fits
 MAX_RECORD_BYTES = 512 * 1024 * 1024
@@ -129,8 +129,7 @@ def _add(record: Record, raw: dict[str, Any], number: int) -> None:
     if model is None:
         record.skipped += 1
         return
-    if record.version == 1:
-        raw = upgrade_v1(raw)
+    raw = legacy.upgrade(raw, record.version)
     try:
         record.events.append(model.model_validate(raw))  # type: ignore[arg-type]
     except ValidationError as exc:

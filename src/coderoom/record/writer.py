@@ -13,7 +13,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .events import EVENT_TYPES, RECORD_FILE, Event, Listener
+from .events import (
+    EVENT_TYPES, MAX_COMMAND_CHARS, MAX_SESSION_ID, MAX_SHELL_NAME_CHARS, MAX_SHELL_OUTPUT_CHARS, RECORD_FILE, Event,
+    Listener, ShellResult, ShellStatus,
+)
 
 MAX_TOOL_OUTPUT_CHARS = 20_000
 
@@ -22,6 +25,32 @@ def bounded(text: str, limit: int = MAX_TOOL_OUTPUT_CHARS) -> str:
     if len(text) <= limit:
         return text
     return text[:limit] + f"\n[... {len(text) - limit} more characters not recorded ...]"
+
+
+def shell_result(
+    status: ShellStatus,
+    output: str,
+    *,
+    command: str | None = None,
+    workdir: str | None = None,
+    shell: str | None = None,
+    session_id: int | None = None,
+    **fields: Any,
+) -> ShellResult:
+    """A shell call's result as the record keeps it, made here for every surface (the agent's
+    shell tools, a session's `exec`): the output's first MAX_SHELL_OUTPUT_CHARS characters and
+    its whole length; a command, folder, shell or session id beyond the record's bounds (the
+    model chose them) not kept, so writing the record never fails on them."""
+    return ShellResult(
+        status=status,
+        output=output[:MAX_SHELL_OUTPUT_CHARS],
+        output_chars=len(output),
+        command=command if command is not None and len(command) <= MAX_COMMAND_CHARS else None,
+        workdir=workdir if workdir is not None and len(workdir) <= MAX_SHELL_NAME_CHARS else None,
+        shell=shell if shell is not None and len(shell) <= MAX_SHELL_NAME_CHARS else None,
+        session_id=session_id if session_id is not None and 0 <= session_id <= MAX_SESSION_ID else None,
+        **fields,
+    )
 
 
 def encode(event: Event) -> str:

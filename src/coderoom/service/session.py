@@ -31,6 +31,7 @@ from ..interrupts import received_signal
 from ..jobs import DEFAULT_INSTRUCTIONS, Job, build_job
 from ..models import ResolvedModel, explain_model_error, resolve_model
 from ..record import Recorder, bounded
+from ..record.writer import shell_result
 from ..record.events import Cell, Event
 from ..record.hooks import MAX_ARGUMENT_CHARS
 from ..run import DECLINED, AgentRig, RunResult, end_record, new_run_dir, save, start_record
@@ -335,13 +336,13 @@ class Session:
                 done = CommandResult(raw.exit_code, _text(raw.stdout[:cap]), _text(raw.stderr[:cap]))
             except (ExecTimeoutError, TimeoutError):
                 done = CommandResult(EXIT_TIMEOUT, "", f"[coderoom: stopped after {wall:g} s (the timeout limit)]", True)
-            took = time.monotonic() - started
-            # the header of the SDK's exec_command output, which exports parse
-            output = (f"Chunk ID: {call_id}\nWall time: {took:.4f} seconds\nProcess exited with code "
-                      f"{done.exit_code}\nOutput:\n{done.stdout}{done.stderr}")
+            took = round(time.monotonic() - started, 4)
+            output = done.stdout + done.stderr
+            shell = shell_result("timed_out" if done.timed_out else "exited", output, command=command,
+                                 exit_code=done.exit_code, wall_time_s=took)
             self._recorder.emit(
                 "tool_result", call_id=call_id, name="exec_command", arguments={"cmd": command},
-                output=bounded(output), duration_s=round(took, 4), origin="client",
+                output=bounded(output), shell=shell, duration_s=took, origin="client",
             )
             return done
         finally:
