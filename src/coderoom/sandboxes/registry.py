@@ -2,8 +2,14 @@
 
 Adding a backend is one sub-package with a `backend` object (see `base.SandboxBackend`) and
 one line here or one entry point in its own distribution's metadata. A backend that does not
-isolate (the SDK's `unix_local`) is never offered: it is reached only by name through
-`get_backend(name, unconfined_no_isolation=True)`, which benchmarks and tests use for comparison.
+isolate (the SDK's `unix_local`, or a plugin that says `isolates = False`) is never offered: not
+in `backend_names()`, so no job file, flag or record can name it; it is reached only by name
+through `get_backend(name, unconfined_no_isolation=True)`, which benchmarks and tests use.
+
+Tests run sessions, the page, export and MCP on a fake backend (no isolation), a plugin of this
+kind that exists only under pytest (`tests/support/plugins`). Code that opens a sandbox may be
+handed such a backend object by its caller (`backend_for`): an object, never a name from a
+record or the environment, and one whose name the spec carries, so the record names what ran.
 """
 
 from __future__ import annotations
@@ -11,9 +17,13 @@ from __future__ import annotations
 import functools
 import importlib
 import warnings
+from typing import TYPE_CHECKING
 
 from ..errors import SandboxUnavailable
 from .base import SandboxBackend
+
+if TYPE_CHECKING:  # pydantic not for --help
+    from .spec import SandboxSpec
 
 _BUILTIN = {
     "local": "coderoom.sandboxes.local:backend",
@@ -33,9 +43,15 @@ def _plugins() -> dict[str, str]:
     return {name: target for name, target in found.items() if name not in _BUILTIN and name not in _UNCONFINED}
 
 
+@functools.cache
+def _offered_plugins() -> list[str]:
+    """The plugins that say they isolate (each loaded once to ask; none is installed normally)."""
+    return [name for name, target in _plugins().items() if _load(target).isolates]
+
+
 def backend_names() -> list[str]:
     """The backends a job, a flag or a record may name: every one of them isolates."""
-    return [*_BUILTIN, *_plugins()]
+    return [*_BUILTIN, *_offered_plugins()]
 
 
 def get_backend(name: str, *, unconfined_no_isolation: bool = False) -> SandboxBackend:
@@ -55,8 +71,23 @@ def get_backend(name: str, *, unconfined_no_isolation: bool = False) -> SandboxB
         )
     backend = _load(targets[name])
     if not backend.isolates:
-        raise SandboxUnavailable(f"sandbox backend {name!r} does not isolate; it is not offered")
+        if not unconfined_no_isolation:
+            raise SandboxUnavailable(f"sandbox backend {name!r} does not isolate; it is not offered")
+        warnings.warn(f"sandbox backend {name!r} runs code on the host with no isolation", stacklevel=2)
     return backend
+
+
+def backend_for(
+    spec: SandboxSpec, given: SandboxBackend | None = None, *, unconfined_no_isolation: bool = False
+) -> SandboxBackend:
+    """The backend that runs `spec`: `given` (an object the calling code chose: tests hand in
+    the fake) when there is one, else the registry's by `spec.backend`. A given backend must
+    carry the spec's name, so the record, which keeps the spec, names the backend that ran."""
+    if given is None:
+        return get_backend(spec.backend, unconfined_no_isolation=unconfined_no_isolation)
+    if given.name != spec.backend:
+        raise SandboxUnavailable(f"the backend handed in is {given.name!r}, the spec names {spec.backend!r}")
+    return given
 
 
 def _load(target: str) -> SandboxBackend:

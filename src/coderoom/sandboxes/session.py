@@ -13,19 +13,22 @@ from agents.sandbox.session.sandbox_session import SandboxSession
 
 from ..errors import SandboxUnavailable
 from ..interrupts import finish_uncancelled
-from .registry import get_backend
+from .base import SandboxBackend
+from .registry import backend_for
 from .spec import SandboxSpec
 
 
 @asynccontextmanager
 async def open_session(
-    spec: SandboxSpec, manifest: Manifest | None = None, *, unconfined_no_isolation: bool = False
+    spec: SandboxSpec, manifest: Manifest | None = None, *, unconfined_no_isolation: bool = False,
+    backend: SandboxBackend | None = None,
 ) -> AsyncIterator[SandboxSession]:
     """Create and start a session; on exit (success, error, a signal) close and delete it.
+    `backend`: the object to use instead of the registry's (see `registry.backend_for`).
 
     The close runs to its end even when a second signal cancels the run again.
     """
-    backend = get_backend(spec.backend, unconfined_no_isolation=unconfined_no_isolation)
+    backend = backend_for(spec, backend, unconfined_no_isolation=unconfined_no_isolation)
     reason = backend.unavailable_reason(spec)
     if reason is not None:
         raise SandboxUnavailable(reason)

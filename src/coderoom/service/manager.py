@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import TooManySessions, UnknownSession
+from ..sandboxes.base import SandboxBackend
 from ..sandboxes.limits import Limits
 from .pool import WarmPool
 from .session import Session
@@ -41,14 +42,17 @@ class SessionManager:
         runs_dir: Path = Path("runs"),
         pool: WarmPool | None = None,
         instructions: str = "",
+        backend: SandboxBackend | None = None,
     ) -> None:
+        """`backend`: an object to run every session's sandbox instead of the registry's, named
+        by `sandbox` (tests hand in the fake; see `registry.backend_for`)."""
         if max_sessions < 1 or idle_timeout_s <= 0:
             raise ValueError("max_sessions must be >= 1 and idle_timeout_s > 0")
         self.max_sessions = max_sessions
         self.idle_timeout_s = idle_timeout_s
         self.defaults: dict[str, Any] = {
             "limits": limits or Limits(), "sandbox": sandbox, "model": model, "runs_dir": runs_dir,
-            "pool": pool, "instructions": instructions,
+            "pool": pool, "instructions": instructions, "backend": backend,
         }
         self.pool = pool
         self._sessions: dict[str, Session] = {}

@@ -16,6 +16,7 @@ import contextlib
 import time
 from dataclasses import dataclass
 
+from ..sandboxes.base import SandboxBackend
 from ..sandboxes.spec import SandboxSpec
 from .sandbox import LiveSandbox, close_all
 
@@ -33,12 +34,16 @@ class _Ready:
 class WarmPool:
     """`await pool.start()`, then `await pool.claim(spec)` per session; `await pool.close()`."""
 
-    def __init__(self, size: int = POOL_SIZE, max_idle_s: float = POOL_MAX_IDLE_S, spec: SandboxSpec | None = None) -> None:
+    def __init__(
+        self, size: int = POOL_SIZE, max_idle_s: float = POOL_MAX_IDLE_S, spec: SandboxSpec | None = None,
+        backend: SandboxBackend | None = None,
+    ) -> None:
         if size < 1 or max_idle_s <= 0:
             raise ValueError("a pool needs size >= 1 and max_idle_s > 0")
         self.size = size
         self.max_idle_s = max_idle_s
         self.spec = spec or SandboxSpec()
+        self.backend = backend  # an object instead of the registry's (see `registry.backend_for`)
         self.claimed = 0
         self.recycled = 0
         self.last_error: str | None = None
@@ -105,7 +110,7 @@ class WarmPool:
     async def _start_one(self) -> bool:
         live: LiveSandbox | None = None
         try:
-            live = await LiveSandbox.start(self.spec)
+            live = await LiveSandbox.start(self.spec, self.backend)
             self._starting.add(live)
             await live.warm()
         except Exception as exc:

@@ -15,6 +15,7 @@ from typing import Any
 from agents.sandbox import Manifest
 
 from ..interrupts import finish_uncancelled
+from ..sandboxes.base import SandboxBackend
 from ..sandboxes.session import open_session
 from ..sandboxes.spec import SandboxSpec
 from ..tools.python_kernel import KernelClient, KernelError, cell_timeout
@@ -36,10 +37,11 @@ class LiveSandbox:
         self._closed = False
 
     @classmethod
-    async def start(cls, spec: SandboxSpec) -> LiveSandbox:
+    async def start(cls, spec: SandboxSpec, backend: SandboxBackend | None = None) -> LiveSandbox:
+        """`backend`: an object to use instead of the registry's (tests hand in the fake)."""
         stack = AsyncExitStack()
         try:
-            session = await stack.enter_async_context(open_session(spec, Manifest()))
+            session = await stack.enter_async_context(open_session(spec, Manifest(), backend=backend))
         except BaseException:
             await finish_uncancelled(stack.aclose())
             raise

@@ -36,7 +36,9 @@ from ..record.events import Cell, Event
 from ..record.hooks import MAX_ARGUMENT_CHARS
 from ..run import DECLINED, AgentRig, RunResult, end_record, new_run_dir, save, start_record
 from ..sandboxes.limits import Limits
-from ..sandboxes.registry import get_backend
+from ..sandboxes.base import SandboxBackend
+from ..sandboxes.defaults import default_backend_name
+from ..sandboxes.registry import backend_for
 from ..sandboxes.stops import limits_hit
 from ..tools.python_kernel import (
     MAX_CODE_BYTES, KernelClient, KernelError, cell_record, cell_timeout, format_result, read_figure,
@@ -95,19 +97,24 @@ class FileInfo:
 
 
 def session_job(
-    *, name: str, model: str | None, sandbox: str, limits: Limits, instructions: str
+    *, name: str, model: str | None, sandbox: str, limits: Limits, instructions: str, handed_in: bool = False
 ) -> Job:
-    """The job a session's record carries: what `rerun` and `show` read back."""
-    return build_job(
+    """The job a session's record carries: what `rerun` and `show` read back. A backend object
+    `handed_in` by the calling code (a test's fake) is one no job may name: the job is checked
+    with the default backend, then names `sandbox` as given, so the record says what ran."""
+    job = build_job(
         {
             "name": name,
             "prompt": SESSION_PROMPT,
             "instructions": instructions or DEFAULT_INSTRUCTIONS,
             "model": model or "",
-            "sandbox": {"backend": sandbox, "limits": limits},
+            "sandbox": {"backend": default_backend_name() if handed_in else sandbox, "limits": limits},
         },
         source="session",
     )
+    if not handed_in:
+        return job
+    return job.model_copy(update={"sandbox": job.sandbox.model_copy(update={"backend": sandbox})})
 
 
 class Session:
@@ -152,20 +159,25 @@ class Session:
         pool: WarmPool | None = None,
         instructions: str = "",
         environ: dict[str, str] | None = None,
+        backend: SandboxBackend | None = None,
     ) -> Session:
         """Start the sandbox (warm from `pool` when it has one for these limits), copy `files`
         in, and begin the record. Host paths in `files` are read as given (O_NOFOLLOW, regular
         files only): which host paths a client may name is the caller's policy. `model` is a
         spec (`--model`'s forms; None: OpenAI with OPENAI_API_KEY, else offline) or a resolved
-        model (tests pass a scripted one)."""
+        model (tests pass a scripted one). `backend`: an object to run the sandbox instead of the
+        registry's (tests hand in the fake; see `registry.backend_for`), named by `sandbox`."""
         spec = model if isinstance(model, str) or model is None else None
-        job = session_job(name=name, model=spec, sandbox=sandbox, limits=limits or Limits(), instructions=instructions)
+        job = session_job(
+            name=name, model=spec, sandbox=sandbox, limits=limits or Limits(), instructions=instructions,
+            handed_in=backend is not None,
+        )
         # usage errors (model spec, backend unavailable) come before the run folder exists
         resolved = model if isinstance(model, ResolvedModel) else resolve_model(job.model or None, environ=environ)
         try:
             # a bad name, an oversized or unreadable file: refused before the run folder exists
             staged = {str(_workspace_name(name)): _content(name, data, job.sandbox.limits) for name, data in (files or {}).items()}
-            reason = get_backend(job.sandbox.backend).unavailable_reason(job.sandbox)
+            reason = backend_for(job.sandbox, backend).unavailable_reason(job.sandbox)
             if reason is not None:
                 raise SandboxUnavailable(reason)
         except BaseException:
@@ -179,7 +191,7 @@ class Session:
         try:
             live = await pool.claim(job.sandbox) if pool is not None else None
             pooled = live is not None
-            live = live or await LiveSandbox.start(job.sandbox)
+            live = live or await LiveSandbox.start(job.sandbox, backend)
         except BaseException as exc:
             result.error = f"the sandbox did not start: {type(exc).__name__}: {exc}"
             end_record(recorder, result, started)
