@@ -1,10 +1,12 @@
 """The session manager: a cap on live sessions, an idle timeout that closes (and records) a
-forgotten session, clear errors for unknown ids, and nothing live after close_all."""
+forgotten session, clear errors for unknown ids, and nothing live after close_all. The sandbox
+is not what these test: they run on the fake backend (`fake_backend`), without bubblewrap."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,8 +18,8 @@ from coderoom.service.history import History
 from coderoom.record.events import ExtractRefused
 
 
-async def test_the_cap_holds_and_an_unknown_id_is_a_clear_error(tmp_path: Path) -> None:
-    async with SessionManager(max_sessions=2, model="offline", runs_dir=tmp_path) as manager:
+async def test_the_cap_holds_and_an_unknown_id_is_a_clear_error(fake_backend: Any, tmp_path: Path) -> None:
+    async with SessionManager(max_sessions=2, model="offline", runs_dir=tmp_path, sandbox="fake", backend=fake_backend) as manager:
         first = await manager.open()
         await manager.open()
         with pytest.raises(TooManySessions, match="max_sessions"):
@@ -32,8 +34,8 @@ async def test_the_cap_holds_and_an_unknown_id_is_a_clear_error(tmp_path: Path) 
     assert manager.live == [] and all(s.closed for s in live)
 
 
-async def test_an_idle_session_is_closed_and_its_record_kept(tmp_path: Path) -> None:
-    async with SessionManager(idle_timeout_s=0.6, model="offline", runs_dir=tmp_path) as manager:
+async def test_an_idle_session_is_closed_and_its_record_kept(fake_backend: Any, tmp_path: Path) -> None:
+    async with SessionManager(idle_timeout_s=0.6, model="offline", runs_dir=tmp_path, sandbox="fake", backend=fake_backend) as manager:
         busy, idle = await manager.open(), await manager.open()
         for _ in range(8):
             await busy.run_python("1")
@@ -67,7 +69,7 @@ def test_the_conversation_drops_whole_old_asks_past_its_bound() -> None:
     assert dropped == 2 and history.items[0] == {"role": "user", "content": "two"}
 
 
-async def test_a_slot_is_held_before_prepare_and_opens_take_turns(tmp_path: Path) -> None:
+async def test_a_slot_is_held_before_prepare_and_opens_take_turns(fake_backend: Any, tmp_path: Path) -> None:
     # W19: what an open reads (prepare) is read only with a slot held, at most MAX_CONCURRENT_OPENS at once
     from coderoom.service.manager import MAX_CONCURRENT_OPENS
 
@@ -81,7 +83,9 @@ async def test_a_slot_is_held_before_prepare_and_opens_take_turns(tmp_path: Path
         running -= 1
         return {"files": {"input/a.txt": b"a"}}
 
-    async with SessionManager(max_sessions=MAX_CONCURRENT_OPENS + 1, model="offline", runs_dir=tmp_path) as manager:
+    async with SessionManager(
+        max_sessions=MAX_CONCURRENT_OPENS + 1, model="offline", runs_dir=tmp_path, sandbox="fake", backend=fake_backend,
+    ) as manager:
         opened = await asyncio.gather(*(manager.open(prepare=prepare) for _ in range(MAX_CONCURRENT_OPENS + 1)))
         assert peak == MAX_CONCURRENT_OPENS and len(manager.live) == len(opened)
 
