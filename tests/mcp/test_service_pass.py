@@ -1,6 +1,7 @@
 """Findings of the service attack pass on `coderoom mcp`, each against the real server and the
-`mcp` SDK's own client: listing resources is no use of a session (W11), a whole run_job counts
-against --max-sessions (W06), a full server refuses an open before reading its files and one
+`mcp` SDK's own client: listing resources is no use of a session (W11) and a whole run_job counts
+against --max-sessions (W06), both on the server's tools in memory and the fake backend (the
+sandbox is not what they test); a full server refuses an open before reading its files and one
 open reads a bounded total (W19), and a loopback bind other than 127.0.0.1 keeps the
 Host/Origin check (W13)."""
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
@@ -19,15 +21,15 @@ from coderoom.mcp_server import tools
 from coderoom.mcp_server.policy import ReadPolicy
 from coderoom.record import read_record
 from conftest import stdio_server
+from in_memory import in_memory_client
 from test_mcp import session_id, text_of
 
 INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "probe", "version": "0"}}}
 
 
-async def test_listing_resources_neither_keeps_sessions_alive_nor_writes_their_records(tmp_path: Path) -> None:
-    params = stdio_server("--runs", str(tmp_path / "runs"), "--idle-timeout", "1.5")
-    async with Client(params) as client:
+async def test_listing_resources_neither_keeps_sessions_alive_nor_writes_their_records(fake_backend: Any, tmp_path: Path) -> None:
+    async with in_memory_client(fake_backend, tmp_path / "runs", idle_timeout_s=1.5) as client:
         sid = session_id(await client.call_tool("open_session", {"uploads": {"input/x.txt": "aGk="}}))
         for _ in range(30):  # 6 s of another client's listings, four times the idle timeout
             await client.list_resources()
@@ -40,9 +42,8 @@ async def test_listing_resources_neither_keeps_sessions_alive_nor_writes_their_r
     assert events[-1].type == "run_end"
 
 
-async def test_run_job_counts_against_max_sessions(tmp_path: Path) -> None:
-    params = stdio_server("--runs", str(tmp_path / "runs"), "--max-sessions", "1", "--model", "offline")
-    async with Client(params) as client:
+async def test_run_job_counts_against_max_sessions(fake_backend: Any, tmp_path: Path) -> None:
+    async with in_memory_client(fake_backend, tmp_path / "runs", max_sessions=1, model="offline") as client:
         sid = session_id(await client.call_tool("open_session", {}))
         refused = await client.call_tool("run_job", {"request": "say hello"})
         assert refused.is_error and "max_sessions" in text_of(refused)
