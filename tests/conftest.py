@@ -4,7 +4,6 @@ what is not the sandbox (sessions, the page, export, MCP) may run on the fake ba
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +28,10 @@ def shared_dir() -> Path:
     return SHARED
 
 
-@pytest.fixture
-def fake_backend(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+def fake_without_bubblewrap(monkeypatch: pytest.MonkeyPatch) -> Any:
     """The fake backend (tests/support/plugins: no isolation), found through its entry point, to
-    hand to the session code; bubblewrap is made unusable meanwhile (the local backend's start,
-    client and availability fail), so a test on the fake proves it needs no bubblewrap."""
+    hand to the session code; bubblewrap is made unusable while `monkeypatch` lasts (the local
+    backend's start, client and availability fail), so a test on the fake proves it needs none."""
     local = get_backend("local")
 
     def no_bubblewrap(*args: object, **kwargs: object) -> None:
@@ -43,4 +41,9 @@ def fake_backend(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         monkeypatch.setattr(local, method, no_bubblewrap, raising=False)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "sandbox backend 'fake' runs code on the host", UserWarning)
-        yield get_backend("fake", unconfined_no_isolation=True)
+        return get_backend("fake", unconfined_no_isolation=True)
+
+
+@pytest.fixture
+def fake_backend(monkeypatch: pytest.MonkeyPatch) -> Any:
+    return fake_without_bubblewrap(monkeypatch)

@@ -25,6 +25,7 @@ from coderoom.artifacts import save_workspace
 from coderoom.sandboxes.session import open_session
 from coderoom.tools.python_kernel import RunPythonTool
 from coderoom.workspace import stage_inputs
+from conftest import fake_without_bubblewrap
 
 OUTPUTS = ["output/anomalies.csv", "output/plot.png", "output/report.md", "output/state.txt"]
 
@@ -60,7 +61,8 @@ def shell_tools(session: Any) -> dict[str, Any]:
     return {tool.name: tool for tool in shell.tools()}
 
 
-async def record_session(run_dir: Path, data: Path) -> None:
+async def record_session(run_dir: Path, data: Path, backend: Any = None) -> None:
+    """`backend`: an object to run the session on instead of local (the fake), named in the record."""
     job = build_job(
         {
             "name": "kernel_showcase",
@@ -71,10 +73,12 @@ async def record_session(run_dir: Path, data: Path) -> None:
             "sandbox": {"backend": "local"},
         }
     )
+    if backend is not None:
+        job = job.model_copy(update={"sandbox": job.sandbox.model_copy(update={"backend": backend.name})})
     recorder = Recorder(run_dir)
     hooks = RecordingHooks(recorder)
     recorder.emit("run_start", job=job.model_dump(mode="json"), model="scripted", coderoom_version="test")
-    async with open_session(job.sandbox, Manifest()) as session:
+    async with open_session(job.sandbox, Manifest(), backend=backend) as session:
         await stage_inputs(session, job.inputs)
         tools: dict[str, Any] = {
             "run_python": RunPythonTool(session, images=True, timeout=20),
@@ -121,4 +125,16 @@ def kernel_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     data = write_energy_csv(base / "energy.csv", spikes=[30, 100, 200])
     run_dir = base / "run"
     asyncio.run(record_session(run_dir, data))
+    return run_dir
+
+
+@pytest.fixture(scope="session")
+def kernel_run_on_fake(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same recorded run on the fake backend, bubblewrap unusable meanwhile: for exporters,
+    which read the record and the saved workspace, not the sandbox."""
+    base = tmp_path_factory.mktemp("kernel_run_on_fake")
+    data = write_energy_csv(base / "energy.csv", spikes=[30, 100, 200])
+    run_dir = base / "run"
+    with pytest.MonkeyPatch.context() as patch:
+        asyncio.run(record_session(run_dir, data, fake_without_bubblewrap(patch)))
     return run_dir

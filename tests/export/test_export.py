@@ -1,4 +1,6 @@
-"""Export a recorded run as a notebook and as a model-free script; rerun it on new data."""
+"""Export a recorded run as a notebook and as a model-free script; rerun it on new data. The
+exporters read the record and the saved workspace, not the sandbox: their run is recorded on the
+fake backend (`kernel_run_on_fake`); rerun replays on a real one."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import nbformat
 import pandas as pd
 import pytest
 from PIL import Image
-from recorded_run import OUTPUTS, kernel_run, write_energy_csv  # noqa: F401 (fixture)
+from recorded_run import OUTPUTS, kernel_run, kernel_run_on_fake, write_energy_csv  # noqa: F401 (fixture)
 from typer.testing import CliRunner
 
 from coderoom.cli import app
@@ -38,16 +40,16 @@ def tar_member(run_dir: Path, name: str) -> bytes:
     raise KeyError(name)
 
 
-def test_notebook_is_valid_and_in_order(kernel_run: Path, tmp_path: Path) -> None:
+def test_notebook_is_valid_and_in_order(kernel_run_on_fake: Path, tmp_path: Path) -> None:
     target = tmp_path / "run.ipynb"
-    result = CliRunner().invoke(app, ["export", str(kernel_run), "--notebook", str(target)])
+    result = CliRunner().invoke(app, ["export", str(kernel_run_on_fake), "--notebook", str(target)])
     assert result.exit_code == 0, result.output
     notebook = nbformat.read(str(target), as_version=4)
     nbformat.validate(notebook)
     assert "**Warning:** this notebook runs the code recorded" in notebook.cells[0].source
     assert "untrusted" in notebook.cells[0].source
 
-    _, steps = load_steps(kernel_run)
+    _, steps = load_steps(kernel_run_on_fake)
     code_cells = [c for c in notebook.cells if c.cell_type == "code"]
     expected = [s for s in steps if s.kind in ("python", "shell")]
     assert len(code_cells) == len(expected) == 8
@@ -65,7 +67,7 @@ def test_notebook_is_valid_and_in_order(kernel_run: Path, tmp_path: Path) -> Non
 
     figure = next(o for o in analysis.outputs if o.output_type == "display_data")
     png = base64.b64decode(figure.data["image/png"])
-    assert png == tar_member(kernel_run, ".coderoom/figures/cell-3-1.png")
+    assert png == tar_member(kernel_run_on_fake, ".coderoom/figures/cell-3-1.png")
     assert Image.open(io.BytesIO(png)).size == (600, 300)
 
     messages = [c.source for c in notebook.cells if c.metadata.get("coderoom", {}).get("kind") == "message"]
@@ -73,7 +75,7 @@ def test_notebook_is_valid_and_in_order(kernel_run: Path, tmp_path: Path) -> Non
         ["exec_command", "run_python", "run_python", "run_python", "exec_command", "run_python",
          "view_image", "run_python", "run_python"], 1)]  # fmt: skip
     viewed = next(c for c in notebook.cells if c.metadata.get("coderoom", {}).get("tool") == "view_image")
-    assert base64.b64decode(viewed.attachments["image.png"]["image/png"]) == (kernel_run / "output/plot.png").read_bytes()
+    assert base64.b64decode(viewed.attachments["image.png"]["image/png"]) == (kernel_run_on_fake / "output/plot.png").read_bytes()
     crashed = code_cells[-2]
     assert "STATE LOST" in "".join(o.get("text", "") for o in crashed.outputs)
 
@@ -86,21 +88,21 @@ def replay_in(workspace: Path, script: Path, data: Path) -> subprocess.Completed
     )
 
 
-def test_script_reproduces_the_outputs(kernel_run: Path, tmp_path: Path) -> None:
-    script = export_script(kernel_run, tmp_path / "replay.py")
+def test_script_reproduces_the_outputs(kernel_run_on_fake: Path, tmp_path: Path) -> None:
+    script = export_script(kernel_run_on_fake, tmp_path / "replay.py")
     source = script.read_text()
     assert "WARNING: this script runs the code recorded in a coderoom run, as it is, wherever you start it." in source
     assert "untrusted" in source.split("Replay of the coderoom run")[0]
     assert "# cell 4 not replayed: in the original run it was 'interrupted (timeout)'" in source
     assert "# cell 5 not replayed" in source and "reset()  # the kernel lost its variables here" in source
-    done = replay_in(tmp_path / "ws", script, kernel_run.parent / "energy.csv")
+    done = replay_in(tmp_path / "ws", script, kernel_run_on_fake.parent / "energy.csv")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "KeyError" in done.stderr  # the failing cell fails again, and the replay goes on
     for path in ("output/anomalies.csv", "output/report.md", "output/state.txt"):
-        assert (tmp_path / "ws" / path).read_bytes() == (kernel_run / path).read_bytes(), path
+        assert (tmp_path / "ws" / path).read_bytes() == (kernel_run_on_fake / path).read_bytes(), path
     assert (tmp_path / "ws/output/state.txt").read_text() == "False"  # variables lost, as in the run
     replayed = Image.open(tmp_path / "ws/output/plot.png")
-    assert replayed.size == Image.open(kernel_run / "output/plot.png").size
+    assert replayed.size == Image.open(kernel_run_on_fake / "output/plot.png").size
 
 
 def test_record_text_cannot_end_a_comment_and_add_code(kernel_run: Path, tmp_path: Path) -> None:
