@@ -30,9 +30,9 @@ class Reply:
 
 
 @dataclass
-class Served:
-    process: subprocess.Popen[str]
-    base: str
+class Endpoint:
+    """A server on 127.0.0.1:`port` with its token, however it was started."""
+
     port: int
     token: str
     runs_dir: Path
@@ -57,6 +57,12 @@ class Served:
 
     def authed(self, method: str, path: str, headers: dict[str, str] | None = None, body: bytes | None = None) -> Reply:
         return self.request(method, path, {"Authorization": self.auth, **(headers or {})}, body)
+
+
+@dataclass
+class Served(Endpoint):
+    process: subprocess.Popen[str]
+    base: str
 
     def stop(self) -> int:
         self.process.send_signal(signal.SIGTERM)
@@ -84,7 +90,7 @@ def serve(runs_dir: Path, *args: str) -> Served:
                 break
             match = URL_LINE.match(line.strip())
             if match:
-                return Served(process, match[1], int(match[2]), match[3], runs_dir)
+                return Served(port=int(match[2]), token=match[3], runs_dir=runs_dir, process=process, base=match[1])
         elif process.poll() is not None:
             break
     process.kill()

@@ -1,6 +1,7 @@
 """Live sessions over HTTP, against the real server and the local sandbox: uploads checked before
-any sandbox starts, a session's events streamed (the record so far, then live), the choices
-limited to what the server offers, and shutdown by a signal saving every session."""
+any sandbox starts, a session's events streamed (the record so far, then live; on the page's
+application served in process, over the fake backend: the sandbox is not what it tests), the
+choices limited to what the server offers, and shutdown by a signal saving every session."""
 
 from __future__ import annotations
 
@@ -10,22 +11,25 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from coderoom.record import read_record
 from coderoom.web.live import MAX_EVENT_ID_DIGITS
-from web.served import Served, multipart, serve
+from web.in_process import served_in_process
+from web.served import Endpoint, Served, multipart, serve
 
 SHOWCASE_CSV = Path(__file__).resolve().parents[2] / "examples" / "building_energy" / "data" / "building_energy.csv"
 
 
-def _csrf(server: Served) -> dict[str, str]:
+def _csrf(server: Endpoint) -> dict[str, str]:
     return {"X-Coderoom-CSRF": json.loads(server.authed("GET", "/api/config").body)["csrf"]}
 
 
-def _open(server: Served, files: list[tuple[str, bytes]], **fields: str) -> tuple[int, dict]:
+def _open(server: Endpoint, files: list[tuple[str, bytes]], **fields: str) -> tuple[int, dict]:
     headers, body = multipart(fields, files)
     reply = server.authed("POST", "/api/sessions", {**_csrf(server), **headers}, body)
     return reply.status, json.loads(reply.body)
@@ -47,7 +51,7 @@ def test_a_model_or_sandbox_the_server_does_not_offer_is_refused(server: Served)
     assert set(os.listdir(server.runs_dir)) == before
 
 
-def _events(server: Served, session_id: str, until: str, timeout_s: float = 120, last_id: int | str | None = None) -> list[dict]:
+def _events(server: Endpoint, session_id: str, until: str, timeout_s: float = 120, last_id: int | str | None = None) -> list[dict]:
     """The session's SSE stream read until an event of type `until` arrives; each event gets its
     SSE id as `_id`."""
     connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=timeout_s)
@@ -74,8 +78,16 @@ def _events(server: Served, session_id: str, until: str, timeout_s: float = 120,
     raise AssertionError(f"no {until} event within {timeout_s} s: {[e['type'] for e in events]}")
 
 
-def test_a_session_streams_its_record_and_replays_it_to_a_late_reader(server: Served) -> None:
-    status, opened = _open(server, [("building_energy.csv", SHOWCASE_CSV.read_bytes())], model="offline", sandbox="local")
+@pytest.fixture
+def server_on_fake(fake_backend: Any, tmp_path: Path) -> Iterator[Endpoint]:
+    (tmp_path / "runs").mkdir()
+    with served_in_process(tmp_path / "runs", fake_backend) as endpoint:
+        yield endpoint
+
+
+def test_a_session_streams_its_record_and_replays_it_to_a_late_reader(server_on_fake: Endpoint) -> None:
+    server = server_on_fake
+    status, opened = _open(server, [("building_energy.csv", SHOWCASE_CSV.read_bytes())], model="offline", sandbox="fake")
     assert status == 200, opened
     session = opened["id"]
     asked = server.authed("POST", f"/api/sessions/{session}/ask", {**_csrf(server), "Content-Type": "application/json"},
