@@ -25,7 +25,7 @@ from coderoom.artifacts import save_workspace
 from coderoom.sandboxes.session import open_session
 from coderoom.tools.python_kernel import RunPythonTool
 from coderoom.workspace import stage_inputs
-from conftest import fake_without_bubblewrap
+from backends import fake_without_bubblewrap
 
 OUTPUTS = ["output/anomalies.csv", "output/plot.png", "output/report.md", "output/state.txt"]
 
