@@ -2,7 +2,8 @@
 
 * Container (`container_settings`): non-root, read-only root, tmpfs /tmp and workspace (sizes
   from Limits), all capabilities dropped, no-new-privileges, Docker's default seccomp profile,
-  `network none` unless allowed, memory/CPU/pids/rlimits from Limits, no host environment, no
+  `network none`, or with network = true a network of the session's own whose routes reach
+  neither the host nor private ranges (`network`: set before the first command), memory/CPU/pids/rlimits from Limits, no host environment, no
   logging of command output, labels for `coderoom sandbox prune`.
 * PID 1 is inside/init.py (passed as the command, so any image with python3 in one of
   PYTHON_DIRS works; started by absolute path, whatever PATH the manifest sets). It stacks
@@ -20,7 +21,7 @@
 * Live processes (`start_process`: PTY sessions, the run_python kernel) are init.py jobs too,
   streaming their output and keeping stdin open (`live`), under the same rules and the wall
   clock from their start (none for the kernel).
-* Close removes the container (`force`), which takes well under a second.
+* Close removes the container (`force`), which takes well under a second, then its network.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from .archive import MAX_ENTRIES, ArchiveStream, clean_members, rewrite, stream_
 from .channel import Channel, Reply
 from .labels import CONTACT_WITHIN_S, CREATED_LABEL, LABEL, SESSION_LABEL, owner_labels
 from .live import DockerLive
+from .network import IPV6_OFF, confine, create_network, network_name, remove_network, session_network
 
 logger = logging.getLogger(__name__)
 
@@ -153,7 +155,7 @@ def container_settings(
         },
         "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges"],  # and Docker's default seccomp profile
-        "network_mode": "bridge" if limits.network else "none",
+        "network_mode": network_name(session.hex) if limits.network else "none",
         "mem_limit": limits.memory,
         "memswap_limit": limits.memory,
         "nano_cpus": int(limits.cpus * 1e9),
@@ -175,11 +177,27 @@ def container_settings(
             **owner_labels(),
         },
     }
-    if not limits.network:
+    if limits.network:
+        settings["sysctls"] = IPV6_OFF
+    else:
         # Docker writes the host's resolvers into /etc/resolv.conf even with `network none`
         # (host layout disclosure, catalogue NET-03); a mount there makes it skip that.
         settings["mounts"] = [DockerMount(RESOLV_CONF_BIND[1], RESOLV_CONF_BIND[0], type="bind", read_only=True)]
     return settings
+
+
+def create_container(client: Any, settings: Mapping[str, Any]) -> Any:
+    """`containers.create` for `container_settings`, creating the session's own network first when
+    it has one (removed again if the container cannot be made)."""
+    network = settings["network_mode"]
+    if network == "none":
+        return client.containers.create(**settings)
+    create_network(client, network, settings["labels"])
+    try:
+        return client.containers.create(**settings)
+    except BaseException:
+        remove_network(client, network)
+        raise
 
 
 def remove_container(client: Any, container_id: str) -> None:
@@ -223,12 +241,14 @@ class DockerSandbox:
         self._channel: Channel | None = None
         self._closed = False
         self._live: list[DockerLive] = []
+        self._network: str | None = None  # the session's own network, once its routes are set
+        self._confining = asyncio.Lock()
 
     @classmethod
     async def create(cls, client: Any, *, image: str, limits: Limits) -> DockerSandbox:
         """Create, start and connect to a sandbox container; nothing is left if that fails."""
         settings = container_settings(limits, image=image, program=await asyncio.to_thread(seccomp_program, client))
-        container = await asyncio.to_thread(client.containers.create, **settings)
+        container = await asyncio.to_thread(create_container, client, settings)
         sandbox = cls(client, container.id, limits)
         try:
             await asyncio.to_thread(container.start)
@@ -262,12 +282,24 @@ class DockerSandbox:
     async def _call(
         self, request: Reply, *, wait: float | None, reply_bytes: int, sink: Any = None, rid: str | None = None
     ) -> Reply:
+        if self.limits.network and self._network is None:
+            await self._confine_network()
         try:
             return await self.channel().call(request, wait=wait, reply_bytes=reply_bytes, sink=sink, rid=rid)
         except TimeoutError as e:
             raise SandboxFailed(f"the sandbox's init did not answer within {wait:g} s") from e
         except (ConnectionError, OSError, docker.errors.APIError) as e:
             raise SandboxFailed(f"the docker sandbox is unreachable: {e}") from e
+
+    async def _confine_network(self) -> None:
+        """Set the session network's prohibit routes (`network.confine`) before the first request
+        reaches init.py; SandboxFailed (and no command runs) when they cannot be set."""
+        async with self._confining:
+            if self._network is None:
+                try:
+                    self._network = await asyncio.to_thread(confine, self.client, self.container_id, python=PYTHON)
+                except (docker.errors.APIError, OSError) as e:
+                    raise SandboxFailed(f"the sandbox's network routes could not be set: {e}") from e
 
     async def exec(
         self,
@@ -543,4 +575,16 @@ class DockerSandbox:
         self._closed = True
         if self._channel is not None:
             self._channel.close()
+        network = self._network
+        if self.limits.network and network is None:
+            network = await asyncio.to_thread(self._network_of_container)
         await asyncio.to_thread(remove_container, self.client, self.container_id)
+        if network is not None:
+            await asyncio.to_thread(remove_network, self.client, network)
+
+    def _network_of_container(self) -> str | None:
+        """The session network of a container closed before its first command (None if gone)."""
+        try:
+            return session_network(self.client.api.inspect_container(self.container_id))[0]
+        except (docker.errors.NotFound, SandboxFailed):
+            return None

@@ -49,9 +49,10 @@ from ..sdk_errors import refuse_unsupported, snapshot_errors
 from ..sdk_resume import TrustedResume
 from ..sdk_snapshots import restore_on_resume
 from ..stops import log_stop
-from .container import RESOLV_CONF_BIND, DockerSandbox, container_settings, seccomp_program
+from .container import RESOLV_CONF_BIND, DockerSandbox, container_settings, create_container, seccomp_program
 from .labels import LABEL, SESSION_LABEL
 from .live import DockerLive
+from .network import network_name
 
 
 class CoderoomDockerSession(PtySessions, DockerSandboxSession):
@@ -257,7 +258,7 @@ class CoderoomDockerClient(DockerSandboxClient):
         snapshot (the SDK's path). The SDK refuses a live container with any bind mount the
         manifest did not grant, and coderoom's carry one when the network is off (/dev/null on
         /etc/resolv.conf, NET-03); so a live container is checked here against what coderoom
-        made (its labels and session, that one bind, network none) and adopted."""
+        made (its labels and session, that one bind, its network: none, or the session's own) and adopted."""
         if not isinstance(state, DockerSandboxSessionState):
             raise TypeError("CoderoomDockerClient.resume expects a DockerSandboxSessionState")
         refuse_unsupported(state.manifest, "docker", exposed_ports=state.exposed_ports)
@@ -301,12 +302,12 @@ class CoderoomDockerClient(DockerSandboxClient):
             root=manifest.root, session_id=session_id, labels=labels,
             environment=await manifest.environment.resolve(),
         )  # fmt: skip
-        return self.docker_client.containers.create(**settings)
+        return await asyncio.to_thread(create_container, self.docker_client, settings)
 
 
 def _assert_coderoom_container(container: Container, state: DockerSandboxSessionState, limits: Limits) -> None:
     """ValueError (the SDK's refusal) unless `container` is the one coderoom made for `state`:
-    coderoom's labels with this session's id, network none when the limits say so, and no bind
+    coderoom's labels with this session's id, network none or (network on) the session's own, and no bind
     mount but coderoom's own resolv.conf one."""
     attrs = container.attrs or {}
     labels = (attrs.get("Config") or {}).get("Labels") or {}
@@ -319,5 +320,5 @@ def _assert_coderoom_container(container: Container, state: DockerSandboxSession
     if [(m.get("Source"), m.get("Destination")) for m in binds] != expected:
         raise ValueError("the container's bind mounts are not coderoom's; create a fresh sandbox session")
     network_mode = (attrs.get("HostConfig") or {}).get("NetworkMode")
-    if not limits.network and network_mode != "none":
-        raise ValueError("the container has a network but the limits allow none; create a fresh sandbox session")
+    if network_mode != (network_name(state.session_id.hex) if limits.network else "none"):
+        raise ValueError("the container's network is not the one its limits give; create a fresh sandbox session")
