@@ -12,7 +12,9 @@
   instead of a `docker exec` (~50 ms of runc per call), with the local backend's rules
   (wall-clock deadline killing the whole tree, exit 124; bounded output; 137 on SIGKILL).
   stdin closing (the host died) ends PID 1, and the daemon removes the container.
-* Files: `read_file`/`write_file` run inside/files.py as a command, never through a symlink.
+* Files: `read_file`/`write_file` run inside/files.py, never through a symlink: a read as a host
+  helper (`helpers`: a uid sandbox code cannot signal, with a deadline), falling back to a
+  command for a file only the sandbox's uid may read; a write as a command.
 * Archive: init.py kills every other process in the container (by PID namespace, not by a pid
   file the sandbox could write), then runs inside/archiver.py in a forked child of itself: under
   the same seccomp filter, undumpable, refusing a workspace whose apparent size passes
@@ -52,6 +54,7 @@ from ..seccomp import arch_named, build_filter
 from ..stops import named_stop, stop_note
 from .archive import MAX_ENTRIES, ArchiveStream, clean_members, rewrite, stream_budget
 from .channel import Channel, Reply
+from .helpers import run_helper, with_alarm
 from .labels import CONTACT_WITHIN_S, CREATED_LABEL, LABEL, SESSION_LABEL, owner_labels
 from .live import DockerLive
 from .network import IPV6_OFF, confine, create_network, network_name, remove_network, session_network
@@ -69,6 +72,7 @@ INIT_BOOTSTRAP = f"import os; exec(compile(os.environ.pop({_INIT_ENV!r}), 'coder
 SECCOMP_ENV = "CODEROOM_SECCOMP"  # init.py's SECCOMP_ENV
 NO_HOME = "/nonexistent"
 _NOFILE = 1024
+HELPER_DEADLINE_S = (30.0, 600.0)  # a host helper's deadline: Limits.timeout, within these bounds
 REPLY_SLACK_S = 15.0  # how long past a command's own deadline we wait before blaming the channel
 FILE_OP_TIMEOUT_S = 600.0  # reads, writes and unpacking: bounded by size, not by Limits.timeout
 ARCHIVE_DEADLINE_S = 600.0  # the whole archive step, from killing processes to the last byte
@@ -389,11 +393,31 @@ class DockerSandbox:
         processes, self._live = self._live, []
         await asyncio.gather(*(process.kill() for process in processes), return_exceptions=True)
 
+    def helper_deadline(self) -> float:
+        """Seconds a host helper may take: the command wall clock, within HELPER_DEADLINE_S."""
+        low, high = HELPER_DEADLINE_S
+        return min(high, max(low, self.limits.timeout))
+
+    async def helper(self, argv: Sequence[str], *, cap: int, what: str) -> CommandResult:
+        """Run a host helper (`helpers`: a uid sandbox code cannot signal, trace or stop; a
+        deadline of `helper_deadline`, HelperTimeout past it). A leading "python3" is the
+        image's (PYTHON), found whatever PATH the manifest set."""
+        if argv and argv[0] == "python3":
+            argv = [*PYTHON, *argv[1:]]
+        deadline = self.helper_deadline()
+        return await run_helper(
+            self.client.api, self.container_id, with_alarm(PYTHON, argv, deadline), cwd=self.root,
+            timeout=deadline, cap=cap, what=what,
+        )  # fmt: skip
+
     async def read_file(self, path: PurePosixPath, *, max_bytes: int) -> bytes:
+        """A workspace file, read by a host helper; one that only the sandbox's uid may read
+        (mode 0600, say) by a command, under the same deadline."""
         rel = safe_relative_path(str(path))
-        result = await self._command(
-            [*_FILES, "read", str(rel)], timeout=FILE_OP_TIMEOUT_S, cap=max_bytes + 1
-        )
+        argv = [*_FILES, "read", str(rel)]
+        result = await self.helper(argv, cap=max_bytes + 1, what=f"reading {shown(rel)}")
+        if result.exit_code == 3 and b"Permission denied" in result.stderr:
+            result = await self._command(argv, timeout=self.helper_deadline(), cap=max_bytes + 1)
         if result.exit_code == 2:
             raise FileNotFoundError(f"{shown(rel)}: no such file in the workspace")
         if not result.ok:

@@ -128,6 +128,12 @@ class CoderoomDockerSession(PtySessions, DockerSandboxSession):
         log_stop(self.limits_hit, result.stopped_by)
         return ExecResult(stdout=result.stdout, stderr=stderr, exit_code=result.exit_code)
 
+    async def exec_helper(self, *argv: str, reply_bytes: int) -> ExecResult:
+        """A host helper command (the output check): in the workspace, as a uid sandbox code
+        cannot signal, with a deadline (`DockerSandbox.helper`); HelperTimeout past it."""
+        result = await self._core.helper(argv, cap=reply_bytes, what=f"the host helper {argv[0]}")
+        return ExecResult(stdout=result.stdout, stderr=result.stderr, exit_code=result.exit_code)
+
     async def read(self, path: Path, *, user: Any = None) -> io.IOBase:
         return io.BytesIO(await self._read_bytes(path, self._limits.workspace_size))
 
@@ -136,10 +142,12 @@ class CoderoomDockerSession(PtySessions, DockerSandboxSession):
         return await self._read_bytes(path, max_bytes, prefix=True)
 
     async def _read_bytes(self, path: Path, max_bytes: int, *, prefix: bool = False) -> bytes:
-        """A workspace file through the core (no symlink followed, a FIFO or device refused at
-        once); a path through a symlink is resolved inside the container, where it cannot reach
-        the host, and read only if it is a regular file there."""
-        target = await self._validate_path_access(path)
+        """A workspace file through the core (a host helper: no symlink followed, a FIFO or
+        device refused at once), at the path as written (checked lexically, so no sandbox
+        command runs first); only a path through a symlink is then resolved inside the
+        container (the SDK's helper command), where it cannot reach the host, and read only if
+        it is a regular file there."""
+        target = self.normalize_path(path)
         try:
             return await self._core.read_file(self._relative(target), max_bytes=max_bytes)
         except FileNotFoundError as e:
@@ -149,6 +157,7 @@ class CoderoomDockerSession(PtySessions, DockerSandboxSession):
                 raise WorkspaceArchiveReadError(path=path, cause=e) from e
         except OSError:
             pass
+        target = await self._validate_path_access(path)
         root = str(self._workspace_root_path())
         result = await self._core.exec(
             ["sh", "-c", READ_IN_WORKSPACE, "sh", str(target), root, str(max_bytes + 1)], output_cap=max_bytes + 1
