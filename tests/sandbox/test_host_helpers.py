@@ -10,14 +10,17 @@ own, so the kernel sees none of them.
 
 from __future__ import annotations
 
+import signal
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from coderoom.artifacts import check_in_session
 from coderoom.jobs import OutputSpec
-from coderoom.sandboxes import Limits, SandboxSpec
+from coderoom.sandboxes import Limits, SandboxSpec, get_backend
 from coderoom.sandboxes.session import open_session
 from coderoom.tools.python_kernel import RunPythonTool
 
@@ -73,3 +76,51 @@ async def test_the_attack_is_real_on_docker_commands() -> None:
         assert "'armed'" in await tool.run(STOP_EVERY_NEW_PROCESS)
         frozen = await session.exec("sleep", "1", shell=False)
     assert frozen.exit_code == 124
+
+
+@pytest.fixture
+async def docker_box() -> AsyncIterator[Any]:
+    from backends import require_backend
+
+    require_backend("docker")
+    box = await get_backend("docker").start(SandboxSpec(backend="docker", limits=LIMITS))
+    try:
+        yield box
+    finally:
+        await box.close()
+
+
+async def test_a_docker_helper_runs_as_a_uid_the_sandbox_does_not_have(docker_box: Any) -> None:
+    from coderoom.sandboxes.docker.helpers import HELPER_USER
+
+    helper = await docker_box.helper(["id", "-u"], cap=100, what="id")
+    command = await docker_box.exec(["id", "-u"])
+    assert helper.stdout.strip() != command.stdout.strip()
+    assert int(helper.stdout) == int(HELPER_USER.split(":")[0])
+
+
+async def test_the_kernel_ends_a_docker_helper_at_its_deadline(docker_box: Any) -> None:
+    """The alarm is set before the helper starts, so nothing the helper or the sandbox does
+    outlives it: SIGALRM, exit 128 + 14."""
+    from coderoom.sandboxes.docker.container import PYTHON
+    from coderoom.sandboxes.docker.helpers import REPLY_SLACK_S, run_helper, with_alarm
+
+    started = time.monotonic()
+    done = await run_helper(
+        docker_box.client.api, docker_box.container_id, with_alarm(PYTHON, ["sleep", "60"], 1),
+        cwd=docker_box.root, timeout=1, cap=100, what="sleep",
+    )  # fmt: skip
+    assert done.exit_code == 128 + signal.SIGALRM
+    assert time.monotonic() - started < 1 + REPLY_SLACK_S
+
+
+async def test_the_host_stops_waiting_for_a_docker_helper_at_its_deadline(docker_box: Any) -> None:
+    from coderoom.sandboxes.docker.helpers import REPLY_SLACK_S, HelperTimeout, run_helper
+
+    started = time.monotonic()
+    with pytest.raises(HelperTimeout, match="sleep did not finish within its 1 s deadline"):
+        await run_helper(
+            docker_box.client.api, docker_box.container_id, ["sleep", "60"], cwd=docker_box.root,
+            timeout=1, cap=100, what="sleep",
+        )  # fmt: skip
+    assert time.monotonic() - started < 2 + REPLY_SLACK_S

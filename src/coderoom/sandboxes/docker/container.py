@@ -405,10 +405,13 @@ class DockerSandbox:
         if argv and argv[0] == "python3":
             argv = [*PYTHON, *argv[1:]]
         deadline = self.helper_deadline()
-        return await run_helper(
-            self.client.api, self.container_id, with_alarm(PYTHON, argv, deadline), cwd=self.root,
-            timeout=deadline, cap=cap, what=what,
-        )  # fmt: skip
+        try:
+            return await run_helper(
+                self.client.api, self.container_id, with_alarm(PYTHON, argv, deadline), cwd=self.root,
+                timeout=deadline, cap=cap, what=what,
+            )  # fmt: skip
+        except docker.errors.APIError as e:  # the container is gone, or the exec could not start
+            raise SandboxFailed(f"{what} could not run in the docker sandbox: {e}") from e
 
     async def read_file(self, path: PurePosixPath, *, max_bytes: int) -> bytes:
         """A workspace file, read by a host helper; one that only the sandbox's uid may read
