@@ -107,7 +107,9 @@ async def test_the_host_loopback_is_unreachable_with_network_on() -> None:
         args = [str(x) for address, port, _ in servers for x in (address, port)]
         async with open_session(SandboxSpec(backend="docker", limits=NETWORK_ON)) as session:
             tried = await session.exec("python3", "-c", CONNECT, *args, shell=False)
+            routes = await session.exec("cat /proc/net/route")  # the SDK adapter's path sets them too
         assert all(accepted_nothing(server) for _, _, server in servers)
+    assert set(PROHIBITED) <= {str(net) for net, flags in route_table(routes.stdout) if flags & RTF_REJECT}
     assert b"CONNECTED" not in tried.stdout
     assert tried.stdout.count(b"\n") == len(servers), tried.stderr
 
@@ -178,3 +180,27 @@ def test_prune_removes_a_dead_owners_network(client: Any) -> None:
         if not _network_gone(client, name):
             client.api.remove_container(container_id, force=True)
             client.api.remove_network(name)
+
+
+async def test_a_session_network_is_reused_only_when_it_is_that_sessions(client: Any) -> None:
+    """A resume whose container is gone makes a new one for the same session: its network is
+    reused; a network of that name that is not the session's own is refused."""
+    from coderoom.sandboxes.docker.labels import LABEL, SESSION_LABEL
+    from coderoom.sandboxes.docker.network import create_network, network_name, remove_network
+
+    session = "d0c" + "0" * 29
+    name = network_name(session)
+    labels = {LABEL: "1", SESSION_LABEL: session}
+    try:
+        create_network(client, name, labels)
+        create_network(client, name, labels)  # again: reused
+        with pytest.raises(SandboxFailed, match="is not this session's"):
+            create_network(client, name, {LABEL: "1", SESSION_LABEL: "f" * 32})
+    finally:
+        remove_network(client, name)
+    client.networks.create(name, labels=labels)  # the default options: icc on
+    try:
+        with pytest.raises(SandboxFailed, match="is not this session's"):
+            create_network(client, name, labels)
+    finally:
+        remove_network(client, name)

@@ -30,7 +30,7 @@ import docker.errors
 
 from ...errors import SandboxFailed
 from ..blocked_routes import prohibited_targets
-from .labels import LABEL
+from .labels import LABEL, SESSION_LABEL
 
 NETWORK_PREFIX = "coderoom-net-"
 ICC_OFF = {"com.docker.network.bridge.enable_icc": "false"}
@@ -46,10 +46,21 @@ def network_name(session_hex: str) -> str:
 
 
 def create_network(client: Any, name: str, labels: Mapping[str, str]) -> None:
-    """The session's bridge: its own, icc off, IPv4 only, labelled for `prune`."""
-    client.networks.create(
-        name, driver="bridge", options=ICC_OFF, labels=dict(labels), enable_ipv6=False, check_duplicate=True
-    )
+    """The session's bridge: its own, icc off, IPv4 only, labelled for `prune`. One left by the
+    same session (a resume whose container is gone) is reused when it is exactly that: coderoom's
+    labels with this session's id, and icc off."""
+    try:
+        client.networks.create(
+            name, driver="bridge", options=ICC_OFF, labels=dict(labels), enable_ipv6=False, check_duplicate=True
+        )
+    except docker.errors.APIError as e:
+        if e.status_code != 409:
+            raise
+        existing = client.api.inspect_network(name)
+        theirs = existing.get("Labels") or {}
+        same = all(theirs.get(key) == labels.get(key) for key in (LABEL, SESSION_LABEL))
+        if not same or (existing.get("Options") or {}) != ICC_OFF or existing.get("EnableIPv6"):
+            raise SandboxFailed(f"a docker network named {name} exists and is not this session's") from e
 
 
 def remove_network(client: Any, name: str) -> bool:
