@@ -204,3 +204,37 @@ async def test_a_session_network_is_reused_only_when_it_is_that_sessions(client:
             create_network(client, name, labels)
     finally:
         remove_network(client, name)
+
+
+async def test_resume_with_network_on_adopts_the_live_container_and_restores_a_closed_one(
+    client: Any, tmp_path: Any
+) -> None:
+    from agents.sandbox.manifest import Manifest
+    from agents.sandbox.snapshot import LocalSnapshotSpec
+
+    spec = SandboxSpec(backend="docker", limits=NETWORK_ON)
+    sdk_client, options = get_backend("docker").client(spec)
+    session = await sdk_client.create(manifest=Manifest(), snapshot=LocalSnapshotSpec(base_path=tmp_path), options=options)
+    await session.start()
+    try:
+        await session.exec("echo kept > state.txt")
+        live = await sdk_client.resume(session.state)  # adopted: its network is the session's own
+        await live.start()
+        assert (await live.exec("cat state.txt")).stdout == b"kept\n"
+        await live.aclose()
+        state = live.state
+        await sdk_client.delete(live)
+    finally:
+        await sdk_client.delete(session)
+    restored = await sdk_client.resume(state)
+    try:
+        await restored.start()
+        routes = await restored.exec("cat state.txt; cat /proc/net/route")
+        name, _ = _attachment(client, restored.state.container_id)
+    finally:
+        await restored.aclose()
+        await sdk_client.delete(restored)
+    assert routes.stdout.startswith(b"kept\n")
+    rejected = {str(net) for net, flags in route_table(routes.stdout.split(b"\n", 1)[1]) if flags & RTF_REJECT}
+    assert set(PROHIBITED) <= rejected
+    assert name.startswith("coderoom-net-") and _network_gone(client, name)
