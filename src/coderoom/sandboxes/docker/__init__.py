@@ -129,7 +129,7 @@ def prune(client: Any | None = None, skipped: list[str] | None = None) -> int:
             skipped.append(f"container {container.short_id} left in place: {exc.explanation or exc}")
             continue
         removed += 1
-    prune_networks(client, owner_gone)
+    prune_networks(client, owner_gone, skipped)
     return removed
 
 

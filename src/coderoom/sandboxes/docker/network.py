@@ -126,11 +126,17 @@ def confine(client: Any, container_id: str, *, python: Sequence[str]) -> str:
     return name
 
 
-def prune_networks(client: Any, owner_gone: Any) -> int:
-    """Remove coderoom's networks whose owner is gone and that no container uses; how many."""
+def prune_networks(client: Any, owner_gone: Any, skipped: list[str] | None = None) -> int:
+    """Remove coderoom's networks whose owner is gone and that no container uses; how many. One
+    the engine refuses to remove otherwise is added to `skipped` (given a list), or raises."""
     removed = 0
     for network in client.networks.list(filters={"label": f"{LABEL}=1"}):
-        labels = network.attrs.get("Labels") or {}
-        if owner_gone(labels) and remove_network(client, network.name):
-            removed += 1
+        if not owner_gone(network.attrs.get("Labels") or {}):
+            continue
+        try:
+            removed += remove_network(client, network.name)
+        except docker.errors.APIError as e:
+            if skipped is None:
+                raise
+            skipped.append(f"network {network.name} left in place: {e.explanation or e}")
     return removed
