@@ -19,7 +19,6 @@ are read from the session (each bounded by MAX_OUTPUT_READ) and saved, so the ru
 from __future__ import annotations
 
 import asyncio
-import io
 import os
 import shutil
 import tempfile
@@ -32,11 +31,12 @@ from typing import IO, cast
 
 from agents.sandbox.errors import WorkspaceArchiveReadError
 from agents.sandbox.session.sandbox_session import SandboxSession
+from agents.sandbox.types import ExecResult
 
 from .hostile.exits import LEFT_OUT_NOTE, exit_policy, extract_leaving_out
 from .interrupts import finish_uncancelled
 from .jobs import OutputSpec
-from .outputs import CHECKER, OutputCheck, check_on_host, checker_args, checker_source, parse_reply
+from .outputs import OutputCheck, check_on_host, checker_args, checker_source, max_reply, parse_reply
 
 WORKSPACE_ARCHIVE = "workspace.tar"
 OUTPUT_DIR = "output"
@@ -67,16 +67,13 @@ class SaveReport:
         return [f"{name}: {reason}" for name, reason in self.refused.items()]
 
 
-CHECKER_PATH = f".coderoom/{CHECKER}"
-
-
 async def check_in_session(session: SandboxSession, outputs: Sequence[OutputSpec]) -> list[OutputCheck]:
     """Check the outputs where they were made, where the model can still fix them.
 
     A link or an oversized file is named first (extraction would refuse it later); the rest go
     to the checker, which runs inside the sandbox under its limits, so only its short reply
-    comes back. It is written afresh each time, since the sandbox's code may have changed the
-    last copy."""
+    comes back. Its source is passed on the command line, never through a file the sandbox's
+    code could change, and both steps run as host helpers (`_helper_exec`)."""
     if not outputs:
         return []
     kinds = await _output_kinds(session, outputs)
@@ -92,11 +89,10 @@ async def check_in_session(session: SandboxSession, outputs: Sequence[OutputSpec
     checked: dict[str, OutputCheck] = {}
     if rest:
         try:
-            await session.mkdir(Path(CHECKER_PATH).parent, parents=True)
-            await session.write(Path(CHECKER_PATH), io.BytesIO(checker_source()))
-            done = await session.exec("python3", "-I", CHECKER_PATH, checker_args(rest), shell=False)
+            source = checker_source().decode()
+            done = await _helper_exec(session, "python3", "-I", "-c", source, checker_args(rest), reply_bytes=max_reply(rest))
             ran = done.exit_code == 0
-        except Exception:  # no room to write it (a full workspace), say
+        except Exception:  # not started (the pids limit), or past its deadline
             ran = False
         if ran:
             checked = {check.path: check for check in parse_reply(rest, done.stdout, None)}
@@ -145,11 +141,21 @@ async def _output_kinds(session: SandboxSession, outputs: Sequence[OutputSpec]) 
         return {}
     paths = [spec.path for spec in outputs]
     try:
-        result = await session.exec("sh", "-c", _STAT_OUTPUTS, "sh", *paths, shell=False)
+        result = await _helper_exec(session, "sh", "-c", _STAT_OUTPUTS, "sh", *paths, reply_bytes=64 * len(paths))
     except Exception:  # no answer: fall back to reading each output
         return {}
     lines = result.stdout.decode(errors="replace").split()
     return dict(zip(paths, lines)) if len(lines) == len(paths) else {}
+
+
+async def _helper_exec(session: SandboxSession, *argv: str, reply_bytes: int) -> ExecResult:
+    """A host helper command where sandbox code cannot signal, trace or stop it, with a deadline:
+    docker's `exec_helper` (another uid). Elsewhere an ordinary command, which is that already
+    on the local backend (each command has a PID namespace of its own)."""
+    exec_helper = getattr(getattr(session, "_inner", session), "exec_helper", None)
+    if exec_helper is None:
+        return await session.exec(*argv, shell=False)
+    return await exec_helper(*argv, reply_bytes=reply_bytes)
 
 
 def saved_checks(

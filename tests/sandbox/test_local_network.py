@@ -6,10 +6,7 @@ those ranges are read, not tried."""
 
 from __future__ import annotations
 
-import contextlib
 import shutil
-import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,8 +14,11 @@ from backends import require_backend
 
 from coderoom.errors import SandboxUnavailable
 from coderoom.sandboxes import Limits, SandboxSpec, get_backend
+from coderoom.sandboxes.blocked_routes import prohibited_targets
 from coderoom.sandboxes.local import network
 from coderoom.sandboxes.session import open_session
+
+from .loopback import CONNECT, RTF_REJECT, accepted_nothing, host_loopback_servers, route_table
 
 
 @pytest.fixture(autouse=True)
@@ -26,43 +26,6 @@ def _local() -> None:
     require_backend("local")
     if network.unavailable_reason():
         pytest.skip(network.unavailable_reason())
-
-
-@contextlib.contextmanager
-def host_loopback_servers() -> Iterator[list[tuple[str, int, socket.socket]]]:
-    """Listening TCP servers on the host's 127.0.0.1 and, if the host has it, ::1."""
-    servers = []
-    for family, address in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
-        with contextlib.suppress(OSError):
-            server = socket.socket(family)
-            server.bind((address, 0))
-            server.listen()
-            server.setblocking(False)
-            servers.append((address, server.getsockname()[1], server))
-    try:
-        yield servers
-    finally:
-        for _, _, server in servers:
-            server.close()
-
-
-def accepted_nothing(server: socket.socket) -> bool:
-    try:
-        server.accept()[0].close()
-    except BlockingIOError:
-        return True
-    return False
-
-
-CONNECT = """
-import socket, sys
-for host, port in zip(sys.argv[1::2], sys.argv[2::2]):
-    try:
-        socket.create_connection((host, int(port)), timeout=3).close()
-        print(host, "CONNECTED")
-    except OSError as e:
-        print(host, type(e).__name__)
-"""
 
 
 def interfaces(proc_net_dev: bytes) -> list[str]:
@@ -87,6 +50,9 @@ async def test_network_on_is_a_namespace_of_its_own_without_the_host_loopback() 
     # and 10.0.0.0/8, as /proc/net/route writes them (little-endian hex)
     prohibited = {line.split()[1] for line in routes.stdout.decode().splitlines()[1:] if line.split()[3] == "0201"}
     assert {"0000FEA9", "0000000A", "000010AC", "0000A8C0"} <= prohibited
+    # the one list both backends prohibit (blocked_routes), each entry exactly
+    rejected = {str(net) for net, flags in route_table(routes.stdout) if flags & RTF_REJECT}
+    assert set(prohibited_targets()) <= rejected
 
 
 async def test_network_off_has_only_loopback() -> None:

@@ -87,7 +87,11 @@ class DockerBackend:
         return prune(skipped=skipped)
 
     def info(self) -> str:
-        return "memory: docker --memory (cgroup), swap included\nnetwork: none unless network = true"
+        return (
+            "memory: docker --memory (cgroup), swap included\n"
+            "network: none unless network = true; then a network of the session's own, icc off, no IPv6, "
+            "prohibit routes to the host and private ranges"
+        )
 
     def commands(self) -> Any:
         from .commands import image_app
@@ -96,13 +100,15 @@ class DockerBackend:
 
 
 def prune(client: Any | None = None, skipped: list[str] | None = None) -> int:
-    """Remove the coderoom containers whose owner is gone (see `labels`); returns how many.
+    """Remove the coderoom containers whose owner is gone (see `labels`), then their networks
+    (`network`: a session's own, when it had network on); returns how many containers.
 
-    A live run's container is never touched, running or not. One the engine refuses to remove
-    is added to `skipped` (with a list to add to) and the others are still pruned."""
+    A live run's container or network is never touched, running or not. One the engine refuses
+    to remove is added to `skipped` (with a list to add to) and the others are still pruned."""
     import docker.errors
 
     from .image import docker_client
+    from .network import prune_networks
 
     client = client or docker_client()
     removed = 0
@@ -123,6 +129,7 @@ def prune(client: Any | None = None, skipped: list[str] | None = None) -> int:
             skipped.append(f"container {container.short_id} left in place: {exc.explanation or exc}")
             continue
         removed += 1
+    prune_networks(client, owner_gone, skipped)
     return removed
 
 

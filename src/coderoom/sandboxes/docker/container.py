@@ -2,7 +2,8 @@
 
 * Container (`container_settings`): non-root, read-only root, tmpfs /tmp and workspace (sizes
   from Limits), all capabilities dropped, no-new-privileges, Docker's default seccomp profile,
-  `network none` unless allowed, memory/CPU/pids/rlimits from Limits, no host environment, no
+  `network none`, or with network = true a network of the session's own whose routes reach
+  neither the host nor private ranges (`network`: set before the first command), memory/CPU/pids/rlimits from Limits, no host environment, no
   logging of command output, labels for `coderoom sandbox prune`.
 * PID 1 is inside/init.py (passed as the command, so any image with python3 in one of
   PYTHON_DIRS works; started by absolute path, whatever PATH the manifest sets). It stacks
@@ -11,7 +12,9 @@
   instead of a `docker exec` (~50 ms of runc per call), with the local backend's rules
   (wall-clock deadline killing the whole tree, exit 124; bounded output; 137 on SIGKILL).
   stdin closing (the host died) ends PID 1, and the daemon removes the container.
-* Files: `read_file`/`write_file` run inside/files.py as a command, never through a symlink.
+* Files: `read_file`/`write_file` run inside/files.py, never through a symlink: a read as a host
+  helper (`helpers`: a uid sandbox code cannot signal, with a deadline), falling back to a
+  command for a file only the sandbox's uid may read; a write as a command.
 * Archive: init.py kills every other process in the container (by PID namespace, not by a pid
   file the sandbox could write), then runs inside/archiver.py in a forked child of itself: under
   the same seccomp filter, undumpable, refusing a workspace whose apparent size passes
@@ -20,7 +23,7 @@
 * Live processes (`start_process`: PTY sessions, the run_python kernel) are init.py jobs too,
   streaming their output and keeping stdin open (`live`), under the same rules and the wall
   clock from their start (none for the kernel).
-* Close removes the container (`force`), which takes well under a second.
+* Close removes the container (`force`), which takes well under a second, then its network.
 """
 
 from __future__ import annotations
@@ -51,8 +54,10 @@ from ..seccomp import arch_named, build_filter
 from ..stops import named_stop, stop_note
 from .archive import MAX_ENTRIES, ArchiveStream, clean_members, rewrite, stream_budget
 from .channel import Channel, Reply
+from .helpers import run_helper, with_alarm
 from .labels import CONTACT_WITHIN_S, CREATED_LABEL, LABEL, SESSION_LABEL, owner_labels
 from .live import DockerLive
+from .network import IPV6_OFF, confine, create_network, network_name, remove_network, session_network
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +72,7 @@ INIT_BOOTSTRAP = f"import os; exec(compile(os.environ.pop({_INIT_ENV!r}), 'coder
 SECCOMP_ENV = "CODEROOM_SECCOMP"  # init.py's SECCOMP_ENV
 NO_HOME = "/nonexistent"
 _NOFILE = 1024
+HELPER_DEADLINE_S = (30.0, 600.0)  # a host helper's deadline: Limits.timeout, within these bounds
 REPLY_SLACK_S = 15.0  # how long past a command's own deadline we wait before blaming the channel
 FILE_OP_TIMEOUT_S = 600.0  # reads, writes and unpacking: bounded by size, not by Limits.timeout
 ARCHIVE_DEADLINE_S = 600.0  # the whole archive step, from killing processes to the last byte
@@ -153,7 +159,7 @@ def container_settings(
         },
         "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges"],  # and Docker's default seccomp profile
-        "network_mode": "bridge" if limits.network else "none",
+        "network_mode": network_name(session.hex) if limits.network else "none",
         "mem_limit": limits.memory,
         "memswap_limit": limits.memory,
         "nano_cpus": int(limits.cpus * 1e9),
@@ -175,11 +181,27 @@ def container_settings(
             **owner_labels(),
         },
     }
-    if not limits.network:
+    if limits.network:
+        settings["sysctls"] = IPV6_OFF
+    else:
         # Docker writes the host's resolvers into /etc/resolv.conf even with `network none`
         # (host layout disclosure, catalogue NET-03); a mount there makes it skip that.
         settings["mounts"] = [DockerMount(RESOLV_CONF_BIND[1], RESOLV_CONF_BIND[0], type="bind", read_only=True)]
     return settings
+
+
+def create_container(client: Any, settings: Mapping[str, Any]) -> Any:
+    """`containers.create` for `container_settings`, creating the session's own network first when
+    it has one (removed again if the container cannot be made)."""
+    network = settings["network_mode"]
+    if network == "none":
+        return client.containers.create(**settings)
+    create_network(client, network, settings["labels"])
+    try:
+        return client.containers.create(**settings)
+    except BaseException:
+        remove_network(client, network)
+        raise
 
 
 def remove_container(client: Any, container_id: str) -> None:
@@ -223,12 +245,14 @@ class DockerSandbox:
         self._channel: Channel | None = None
         self._closed = False
         self._live: list[DockerLive] = []
+        self._network: str | None = None  # the session's own network, once its routes are set
+        self._confining = asyncio.Lock()
 
     @classmethod
     async def create(cls, client: Any, *, image: str, limits: Limits) -> DockerSandbox:
         """Create, start and connect to a sandbox container; nothing is left if that fails."""
         settings = container_settings(limits, image=image, program=await asyncio.to_thread(seccomp_program, client))
-        container = await asyncio.to_thread(client.containers.create, **settings)
+        container = await asyncio.to_thread(create_container, client, settings)
         sandbox = cls(client, container.id, limits)
         try:
             await asyncio.to_thread(container.start)
@@ -262,12 +286,24 @@ class DockerSandbox:
     async def _call(
         self, request: Reply, *, wait: float | None, reply_bytes: int, sink: Any = None, rid: str | None = None
     ) -> Reply:
+        if self.limits.network and self._network is None:
+            await self._confine_network()
         try:
             return await self.channel().call(request, wait=wait, reply_bytes=reply_bytes, sink=sink, rid=rid)
         except TimeoutError as e:
             raise SandboxFailed(f"the sandbox's init did not answer within {wait:g} s") from e
         except (ConnectionError, OSError, docker.errors.APIError) as e:
             raise SandboxFailed(f"the docker sandbox is unreachable: {e}") from e
+
+    async def _confine_network(self) -> None:
+        """Set the session network's prohibit routes (`network.confine`) before the first request
+        reaches init.py; SandboxFailed (and no command runs) when they cannot be set."""
+        async with self._confining:
+            if self._network is None:
+                try:
+                    self._network = await asyncio.to_thread(confine, self.client, self.container_id, python=PYTHON)
+                except (docker.errors.APIError, OSError) as e:
+                    raise SandboxFailed(f"the sandbox's network routes could not be set: {e}") from e
 
     async def exec(
         self,
@@ -357,11 +393,34 @@ class DockerSandbox:
         processes, self._live = self._live, []
         await asyncio.gather(*(process.kill() for process in processes), return_exceptions=True)
 
+    def helper_deadline(self) -> float:
+        """Seconds a host helper may take: the command wall clock, within HELPER_DEADLINE_S."""
+        low, high = HELPER_DEADLINE_S
+        return min(high, max(low, self.limits.timeout))
+
+    async def helper(self, argv: Sequence[str], *, cap: int, what: str) -> CommandResult:
+        """Run a host helper (`helpers`: a uid sandbox code cannot signal, trace or stop; a
+        deadline of `helper_deadline`, HelperTimeout past it). A leading "python3" is the
+        image's (PYTHON), found whatever PATH the manifest set."""
+        if argv and argv[0] == "python3":
+            argv = [*PYTHON, *argv[1:]]
+        deadline = self.helper_deadline()
+        try:
+            return await run_helper(
+                self.client.api, self.container_id, with_alarm(PYTHON, argv, deadline), cwd=self.root,
+                timeout=deadline, cap=cap, what=what,
+            )  # fmt: skip
+        except docker.errors.APIError as e:  # the container is gone, or the exec could not start
+            raise SandboxFailed(f"{what} could not run in the docker sandbox: {e}") from e
+
     async def read_file(self, path: PurePosixPath, *, max_bytes: int) -> bytes:
+        """A workspace file, read by a host helper; one that only the sandbox's uid may read
+        (mode 0600, say) by a command, under the same deadline."""
         rel = safe_relative_path(str(path))
-        result = await self._command(
-            [*_FILES, "read", str(rel)], timeout=FILE_OP_TIMEOUT_S, cap=max_bytes + 1
-        )
+        argv = [*_FILES, "read", str(rel)]
+        result = await self.helper(argv, cap=max_bytes + 1, what=f"reading {shown(rel)}")
+        if result.exit_code == 3 and b"Permission denied" in result.stderr:
+            result = await self._command(argv, timeout=self.helper_deadline(), cap=max_bytes + 1)
         if result.exit_code == 2:
             raise FileNotFoundError(f"{shown(rel)}: no such file in the workspace")
         if not result.ok:
@@ -543,4 +602,16 @@ class DockerSandbox:
         self._closed = True
         if self._channel is not None:
             self._channel.close()
+        network = self._network
+        if self.limits.network and network is None:
+            network = await asyncio.to_thread(self._network_of_container)
         await asyncio.to_thread(remove_container, self.client, self.container_id)
+        if network is not None:
+            await asyncio.to_thread(remove_network, self.client, network)
+
+    def _network_of_container(self) -> str | None:
+        """The session network of a container closed before its first command (None if gone)."""
+        try:
+            return session_network(self.client.api.inspect_container(self.container_id))[0]
+        except (docker.errors.NotFound, SandboxFailed):
+            return None

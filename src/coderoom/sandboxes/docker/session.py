@@ -49,9 +49,10 @@ from ..sdk_errors import refuse_unsupported, snapshot_errors
 from ..sdk_resume import TrustedResume
 from ..sdk_snapshots import restore_on_resume
 from ..stops import log_stop
-from .container import RESOLV_CONF_BIND, DockerSandbox, container_settings, seccomp_program
+from .container import RESOLV_CONF_BIND, DockerSandbox, container_settings, create_container, seccomp_program
 from .labels import LABEL, SESSION_LABEL
 from .live import DockerLive
+from .network import network_name
 
 
 class CoderoomDockerSession(PtySessions, DockerSandboxSession):
@@ -127,6 +128,12 @@ class CoderoomDockerSession(PtySessions, DockerSandboxSession):
         log_stop(self.limits_hit, result.stopped_by)
         return ExecResult(stdout=result.stdout, stderr=stderr, exit_code=result.exit_code)
 
+    async def exec_helper(self, *argv: str, reply_bytes: int) -> ExecResult:
+        """A host helper command (the output check): in the workspace, as a uid sandbox code
+        cannot signal, with a deadline (`DockerSandbox.helper`); HelperTimeout past it."""
+        result = await self._core.helper(argv, cap=reply_bytes, what=f"the host helper {argv[0]}")
+        return ExecResult(stdout=result.stdout, stderr=result.stderr, exit_code=result.exit_code)
+
     async def read(self, path: Path, *, user: Any = None) -> io.IOBase:
         return io.BytesIO(await self._read_bytes(path, self._limits.workspace_size))
 
@@ -135,10 +142,12 @@ class CoderoomDockerSession(PtySessions, DockerSandboxSession):
         return await self._read_bytes(path, max_bytes, prefix=True)
 
     async def _read_bytes(self, path: Path, max_bytes: int, *, prefix: bool = False) -> bytes:
-        """A workspace file through the core (no symlink followed, a FIFO or device refused at
-        once); a path through a symlink is resolved inside the container, where it cannot reach
-        the host, and read only if it is a regular file there."""
-        target = await self._validate_path_access(path)
+        """A workspace file through the core (a host helper: no symlink followed, a FIFO or
+        device refused at once), at the path as written (checked lexically, so no sandbox
+        command runs first); only a path through a symlink is then resolved inside the
+        container (the SDK's helper command), where it cannot reach the host, and read only if
+        it is a regular file there."""
+        target = self.normalize_path(path)
         try:
             return await self._core.read_file(self._relative(target), max_bytes=max_bytes)
         except FileNotFoundError as e:
@@ -148,6 +157,7 @@ class CoderoomDockerSession(PtySessions, DockerSandboxSession):
                 raise WorkspaceArchiveReadError(path=path, cause=e) from e
         except OSError:
             pass
+        target = await self._validate_path_access(path)
         root = str(self._workspace_root_path())
         result = await self._core.exec(
             ["sh", "-c", READ_IN_WORKSPACE, "sh", str(target), root, str(max_bytes + 1)], output_cap=max_bytes + 1
@@ -257,7 +267,7 @@ class CoderoomDockerClient(DockerSandboxClient):
         snapshot (the SDK's path). The SDK refuses a live container with any bind mount the
         manifest did not grant, and coderoom's carry one when the network is off (/dev/null on
         /etc/resolv.conf, NET-03); so a live container is checked here against what coderoom
-        made (its labels and session, that one bind, network none) and adopted."""
+        made (its labels and session, that one bind, its network: none, or the session's own) and adopted."""
         if not isinstance(state, DockerSandboxSessionState):
             raise TypeError("CoderoomDockerClient.resume expects a DockerSandboxSessionState")
         refuse_unsupported(state.manifest, "docker", exposed_ports=state.exposed_ports)
@@ -301,12 +311,12 @@ class CoderoomDockerClient(DockerSandboxClient):
             root=manifest.root, session_id=session_id, labels=labels,
             environment=await manifest.environment.resolve(),
         )  # fmt: skip
-        return self.docker_client.containers.create(**settings)
+        return await asyncio.to_thread(create_container, self.docker_client, settings)
 
 
 def _assert_coderoom_container(container: Container, state: DockerSandboxSessionState, limits: Limits) -> None:
     """ValueError (the SDK's refusal) unless `container` is the one coderoom made for `state`:
-    coderoom's labels with this session's id, network none when the limits say so, and no bind
+    coderoom's labels with this session's id, network none or (network on) the session's own, and no bind
     mount but coderoom's own resolv.conf one."""
     attrs = container.attrs or {}
     labels = (attrs.get("Config") or {}).get("Labels") or {}
@@ -319,5 +329,5 @@ def _assert_coderoom_container(container: Container, state: DockerSandboxSession
     if [(m.get("Source"), m.get("Destination")) for m in binds] != expected:
         raise ValueError("the container's bind mounts are not coderoom's; create a fresh sandbox session")
     network_mode = (attrs.get("HostConfig") or {}).get("NetworkMode")
-    if not limits.network and network_mode != "none":
-        raise ValueError("the container has a network but the limits allow none; create a fresh sandbox session")
+    if network_mode != (network_name(state.session_id.hex) if limits.network else "none"):
+        raise ValueError("the container's network is not the one its limits give; create a fresh sandbox session")

@@ -31,15 +31,11 @@ import shutil
 import subprocess
 
 from ...errors import SandboxUnavailable
+from ..blocked_routes import prohibited_targets
 
 TOOLS = ("slirp4netns", "nsenter", "ip")
 _READY_TIMEOUT_S = 10.0
 _NS_GET_USERNS = 0xB701  # ioctl on a namespace fd: the user namespace owning it
-# IPv4 ranges that are not the public internet (RFC 6890); 10.0.2.0/24, slirp's own, stays more specific
-PROHIBITED = (
-    "0.0.0.0/8 10.0.0.0/8 100.64.0.0/10 169.254.0.0/16 172.16.0.0/12 192.0.0.0/24 192.0.2.0/24 "
-    "192.88.99.0/24 192.168.0.0/16 198.18.0.0/15 198.51.100.0/24 203.0.113.0/24 224.0.0.0/4 240.0.0.0/4"
-).split()
 
 
 def unavailable_reason() -> str | None:
@@ -52,13 +48,6 @@ def unavailable_reason() -> str | None:
             "network = false or --sandbox docker"
         )
     return None
-
-
-def _host_addresses() -> list[str]:
-    """The host's own IPv4 addresses (read from `ip`, nothing is sent)."""
-    done = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True, timeout=10)
-    words = [line.split() for line in done.stdout.splitlines()]
-    return [w[3].split("/")[0] for w in words if len(w) > 3 and not w[3].startswith("127.")]
 
 
 class Egress:
@@ -146,8 +135,7 @@ def _owner_of_netns(sandbox_pid: int) -> int:
 
 def _prohibit(sandbox_pid: int) -> None:
     """Add the `prohibit` routes inside the sandbox's namespaces (see the module docstring)."""
-    targets = [*PROHIBITED, *(f"{address}/32" for address in _host_addresses())]
-    batch = "".join(f"route add prohibit {target}\n" for target in dict.fromkeys(targets))
+    batch = "".join(f"route add prohibit {target}\n" for target in prohibited_targets())
     argv = ["nsenter", f"--net=/proc/{sandbox_pid}/ns/net", "ip", "-batch", "-"]
     owner = -1 if os.geteuid() == 0 else _owner_of_netns(sandbox_pid)  # root may change any namespace
     if owner >= 0:

@@ -1,0 +1,70 @@
+"""Host helpers in a docker sandbox that sandbox code cannot signal, trace or hold up.
+
+Commands of init.py run as the sandbox's uid, so any sandbox process (a run_python kernel's
+thread, a leftover of an earlier command) may SIGSTOP, SIGKILL or starve them: a helper run that
+way froze the output check until the run's outer timeout (issue 19). A helper here is instead a
+`docker exec` under HELPER_USER, a uid no sandbox process has: kill(2) needs the target's uid
+(or CAP_KILL, dropped), and ptrace is refused by uid and by the seccomp filter every sandbox
+command carries. It has a deadline twice over: a small Python wrapper arms `alarm(2)` and then
+execs the helper, so the kernel ends it with SIGALRM at the deadline (an alarm survives execve,
+and nobody in the sandbox can cancel it), and the host stops waiting at the same deadline plus
+REPLY_SLACK_S and raises HelperTimeout, which callers turn into their bounded host-side path or
+a named error. What it reads, it reads with the permissions of "others": a
+file the sandbox locked (mode 0600) is refused (callers fall back to the sandbox-uid command,
+under its own deadline). Archiving needs none of this: init.py kills every sandbox process first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from ...errors import SandboxFailed
+from ..core import CommandResult
+
+HELPER_USER = "65534:65534"  # nobody: not the sandbox's uid
+REPLY_SLACK_S = 5.0
+NO_HOME = "/nonexistent"
+
+
+class HelperTimeout(SandboxFailed):
+    """A host helper did not finish by its deadline."""
+
+
+# argv[1]: seconds; argv[2:]: the helper, exec'd with the alarm pending (SIGALRM ends it)
+_ALARM_THEN_EXEC = "import os, signal, sys; signal.alarm(int(sys.argv[1])); os.execvp(sys.argv[2], sys.argv[2:])"
+
+
+def with_alarm(python: Sequence[str], argv: Sequence[str], timeout: float) -> list[str]:
+    """`argv` run by a wrapper that makes the kernel end it `timeout` seconds (rounded up) in."""
+    return [*python, "-I", "-S", "-c", _ALARM_THEN_EXEC, str(max(1, int(timeout + 0.999))), *argv]
+
+
+def _run(api: Any, container_id: str, argv: Sequence[str], cwd: str, cap: int) -> CommandResult:
+    """The exec, its two outputs (each capped at `cap` bytes: the rest is drained, not kept)."""
+    created = api.exec_create(
+        container_id, list(argv), user=HELPER_USER, workdir=cwd, environment={"HOME": NO_HOME},
+        stdout=True, stderr=True, stdin=False, tty=False,
+    )  # fmt: skip
+    out, err = bytearray(), bytearray()
+    for stdout, stderr in api.exec_start(created["Id"], stream=True, demux=True):
+        if stdout and len(out) < cap:
+            out += stdout[: cap - len(out)]
+        if stderr and len(err) < cap:
+            err += stderr[: cap - len(err)]
+    code = api.exec_inspect(created["Id"]).get("ExitCode")
+    return CommandResult(exit_code=int(code) if code is not None else 1, stdout=bytes(out), stderr=bytes(err))
+
+
+async def run_helper(
+    api: Any, container_id: str, argv: Sequence[str], *, cwd: str, timeout: float, cap: int, what: str
+) -> CommandResult:
+    """Run `argv` as HELPER_USER in the container (module docstring); HelperTimeout naming
+    `what` when it has not finished `timeout` + REPLY_SLACK_S seconds after it was sent."""
+    try:
+        return await asyncio.wait_for(
+            asyncio.to_thread(_run, api, container_id, argv, cwd, cap), timeout + REPLY_SLACK_S
+        )
+    except TimeoutError:
+        raise HelperTimeout(f"{what} did not finish within its {timeout:g} s deadline") from None
