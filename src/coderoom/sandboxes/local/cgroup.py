@@ -120,7 +120,11 @@ class MemoryCgroup:
         if parent is None:
             return None
         # not uuid4: uuid imports platform (1 ms)
-        name = name_for(record.parent) if record is not None else f"{_PREFIX}{os.urandom(6).hex()}"
+        name = f"{_PREFIX}{os.urandom(6).hex()}"
+        if record is not None:
+            name = name_for(record.parent)
+            if (parent / name).exists():  # a resumed session on its folder, beside the first one
+                name = f"{name}-{os.urandom(6).hex()}"
         group = cls(found, parent / name, limit)
         if record is not None:
             records.write(record.parent, record.name, os.fsencode(group.path), replace=True)
@@ -221,8 +225,15 @@ class MemoryCgroup:
 
 def name_for(folder: Path) -> str:
     """The memory cgroup of the session in `folder`, by name: the folder's own (unique) name, so
-    the record in one folder can only ever name that folder's cgroup, never another session's."""
+    the record in one folder can only ever name that folder's cgroup, never another session's. A
+    second sandbox started on the same folder (a resumed session) adds `-` and 12 hex digits."""
     return f"{_PREFIX}{folder.name}"
+
+
+def _named_for(name: str, folder: Path) -> bool:
+    own = name_for(folder)
+    suffix = name.removeprefix(own)
+    return name == own or (len(suffix) == 13 and suffix[0] == "-" and all(c in "0123456789abcdef" for c in suffix[1:]))
 
 
 def recorded(record: Path) -> Path | None:
@@ -234,7 +245,7 @@ def recorded(record: Path) -> Path | None:
         return None
     path = Path(os.fsdecode(text))
     roots = (_V1_ROOT, _V2_ROOT)
-    if ".." in path.parts or path.name != name_for(record.parent) or not any(path.is_relative_to(r) for r in roots):
+    if ".." in path.parts or not _named_for(path.name, record.parent) or not any(path.is_relative_to(r) for r in roots):
         return None
     return path
 
