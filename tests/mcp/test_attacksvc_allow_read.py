@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from coderoom.errors import RequestRefused
+from coderoom.errors import RequestRefused, UsageError
 from coderoom.mcp_server.policy import ReadPolicy
 from conftest import stdio_server
 from test_mcp import text_of
@@ -52,7 +52,6 @@ def swap_parent_for_link(top: Path) -> None:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as uid 65534")
-@pytest.mark.xfail(strict=True, reason="SVC-M1: a root is re-opened by path on every read; a swapped parent moves it")
 def test_a_parent_of_an_allowed_root_swapped_for_a_link_moves_no_read_outside(layout: Path) -> None:
     policy = ReadPolicy([layout / "g" / "p" / "root"])
     assert policy.read("ok.txt", 100) == b"allowed"
@@ -65,7 +64,6 @@ def test_a_parent_of_an_allowed_root_swapped_for_a_link_moves_no_read_outside(la
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as uid 65534")
-@pytest.mark.xfail(strict=True, reason="SVC-M1 over MCP: open_session copies the canary into the sandbox")
 async def test_open_session_reads_nothing_outside_after_a_parent_is_swapped(layout: Path, tmp_path: Path) -> None:
     params = stdio_server("--allow-read", str(layout / "g" / "p" / "root"), "--runs", str(tmp_path / "runs"))
     async with Client(params) as client:
@@ -77,3 +75,37 @@ async def test_open_session_reads_nothing_outside_after_a_parent_is_swapped(layo
         read = await client.call_tool("read_file", {"session_id": sid, "path": "input/ok.txt"})
         await client.call_tool("close_session", {"session_id": sid})
     assert "CANARY" not in text_of(read)
+
+
+def open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_a_root_is_held_open_until_close_and_read_as_it_was_at_start(tmp_path: Path) -> None:
+    """The fix for SVC-M1: the folder opened at start is the one read, whatever its path becomes;
+    `close()` (the server's shutdown) gives every fd back and reads nothing after."""
+    before = open_fds()
+    allowed = tmp_path / "root"
+    allowed.mkdir()
+    (allowed / "ok.txt").write_text("allowed")
+    policy = ReadPolicy([allowed])
+    assert len(open_fds() - before) == 1
+    allowed.rename(tmp_path / "moved")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "ok.txt").write_text("CANARY")
+    (tmp_path / "root").symlink_to(tmp_path / "elsewhere")
+    assert policy.read("ok.txt", 100) == b"allowed"
+    assert policy.read(str(allowed / "ok.txt"), 100) == b"allowed"
+    policy.close()
+    assert open_fds() == before
+    with pytest.raises(RequestRefused):
+        policy.read("ok.txt", 100)
+
+
+def test_a_root_that_cannot_be_opened_leaves_no_fd_behind(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a folder")
+    (tmp_path / "dir").mkdir()
+    before = open_fds()
+    with pytest.raises(UsageError, match="not a folder"):
+        ReadPolicy([tmp_path / "dir", tmp_path / "file"])
+    assert open_fds() == before

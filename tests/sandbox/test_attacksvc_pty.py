@@ -31,8 +31,6 @@ COUNT = (
 )
 
 
-@pytest.mark.xfail(strict=True, reason="SVC-P1: concurrent pty_exec_start calls pass the MAX_LIVE_PROCESSES check together "
-                   "(local: 30 of 30 ran; docker: 23 ran, 16 tracked)")
 async def test_concurrent_pty_starts_stay_within_max_live_processes(backend: str) -> None:
     async with open_session(SandboxSpec(backend=backend, limits=Limits(timeout=60))) as session:
         await asyncio.gather(

@@ -75,24 +75,24 @@ def mcp(
         if http:
             check_bind(host, allow_remote)
         asyncio.run(resolve_model(model, environ=dict(os.environ)).aclose())  # a bad spec: exit 2 now
-        policy = ReadPolicy(allow_read)
-        get_backend(backend).prepare(spec, lambda line: console.print(Text(f"{backend}: {line}")))
-        warm = WarmPool(pool, pool_max_idle, spec) if pool > 0 else None
-        manager = SessionManager(max_sessions=max_sessions, idle_timeout_s=idle_timeout, limits=limits,
-                                 sandbox=backend, model=model, runs_dir=runs, pool=warm)
-        server = build_server(manager, ServerSettings(model, backend, limits, runs, policy))
-        try:
-            if http:
-                token = secrets.token_urlsafe(32)
+        with ReadPolicy(allow_read) as policy:  # the roots stay open until the server stops (SVC-M1)
+            get_backend(backend).prepare(spec, lambda line: console.print(Text(f"{backend}: {line}")))
+            warm = WarmPool(pool, pool_max_idle, spec) if pool > 0 else None
+            manager = SessionManager(max_sessions=max_sessions, idle_timeout_s=idle_timeout, limits=limits,
+                                     sandbox=backend, model=model, runs_dir=runs, pool=warm)
+            server = build_server(manager, ServerSettings(model, backend, limits, runs, policy))
+            try:
+                if http:
+                    token = secrets.token_urlsafe(32)
 
-                def announce(url: str) -> None:
-                    console.print(Text(f"coderoom mcp: listening on {url}"))
-                    console.print(Text(f"token: {token}  (send it as: Authorization: Bearer <token>)"))
+                    def announce(url: str) -> None:
+                        console.print(Text(f"coderoom mcp: listening on {url}"))
+                        console.print(Text(f"token: {token}  (send it as: Authorization: Bearer <token>)"))
 
-                asyncio.run(run_interruptible(serve_http(server, manager, host=host, port=port, token=token,
-                                                         announce=announce)))
-            else:
-                asyncio.run(run_interruptible(serve_stdio(server, manager)))
-        except Interrupted as exc:
-            console.print(Text(f"{exc.message}; every session was closed and saved under {runs}"))
-            exit_now(exc.exit_code)
+                    asyncio.run(run_interruptible(serve_http(server, manager, host=host, port=port, token=token,
+                                                             announce=announce)))
+                else:
+                    asyncio.run(run_interruptible(serve_stdio(server, manager)))
+            except Interrupted as exc:
+                console.print(Text(f"{exc.message}; every session was closed and saved under {runs}"))
+                exit_now(exc.exit_code)

@@ -141,10 +141,10 @@ def mkdir_beneath(root: Path, rel: PurePosixPath, *, parents: bool, owner: int |
         os.close(parent_fd)
 
 
-def open_beneath(root: Path, rel: PurePosixPath, flags: int, mode: int = 0o644) -> int:
+def open_beneath(root: Path | int, rel: PurePosixPath, flags: int, mode: int = 0o644) -> int:
     """Open the regular file `root/rel`, refusing symlinks and special files anywhere on the way.
 
-    Callers fall back to doing the operation inside the sandbox, where links resolve in the
+    `root` may be a directory fd held open (then no path above it is walked again). Callers fall back to doing the operation inside the sandbox, where links resolve in the
     sandbox's own view and cannot reach the host.
     """
     dir_fd = open_dir_beneath(root, rel.parts[:-1])

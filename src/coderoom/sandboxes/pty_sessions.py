@@ -7,8 +7,9 @@ way the SDK's own UnixLocal and Docker sessions do (random ids, an ended process
 then forgotten, output cut to `max_output_tokens`, UTF-8 characters kept whole across polls,
 input refused with the SDK's words for a process without a terminal, the SDK's rule for which
 session to end at the cap) over a backend's live processes (`live.LiveProcess`), and adds
-coderoom's rules: at most MAX_LIVE_PROCESSES at once, the wall clock (`lifetimes`), and the
-limit that ended a process named in its output and in the run's list (`stops`).
+coderoom's rules: at most MAX_LIVE_PROCESSES at once (starts take turns, checked and counted
+under one lock), the wall clock (`lifetimes`), and the limit that ended a process named in its
+output and in the run's list (`stops`).
 
 A backend session provides `_live_limits`, `_start_live`, `_end_live` and `_end_all_live`, and
 may name more limits in `_stopped_by`.
@@ -16,6 +17,7 @@ may name more limits in `_stopped_by`.
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import time
 from collections.abc import AsyncIterator
@@ -80,6 +82,16 @@ class PtySessions(BaseSandboxSession):
             sessions = self.__dict__["_coderoom_pty"] = {}
         return sessions
 
+    def _starting(self) -> asyncio.Lock:
+        """Held from the MAX_LIVE_PROCESSES check to the new session's registration, so starts
+        that run at once (the model's concurrent tool calls) take their turns: without it each
+        passed the check before any registered (SVC-P1), and a session ended to make room could
+        be one whose start was still under way. Made on first use, as `_pty_sessions`."""
+        lock: asyncio.Lock | None = self.__dict__.get("_coderoom_pty_start")
+        if lock is None:
+            lock = self.__dict__["_coderoom_pty_start"] = asyncio.Lock()
+        return lock
+
     # ------------------------------------------------------------------ the backend's part
 
     def _live_limits(self) -> Limits:
@@ -119,12 +131,13 @@ class PtySessions(BaseSandboxSession):
         `Limits.timeout` from its start (a shorter `timeout` shortens it; `LIVES_WITH_SESSION`,
         the kernel's, removes it). At MAX_LIVE_PROCESSES, the SDK's rule picks one to end."""
         argv = self._prepare_exec_command(*command, shell=shell, user=user)
-        await self._make_room()
-        async with transport(tuple(argv)):
-            process = await self._start_live(argv, tty=tty, lifetime=lifetime(timeout, self._live_limits()))
-        sessions = self._pty_sessions()
-        process_id = allocate_pty_process_id(set(sessions))
-        sessions[process_id] = _Session(process, exempt=timeout == LIVES_WITH_SESSION)
+        async with self._starting():  # SVC-P1: the cap is checked and the start counted at once
+            await self._make_room()
+            async with transport(tuple(argv)):
+                process = await self._start_live(argv, tty=tty, lifetime=lifetime(timeout, self._live_limits()))
+            sessions = self._pty_sessions()
+            process_id = allocate_pty_process_id(set(sessions))
+            sessions[process_id] = _Session(process, exempt=timeout == LIVES_WITH_SESSION)
         yield_ms = 10_000 if yield_time_s is None else int(yield_time_s * 1000)
         return await self._pty_update(process_id, clamp_pty_yield_time_ms(yield_ms), max_output_tokens)
 

@@ -66,10 +66,13 @@ class DockerLive:
                 return
             loop.call_soon_threadsafe(self._output.keep, chunk)
 
-        self._task = asyncio.ensure_future(
-            sandbox.call(request, wait=wait, reply_bytes=_DATA_LINE, sink=sink, rid=self._rid)
-        )
+        self._sent = asyncio.Event()
+        self._task = asyncio.ensure_future(self._run(request, wait, sink))
         self._task.add_done_callback(self._ended)
+
+    async def _run(self, request: Reply, wait: float | None, sink: Any) -> Reply:
+        self._sent.set()  # the call's first step, which follows at once, sends the request
+        return await self._sandbox.call(request, wait=wait, reply_bytes=_DATA_LINE, sink=sink, rid=self._rid)
 
     @property
     def alive(self) -> bool:
@@ -125,6 +128,10 @@ class DockerLive:
     async def kill(self) -> None:
         """Kill its whole tree (init.py's kill_job_tree) and wait, bounded, for its end."""
         if self.alive:
+            # after its start request: a kill sent first finds no job, and the job then starts
+            # out of reach (SVC-P1: a session ended to make room right after it was started)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._sent.wait(), CONTROL_WAIT_S)
             with contextlib.suppress(TimeoutError, SandboxFailed):
                 await self._sandbox.call({"op": "kill", "job": self._rid}, wait=CONTROL_WAIT_S, reply_bytes=4096)
             with contextlib.suppress(BaseException):

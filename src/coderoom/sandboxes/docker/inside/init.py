@@ -429,7 +429,9 @@ class Server:
                 continue
             if job.status is None:
                 continue
-            open_fds = [fd for fd in (job.out_fd, job.err_fd) if fd in self.fd_job]
+            # its own fds only: one closed at EOF (a terminal's empty stderr, at once) may be
+            # a newer job's by now, under the same number
+            open_fds = [fd for fd in (job.out_fd, job.err_fd) if self.fd_job.get(fd) is job]
             # a helper's output is drained to EOF (it starts nothing that could hold
             # the pipe open), within QUIESCE_WAIT_S of its exit
             grace = QUIESCE_WAIT_S if job.stream else GRACE_S
@@ -444,9 +446,9 @@ class Server:
         kill_job_tree(job, self.live_sids(job))
         for fd in open_fds:
             self.pump(fd, select.POLLIN)  # what is already in the pipe
-            if fd in self.fd_job:
+            if self.fd_job.get(fd) is job:
                 self.close_fd(fd)
-        if job.stdin_fd is not None and job.stdin_fd in self.fd_job:
+        if job.stdin_fd is not None and self.fd_job.get(job.stdin_fd) is job:
             self.close_fd(job.stdin_fd)
         del self.jobs[job.pid]
         remove_home(job.home)
