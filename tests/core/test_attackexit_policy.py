@@ -58,14 +58,12 @@ def _folded_git_dirs(names: list[str]) -> set[str]:
     return {folder for folder, entries in children.items() if {"head", "objects", "refs"} <= entries}
 
 
-@pytest.mark.xfail(strict=True, reason="E01: a repository split across case spellings of one folder leaves at copy-back and run outputs")
 def test_a_repository_split_across_case_spellings_is_not_extracted_whole(tmp_path: Path) -> None:
     report = extract_leaving_out(_case_split_tar(), tmp_path / "out", max_bytes=1 << 20)
     written = [str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*") if p.is_file()]
     assert _folded_git_dirs(written) == set(), (written, report.refused)
 
 
-@pytest.mark.xfail(strict=True, reason="E01: the page's zip carries a repository split across case spellings")
 def test_the_page_zip_carries_no_repository_split_across_case_spellings(tmp_path: Path) -> None:
     run_dir = tmp_path / "runs" / "forged"
     for name, data in CASE_SPLIT.items():
@@ -100,6 +98,5 @@ CWD_STARTUP = [
 
 
 @pytest.mark.parametrize("name", CWD_STARTUP)
-@pytest.mark.xfail(strict=True, reason="E02: start-up files a host tool reads from the current folder leave")
 def test_start_up_files_read_from_the_current_folder_are_kept_in(name: str) -> None:
     assert exit_policy([ExitEntry(name, "file")]).refusal(name) is not None

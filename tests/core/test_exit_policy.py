@@ -62,6 +62,40 @@ def test_git_finds_these_repositories_and_so_does_the_policy(entries: list[tuple
     assert policy.refusal("src/app/x.py") is None  # a folder's other files are not git's
 
 
+NFD_E = "e\u0301"  # é as macOS writes it; "\u00e9" is the NFC spelling
+
+
+@pytest.mark.parametrize(("entries", "name"), [
+    ([(f"r{NFD_E}po/HEAD", "file"), ("r\u00e9po/objects", "dir"), ("R\u00c9PO/config", "file")], "R\u00c9PO/config"),
+    ([("d./HEAD", "file"), ("d /objects", "dir"), ("D/config", "file")], "D/config"),  # Windows trims
+    ([("d/HEAD.", "file"), ("d/Objects ", "dir"), ("d/config.", "file")], "d/config."),
+    ([("a/B/HEAD", "file"), ("A/b/refs", "dir"), ("a/b/config", "file")], "a/b/config"),  # parents merge too
+], ids=["nfc-nfd-case", "trailing-dot-space-folder", "trailing-dot-space-entry", "parent-spellings"])  # fmt: skip
+def test_a_repository_spelled_as_a_host_merges_names_is_one_repository(entries: list[tuple[str, str]], name: str) -> None:
+    policy = exit_policy(ExitEntry(n, k) for n, k in entries)
+    assert [n for n, _ in entries if policy.refusal(n) is None] == []
+    assert policy.refusal(name) == GIT_DIR_REASON
+
+
+@pytest.mark.parametrize("name", [
+    ".Rprofile", ".RPROFILE", ".Renviron", ".RData", ".gdbinit", ".lldbinit", ".iex.exs", ".ocamlinit",
+    ".perldb", "mise.ci.toml", ".mise.dev.toml", ".mise/anything", "sub/mise/tasks/build", ".rtx.local.toml",
+    ".git.", ".git /config", ".envrc.", "Sitecustomize.PY", ".Vscode/tasks.json",
+])  # fmt: skip
+def test_hooks_are_matched_as_the_host_compares_names(name: str) -> None:
+    assert exit_policy([ExitEntry(name, "file")]).refusal(name) == HOOK_REASON
+
+
+@pytest.mark.parametrize("name", ["readline_helpers.py", "mise.toml.bak", "notes/premise.md", "data.rds", "gdbinit.txt"])
+def test_names_that_only_resemble_a_hook_leave(name: str) -> None:
+    assert exit_policy([ExitEntry(name, "file")]).refusal(name) is None
+
+
+def test_coderoom_s_list_cannot_be_forged_under_another_spelling() -> None:
+    for name in (LEFT_OUT_NOTE.upper(), LEFT_OUT_NOTE + ".", f"out/{LEFT_OUT_NOTE} "):
+        assert exit_policy([ExitEntry(name, "file")]).refusal(name) is not None, name
+
+
 def test_the_override_lets_hooks_out_but_never_devices_links_or_unsafe_names() -> None:
     policy = exit_policy(tar_entries(planted_tar()), everything=True)
     assert [n for n in [*FILES, *IMAGES] if n != LEFT_OUT_NOTE and policy.refusal(n) is not None] == []

@@ -13,7 +13,10 @@ host program would execute or trust it the next time the user merely works in th
   holds objects/ and refs/ (what a `commondir` file points to). Git reads such a folder's
   `config` and runs `core.pager`/`core.fsmonitor` from it (measured: `git branch` in a
   copied-back `src/app` ran the sandbox's pager). When in doubt the folder's git entries go.
-* direnv, shell, editor and tool hooks (`.envrc`, `.vscode/`, `.idea/`, `*.pth`, ...);
+  Names are compared as a host may merge them (`host_key`: case, NFC/NFD, trailing dots and
+  spaces), so `Ab/HEAD` beside `aB/objects/` is one folder, as it is once unzipped on macOS.
+* direnv, mise, shell, editor and tool hooks (`.envrc`, `.vscode/`, `.idea/`, `*.pth`, ...),
+  and start-up files a tool reads from the current folder (`readline.py`, `.irbrc`, `.ghci`);
 * device nodes, FIFOs and sockets; links whose target leaves the tree, or that a listing
   shows without their target;
 * names unsafe on the host: absolute, `..`, NUL, control characters, over-long components,
@@ -35,6 +38,7 @@ import posixpath
 import re
 import stat
 import tarfile
+import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -54,8 +58,10 @@ HOST_HOOKS: tuple[str, ...] = (
     ".git", ".hg", ".svn", ".bzr", "_darcs", ".fslckout", "_fossil_", ".jj", ".pijul", ".gitconfig",
     ".hgrc", ".gitmodules", ".gitattributes", ".pre-commit-config.yaml", ".pre-commit-hooks.yaml",
     ".husky", ".lefthook.yml", "lefthook.yml",
-    # directory-entered hooks: direnv, mise, dotenv loaders
-    ".envrc", ".direnv", ".env", ".mise.toml", "mise.toml",
+    # directory-entered hooks: direnv, dotenv loaders, and every config name mise (rtx, its old
+    # name) reads from a folder: each can run [hooks] and [env] _.source on entering it
+    ".envrc", ".direnv", ".env", "mise.toml", ".mise.toml", "mise.*.toml", ".mise.*.toml", "mise", ".mise",
+    ".rtx.toml", ".rtx.*.toml",
     # editors and IDEs: tasks and settings run on folder open
     ".vscode", ".idea", ".devcontainer", ".exrc", ".vimrc", ".nvimrc", ".nvim.lua", ".dir-locals.el",
     # shells and per-user configuration, should DIR be (or become) a home folder
@@ -64,22 +70,32 @@ HOST_HOOKS: tuple[str, ...] = (
     ".config", ".local", ".ssh", ".gnupg", ".pdbrc", ".netrc", ".bash_aliases", ".xprofile",
     ".xsession", ".xinitrc", ".pam_environment", ".tmux.conf", ".screenrc", ".emacs", ".emacs.d",
     ".aws", ".kube", ".docker", ".azure", ".terraformrc", ".Rprofile", ".jupyter", ".ipython",
-    "jupyter_*config.py", "ipython_config.py", ".mise.local.toml", "rust-toolchain", "rust-toolchain.toml",
+    "jupyter_*config.py", "ipython_config.py", "rust-toolchain", "rust-toolchain.toml",
     # package tools that run configured commands
     ".npmrc", ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs", ".cargo", ".pypirc", "pip.conf",
     # Python start-up hooks
     "*.pth", "sitecustomize.py", "usercustomize.py",
+    # start-up files a tool reads from the current folder when the user merely starts it there.
+    # Python 3.11 measured (a canary module for every name `-X importtime` lists, in cwd):
+    # `-c` and `-m` import none from cwd (site has run before '' joins sys.path), `-i` imports
+    # readline and rlcompleter. `python -m NAME` runs ./NAME on purpose, like a Makefile.
+    "readline.py", "rlcompleter.py", ".irbrc", ".pryrc", ".ghci", ".octaverc", ".iex.exs",
+    ".ocamlinit", ".perldb", ".Renviron", ".RData",  # R runs `.First` from a cwd .RData
+    # gdb and lldb refuse ./.gdbinit and ./.lldbinit by default, but `set auto-load safe-path /`
+    # and `target.load-cwd-lldbinit true` are common advice; refused, since the cost is one
+    # listed name (kept in workspace.tar) against a debugger running the sandbox's commands
+    ".gdbinit", ".lldbinit",
 )
-"""Patterns (`fnmatch`, compared case-insensitively, for case-insensitive file systems) for
-any one component of a path: `sub/.git/config` is as live as `.git/config` once the user
-enters `sub`. A refused directory takes everything beneath it."""
+"""Patterns (`fnmatch`) for any one component of a path, compared by `host_key`, as a
+case-insensitive, normalising host file system compares names: `sub/.git/config` is as live as
+`.git/config` once the user enters `sub`. A refused directory takes everything beneath it."""
 
 GIT_DIR_ENTRIES = frozenset({
     "head", "config", "config.worktree", "objects", "refs", "packed-refs", "hooks", "info", "index",
     "description", "logs", "worktrees", "commondir", "gitdir", "modules", "fetch_head", "orig_head",
     "shallow", "branches", "remotes", "sequencer", "rr-cache", "rebase-merge", "rebase-apply",
 })
-"""What git reads in a folder it takes for a git dir (compared lowercased)."""
+"""What git reads in a folder it takes for a git dir (compared by `host_key`)."""
 GIT_DIR_MARKERS = frozenset({"objects", "refs", "commondir", "gitdir"})
 """Beside HEAD, any one of these makes git (`is_git_directory`, `get_common_dir`) or a worktree
 lookup take the folder for a git dir; objects/ and refs/ together are what a commondir names."""
@@ -93,6 +109,19 @@ NOTE_REASON = f"named {LEFT_OUT_NOTE}, coderoom's own list of what was left out"
 OVERRIDABLE = frozenset({HOOK_REASON, GIT_DIR_REASON})
 """What `everything=True` (`--copy-back-all`) lets out; nothing else is ever let out."""
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def host_key(name: str) -> str:
+    """The one name a host file system may take `name` for: case folded (macOS, Windows, vfat,
+    exfat, casefold ext4), NFC and NFD spellings made one (macOS), trailing dots and spaces
+    removed (Windows). Every comparison of a name with a rule goes through this key, so
+    `Ab/HEAD` beside `aB/objects/` is one folder, as it is once unzipped there."""
+    decomposed = unicodedata.normalize("NFD", name).casefold()
+    return unicodedata.normalize("NFC", decomposed).rstrip(". ")
+
+
+_HOOK_KEYS = tuple(host_key(pattern) for pattern in HOST_HOOKS)
+_NOTE_KEY = host_key(LEFT_OUT_NOTE)
 
 
 @dataclass(frozen=True)
@@ -113,19 +142,20 @@ class ExitPolicy:
         self.everything = everything
         self._own = {PurePosixPath(name) for name in own}
         self._kinds: dict[PurePosixPath, ExitEntry] = {}
-        children: dict[PurePosixPath, set[str]] = {}
+        children: dict[tuple[str, ...], set[str]] = {}  # by host key: every spelling of a folder is one
         for entry in entries:
             try:
                 path = safe_relative_path(entry.name)
             except UnsafePath:
                 continue  # refused by name whenever it is asked about
             self._kinds[path] = entry
-            for child in (path, *path.parents[:-1]):
-                children.setdefault(child.parent, set()).add(child.name.lower())
+            keys = _keys(path)
+            for depth in range(len(keys)):
+                children.setdefault(keys[:depth], set()).add(keys[depth])
         self.git_dirs = frozenset(
             folder for folder, names in children.items()
             if ("head" in names and names & GIT_DIR_MARKERS) or {"objects", "refs"} <= names
-        )  # fmt: skip
+        )  # fmt: skip  (folders as host keys: each spelling's git entries are refused)
 
     def refusal(self, name: str | PurePosixPath) -> str | None:
         """Why `name` (workspace-relative, as the sandbox wrote it) must stay in, or None."""
@@ -141,7 +171,7 @@ class ExitPolicy:
     def _strict(self, path: PurePosixPath) -> str | None:
         if _CONTROL.search(str(path)):
             return "a name unsafe on the host: it holds control characters"
-        if path.name.lower() == LEFT_OUT_NOTE and path not in self._own:
+        if host_key(path.name) == _NOTE_KEY and path not in self._own:
             return NOTE_REASON
         entry = self._kinds.get(path)
         if entry is None:
@@ -157,9 +187,9 @@ class ExitPolicy:
     def _hooks(self, path: PurePosixPath) -> str | None:
         if host_hook(path) is not None:
             return HOOK_REASON
-        for index in range(len(path.parts)):
-            folder = PurePosixPath(*path.parts[:index])
-            if folder in self.git_dirs and path.parts[index].lower() in GIT_DIR_ENTRIES:
+        keys = _keys(path)
+        for index in range(len(keys)):
+            if keys[:index] in self.git_dirs and keys[index] in GIT_DIR_ENTRIES:
                 return GIT_DIR_REASON
         return None
 
@@ -179,11 +209,15 @@ class ExitPolicy:
 
 def host_hook(rel: PurePosixPath) -> str | None:
     """Why `rel` must not go to the host by its name alone (`HOST_HOOKS`), or None."""
-    for part in rel.parts:
-        lowered = part.lower()
-        if any(fnmatchcase(lowered, pattern) for pattern in HOST_HOOKS):
+    for key in _keys(rel):
+        if any(fnmatchcase(key, pattern) for pattern in _HOOK_KEYS):
             return HOOK_REASON
     return None
+
+
+def _keys(path: PurePosixPath) -> tuple[str, ...]:
+    """`host_key` of each component of `path`."""
+    return tuple(host_key(part) for part in path.parts)
 
 
 def _stays_inside(link: PurePosixPath, target: str | None) -> bool:
