@@ -17,7 +17,6 @@ from coderoom.hostile import tree
 from coderoom.sandboxes.local import host_dir, leases
 
 
-@pytest.mark.xfail(strict=True, reason="PE2: prune SIGKILLs any host process whose command line names the folder")
 def test_prune_spares_a_host_process_that_merely_names_the_folder() -> None:
     if os.geteuid() != 0:
         pytest.skip("the attack is on root's prune")

@@ -371,3 +371,33 @@ def test_a_lease_that_does_not_parse_is_no_lease(lease: str, shared_tmp: Path) -
     folder.mkdir(mode=0o700)
     records.write(folder, LEASE_FILE, lease.encode("utf-8", "surrogateescape"))
     assert read_lease(folder) is None
+
+
+def test_prune_kills_only_the_sandbox_side_of_the_processes_that_name_a_folder() -> None:
+    """A path in a command line is anyone's to write: as root, a host process of the sandbox's
+    uid outside any sandbox (a `nobody` daemon) and one of root's own (the user's viewer) are
+    both spared; what runs as that uid in a pid namespace of its own (as a sandbox does) is killed."""
+    from coderoom.sandboxes.local import leases
+
+    if os.geteuid() != 0:
+        pytest.skip("as root, the sandbox's uid is not the user's")
+    folder = host_dir.make(False)
+    log = f"{folder}/workspace/log.txt"
+    nested = ["unshare", "--pid", "--fork", "sh", "-c", "sleep 60", "sandboxed", log]
+    spared = [
+        subprocess.Popen(["sh", "-c", "sleep 60", "viewer", log]),
+        subprocess.Popen(["sh", "-c", "sleep 60", "nobody", log], preexec_fn=_as_sandbox_uid),
+    ]
+    # unshare needs CAP_SYS_ADMIN, so the namespace is made as root and its child drops to the uid
+    inside = subprocess.Popen([*nested[:3], "setpriv", f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}",
+                               "--clear-groups", *nested[3:]])  # fmt: skip
+    try:
+        time.sleep(0.3)
+        leases.kill_users(folder, None, None)
+        assert [process.poll() for process in spared] == [None, None], "a host process was killed"
+        inside.wait(timeout=10)  # unshare ends once its child, the sandbox-side sleep, was killed
+    finally:
+        for process in [*spared, inside]:
+            process.kill()
+            process.wait()
+        tree.remove_tree(folder)

@@ -53,12 +53,15 @@ def kill_users(folder: Path, group: Path | None, bwrap_group: int | None = None)
     Users are found by the folder's path in their mounts (as root, the views namespace and
     everything started in it; the sandbox's binds) or command line, by membership of the
     session's memory cgroup `group`, and by being a bwrap pid 1 in the process group of the
-    session's bwrap (`bwrap_group`). Not by command line alone: bwrap gets its arguments in a
-    memfd, so a bwrap pid 1 left blocked at start (see `spawn.kill_sandbox`) names no folder
-    there, and it joins the memory cgroup only at the gate (see `gate`); it is still in its
-    bwrap's group. The record is data (only this uid can write it, see `records`, but a group
-    that ended frees its number for a later one), so only a pid namespace's init running as bwrap's uid
-    (`bwrap.host_id`) is taken that way: as root, nothing that uid could not kill itself.
+    session's bwrap (`bwrap_group`). A path counts only for a process of the sandbox's side
+    (`_sandbox_side`): anyone can name the folder (the user's `tail -f` on a file of it), and
+    only what a session could have started is this function's to kill. Not by command line
+    alone: bwrap gets its arguments in a memfd, so a bwrap pid 1 left blocked at start (see
+    `spawn.kill_sandbox`) names no folder there, and it joins the memory cgroup only at the gate
+    (see `gate`); it is still in its bwrap's group. The record is data (only this uid can write
+    it, see `records`, but a group that ended frees its number for a later one), so only a pid
+    namespace's init running as bwrap's uid (`bwrap.host_id`) is taken that way: as root,
+    nothing that uid could not kill itself.
     """
     names = re.compile(re.escape(os.fsencode(folder)) + rb"[/\s\0]")  # not a longer name's prefix
     found = set(cgroup.members(group)) if group is not None else set()
@@ -70,7 +73,8 @@ def kill_users(folder: Path, group: Path | None, bwrap_group: int | None = None)
     uid = os.getuid() if uid is None else uid  # bwrap's
     for pid in filter(str.isdigit, os.listdir("/proc")):
         with contextlib.suppress(OSError):
-            if any(names.search(Path(f"/proc/{pid}/{name}").read_bytes()) for name in ("cmdline", "mountinfo")):
+            named = any(names.search(Path(f"/proc/{pid}/{name}").read_bytes()) for name in ("cmdline", "mountinfo"))
+            if named and _sandbox_side(procfs.status(int(pid)), uid):
                 found.add(int(pid))
             elif bwrap_group is not None and _is_bwrap_init_in_group(int(pid), bwrap_group, uid):
                 found.add(int(pid))
@@ -96,6 +100,18 @@ def record_group(record: Path, pid: int) -> None:
     """Write bwrap's pid (its process group) to `record`, best effort (see `recorded_group`)."""
     with contextlib.suppress(OSError):
         records.write(record.parent, record.name, str(pid).encode(), replace=True)
+
+
+def _sandbox_side(fields: dict[str, list[str]], uid: int) -> bool:
+    """Whether a process (its `procfs.status` fields) is one a session could have started:
+    running as bwrap's `uid` (its real or saved uid: what that uid may signal itself) and either
+    inside a nested pid namespace (everything bwrap starts) or a bwrap (the outer one, in the
+    views namespace as root). A host process of the same uid (not root: the user's own) is in
+    the host's pid namespace and is no bwrap, so naming the folder does not get it killed."""
+    uids = fields.get("Uid", [])
+    if len(uids) != 4 or str(uid) not in (uids[0], uids[2]):
+        return False
+    return len(fields.get("NSpid", [])) > 1 or fields.get("Name") == ["bwrap"]
 
 
 def _is_bwrap_init_in_group(pid: int, group: int, uid: int) -> bool:
