@@ -71,9 +71,12 @@ class OtherItem(_Model):
 OutputItem = Union[MessageItem, ToolCallItem, OtherItem]
 
 
-def cell_status_text(status: CellStatus, duration_s: float | None) -> str:
-    """How a cell's status reads, in the tool result's header and in exports."""
+def cell_status_text(status: CellStatus, duration_s: float | None, *, on_request: bool = False) -> str:
+    """How a cell's status reads, in the tool result's header and in exports. `on_request`: the
+    cell was interrupted or restarted because a caller cancelled it, not by its time limit."""
     took = f" in {duration_s:.3f} s" if duration_s is not None else ""
+    if on_request and status in ("interrupted", "restarted"):
+        return "interrupted on request" if status == "interrupted" else "interrupted on request, kernel restarted"
     return {
         "ok": f"ok{took}",
         "error": f"error{took}",
@@ -98,10 +101,11 @@ class Cell(_Model):
     figures: list[Annotated[str, AfterValidator(_figure_path)]] = Field(default_factory=list)
     state_lost: bool = False  # after this cell the kernel's variables were gone
     fresh_kernel: bool = False  # this cell ran in a new kernel: the previous one had stopped
+    interrupted_on_request: bool = False  # cancelled by a caller (Session.interrupt, MCP), not timed out
 
     @property
     def status_text(self) -> str:
-        return cell_status_text(self.status, self.duration_s)
+        return cell_status_text(self.status, self.duration_s, on_request=self.interrupted_on_request)
 
     @property
     def ran_to_completion(self) -> bool:

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 SESSION_PROMPT = "a live session: each request is an ask_start event"
 """The job prompt a session's record carries (a job needs one); the requests are events."""
 MAX_REQUEST_CHARS = 100_000  # one ask's request
+CANCELLED = "[kernel] cancelled by the caller: the cell was interrupted; the next cell says how it ended"
 MAX_UPLOAD_BYTES = 256 * 1024**2  # one file written into the workspace (also at most file_size)
 MAX_READ_BYTES = 64 * 1024**2  # one file read back (a caller may ask for less)
 MAX_LISTED_FILES = 10_000  # entries `files()` returns; the rest are counted, not listed
@@ -316,6 +317,12 @@ class Session:
                 result = await KernelClient(session).run(code, timeout)
             except KernelError as exc:
                 done = CellResult(status="unreachable", text=f"[kernel] {exc}")
+            except asyncio.CancelledError:  # the kernel interrupts the cell; the next one says how it ended
+                self._recorder.emit(
+                    "tool_result", call_id=call_id, name="run_python", arguments=arguments, output=CANCELLED,
+                    duration_s=round(time.monotonic() - started, 4), origin="client",
+                )
+                raise
             else:
                 cell = cell_record(result, timeout=timeout)
                 text = format_result(result, images=True, timeout=timeout)
@@ -329,6 +336,14 @@ class Session:
             return done
         finally:
             self._end()
+
+    async def interrupt(self) -> bool:
+        """Interrupt the `run_python` cell in flight (the agent's or a direct one) as Jupyter
+        does: it returns 'interrupted' and the kernel keeps its variables; only a cell that
+        ignores the interrupt for INTERRUPT_GRACE_S is killed, and its result says the state
+        was lost. False when no cell was running."""
+        self._check_open()
+        return await KernelClient(self._live.session).interrupt()
 
     async def exec(self, command: str, timeout: float | None = None) -> CommandResult:
         """`sh -c command` in the workspace, at most the session's timeout; streams bounded by

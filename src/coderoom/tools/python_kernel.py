@@ -45,6 +45,7 @@ START_WAIT_S = 30.0
 FIGURES_LINE = "figures: "
 KEPT_CELLS = 64  # cells waiting for the recording hook; more means no hook is taking them
 RELAY_MARGIN_S = 1.0  # between the kernel's reply to an interrupted cell and the wall clock
+INTERRUPT_GRACE_S = kernel_server.GRACE_S  # a cancelled cell that ignores SIGINT this long is killed
 
 # One bash process per cell: ~2 ms, where `python3 -c` to relay would cost ~12 ms. After the ack
 # the client reads through a read-only descriptor, so the supervisor's death shows as EOF at once.
@@ -84,6 +85,8 @@ VANISHED = (
     "on the next call"
 )
 START = 'rm -f .coderoom/kernel/req .coderoom/kernel/resp; exec "$@"'
+# O_RDWR: never blocks, even when no supervisor holds the FIFO (the line is then simply lost)
+INTERRUPT = r'[ -p .coderoom/kernel/req ] || exit 3; exec 3<>.coderoom/kernel/req; printf "interrupt %s\n" "$1" >&3'
 
 DESCRIPTION = (
     "Run Python code in a persistent kernel inside the sandbox (working directory: the workspace "
@@ -149,6 +152,7 @@ class CellReply(BaseModel):
     figures: list[Figure] = Field(default_factory=list, max_length=kernel_server.MAX_FIGURES)
     duration_s: float | None = None
     timed_out: float | None = None
+    interrupted_on_request: bool = False
     state_lost: bool = False
     detail: str = ""
 
@@ -176,6 +180,10 @@ class _KernelState:
     started: bool = False
     loss_reported: bool = False
     cells: int = 0
+    running: str | None = None  # the relay id of the cell in flight, for `interrupt`
+    # a cancelled cell being interrupted and waited for: the next cell starts after it
+    finishing: asyncio.Task[None] | None = None
+    cancelled_note: str | None = None  # what became of a cancelled cell, told with the next cell
 
 
 _STATES: weakref.WeakKeyDictionary[Any, _KernelState] = weakref.WeakKeyDictionary()
@@ -190,10 +198,18 @@ class KernelClient:
         self.state = _STATES.setdefault(session, _KernelState())
 
     async def run(self, code: str, timeout: float) -> CellResult:
+        """Run one cell. Cancelled (asyncio, hence MCP cancellation), it is interrupted like
+        `interrupt()` in the background; the next cell waits for that and says how it ended."""
         async with self.state.lock:
+            if self.state.finishing is not None:
+                await asyncio.shield(self.state.finishing)
+                self.state.finishing = None
             self.state.cells += 1
             cell = self.state.cells
             notes: list[str] = []
+            if self.state.cancelled_note:
+                notes.append(self.state.cancelled_note)
+                self.state.cancelled_note = None
             fresh = False
             if not self.state.started:
                 if cell > 1 and not self.state.loss_reported:
@@ -203,6 +219,43 @@ class KernelClient:
             request = {"code": code, "cell": cell, "timeout": timeout}
             reply = await self._send(request, timeout, notes, fresh)
             return CellResult(reply=reply, cell=cell, notes=notes)
+
+    async def interrupt(self) -> bool:
+        """Interrupt the cell in flight as Jupyter does (KeyboardInterrupt in the kernel): its
+        call returns 'interrupted' and the variables stay. A cell that ignores SIGINT for
+        INTERRUPT_GRACE_S is killed with the kernel's state, and its result says so. False when
+        no cell was running."""
+        ident = self.state.running
+        if ident is None:
+            return False
+        await self._request_interrupt(ident)
+        return True
+
+    async def _request_interrupt(self, ident: str) -> None:
+        try:
+            await self.session.exec("sh", "-c", INTERRUPT, "interrupt", ident, shell=False, timeout=10)
+        except Exception:  # no sandbox left to reach: the cell ends with it
+            pass
+
+    async def _finish_cancelled(self, relay: asyncio.Future[Any], ident: str, cell: int) -> None:
+        """A cancelled cell: interrupt it, wait for the kernel's reply, keep what it says."""
+        await self._request_interrupt(ident)
+        try:
+            reply = self._reply(await relay)
+        except Exception as exc:  # the relay failed or the kernel is gone: start anew next time
+            self.state.started = False
+            self.state.cancelled_note = f"cell {cell} was cancelled and its kernel did not answer ({exc})"
+            return
+        if reply.state_lost:
+            self.state.loss_reported = True
+            self.state.cancelled_note = (
+                f"cell {cell} was cancelled: {reply.detail or 'the kernel was restarted'}. STATE LOST: "
+                "all variables and imports are gone; re-run imports and data loading"
+            )
+        else:
+            self.state.cancelled_note = (
+                f"cell {cell} was cancelled and interrupted ({reply.status}); the kernel kept your variables"
+            )
 
     async def _start(self) -> None:
         command = [self.python, "-I", "-c", kernel_server.BOOT, kernel_source(), "serve"]
@@ -240,17 +293,25 @@ class KernelClient:
         loop = asyncio.get_running_loop()
         give_up = loop.time() + START_WAIT_S
         while True:
+            relay = asyncio.ensure_future(self.session.exec(
+                "bash", "-c", CLIENT, "client", ident, argument, f"{wait:.0f}",
+                shell=False, timeout=wait + 10,
+            ))  # fmt: skip
+            self.state.running = ident
             try:
-                result = await self.session.exec(
-                    "bash", "-c", CLIENT, "client", ident, argument, f"{wait:.0f}",
-                    shell=False, timeout=wait + 10,
-                )  # fmt: skip
+                # shielded: a cancelled caller leaves the relay to bring the interrupted cell's reply
+                result = await asyncio.shield(relay)
+            except asyncio.CancelledError:
+                self.state.finishing = asyncio.create_task(self._finish_cancelled(relay, ident, request["cell"]))
+                raise
             except (ExecTimeoutError, TimeoutError):
                 self.state.started = False
                 raise KernelError(
                     f"the kernel did not answer within {wait + 10:.0f} s; a new one will be "
                     "started on the next call"
                 ) from None
+            finally:
+                self.state.running = None
             if result.exit_code == 3 and loop.time() < give_up:
                 if not fresh:  # it was running and has gone away
                     notes.append(LOST)
@@ -259,21 +320,27 @@ class KernelClient:
                     give_up = loop.time() + START_WAIT_S
                 await asyncio.sleep(0.05)
                 continue
-            if result.exit_code == 6:
-                self.state.started, self.state.loss_reported = False, True
-                return CellReply(status="crashed", state_lost=True, detail=VANISHED)
-            if result.exit_code != 0:
-                self.state.started = False
-                detail = (result.stderr or result.stdout).decode("utf-8", "replace")[-1000:]
-                raise KernelError(f"could not reach the kernel (exit {result.exit_code}): {detail}")
-            try:
-                return CellReply.model_validate_json(result.stdout)
-            except ValidationError as exc:
-                raise KernelError(f"the kernel sent an unreadable reply: {exc.errors()[:1]}") from None
+            return self._reply(result)
+
+    def _reply(self, result: Any) -> CellReply:
+        """The relay's outcome as the kernel's reply; KernelError when no kernel answered."""
+        if result.exit_code == 6:
+            self.state.started, self.state.loss_reported = False, True
+            return CellReply(status="crashed", state_lost=True, detail=VANISHED)
+        if result.exit_code != 0:
+            self.state.started = False
+            detail = (result.stderr or result.stdout).decode("utf-8", "replace")[-1000:]
+            raise KernelError(f"could not reach the kernel (exit {result.exit_code}): {detail}")
+        try:
+            return CellReply.model_validate_json(result.stdout)
+        except ValidationError as exc:
+            raise KernelError(f"the kernel sent an unreadable reply: {exc.errors()[:1]}") from None
 
 
 def _closing_note(reply: CellReply, timeout: float) -> str | None:
     """What the kernel says after the cell's output: a timeout, lost state, or its detail."""
+    if reply.status == "interrupted" and reply.interrupted_on_request:
+        return "interrupted on request: the kernel is still running and your variables are kept"
     if reply.status == "interrupted":
         return (
             f"interrupted after {reply.timed_out or timeout:g} s (the per-call limit): "
@@ -303,13 +370,15 @@ def cell_record(result: CellResult, *, timeout: float) -> Cell:
         figures=[f.path for f in result.figures],
         state_lost=reply.state_lost,
         fresh_kernel=LOST in result.notes,
+        interrupted_on_request=reply.interrupted_on_request,
     )
 
 
 def format_result(result: CellResult, *, images: bool, timeout: float) -> str:
     """The text the model reads. User output comes first; the figures line is always last."""
     reply = result.reply
-    lines = [f"[cell {result.cell}: {cell_status_text(reply.status, reply.duration_s)}]"]
+    status = cell_status_text(reply.status, reply.duration_s, on_request=reply.interrupted_on_request)
+    lines = [f"[cell {result.cell}: {status}]"]
     lines += [f"[kernel] {note}" for note in result.notes]
     for header, body in (("stdout", reply.stdout), ("stderr", reply.stderr)):
         if body:

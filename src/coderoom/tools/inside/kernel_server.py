@@ -9,7 +9,8 @@ Two processes, so the clock never depends on the code being run:
 Transport (every backend, through `exec` only): the host runs a small bash client per cell
 that writes the request file and the line `run ID` into the FIFO `.coderoom/kernel/req`; the
 supervisor answers `ack ID` at once and `done ID` on `.coderoom/kernel/resp` when
-`.coderoom/kernel/resp-ID.json` is written, which the client prints. The session's PTY API would
+`.coderoom/kernel/resp-ID.json` is written, which the client prints. The line `interrupt ID`
+(the host's cancel) interrupts cell ID as the deadline does: SIGINT, then a kill after GRACE_S. The session's PTY API would
 cost at least 350 ms per call (its minimum yield plus a fixed sleep), so it only starts the
 supervisor. Started as `python3 -I -c BOOT SOURCE serve`: no file to tamper with, no
 workspace module can shadow the standard library. Standard library only; pandas and matplotlib
@@ -43,7 +44,8 @@ ENV_ALLOWED = {
     "LD_LIBRARY_PATH",  # the local sandbox's relocated Python finds its libpython by it
 }  # fmt: skip
 ENV_CLEAN_MARK = "CODEROOM_KERNEL"
-GRACE_S = 3.0  # after SIGINT, before the worker is killed
+GRACE_S = 3.0  # after SIGINT (deadline or the host's interrupt), before the worker is killed
+MAX_PENDING_INTERRUPTS = 64  # the latest `interrupt ID` lines kept (one may precede its cell's `run`)
 MAX_REQUEST = 16 * 1024 * 1024
 MAX_REPLY = 4 * 1024 * 1024
 STREAM_HEAD, STREAM_TAIL = 8_000, 2_000  # bytes kept per stream per cell
@@ -405,6 +407,9 @@ class Supervisor:
         self.requests = self.replies = -1
         self.token = os.urandom(8).hex()
         self.fifo_fds: list[int] = []
+        self.pending = b""
+        self.queued: list[str] = []  # `run` idents read while a cell was running
+        self.interrupts: dict[str, None] = {}  # insertion-ordered: the oldest goes first
 
     def spawn(self) -> None:
         from_supervisor, to_worker = os.pipe()
@@ -439,14 +444,52 @@ class Supervisor:
             return f"killed by {name}{hint}"
         return f"exited with code {os.WEXITSTATUS(status)}"
 
-    def run(self, request: dict) -> dict:
+    def read_requests(self, req: int) -> None:
+        """Take what the host wrote: `run` idents are queued, `interrupt` idents remembered."""
+        try:
+            self.pending += os.read(req, 65536)
+        except BlockingIOError:
+            return
+        *lines, self.pending = self.pending.split(b"\n")
+        self.pending = self.pending[-256:]  # no line of ours is longer; a flood is dropped
+        for line in lines:
+            verb, _, ident = line.decode("ascii", "replace").partition(" ")
+            if not ID.match(ident):
+                continue
+            if verb == "run":
+                self.queued.append(ident)
+            elif verb == "interrupt":
+                self.interrupts[ident] = None
+                while len(self.interrupts) > MAX_PENDING_INTERRUPTS:
+                    del self.interrupts[next(iter(self.interrupts))]
+
+    def wait_reply(self, ident: str, deadline: float) -> str:
+        """Wait for the worker's reply while listening for the host's `interrupt ident`.
+        'reply' when it can be read, 'timeout' at the deadline, 'interrupt' on the request."""
+        req = self.fifo_fds[0] if self.fifo_fds else -1
+        while True:
+            if ident in self.interrupts:
+                return "interrupt"
+            wait = deadline - time.monotonic()
+            if wait <= 0:
+                return "timeout"
+            readable = select.select([self.replies] + ([req] if req >= 0 else []), [], [], wait)[0]
+            if self.replies in readable:
+                return "reply"
+            if req in readable:
+                self.read_requests(req)
+
+    def run(self, request: dict, ident: str = "") -> dict:
         if not self.pid:
             self.spawn()
         timeout = max(0.1, float(request["timeout"]))
         deadline = time.monotonic() + timeout
-        reply, stuck = None, False
+        reply, stuck, cause = None, False, "timeout"
         try:
             send_frame(self.requests, {"code": request["code"], "cell": request["cell"]})
+            cause = self.wait_reply(ident, deadline)
+            if cause != "reply":
+                raise TimeoutError
             reply = read_frame(self.replies, deadline)
         except BrokenPipeError:
             pass
@@ -456,19 +499,23 @@ class Supervisor:
                 reply = read_frame(self.replies, time.monotonic() + GRACE_S)
             except TimeoutError:
                 stuck = True
-            if reply is not None:
+            if reply is not None and cause == "timeout":
                 reply["timed_out"] = timeout
+            elif reply is not None:
+                reply["interrupted_on_request"] = True
         if reply is not None:
             return reply
         # Re-fork outside any `except` block: the worker must not inherit a handled exception.
         how = self.reap(kill=True)
         self.spawn()
         if stuck:
+            began = f"timed out after {timeout:g} s" if cause == "timeout" else "was interrupted on request"
             detail = (
-                f"timed out after {timeout:g} s and did not stop on an interrupt within "
+                f"{began} and did not stop on an interrupt within "
                 f"{GRACE_S:g} s; the kernel was killed and restarted"
             )
-            return {"status": "restarted", "state_lost": True, "detail": detail}
+            return {"status": "restarted", "state_lost": True, "detail": detail,
+                    "interrupted_on_request": cause == "interrupt"}  # fmt: skip
         return {"status": "crashed", "state_lost": True,
                 "detail": f"the kernel process {how}; it was restarted"}  # fmt: skip
 
@@ -486,23 +533,18 @@ class Supervisor:
         with open(owner, "w") as handle:
             handle.write(self.token)
         self.spawn()
-        pending = b""
         while True:
-            if not select.select([req], [], [], 1.0)[0]:
+            if not self.queued and not select.select([req], [], [], 1.0)[0]:
                 if not self.still_owner(owner):
                     return  # a newer supervisor took over this workspace
                 continue
-            try:
-                pending += os.read(req, 65536)
-            except BlockingIOError:
-                continue
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                verb, _, ident = line.decode("ascii", "replace").partition(" ")
-                if verb != "run" or not ID.match(ident):
-                    continue
+            if not self.queued:
+                self.read_requests(req)
+            while self.queued:
+                ident = self.queued.pop(0)
                 say(resp, f"ack {ident}")
                 self.answer(ident)
+                self.interrupts.pop(ident, None)
                 say(resp, f"done {ident}")
 
     def still_owner(self, owner: str) -> bool:
@@ -525,7 +567,7 @@ class Supervisor:
             reply = {"status": "bad_request", "state_lost": False,
                      "detail": "the request could not be read"}  # fmt: skip
         else:
-            reply = self.run(request)
+            reply = self.run(request, ident)
         for name in os.listdir(self.dir):
             if name.startswith("resp-"):
                 os.unlink(os.path.join(self.dir, name))
