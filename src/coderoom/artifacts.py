@@ -7,7 +7,10 @@ Nothing half-written ever carries a final name. workspace.tar is written as
 `.workspace.tar.partial` and renamed when complete; output/ is extracted into a staging folder
 and renamed into place. A save cut short (a second signal, `run.SAVE_TIMEOUT_S`) removes its
 partial files and says so in `SaveReport.incomplete`, which run_end records: a run folder holds
-either a whole workspace.tar or none, and either the extracted outputs or none.
+either a whole workspace.tar or none, and either the extracted outputs or none. "Whole" is
+checked, not assumed: the archive is fsynced, its size on disk compared with what was read, and
+the folder fsynced after the rename; a write the disk refuses (full, read-only) is `SaveFailed`,
+in `host_disk`'s words, with `incomplete` saying what was not saved.
 
 The outputs leave through the exit policy (`hostile.exits`): a planted `.git/`, repository, hook,
 special file or link stays out, and `coderoom-left-out.txt` in the run folder says what and why.
@@ -19,6 +22,7 @@ are read from the session (each bounded by MAX_OUTPUT_READ) and saved, so the ru
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import shutil
 import tempfile
@@ -33,6 +37,8 @@ from agents.sandbox.errors import WorkspaceArchiveReadError
 from agents.sandbox.session.sandbox_session import SandboxSession
 from agents.sandbox.types import ExecResult
 
+from .errors import SaveFailed
+from .host_disk import sync_folder, write_problem
 from .hostile.exits import LEFT_OUT_NOTE, exit_policy, extract_leaving_out
 from .interrupts import finish_uncancelled
 from .jobs import OutputSpec
@@ -196,6 +202,11 @@ async def save_workspace(
     except asyncio.CancelledError:
         report.incomplete = report.incomplete or "interrupted before the workspace was archived: nothing saved"
         raise
+    except OSError as exc:  # the host's disk refused a write: say which and what was not saved
+        lost = "output/ not extracted (workspace.tar is saved)" if WORKSPACE_ARCHIVE in report.saved else (
+            "the workspace was not saved")
+        report.incomplete = f"{lost}: {write_problem(exc, run_dir)}"
+        raise SaveFailed(f"{lost} into {run_dir}: {write_problem(exc, run_dir)}") from exc
     return report
 
 
@@ -235,10 +246,21 @@ def _write_and_extract(archive: IO[bytes], run_dir: Path, limit: int, stop: thre
                     report.refused[WORKSPACE_ARCHIVE] = f"over the workspace_size limit ({limit:,} bytes), not saved"
                     break
                 out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+            if os.fstat(out.fileno()).st_size != written:
+                raise OSError(errno.EIO, f"{partial.name} holds fewer bytes than were written")
         if WORKSPACE_ARCHIVE in report.refused:
             return
         os.replace(partial, run_dir / WORKSPACE_ARCHIVE)
+        try:
+            sync_folder(run_dir)
+        except OSError:
+            (run_dir / WORKSPACE_ARCHIVE).unlink(missing_ok=True)
+            raise
         report.saved.append(WORKSPACE_ARCHIVE)
+    except OSError:
+        raise  # a refused write, not an interruption: `save_workspace` says what and where
     except BaseException:
         report.incomplete = f"interrupted while writing {WORKSPACE_ARCHIVE}: no archive saved"
         raise

@@ -76,6 +76,21 @@ class SandboxLimitExceeded(SandboxFailed):
     """A host-side step on a sandbox passed one of its limits; the message names it and its value."""
 
 
+class HostWriteFailed(CoderoomError):
+    """coderoom could not write a run's files on the host (a full or read-only disk): the
+    message names the disk and says what is kept where (`host_disk.write_problem`); a web
+    page's 507."""
+
+
+class SaveFailed(HostWriteFailed):
+    """A workspace could not be saved whole into its run folder; nothing half-written is left."""
+
+
+class RunFolderUnavailable(UsageError, HostWriteFailed):
+    """A run folder could not be created or its record begun; none is left behind, so this is
+    found, like a usage error, before any run folder exists."""
+
+
 class SessionError(CoderoomError):
     """A request to a live session (`coderoom.service`) that cannot be served; the message says why."""
 

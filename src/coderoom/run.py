@@ -10,6 +10,7 @@ reaches the CLI as record events.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import time
 from collections.abc import Sequence
@@ -132,13 +133,18 @@ def start_record(
     """Open run_dir's record and write run_start; usage is summed from the model_call events
     into `result`, so run_end has it however the run (or session) ended."""
     recorder = Recorder(run_dir, [*listeners, lambda event: _count_usage(result, event)])
-    recorder.emit(
-        "run_start",
-        job=job.model_dump(mode="json"),
-        model=model.label,
-        notice=model.notice,
-        coderoom_version=__version__,
-    )
+    try:
+        recorder.emit(
+            "run_start",
+            job=job.model_dump(mode="json"),
+            model=model.label,
+            notice=model.notice,
+            coderoom_version=__version__,
+        )
+    except BaseException:
+        with contextlib.suppress(OSError):  # the unwritten line is dropped; the file is closed anyway
+            recorder.close()
+        raise
     return recorder
 
 

@@ -103,12 +103,14 @@ class SessionManager:
             ) from None
 
     async def close(self, session_id: str) -> Path:
-        """Close one session (its run folder); an unknown id is UnknownSession."""
+        """Close one session (its run folder); an unknown id is UnknownSession. A session whose
+        save the disk refused (SaveFailed) stays live, so closing it again can save it."""
         session = self.get(session_id)
         try:
             return await session.close()
         finally:
-            self._sessions.pop(session_id, None)
+            if session.closed:
+                self._sessions.pop(session_id, None)
 
     async def close_all(self) -> None:
         """Shutdown: the reaper stops, every session is closed and saved, and the pool too."""
@@ -118,7 +120,7 @@ class SessionManager:
                 await self._reaper
             self._reaper = None
         sessions, self._sessions = list(self._sessions.values()), {}
-        await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
+        await asyncio.gather(*(s.close(keep_unsaved=False) for s in sessions), return_exceptions=True)
         if self.pool is not None:
             await self.pool.close()
 

@@ -15,6 +15,7 @@ import asyncio
 import io
 import os
 import secrets
+import shutil
 import stat
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -25,7 +26,11 @@ from typing import TYPE_CHECKING, Any, Literal
 from agents.exceptions import MaxTurnsExceeded
 from agents.sandbox.errors import ExecTimeoutError, SandboxError, WorkspaceIOError, WorkspaceReadNotFoundError
 
-from ..errors import NoSuchFile, ReadTooLarge, RequestRefused, SandboxUnavailable, SessionClosed, WorkspaceWriteFailed
+from ..errors import (
+    NoSuchFile, ReadTooLarge, RequestRefused, RunFolderUnavailable, SandboxUnavailable, SaveFailed, SessionClosed,
+    WorkspaceWriteFailed,
+)
+from ..host_disk import write_problem
 from ..hostile.names import UnsafePath, safe_relative_path, shown
 from ..interrupts import received_signal
 from ..jobs import DEFAULT_INSTRUCTIONS, Job, build_job
@@ -34,6 +39,7 @@ from ..record import Recorder, bounded
 from ..record.writer import shell_result
 from ..record.events import Cell, Event
 from ..record.hooks import MAX_ARGUMENT_CHARS
+from ..artifacts import SaveReport
 from ..run import DECLINED, AgentRig, RunResult, end_record, new_run_dir, save, start_record
 from ..sandboxes.limits import Limits
 from ..sandboxes.base import SandboxBackend
@@ -184,10 +190,12 @@ class Session:
         except BaseException:
             await resolved.aclose()
             raise
-        run_dir = new_run_dir(job, runs_dir)
-        result = RunResult(status="error", run_dir=run_dir)
         hub = EventHub()
-        recorder = start_record(run_dir, job, resolved, [hub.publish], result)
+        try:
+            run_dir, recorder, result = _begin_run_folder(job, runs_dir, resolved, hub)
+        except BaseException:
+            await resolved.aclose()
+            raise
         started = time.monotonic()
         try:
             live = await pool.claim(job.sandbox) if pool is not None else None
@@ -451,18 +459,24 @@ class Session:
 
     # -- the end -------------------------------------------------------------------------
 
-    async def close(self) -> Path:
+    async def close(self, *, keep_unsaved: bool = True) -> Path:
         """Stop any ask in flight, save the workspace into the run folder as a run does, close
-        the sandbox and end the record (run_end); the run folder. Idempotent."""
-        return await self._close(failure=None)
+        the sandbox and end the record (run_end); the run folder. Idempotent.
 
-    async def _close(self, failure: str | None) -> Path:
+        A save the host's disk refuses raises SaveFailed naming the disk. With `keep_unsaved`
+        the session then stays open, its files in the sandbox, so a close after space returns
+        saves them; without it (shutdown) the session closes anyway and the message says so."""
+        return await self._close(failure=None, keep_unsaved=keep_unsaved)
+
+    async def _close(self, failure: str | None, keep_unsaved: bool = False) -> Path:
         """close(); with `failure` (the session never opened fully) run_end says error and why."""
         async with self._close_lock:
             if self._closed:
                 return self.run_dir
             self._closed = True
             result = self._result
+            result.saved = SaveReport()  # a close retried after a failed save starts afresh
+            kept = False
             try:
                 if self._asking is not None:
                     self._asking.cancel()
@@ -478,16 +492,47 @@ class Session:
                 result.status, result.signal = "interrupted", received_signal()
                 result.error = f"interrupted by {result.signal}" if result.signal else "interrupted"
                 raise
+            except SaveFailed as exc:
+                kept = keep_unsaved and failure is None
+                self._closed = not kept
+                result.status, result.error = "error", exc.message
+                if kept:
+                    raise SaveFailed(
+                        f"session {self.id} was not closed: {exc.message}. Kept: the session stays open with its "
+                        f"files in the sandbox (its kernel was stopped for the save) and its record so far in "
+                        f"{self.run_dir}; free space there and close it again"
+                    ) from exc
+                raise SaveFailed(
+                    f"session {self.id} was closed unsaved: {exc.message}; its record is in {self.run_dir}"
+                ) from exc
             except Exception as exc:
                 result.status, result.error = "error", f"{type(exc).__name__}: {exc}"
             finally:
-                try:
-                    await self._live.aclose()
-                finally:
-                    end_record(self._recorder, result, self._started)
-                    self._hub.close()
-                    await self.model.aclose()
+                if not kept:
+                    try:
+                        await self._live.aclose()
+                    finally:
+                        end_record(self._recorder, result, self._started)
+                        self._hub.close()
+                        await self.model.aclose()
         return self.run_dir
+
+
+def _begin_run_folder(job: Job, runs_dir: Path, model: ResolvedModel, hub: EventHub) -> tuple[Path, Recorder, RunResult]:
+    """A new run folder with its record begun; on a disk that refuses either, no folder is left
+    and the session is not opened (RunFolderUnavailable, in `host_disk`'s words)."""
+    run_dir: Path | None = None
+    try:
+        run_dir = new_run_dir(job, runs_dir)
+        result = RunResult(status="error", run_dir=run_dir)
+        return run_dir, start_record(run_dir, job, model, [hub.publish], result), result
+    except OSError as exc:
+        if run_dir is not None:
+            shutil.rmtree(run_dir, ignore_errors=True)  # made just now: nothing of anyone else's
+        raise RunFolderUnavailable(
+            f"the session was not opened: its run folder could not be written under {runs_dir}: "
+            f"{write_problem(exc, run_dir or runs_dir)}; no run folder was left and no sandbox started"
+        ) from exc
 
 
 def _workspace_name(path: str) -> PurePosixPath:

@@ -28,7 +28,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..errors import (
-    EXIT_USAGE, CoderoomError, NoSuchFile, ReadTooLarge, RequestRefused, SessionClosed, TooManySessions, UnknownSession,
+    EXIT_USAGE, CoderoomError, HostWriteFailed, NoSuchFile, ReadTooLarge, RequestRefused, SessionClosed, TooManySessions, UnknownSession,
 )
 from ..hostile.names import UnsafePath
 from . import files as artifact_files
@@ -172,6 +172,7 @@ async def _run(request: Request) -> JSONResponse:
 
 HTTP_STATUS = {
     UnknownSession: 404, SessionClosed: 409, TooManySessions: 429, NoSuchFile: 404, ReadTooLarge: 413, RequestRefused: 400,
+    HostWriteFailed: 507,  # the runs disk is full or read-only: the server keeps answering, the message says what is kept
 }
 """What a session's refusal is to a browser; any other usage error is 400, the rest 500."""
 
