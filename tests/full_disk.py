@@ -27,8 +27,9 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
-def fill(disk: Path) -> Path:
-    """Take every free block of `disk`; the filler file, to remove when space should return."""
+def fill(disk: Path, *, leave: int = 0) -> Path:
+    """Take every free block of `disk` but `leave` bytes; the filler file, to remove when space
+    should return."""
     filler = disk / "filler"
     fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
     try:
@@ -38,6 +39,7 @@ def fill(disk: Path) -> Path:
                     os.write(fd, b"\0" * size)
             except OSError:
                 pass
+        os.ftruncate(fd, max(0, os.fstat(fd).st_size - leave))
     finally:
         os.close(fd)
     return filler

@@ -54,3 +54,16 @@ def test_the_disk_s_words_come_from_one_place() -> None:
     for name, text in sources.items():
         assert "write_problem(" in text, name
         assert "No space left" not in text and "ENOSPC" not in text, name
+
+
+async def test_at_shutdown_an_unsaved_session_closes_and_its_record_says_why(small_disk: Path) -> None:
+    session = await Session.open(model="offline", runs_dir=small_disk / "runs")
+    await session.run_python("open('data.bin', 'wb').write(bytes(range(256)) * 4096)")
+    filler = fill(small_disk, leave=16 * 1024)  # room for run_end, not for the 1 MiB workspace
+    with pytest.raises(SaveFailed, match="closed unsaved"):
+        await session.close(keep_unsaved=False)  # what SessionManager.close_all does
+    assert session.closed
+    filler.unlink()
+    end = read_record(session.run_dir).events[-1]
+    assert end.type == "run_end" and end.status == "error" and DISK in (end.error or "")
+    assert DISK in (end.incomplete or "") and end.saved == []

@@ -493,18 +493,11 @@ class Session:
                 result.error = f"interrupted by {result.signal}" if result.signal else "interrupted"
                 raise
             except SaveFailed as exc:
-                kept = keep_unsaved and failure is None
-                self._closed = not kept
-                result.status, result.error = "error", exc.message
-                if kept:
-                    raise SaveFailed(
-                        f"session {self.id} was not closed: {exc.message}. Kept: the session stays open with its "
-                        f"files in the sandbox (its kernel was stopped for the save) and its record so far in "
-                        f"{self.run_dir}; free space there and close it again"
-                    ) from exc
-                raise SaveFailed(
-                    f"session {self.id} was closed unsaved: {exc.message}; its record is in {self.run_dir}"
-                ) from exc
+                result.status, result.error = "error", failure or exc.message
+                if failure is None:  # an open that failed gives its own error instead
+                    kept = keep_unsaved
+                    self._closed = not kept
+                    raise SaveFailed(self._unsaved(exc.message, kept)) from exc
             except Exception as exc:
                 result.status, result.error = "error", f"{type(exc).__name__}: {exc}"
             finally:
@@ -516,6 +509,16 @@ class Session:
                         self._hub.close()
                         await self.model.aclose()
         return self.run_dir
+
+    def _unsaved(self, problem: str, kept: bool) -> str:
+        """What a close the disk refused tells the caller: the problem and what is kept where."""
+        if kept:
+            return (
+                f"session {self.id} was not closed: {problem}. Kept: the session stays open with its files in "
+                f"the sandbox (its kernel was stopped for the save) and its record so far in {self.run_dir}; "
+                "free space there and close it again"
+            )
+        return f"session {self.id} was closed unsaved: {problem}; its record is in {self.run_dir}"
 
 
 def _begin_run_folder(job: Job, runs_dir: Path, model: ResolvedModel, hub: EventHub) -> tuple[Path, Recorder, RunResult]:
