@@ -246,12 +246,12 @@ def _write_and_extract(archive: IO[bytes], run_dir: Path, limit: int, stop: thre
                     report.refused[WORKSPACE_ARCHIVE] = f"over the workspace_size limit ({limit:,} bytes), not saved"
                     break
                 out.write(chunk)
+            if WORKSPACE_ARCHIVE in report.refused:
+                return
             out.flush()
             os.fsync(out.fileno())
             if os.fstat(out.fileno()).st_size != written:
                 raise OSError(errno.EIO, f"{partial.name} holds fewer bytes than were written")
-        if WORKSPACE_ARCHIVE in report.refused:
-            return
         os.replace(partial, run_dir / WORKSPACE_ARCHIVE)
         try:
             sync_folder(run_dir)

@@ -6,11 +6,14 @@ MCP answers isError, serve answers 507. Real local sandboxes."""
 
 from __future__ import annotations
 
+import io
+import threading
 from pathlib import Path
 
 import pytest
 
 from coderoom import Session
+from coderoom.artifacts import SaveReport, _write_and_extract
 from coderoom.errors import RunFolderUnavailable, SaveFailed
 from coderoom.record import read_record
 from full_disk import DISK, fill, small_disk  # noqa: F401 (a fixture)
@@ -67,3 +70,11 @@ async def test_at_shutdown_an_unsaved_session_closes_and_its_record_says_why(sma
     end = read_record(session.run_dir).events[-1]
     assert end.type == "run_end" and end.status == "error" and DISK in (end.error or "")
     assert DISK in (end.incomplete or "") and end.saved == []
+
+
+def test_an_archive_over_its_limit_is_a_refusal_not_a_disk_error(tmp_path: Path) -> None:
+    """The completeness check (size on disk = bytes read) applies to an archive that was kept."""
+    report = SaveReport()
+    _write_and_extract(io.BytesIO(b"x" * (3 * 1024**2)), tmp_path, 1024**2, threading.Event(), report)
+    assert "over the workspace_size limit" in report.refused["workspace.tar"] and report.incomplete is None
+    assert list(tmp_path.iterdir()) == []
