@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from ..errors import JobError, RecordError, UsageError
+from ..errors import RecordError, UsageError
 from ..export import REPLAY_TIMEOUT
 from ..hostile.text import terminal_safe
 from ..record import RECORD_FILE
@@ -73,17 +73,13 @@ def rerun(
     with reported():
         import asyncio
 
-        from ..jobs import parse_input_flag
+        from ..export.rerun import LOG_FILE, replacement_inputs
+        from ..export.rerun import rerun as rerun_run
 
         run_dir = _run_dir(run_dir)
-        inputs = dict(parse_input_flag(flag) for flag in input or [])
-        for workspace_path, host_path in inputs.items():
-            if not host_path.exists():
-                raise JobError(f"--input {host_path}={workspace_path}: {host_path} does not exist")
+        inputs = replacement_inputs(run_dir, input or [])
         stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         target = out or run_dir.parent / f"{run_dir.name}-rerun-{stamp}"
-        from ..export.rerun import LOG_FILE
-        from ..export.rerun import rerun as rerun_run
 
         result = asyncio.run(
             rerun_run(
