@@ -234,3 +234,18 @@ def test_rerun_from_python_refuses_an_input_the_run_never_had(kernel_run_on_fake
     with pytest.raises(UsageError, match="'input/other.csv' is not one of the run's inputs"):
         asyncio.run(rerun(kernel_run_on_fake, tmp_path / "rerun", inputs={"input/other.csv": new}))
     assert not (tmp_path / "rerun").exists()
+
+
+def test_a_failed_rerun_shows_the_replays_own_error(kernel_run: Path, tmp_path: Path) -> None:
+    """Not only "FAIL missing": the cause, from replay.log, on one line."""
+    renamed = tmp_path / "renamed.csv"
+    renamed.write_text(write_energy_csv(tmp_path / "new.csv", spikes=[5]).read_text().replace("energy_kwh", "kwh", 1))
+    result = CliRunner().invoke(
+        app,
+        ["rerun", str(kernel_run), "--input", f"{renamed}=input/energy.csv", "--out", str(tmp_path / "rerun"),
+         "--sandbox", "local"],
+    )
+    assert result.exit_code == 1, result.output
+    (line,) = [line for line in result.output.splitlines() if line.startswith("replay error: ")]
+    # the recorded run's own KeyError: 'missing_column' (the agent saw it and went on) is not it
+    assert line.startswith("replay error: KeyError: 'energy_kwh'"), line

@@ -91,5 +91,7 @@ def rerun(
         console.print(Text.assemble(mark, f" {check.path}: {terminal_safe(check.detail)}"))
     for note in result.notes:
         console.print(Text(terminal_safe(note), style="yellow"))
+    if result.error and not result.ok:
+        console.print(Text.assemble(("replay error: ", "red"), result.error))
     console.print(f"replay exit code {result.exit_code}; log: {result.out_dir / LOG_FILE}", markup=False)
     raise typer.Exit(0 if result.ok else 1)

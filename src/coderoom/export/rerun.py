@@ -47,6 +47,7 @@ from ..sandboxes.session import open_session
 from ..sandboxes.spec import SandboxSpec
 from ..workspace import stage_inputs
 from . import REPLAY_TIMEOUT
+from .replay_error import replay_error
 from .script import build_script
 from .steps import load_steps
 
@@ -63,6 +64,7 @@ class RerunResult:
     exit_code: int
     checks: list[OutputCheck] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    error: str | None = None  # the replay's own first error (`replay_error`), one line
 
     @property
     def ok(self) -> bool:
@@ -267,4 +269,5 @@ async def rerun(
             notes += (await save_workspace(session, out_dir, job.sandbox.limits.workspace_size, job.outputs)).notes
     log = done.stdout + (b"\n--- stderr ---\n" + done.stderr if done.stderr else b"")
     (out_dir / LOG_FILE).write_bytes(log)
-    return RerunResult(out_dir, done.exit_code, saved_checks(out_dir, job.outputs), notes)
+    error = replay_error(done.stderr, [step.run.error for step in steps if step.run and step.run.error])
+    return RerunResult(out_dir, done.exit_code, saved_checks(out_dir, job.outputs), notes, error)
