@@ -37,6 +37,7 @@ def _job_from_flags(
     inputs: list[str],
     outputs: list[str],
 ) -> Job:
+    from ..job_target import check_job_target
     from ..jobs import JOB_FILE, build_job, load_job, parse_input_flag
 
     path = Path(target) if target else None
@@ -50,6 +51,8 @@ def _job_from_flags(
             data["outputs"] += [{"path": o} for o in outputs]
             job = build_job(data)
         return job
+    if target:
+        check_job_target(target)
     request = prompt or target
     if not request:
         raise JobError(f"give a job folder (with {JOB_FILE}) or a prompt")
