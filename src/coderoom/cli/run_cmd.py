@@ -17,7 +17,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import JobError, RecordError
-from ..sandboxes import backend_names, get_backend
+from ..sandboxes import backend_names
+from ..sandboxes.registry import prepare_backend
 from ..sandboxes.limits import limits_from_flags
 from .application import app
 from .display import safe, safe_markdown, shown
@@ -122,7 +123,7 @@ def run(
                 job, model=model, max_turns=max_turns, tool_choice=tool_choice, max_tokens=max_tokens,
                 temperature=temperature, backend=sandbox, limits=limits,
             )
-            get_backend(job.sandbox.backend).prepare(
+            prepare_backend(
                 job.sandbox, lambda line: console.print(Text.assemble((f"{job.sandbox.backend}:", "dim"), " ", safe(line)))
             )
             resolved = resolve_model(job.model or None, environ=dict(os.environ))  # exit 2, no run folder yet
