@@ -133,3 +133,15 @@ def test_a_one_word_prompt_far_from_any_folder_is_still_a_prompt(tmp_path: Path)
     result = coderoom("run", "summarise", "--out", str(tmp_path / "run"), env=clean_env(tmp_path), cwd=tmp_path)
     assert result.returncode == 1, result.stderr  # the offline analyst refuses it: a run, not a usage error
     assert (tmp_path / "run" / "run.jsonl").is_file()
+
+
+def test_a_command_past_the_wall_clock_ends_the_run_naming_the_flag_that_raises_it(tmp_path: Path) -> None:
+    """A 157 MB CSV once ended after 116 s with no hint that `--timeout` exists."""
+    script = [call("exec_command", cmd="sleep 30"), say("It was too slow.")]
+    with OpenAIServer(script) as server:
+        result = coderoom(
+            "run", "--model", f"openai-compatible:scripted@{server.url}", "--timeout", "1",
+            "--out", str(tmp_path / "run"), "Wait for it", env=clean_env(tmp_path),
+        )
+    stderr = " ".join(result.stderr.split())
+    assert "sandbox limit: the 1 s wall-clock limit; raise it with --timeout SECONDS (or --limit timeout=SECONDS)" in stderr

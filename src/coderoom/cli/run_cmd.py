@@ -19,6 +19,7 @@ from rich.text import Text
 from ..errors import JobError, RecordError
 from ..sandboxes import backend_names
 from ..sandboxes.registry import prepare_backend
+from ..sandboxes.stops import how_to_raise
 from ..sandboxes.limits import limits_from_flags
 from .application import app
 from .display import safe, safe_markdown, shown
@@ -139,7 +140,7 @@ def run(
     _print_summary(result.checks, result.final_output, run_dir)
     _print_notes(run_dir)
     for hit in result.limits_hit:
-        console.print(Text.assemble(("sandbox limit: ", "yellow"), safe(hit)))
+        console.print(Text.assemble(("sandbox limit: ", "yellow"), safe(how_to_raise(hit))))
     if result.error:
         console.print(Text.assemble((f"{result.status}:", "red"), " ", safe(result.error)))
     raise typer.Exit(0 if result.ok else 1)
