@@ -101,3 +101,47 @@ def test_ctrl_c_closes_the_sandbox_and_leaves_nothing(backend: str, tmp_path: Pa
     assert process.returncode == 130, "".join(seen) + rest
     assert "interrupted" in rest
     assert _leftovers(backend, process.pid) <= (set() if backend == "docker" else before)
+
+
+@pytest.mark.parametrize(
+    ("target", "cwd", "suggestion"),
+    [
+        ("examples/building_energ", ".", "examples/building_energy"),
+        ("building_energ", "examples", "building_energy"),
+        ("examples/nothing_like_it", ".", None),
+        ("examples/building_energy.toml", ".", None),
+    ],
+    ids=["path-typo", "word-typo", "no-near-folder", "missing-toml"],
+)
+def test_a_mistyped_job_folder_exits_2_with_a_suggestion_and_no_run_folder(
+    tmp_path: Path, target: str, cwd: str, suggestion: str | None
+) -> None:
+    job = tmp_path / "examples" / "building_energy"
+    job.mkdir(parents=True)
+    (job / "coderoom.toml").write_text('prompt = "p"\n')
+    result = coderoom("run", target, env=clean_env(tmp_path), cwd=tmp_path / cwd)
+    assert result.returncode == 2, result.stderr
+    message = " ".join(result.stderr.split())
+    assert f"no job folder '{target}';" in message
+    if suggestion is not None:
+        assert f"did you mean '{suggestion}'?" in message
+    assert not list(tmp_path.rglob("run.jsonl")) and not (tmp_path / cwd / "runs").exists()
+
+
+def test_a_one_word_prompt_far_from_any_folder_is_still_a_prompt(tmp_path: Path) -> None:
+    (tmp_path / "examples").mkdir()
+    result = coderoom("run", "summarise", "--out", str(tmp_path / "run"), env=clean_env(tmp_path), cwd=tmp_path)
+    assert result.returncode == 1, result.stderr  # the offline analyst refuses it: a run, not a usage error
+    assert (tmp_path / "run" / "run.jsonl").is_file()
+
+
+def test_a_command_past_the_wall_clock_ends_the_run_naming_the_flag_that_raises_it(tmp_path: Path) -> None:
+    """A 157 MB CSV once ended after 116 s with no hint that `--timeout` exists."""
+    script = [call("exec_command", cmd="sleep 30"), say("It was too slow.")]
+    with OpenAIServer(script) as server:
+        result = coderoom(
+            "run", "--model", f"openai-compatible:scripted@{server.url}", "--timeout", "1",
+            "--out", str(tmp_path / "run"), "Wait for it", env=clean_env(tmp_path),
+        )
+    stderr = " ".join(result.stderr.split())
+    assert "sandbox limit: the 1 s wall-clock limit; raise it with --timeout SECONDS (or --limit timeout=SECONDS)" in stderr

@@ -23,7 +23,7 @@ from recorded_run import OUTPUTS, kernel_run, kernel_run_on_fake, write_energy_c
 from typer.testing import CliRunner
 
 from coderoom.cli import app
-from coderoom.errors import RecordError
+from coderoom.errors import RecordError, UsageError
 from coderoom.export.notebook import export_notebook
 from coderoom.export.rerun import rerun
 from coderoom.export.script import export_script, literal
@@ -206,3 +206,46 @@ def test_forged_record_text_is_inert_in_the_notebook_and_the_script(kernel_run: 
     assert "<img" not in text and "![beacon]" not in text and "javascript:" not in text
     assert "cd 'out$(touch PWNED)' || exit" in text  # quoted for the shell: no command substitution
     assert "%%script bash\nrm" not in text and "%%bash\ncd 'out" in text
+
+
+@pytest.mark.parametrize(
+    "flag",
+    ["{new}=input/building_energy.csv", "{new}"],
+    ids=["not-one-of-the-runs-inputs", "no-workspace-path"],
+)
+def test_rerun_input_that_replaces_none_of_the_runs_inputs_exits_2_listing_them(
+    kernel_run_on_fake: Path, tmp_path: Path, flag: str
+) -> None:
+    """A new file at a path the replay never reads would leave the old data analysed, and the
+    rerun would pass: it is a usage error that lists the inputs, and no rerun folder is made."""
+    new = write_energy_csv(tmp_path / "new.csv", spikes=[5])
+    out = tmp_path / "rerun"
+    result = CliRunner().invoke(
+        app, ["rerun", str(kernel_run_on_fake), "--input", flag.format(new=new), "--out", str(out)]
+    )
+    assert result.exit_code == 2, result.output
+    text = _unwrapped(result.output)
+    assert "replace one with --input NEW_FILE=input/energy.csv" in text
+    assert not out.exists()
+
+
+def test_rerun_from_python_refuses_an_input_the_run_never_had(kernel_run_on_fake: Path, tmp_path: Path) -> None:
+    new = write_energy_csv(tmp_path / "new.csv", spikes=[5])
+    with pytest.raises(UsageError, match="'input/other.csv' is not one of the run's inputs"):
+        asyncio.run(rerun(kernel_run_on_fake, tmp_path / "rerun", inputs={"input/other.csv": new}))
+    assert not (tmp_path / "rerun").exists()
+
+
+def test_a_failed_rerun_shows_the_replays_own_error(kernel_run: Path, tmp_path: Path) -> None:
+    """Not only "FAIL missing": the cause, from replay.log, on one line."""
+    renamed = tmp_path / "renamed.csv"
+    renamed.write_text(write_energy_csv(tmp_path / "new.csv", spikes=[5]).read_text().replace("energy_kwh", "kwh", 1))
+    result = CliRunner().invoke(
+        app,
+        ["rerun", str(kernel_run), "--input", f"{renamed}=input/energy.csv", "--out", str(tmp_path / "rerun"),
+         "--sandbox", "local"],
+    )
+    assert result.exit_code == 1, result.output
+    (line,) = [line for line in result.output.splitlines() if line.startswith("replay error: ")]
+    # the recorded run's own KeyError: 'missing_column' (the agent saw it and went on) is not it
+    assert line.startswith("replay error: KeyError: 'energy_kwh'"), line

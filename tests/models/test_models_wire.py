@@ -1,7 +1,8 @@
 """The real `openai` client and the SDK's own models and Runner against the scripted server.
 
 Round trips in both wire formats (plain and streamed), retries done by the SDK's runner with
-coderoom's policy (429, 5xx, timeouts), a bad key stopping at once, and the one-line
+coderoom's policy (429, 5xx; a refused connection once, quickly; never a request past its
+deadline), a bad key stopping at once, and the one-line
 explanations the runner shows.
 """
 
@@ -9,7 +10,9 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 
+import httpx2 as httpx
 import openai
 import pytest
 from adder import run_agent
@@ -76,33 +79,42 @@ async def test_bad_key_stops_at_once(openai_server: OpenAIServer, api: str) -> N
 
 
 @pytest.mark.parametrize("api", APIS)
-async def test_timeout_is_retried(openai_server: OpenAIServer, api: str) -> None:
-    openai_server.script([Stall(30), say("late but fine")])
+async def test_a_request_that_runs_into_its_deadline_is_not_sent_again(
+    openai_server: OpenAIServer, api: str
+) -> None:
+    """A server still generating when the deadline passes would generate again: one local model
+    spent 50 minutes on one turn, resending a 600 s request five times."""
+    openai_server.script([Stall(30), say("never asked")])
     environ = server_environ(openai_server, CODEROOM_MODEL_TIMEOUT="0.5")
     resolved = resolve_model(spec_for(api, openai_server), environ=environ)
-
-    result = await run_agent(resolved)
-
-    assert result.final_output == "late but fine"
-    assert len(openai_server.requests) == 2
-
-
-async def test_timeouts_exhausted_are_explained(openai_server: OpenAIServer) -> None:
-    openai_server.script([Stall(30), Stall(30)])
-    environ = server_environ(
-        openai_server, CODEROOM_MODEL_TIMEOUT="0.3", CODEROOM_MODEL_MAX_RETRIES="1"
-    )
-    resolved = resolve_model(spec_for("chat_completions", openai_server), environ=environ)
+    events: list[tuple[str, dict[str, object]]] = []
+    started = time.monotonic()
 
     with pytest.raises(ModelDeadlineExceeded) as caught:
-        await run_agent(resolved)
+        await run_agent(resolved, events=events)
 
-    assert len(openai_server.requests) == 2
-    message = explain_model_error(caught.value)
-    assert message == (
-        f"the model server at {openai_server.url} did not finish its answer within 0.3 s; "
-        "raise CODEROOM_MODEL_TIMEOUT if the server is just slow"
+    assert time.monotonic() - started < 5
+    assert len(openai_server.requests) == 1 and events == []
+    assert explain_model_error(caught.value) == (
+        f"the model server at {openai_server.url} did not finish its answer within 0.5 s; "
+        "not retried (the same request would take as long): raise CODEROOM_MODEL_TIMEOUT if the "
+        "server is just slow, or lower --max-tokens"
     )
+
+
+async def test_a_read_timeout_of_the_client_is_not_retried_either() -> None:
+    from agents.retry import ModelRetryNormalizedError, RetryPolicyContext
+
+    from coderoom.models.settings import retry_policy
+
+    request = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
+    error = openai.APITimeoutError(request=request)
+    error.__cause__ = httpx.ReadTimeout("timed out", request=request)
+    normalized = ModelRetryNormalizedError(is_network_error=True, is_timeout=True, message=str(error))
+    decision = retry_policy(lambda *_a, **_f: None)(
+        RetryPolicyContext(error=error, attempt=1, max_retries=5, stream=False, normalized=normalized)
+    )
+    assert not decision.retry
 
 
 async def test_rate_limit_exhausted_is_explained(openai_server: OpenAIServer) -> None:
@@ -142,22 +154,28 @@ def _closed_port() -> int:
         return sock.getsockname()[1]
 
 
-async def test_unreachable_server_is_explained_with_its_url() -> None:
+@pytest.mark.parametrize("api", APIS)
+async def test_a_refused_connection_fails_after_one_quick_retry(api: str) -> None:
+    """Not 1+2+4+8+16 s of backoff: a server that is not listening will not be in 30 s."""
     url = f"http://127.0.0.1:{_closed_port()}/v1"
-    resolved = resolve_model(
-        f"openai-compatible:m@{url}", environ={"CODEROOM_MODEL_MAX_RETRIES": "0"}
-    )
+    spec = f"openai-compatible:m@{url}" if api == "chat_completions" else "gpt-5.4"
+    environ = {"CODEROOM_MODEL_MAX_RETRIES": "5", "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": url}
+    resolved = resolve_model(spec, environ=environ)
+    events: list[tuple[str, dict[str, object]]] = []
+    started = time.monotonic()
 
     with pytest.raises(openai.APIConnectionError) as caught:
-        await run_agent(resolved)
+        await run_agent(resolved, events=events)
 
+    assert time.monotonic() - started < 3
+    assert [(kind, fields["attempt"], fields["wait_s"]) for kind, fields in events] == [("model_retry", 1, 0.5)]
     try:
         raise RuntimeError("run failed") from caught.value
     except RuntimeError as wrapped:
         message = explain_model_error(wrapped)
-    assert message is not None and message.startswith(
-        f"cannot reach the model server at {url}/chat/completions"
-    )
+    path = "chat/completions" if api == "chat_completions" else "responses"
+    assert message is not None and message.startswith(f"cannot reach the model server at {url}/{path}: ")
+    assert message.endswith("; is it running, and is the URL right?")
 
 
 def test_other_errors_are_not_model_errors() -> None:

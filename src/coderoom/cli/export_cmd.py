@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from ..errors import JobError, RecordError, UsageError
+from ..errors import RecordError, UsageError
 from ..export import REPLAY_TIMEOUT
 from ..hostile.text import terminal_safe
 from ..record import RECORD_FILE
@@ -73,17 +73,13 @@ def rerun(
     with reported():
         import asyncio
 
-        from ..jobs import parse_input_flag
+        from ..export.rerun import LOG_FILE, replacement_inputs
+        from ..export.rerun import rerun as rerun_run
 
         run_dir = _run_dir(run_dir)
-        inputs = dict(parse_input_flag(flag) for flag in input or [])
-        for workspace_path, host_path in inputs.items():
-            if not host_path.exists():
-                raise JobError(f"--input {host_path}={workspace_path}: {host_path} does not exist")
+        inputs = replacement_inputs(run_dir, input or [])
         stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         target = out or run_dir.parent / f"{run_dir.name}-rerun-{stamp}"
-        from ..export.rerun import LOG_FILE
-        from ..export.rerun import rerun as rerun_run
 
         result = asyncio.run(
             rerun_run(
@@ -95,5 +91,7 @@ def rerun(
         console.print(Text.assemble(mark, f" {check.path}: {terminal_safe(check.detail)}"))
     for note in result.notes:
         console.print(Text(terminal_safe(note), style="yellow"))
+    if result.error and not result.ok:
+        console.print(Text.assemble(("replay error: ", "red"), result.error))
     console.print(f"replay exit code {result.exit_code}; log: {result.out_dir / LOG_FILE}", markup=False)
     raise typer.Exit(0 if result.ok else 1)

@@ -19,6 +19,7 @@ from rich.text import Text
 from ..errors import UsageError
 from ..sandboxes.limits import limits_from_flags
 from ..sandboxes import backend_names, get_backend
+from ..sandboxes.registry import prepare_backend
 from ..sandboxes.defaults import default_backend_name
 from . import service_options as options
 from .application import app
@@ -76,7 +77,7 @@ def mcp(
             check_bind(host, allow_remote)
         asyncio.run(resolve_model(model, environ=dict(os.environ)).aclose())  # a bad spec: exit 2 now
         with ReadPolicy(allow_read) as policy:  # the roots stay open until the server stops (SVC-M1)
-            get_backend(backend).prepare(spec, lambda line: console.print(Text(f"{backend}: {line}")))
+            prepare_backend(spec, lambda line: console.print(Text(f"{backend}: {line}")))
             warm = WarmPool(pool, pool_max_idle, spec) if pool > 0 else None
             manager = SessionManager(max_sessions=max_sessions, idle_timeout_s=idle_timeout, limits=limits,
                                      sandbox=backend, model=model, runs_dir=runs, pool=warm)

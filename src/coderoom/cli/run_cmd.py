@@ -17,7 +17,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import JobError, RecordError
-from ..sandboxes import backend_names, get_backend
+from ..sandboxes import backend_names
+from ..sandboxes.registry import prepare_backend
+from ..sandboxes.stops import how_to_raise
 from ..sandboxes.limits import limits_from_flags
 from .application import app
 from .display import safe, safe_markdown, shown
@@ -37,6 +39,7 @@ def _job_from_flags(
     inputs: list[str],
     outputs: list[str],
 ) -> Job:
+    from ..job_target import check_job_target
     from ..jobs import JOB_FILE, build_job, load_job, parse_input_flag
 
     path = Path(target) if target else None
@@ -50,6 +53,8 @@ def _job_from_flags(
             data["outputs"] += [{"path": o} for o in outputs]
             job = build_job(data)
         return job
+    if target:
+        check_job_target(target)
     request = prompt or target
     if not request:
         raise JobError(f"give a job folder (with {JOB_FILE}) or a prompt")
@@ -119,7 +124,7 @@ def run(
                 job, model=model, max_turns=max_turns, tool_choice=tool_choice, max_tokens=max_tokens,
                 temperature=temperature, backend=sandbox, limits=limits,
             )
-            get_backend(job.sandbox.backend).prepare(
+            prepare_backend(
                 job.sandbox, lambda line: console.print(Text.assemble((f"{job.sandbox.backend}:", "dim"), " ", safe(line)))
             )
             resolved = resolve_model(job.model or None, environ=dict(os.environ))  # exit 2, no run folder yet
@@ -135,7 +140,7 @@ def run(
     _print_summary(result.checks, result.final_output, run_dir)
     _print_notes(run_dir)
     for hit in result.limits_hit:
-        console.print(Text.assemble(("sandbox limit: ", "yellow"), safe(hit)))
+        console.print(Text.assemble(("sandbox limit: ", "yellow"), safe(how_to_raise(hit))))
     if result.error:
         console.print(Text.assemble((f"{result.status}:", "red"), " ", safe(result.error)))
     raise typer.Exit(0 if result.ok else 1)

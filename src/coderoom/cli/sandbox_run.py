@@ -26,7 +26,7 @@ from ..errors import CoderoomError
 from ..hostile.text import terminal_safe, terminal_safe_bytes
 from ..sandboxes.defaults import default_backend_name
 from ..sandboxes.limits import FLAG_HELP, Limits, limits_from_flags
-from ..sandboxes.registry import backend_names, get_backend
+from ..sandboxes.registry import backend_names, get_backend, prepare_backend
 from .errors import show
 
 if TYPE_CHECKING:
@@ -168,7 +168,7 @@ def execute(
         from ..interrupts import run_interruptible
         from ..sandboxes.oneshot import run_once
 
-        get_backend(spec.backend).prepare(spec, progress)  # type: ignore[arg-type]
+        prepare_backend(spec, progress)  # type: ignore[arg-type]
         # SIGINT/SIGTERM/SIGHUP: the sandbox is closed and removed, then `Interrupted` (exit 128+N)
         once = run_once(spec, command, workspace, copy_back_all=copy_back_all,  # type: ignore[arg-type]
                         start=early.finish if early is not None else None)  # fmt: skip

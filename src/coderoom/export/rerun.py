@@ -8,7 +8,8 @@ prompt and declared outputs, and the workspace paths of its inputs. It never tak
   (`Limits()`, with the whole replay's timeout). What the recorded job asked for beyond them
   (network, more memory, another backend or image) is listed in a note with the flag that
   would grant it;
-* host paths: each input is the user's `--input HOST=WORKSPACE`, or else the run folder's own
+* host paths: each input is the user's `--input HOST=WORKSPACE` (which must name one of the
+  run's own inputs: `replacement_inputs`), or else the run folder's own
   archived copy (the file or folder at that workspace path in its workspace.tar, as the run
   left it), extracted through the exit policy (`hostile.exits`) under the workspace size limit. A missing
   copy is a usage error, never a fall-back to the recorded host path.
@@ -30,7 +31,7 @@ from typing import Any
 from agents.sandbox import Manifest
 
 from ..artifacts import WORKSPACE_ARCHIVE, save_workspace, saved_checks
-from ..errors import RecordError, UsageError
+from ..errors import JobError, RecordError, UsageError
 from ..hostile.archive import ArchiveError
 from ..hostile.exits import extract_leaving_out
 from ..hostile.names import UnsafePath, safe_relative_path
@@ -46,6 +47,7 @@ from ..sandboxes.session import open_session
 from ..sandboxes.spec import SandboxSpec
 from ..workspace import stage_inputs
 from . import REPLAY_TIMEOUT
+from .replay_error import replay_error
 from .script import build_script
 from .steps import load_steps
 
@@ -53,6 +55,7 @@ REPLAY_PATH = ".coderoom/replay.py"
 LOG_FILE = "replay.log"
 # what a rerun compares with the recorded job's limits (its timeout is the whole replay's)
 COMPARED = [name for name in LIMIT_NAMES if name not in ("timeout", "network")]
+MAX_LISTED = 20  # inputs named in an error about a rerun's --input
 
 
 @dataclass
@@ -61,6 +64,7 @@ class RerunResult:
     exit_code: int
     checks: list[OutputCheck] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    error: str | None = None  # the replay's own first error (`replay_error`), one line
 
     @property
     def ok(self) -> bool:
@@ -170,6 +174,54 @@ def session_input_paths(run_dir: Path) -> list[str]:
         raise RecordError(f"run.jsonl: a session file's workspace path is not usable: {exc}") from None
 
 
+def run_input_paths(run_dir: Path, start: dict[str, Any]) -> list[str]:
+    """The workspace paths a rerun can replace: the recorded job's inputs and a session's files."""
+    return list(dict.fromkeys(recorded_input_paths(start["job"]) + session_input_paths(run_dir)))
+
+
+def check_replacements(replaced: Sequence[str], known: Sequence[str], flag: str | None = None) -> None:
+    """Refuse an input that is not one of the run's own: the replay never reads it, so the old
+    data would be analysed and the rerun would look like a success on the new file."""
+    for path in replaced:
+        if path not in known:
+            given = f"--input {flag!r}" if flag is not None else f"input {path!r}"
+            raise UsageError(f"{given}: {path!r} is not one of the run's inputs; {_listing(known)}")
+
+
+def _listing(known: Sequence[str]) -> str:
+    """The run's inputs as the user would write the flag (names from a record: bounded)."""
+    if not known:
+        return "the run has no inputs to replace"
+    shown = [f"NEW_FILE={path[:200]}" for path in known[:MAX_LISTED]]
+    more = f" (and {len(known) - MAX_LISTED} more)" if len(known) > MAX_LISTED else ""
+    return "replace one with --input " + " or --input ".join(shown) + more
+
+
+def replacement_inputs(run_dir: Path, flags: Sequence[str]) -> dict[str, Path]:
+    """A rerun's `--input NEW_FILE=WORKSPACE_PATH` flags as {workspace path: host path}. Unlike
+    `run`'s, the `=` is required (a bare file would go to input/NAME, which the replay never
+    reads), the workspace path must be one of the run's inputs, and the file must exist."""
+    if not flags:
+        return {}
+    start, _ = load_steps(run_dir)
+    known = run_input_paths(run_dir, start)
+    inputs: dict[str, Path] = {}
+    for flag in flags:
+        host, sep, workspace = flag.partition("=")
+        if not sep or not host:
+            raise UsageError(f"--input {flag!r}: a rerun replaces one of the run's inputs; {_listing(known)}")
+        try:
+            path = str(safe_relative_path(workspace))
+        except UnsafePath:
+            path = workspace
+        check_replacements([path], known, flag)
+        host_path = Path(host).expanduser().absolute()
+        if not host_path.exists():
+            raise JobError(f"--input {host_path}={workspace}: {host_path} does not exist")
+        inputs[path] = host_path
+    return inputs
+
+
 def rerun_job(
     run_dir: Path, start: dict[str, Any], inputs: dict[str, Path], sandbox: SandboxSpec, archive_dir: Path
 ) -> tuple[Job, list[str]]:
@@ -177,7 +229,8 @@ def rerun_job(
     run_start event `start`); the user's sandbox; the user's inputs, else the run folder's
     archived copies (extracted into `archive_dir`), for a run's inputs and a session's files."""
     recorded = start["job"]
-    wanted = dict.fromkeys(recorded_input_paths(recorded) + session_input_paths(run_dir))
+    wanted = run_input_paths(run_dir, start)
+    check_replacements(list(inputs), wanted)
     missing = [p for p in wanted if p not in inputs]
     archived, left_out = archived_inputs(run_dir, missing, archive_dir, sandbox.limits.workspace_size)
     data = {key: recorded.get(key) for key in ("name", "prompt", "outputs") if key in recorded}
@@ -216,4 +269,5 @@ async def rerun(
             notes += (await save_workspace(session, out_dir, job.sandbox.limits.workspace_size, job.outputs)).notes
     log = done.stdout + (b"\n--- stderr ---\n" + done.stderr if done.stderr else b"")
     (out_dir / LOG_FILE).write_bytes(log)
-    return RerunResult(out_dir, done.exit_code, saved_checks(out_dir, job.outputs), notes)
+    error = replay_error(done.stderr, [step.run.error for step in steps if step.run and step.run.error])
+    return RerunResult(out_dir, done.exit_code, saved_checks(out_dir, job.outputs), notes, error)

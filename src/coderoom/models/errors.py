@@ -46,12 +46,18 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
 
 def _explain(error: openai.APIError) -> str:
     url = _url(error)
+    from .failures import DEADLINE_ADVICE, failure_kind
+
+    if failure_kind(error) == "unreachable":
+        cause = error.__cause__ or error.__context__
+        reason = f": {one_line(str(cause))}" if cause is not None and str(cause) else ""
+        return f"cannot reach the model server at {url}{reason}; is it running, and is the URL right?"
     if isinstance(error, openai.APITimeoutError):
-        return f"the model server at {url} did not answer in time, {_RETRIES}"
+        return f"the model server at {url} did not answer in time; {DEADLINE_ADVICE}"
     if isinstance(error, openai.APIConnectionError):
         cause = error.__cause__ or error.__context__
         reason = f": {one_line(str(cause))}" if cause is not None and str(cause) else ""
-        return f"cannot reach the model server at {url}{reason} ({_RETRIES})"
+        return f"the connection to the model server at {url} failed{reason} ({_RETRIES})"
     if not isinstance(error, openai.APIStatusError):
         detail = one_line(str(error))
         return f"the model server at {url} sent a response the client could not read: {detail}"

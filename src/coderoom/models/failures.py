@@ -5,8 +5,11 @@ server said. A leaf module, so those three never import each other."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, Literal
+
+import httpx2 as httpx  # the HTTP library of the openai client
+import openai
 
 from ..errors import RunFailed
 
@@ -18,7 +21,9 @@ class ModelAnswerError(RunFailed):
 
 
 class ModelDeadlineExceeded(ModelAnswerError):
-    """One request took longer than the whole-request deadline (retried like a timeout)."""
+    """One request took longer than the whole-request deadline. Not retried: the server was
+    generating, and the same request would run into the same deadline (a local model once spent
+    50 minutes on one turn resending a 600 s generation)."""
 
 
 class ContextTooSmall(RunFailed):
@@ -34,6 +39,39 @@ WRONG_REQUEST_REASON = re.compile(
     r"|failed to parse tool call|parse tool call arguments|invalid (json|tool)",
     re.IGNORECASE,
 )
+
+
+DEADLINE_ADVICE = (
+    "not retried (the same request would take as long): raise CODEROOM_MODEL_TIMEOUT if the "
+    "server is just slow, or lower --max-tokens"
+)
+FailureKind = Literal["unreachable", "deadline", "other"]
+
+
+def failure_kind(error: BaseException) -> FailureKind:
+    """What a failed request says about the server, from the whole exception chain.
+
+    "unreachable": no connection was made (refused, no route, connect timeout): worth one quick
+    retry at most, since a server that is not listening will not be in 30 s either.
+    "deadline": the server took the request and ran out of time while answering: sending it
+    again repeats the same generation into the same deadline.
+    """
+    chain = list(_chain(error))
+    if any(isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout)) for e in chain):
+        return "unreachable"
+    timeouts = (ModelDeadlineExceeded, TimeoutError, httpx.TimeoutException, openai.APITimeoutError)
+    if any(isinstance(e, timeouts) for e in chain):
+        return "deadline"
+    return "other"
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
 
 
 def one_line(text: str, limit: int = 500) -> str:

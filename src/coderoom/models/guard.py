@@ -26,7 +26,7 @@ from openai import APIError
 from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 
 from .context import ContextGuard
-from .failures import ModelAnswerError, ModelDeadlineExceeded, Notify
+from .failures import DEADLINE_ADVICE, ModelAnswerError, ModelDeadlineExceeded, Notify
 
 CUT_NOTE = "[coderoom: this reply was cut at the max_tokens limit]"
 CONTINUE = (
@@ -94,7 +94,7 @@ class GuardedModel(Model):
         except TimeoutError:
             raise ModelDeadlineExceeded(
                 f"the model server at {self.server} did not finish its answer within "
-                f"{self.deadline_s:g} s; raise CODEROOM_MODEL_TIMEOUT if the server is just slow"
+                f"{self.deadline_s:g} s; {DEADLINE_ADVICE}"
             ) from None
         except APIError:
             raise  # the retry policy and explain_model_error handle these

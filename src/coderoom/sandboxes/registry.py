@@ -20,7 +20,7 @@ import warnings
 from typing import TYPE_CHECKING
 
 from ..errors import SandboxUnavailable
-from .base import SandboxBackend
+from .base import Progress, SandboxBackend
 
 if TYPE_CHECKING:  # pydantic not for --help
     from .spec import SandboxSpec
@@ -74,6 +74,19 @@ def get_backend(name: str, *, unconfined_no_isolation: bool = False) -> SandboxB
         if not unconfined_no_isolation:
             raise SandboxUnavailable(f"sandbox backend {name!r} does not isolate; it is not offered")
         warnings.warn(f"sandbox backend {name!r} runs code on the host with no isolation", stacklevel=2)
+    return backend
+
+
+def prepare_backend(spec: SandboxSpec, progress: Progress) -> SandboxBackend:
+    """The backend for `spec`, its image or environment made: what every command does before it
+    starts a sandbox. A backend that cannot run here is refused first with its one-line reason
+    (a missing optional extra says `pip install 'coderoom[docker]'`; a usage error, exit 2)
+    rather than failing inside `prepare` with an import traceback."""
+    backend = get_backend(spec.backend)
+    reason = backend.unavailable_reason(spec)
+    if reason is not None:
+        raise SandboxUnavailable(reason)
+    backend.prepare(spec, progress)
     return backend
 
 

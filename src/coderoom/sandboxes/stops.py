@@ -61,6 +61,27 @@ def log_stop(log: list[str], stopped_by: str | None) -> None:
         log.append(stopped_by)
 
 
+# the words of a stop sentence that name a limit, and the flags that raise it (every command that
+# starts a sandbox takes `--limit NAME=VALUE`; these have a short form too)
+_RAISED_BY = [
+    ("wall-clock limit", "--timeout SECONDS (or --limit timeout=SECONDS)"),
+    ("memory limit", "--memory SIZE (or --limit memory=SIZE)"),
+    ("pids limit", "--limit pids=N"),
+    ("cpu_time limit", "--limit cpu_time=SECONDS"),
+    ("file_size limit", "--limit file_size=SIZE"),
+    ("workspace_size", "--limit workspace_size=SIZE"),
+]
+
+
+def how_to_raise(stopped_by: str) -> str:
+    """`stopped_by` with the flag that raises its limit: a timeout at the end of a run once gave
+    no hint that `--timeout` exists."""
+    for words, flags in _RAISED_BY:
+        if words in stopped_by:
+            return f"{stopped_by}; raise it with {flags}"
+    return stopped_by
+
+
 def limits_hit(session: object) -> list[str]:
     """The limits an SDK session's commands ran into (its adapter's `limits_hit` log)."""
     inner = getattr(session, "_inner", session)  # the SDK's SandboxSession wraps the adapter
