@@ -149,8 +149,10 @@ def _run_files(request: Request) -> FileSource | None:
 
 async def _config(request: Request) -> JSONResponse:
     config: WebConfig = request.app.state.config
+    pool = request.app.state.live.manager.pool
     return JSONResponse({
         "csrf": config.secrets.csrf, "models": config.choices.models, "sandboxes": config.choices.sandboxes,
+        "pool": None if pool is None else pool.status(),  # why warm-up fails, when it does
     })  # fmt: skip
 
 
