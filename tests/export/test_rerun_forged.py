@@ -53,7 +53,8 @@ def loopback() -> Iterator[tuple[int, list[object]]]:
 
 def forge(kernel_run: Path, target: Path, canary_file: Path, port: int) -> Path:
     """A copy of the recorded run whose run_start asks for everything, with one more recorded
-    step that reads the canary by its host path, reports its memory limit and dials the host."""
+    step that reads the canary by its host path, reports its pids limit and dials the host (pids:
+    an rlimit in the sandbox; memory is the cgroup's, which the sandbox cannot read)."""
     shutil.copytree(kernel_run, target)
     events = [json.loads(line) for line in (target / "run.jsonl").read_text().splitlines()]
     job = events[0]["job"]
@@ -61,7 +62,7 @@ def forge(kernel_run: Path, target: Path, canary_file: Path, port: int) -> Path:
     job["inputs"] = {"input/energy.csv": str(canary_file)}
     probe = (
         f"cat {canary_file} > output/leak.txt 2>&1; "
-        "python3 -c 'import resource; print(resource.getrlimit(resource.RLIMIT_AS)[0])' > output/limits.txt; "
+        "python3 -c 'import resource; print(resource.getrlimit(resource.RLIMIT_NPROC)[0])' > output/limits.txt; "
         f"python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), timeout=3)' "
         "> output/net.txt 2>&1; echo $? >> output/net.txt"
     )
@@ -89,7 +90,7 @@ def test_a_forged_record_reruns_confined_with_defaults_and_the_archived_input(
     assert "No such file" in (out / "output/leak.txt").read_text()
     assert accepted == [] and (out / "output/net.txt").read_text().strip().endswith("1")
     # the default limits, not the record's; each refusal is said, with the flag that grants it
-    assert int((out / "output/limits.txt").read_text()) == Limits().memory
+    assert int((out / "output/limits.txt").read_text()) == Limits().pids
     assert "the run used sandbox backend 'unix_local'; this rerun uses 'local'" in said
     assert "the recorded job had network access; not granted: pass --network" in said
     assert f"pass --limit memory={TERABYTE} to grant it" in said
@@ -113,10 +114,10 @@ def test_a_user_grants_what_the_record_asked_for_only_by_flag(
 ) -> None:
     forged = forge(kernel_run, tmp_path / "forged", tmp_path / "host-secret.csv", loopback[0])
     out = tmp_path / "rerun"
-    result = CliRunner().invoke(app, ["rerun", str(forged), "--out", str(out), "--limit", "memory=3G"])
+    result = CliRunner().invoke(app, ["rerun", str(forged), "--out", str(out), "--limit", "pids=500"])
     assert result.exit_code == 0, result.output
-    assert int((out / "output/limits.txt").read_text()) == 3 * 1024**3
-    assert f"pass --limit memory={TERABYTE}" in " ".join(result.output.split())  # still less than asked
+    assert int((out / "output/limits.txt").read_text()) == 500
+    assert "pass --limit pids=100000" in " ".join(result.output.split())  # still less than asked
 
 
 def test_the_unconfined_backend_is_not_reachable_by_flag_either(kernel_run: Path, tmp_path: Path) -> None:

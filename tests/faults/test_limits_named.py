@@ -16,6 +16,7 @@ from agents.testing import assistant_message
 from coderoom.jobs import build_job
 from coderoom.run import run_job
 from coderoom.sandboxes import Limits, SandboxSpec, get_backend
+from coderoom.sandboxes.local import cgroup
 from core.test_run import scripted, shell
 
 from .harness import COMMAND, clean_env, events
@@ -33,10 +34,15 @@ CASES = {
         "[coderoom: probably hit the pids limit (pids = 32 processes and threads): a process or thread could not be created]",
     ),
 }  # fmt: skip
-# The local backend bounds each process's address space (an allocation fails); Docker's memory
-# cgroup kills, and its OOM count says so.
+# Both backends count memory in a cgroup, which kills at the limit, and its OOM count says so; the
+# local backend without a cgroup bounds each process's address space (an allocation fails).
 MEMORY = {
-    "local": "[coderoom: probably hit the memory limit (memory = 64M): an allocation failed]",
+    "local": (
+        "[coderoom: probably hit the memory limit (memory = 64M): an allocation failed]"
+        if cgroup.mode() is cgroup.Mode.NONE else
+        "[coderoom: a process was killed at the sandbox's memory limit (memory = 67108864 bytes, 64 MiB, "
+        "counting every process, /tmp, /dev/shm and shared memory)]"
+    ),
     "docker": "[coderoom: stopped by the memory limit (memory = 64M for the whole sandbox)]",
 }
 FILL_200M = "python3 -c \"b = b'x' * (200 * 2**20)\""

@@ -86,7 +86,7 @@ async def test_timeout_fires(backend: str) -> None:
 
 async def test_memory_limit_fires(backend: str) -> None:
     code = (
-        "try:\n    a = bytearray(200 * 2**20)\n    print('200M ok')\n    b = bytearray(400 * 2**20)\n"
+        "try:\n    a = bytearray(200 * 2**20)\n    print('200M ok', flush=True)\n    b = bytearray(400 * 2**20)\n"
         "    print('600M ok')\nexcept MemoryError:\n    print('MemoryError')"
     )
     async with open_session(_spec(backend, memory="512M")) as session:

@@ -2,27 +2,42 @@
 matplotlib imported, so a new session's first cell costs what a warm cell costs.
 
 Rules: a pooled sandbox is handed to one session only and never comes back (`claim` removes it;
-the session closes it); the pool starts a replacement at once. A sandbox nobody claimed within
+the session closes it); the pool starts a replacement at once. Before it is handed out, a
+sandbox is checked (its kernel answers, state intact: `LiveSandbox.answers`); a dead one is
+closed and replaced, and the session gets the next one or None (it then starts its own), never a
+sandbox whose first cell would say "state lost". A sandbox nobody claimed within
 `max_idle_s` is closed and replaced (recycled), so none runs on for days with whatever state
 its start left. Only a session whose spec equals the pool's (backend, limits, options) gets a
 pooled sandbox; another gets None and starts its own. `close` (shutdown) closes every pooled
 sandbox and any being started.
+
+A warm-up that fails is logged once, with its cause, until one succeeds again (a warning on stderr, which `serve` and `mcp`
+show) and kept in `status()`, and retried after a delay that doubles with each failure in a row,
+from `retry_base_s` up to `retry_max_s`: a pool that cannot warm up (a limit too small for its
+imports, a missing image) says why and does not restart a sandbox every few seconds forever.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
+from ..hostile.text import terminal_safe
 from ..sandboxes.base import SandboxBackend
 from ..sandboxes.spec import SandboxSpec
 from .sandbox import LiveSandbox, close_all
 
 POOL_SIZE = 2  # warm sandboxes kept ready, by default
 POOL_MAX_IDLE_S = 600.0  # an unclaimed warm sandbox is recycled after this long
-START_RETRY_S = 5.0  # after a failed start, the pool waits this long before the next try
+RETRY_BASE_S = 5.0  # after a first failed warm-up, the pool waits this long before the next try
+RETRY_MAX_S = 600.0  # ... and never longer than this, however many failed in a row
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -36,17 +51,23 @@ class WarmPool:
 
     def __init__(
         self, size: int = POOL_SIZE, max_idle_s: float = POOL_MAX_IDLE_S, spec: SandboxSpec | None = None,
-        backend: SandboxBackend | None = None,
+        backend: SandboxBackend | None = None, retry_base_s: float = RETRY_BASE_S, retry_max_s: float = RETRY_MAX_S,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     ) -> None:
-        if size < 1 or max_idle_s <= 0:
-            raise ValueError("a pool needs size >= 1 and max_idle_s > 0")
+        """`sleep`: how the pool waits between failed warm-ups (tests pass a clock of their own)."""
+        if size < 1 or max_idle_s <= 0 or not 0 < retry_base_s <= retry_max_s:
+            raise ValueError("a pool needs size >= 1, max_idle_s > 0 and 0 < retry_base_s <= retry_max_s")
         self.size = size
         self.max_idle_s = max_idle_s
         self.spec = spec or SandboxSpec()
         self.backend = backend  # an object instead of the registry's (see `registry.backend_for`)
         self.claimed = 0
         self.recycled = 0
+        self.dead = 0  # warm sandboxes found dead at claim, closed and replaced
         self.last_error: str | None = None
+        self.failures = 0  # failed warm-ups in a row (0 after one succeeds)
+        self.retry_at: float | None = None  # monotonic time of the next try after a failure
+        self._retry_base_s, self._retry_max_s, self._sleep = retry_base_s, retry_max_s, sleep
         self._ready: list[_Ready] = []
         self._starting: set[LiveSandbox] = set()
         self._wake = asyncio.Event()
@@ -72,14 +93,33 @@ class WarmPool:
     def matches(self, spec: SandboxSpec) -> bool:
         return spec.model_dump() == self.spec.model_dump()
 
+    def status(self) -> dict[str, Any]:
+        """What the pool is doing, for a server to show: counts, and why warm-up fails if it does."""
+        return {
+            "size": self.size, "ready": self.ready, "claimed": self.claimed, "recycled": self.recycled,
+            "dead": self.dead, "failures": self.failures, "last_error": self.last_error,
+            "retry_in_s": None if self.retry_at is None else round(max(0.0, self.retry_at - time.monotonic()), 1),
+        }  # fmt: skip
+
+    def retry_delay(self) -> float:
+        """The wait after `failures` failed warm-ups in a row: doubling from the base, capped."""
+        return min(self._retry_max_s, self._retry_base_s * 2 ** min(self.failures - 1, 62))
+
     async def claim(self, spec: SandboxSpec) -> LiveSandbox | None:
-        """A warm sandbox for `spec`, now, or None (none ready, or another spec). Never twice."""
-        if self._closed or not self.matches(spec) or not self._ready:
+        """A warm sandbox for `spec` that answers, now, or None (none ready or alive, or another
+        spec). Never twice: each is taken out of the pool before it is checked."""
+        if not self.matches(spec):
             return None
-        entry = self._ready.pop(0)
-        self.claimed += 1
-        self._wake.set()
-        return entry.live
+        while self._ready and not self._closed:
+            entry = self._ready.pop(0)
+            self._wake.set()
+            if await entry.live.answers():
+                self.claimed += 1
+                return entry.live
+            self.dead += 1
+            log.warning("warm pool: a warm sandbox had died (its kernel did not answer); closed, a new one is started")
+            await entry.live.aclose()
+        return None
 
     async def close(self) -> None:
         self._closed = True
@@ -99,7 +139,10 @@ class WarmPool:
                 await entry.live.aclose()
             if len(self._ready) < self.size:
                 if not await self._start_one():
-                    await asyncio.sleep(START_RETRY_S)
+                    delay = self.retry_delay()
+                    self.retry_at = time.monotonic() + delay
+                    await self._sleep(delay)
+                    self.retry_at = None
                 continue
             oldest = min(e.since for e in self._ready)
             self._wake.clear()
@@ -114,12 +157,30 @@ class WarmPool:
             self._starting.add(live)
             await live.warm()
         except Exception as exc:
-            self.last_error = f"{type(exc).__name__}: {exc}"[:500]
+            self._failed(f"{type(exc).__name__}: {exc}")
             if live is not None:
                 self._starting.discard(live)
                 await live.aclose()
             return False
+        if self.failures:
+            log.warning("warm pool: warm-up works again after %d failed tries", self.failures)
+        self.failures, self.last_error = 0, None
         self._starting.discard(live)
         self._ready.append(_Ready(live, time.monotonic()))
         self._changed.set()
         return True
+
+    def _failed(self, cause: str) -> None:
+        """Count a failed warm-up; log the first of a run of failures with its cause, not every retry
+        (the text of a cause varies between tries; `status` has the latest). The cause can quote the
+        sandbox (a warm-up's traceback), so it is one line, bounded and terminal-safe."""
+        cause = terminal_safe(" ".join(cause.split()))
+        if len(cause) > 500:
+            cause = f"{cause[:200]} ... {cause[-300:]}"
+        self.failures += 1
+        self.last_error = cause
+        if self.failures == 1:
+            log.warning(
+                "warm pool: a warm sandbox could not be started (%s); retrying after %g s, then less and less often",
+                cause, self.retry_delay(),
+            )

@@ -20,6 +20,8 @@ from ..sandboxes.session import open_session
 from ..sandboxes.spec import SandboxSpec
 from ..tools.python_kernel import KernelClient, KernelError, cell_timeout
 
+HEALTH_CHECK_S = 5.0  # `answers`: a sandbox that takes longer to say it is alive is not handed out
+
 WARM_IMPORTS = "for _m in ('numpy', 'pandas', 'matplotlib.pyplot'):\n    __import__(_m)\ndel _m\n"
 """What a warm kernel has imported before its session's first cell (the pool's whole point).
 Imported, not bound: the cell leaves no name behind, so a session's cells need their own
@@ -55,6 +57,16 @@ class LiveSandbox:
         if result.reply.status != "ok":
             raise KernelError(f"the warm-up imports failed: {(result.reply.error or result.reply.detail)[-500:]}")
         client.state.cells = 0
+
+    async def answers(self) -> bool:
+        """Whether this sandbox still runs commands and its warm kernel answers with its state
+        intact, within HEALTH_CHECK_S (a few ms when it does): something outside may have killed
+        its processes since it was warmed."""
+        try:
+            async with asyncio.timeout(HEALTH_CHECK_S):
+                return await KernelClient(self.session).answers()
+        except Exception:  # a dead launcher or container fails its exec: not alive either
+            return False
 
     @property
     def closed(self) -> bool:

@@ -42,6 +42,7 @@ MAX_ARGV_PAYLOAD = 100_000  # bytes; Linux allows 128 KiB per argument, larger r
 MAX_IMAGE_BYTES = 5 * 1024 * 1024
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 START_WAIT_S = 30.0
+PING_ACK_S = 0.5  # `answers`: an idle kernel acks within milliseconds
 FIGURES_LINE = "figures: "
 KEPT_CELLS = 64  # cells waiting for the recording hook; more means no hook is taking them
 RELAY_MARGIN_S = 1.0  # between the kernel's reply to an interrupted cell and the wall clock
@@ -60,7 +61,7 @@ if [ -n "$2" ]; then own=1; printf '%s' "$2" > "$d/req-$1.json" || fail "$1" 4; 
 exec 3<>"$d/req" 4<>"$d/resp" || fail "$1" 3
 printf 'run %s\n' "$1" >&3
 line=
-while IFS= read -r -t 3 line <&4; do [ "$line" = "ack $1" ] && break; done
+while IFS= read -r -t "${4:-3}" line <&4; do [ "$line" = "ack $1" ] && break; done
 [ "$line" = "ack $1" ] || fail "$1" 3
 exec 5<"$d/resp" 4<&- 3>&-
 while :; do
@@ -256,6 +257,26 @@ class KernelClient:
             self.state.cancelled_note = (
                 f"cell {cell} was cancelled and interrupted ({reply.status}); the kernel kept your variables"
             )
+
+    async def answers(self, ack_s: float = PING_ACK_S) -> bool:
+        """Whether the kernel is running and its state intact: one empty request that, unlike
+        `run`, never starts a kernel. A live kernel acks at once, so a dead one costs `ack_s`,
+        not the 3 s a cell waits. For the warm pool, before it hands a sandbox out."""
+        request = json.dumps({"code": "", "cell": 0, "timeout": PING_ACK_S})
+        async with self.state.lock:
+            if not self.state.started:
+                return False
+            result = await self.session.exec(
+                "bash", "-c", CLIENT, "client", os.urandom(8).hex(), request, "5", f"{ack_s:g}",
+                shell=False, timeout=15,
+            )  # fmt: skip
+        if result.exit_code != 0:
+            return False
+        try:
+            reply = CellReply.model_validate_json(result.stdout)
+        except ValidationError:
+            return False
+        return reply.status == "ok" and not reply.state_lost
 
     async def _start(self) -> None:
         command = [self.python, "-I", "-c", kernel_server.BOOT, kernel_source(), "serve"]

@@ -3,7 +3,8 @@
 Routes (all behind `guard.Guard`; JSON unless said):
 
 * `GET /` the page (static/index.html), `/static/...` its script and style;
-* `GET /api/config`: the CSRF token and what the page may choose (models, sandboxes);
+* `GET /api/config`: the CSRF token, what the page may choose (models, sandboxes) and the warm
+  pool's status (`WarmPool.status`: why warm-up fails, when it does);
 * `POST /api/sessions` (multipart: files, model, sandbox), `GET /api/sessions`,
   `POST /api/sessions/{id}/ask`, `POST /api/sessions/{id}/close`, `GET /api/sessions/{id}/events` (SSE);
 * `GET /api/runs`, `GET /api/runs/{name}` (the record, bounded);
@@ -149,8 +150,10 @@ def _run_files(request: Request) -> FileSource | None:
 
 async def _config(request: Request) -> JSONResponse:
     config: WebConfig = request.app.state.config
+    pool = request.app.state.live.manager.pool
     return JSONResponse({
         "csrf": config.secrets.csrf, "models": config.choices.models, "sandboxes": config.choices.sandboxes,
+        "pool": None if pool is None else pool.status(),  # why warm-up fails, when it does
     })  # fmt: skip
 
 

@@ -1,8 +1,11 @@
 """Which resource enforcement the local backend has on this machine, in one place: the seccomp
-filter that fits it, and the text `coderoom sandbox info` prints (see `cgroup`, `disk`, `network`).
+filter that fits it, the address-space limit, and the text `coderoom sandbox info` prints (see
+`cgroup`, `disk`, `network`).
 """
 
 from __future__ import annotations
+
+import resource
 
 from ..seccomp import NO_CGROUP_DENIED, Arch, build_filter
 from . import cgroup
@@ -13,6 +16,19 @@ def seccomp_filter(arch: Arch) -> bytes:
     and without a memory cgroup, memfd_create and shmget refused (nothing would count them)."""
     denied = NO_CGROUP_DENIED if cgroup.mode() is cgroup.Mode.NONE else ()
     return build_filter(arch, also_denied=denied, unsupported=("fallocate",))
+
+
+def address_space_limit(memory: int, *, counted_by_cgroup: bool) -> int:
+    """RLIMIT_AS for every command of a session: none where a memory cgroup counts its memory,
+    else `memory`.
+
+    Address space is not memory: a run_python kernel with numpy, pandas and matplotlib imported
+    maps about 430 MB (libraries, thread stacks, malloc arenas) while about 100 MB of it is
+    resident, so an RLIMIT_AS equal to `memory` refused `import pandas` at 256M in a kernel
+    although the same import fits in a plain process (issue 20). The cgroup charges what is really
+    used, by every process, and names the limit when it kills; Docker's containers have it alone
+    too. Without a cgroup, RLIMIT_AS is the only bound there is, so it stays at `memory`."""
+    return resource.RLIM_INFINITY if counted_by_cgroup else memory
 
 
 def describe() -> str:
@@ -26,7 +42,10 @@ def describe() -> str:
             "shmget are refused, but several processes can each take the whole limit"
         )
     else:
-        memory = f"{mode.value}: one cgroup per session counts every process, tmpfs and shared memory"
+        memory = (
+            f"{mode.value}: one cgroup per session counts every process, tmpfs and shared memory "
+            "(no address-space limit: mapped is not used)"
+        )
     egress = network.unavailable_reason()
     lines = {
         "memory": memory,

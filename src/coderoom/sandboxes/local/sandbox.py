@@ -34,8 +34,9 @@ Limits (see `Limits`):
   The command returns exit code 124 (`EXIT_TIMEOUT`) with `timed_out` set.
 * memory: a memory cgroup per sandbox where one can be had (`cgroup`): every process, tmpfs and
   shared memory count; at the limit the kernel kills in the command (exit 137, with a note
-  naming the limit). Also RLIMIT_AS per process, so one large allocation fails with MemoryError.
-  Without a cgroup, RLIMIT_AS only, and memfd_create/shmget are refused (`enforcement`).
+  naming the limit), and no address-space limit (mapped is not used: see
+  `enforcement.address_space_limit`). Without a cgroup, RLIMIT_AS = memory per process only, and
+  memfd_create/shmget are refused (`enforcement`).
 * pids: RLIMIT_NPROC, set inside the sandbox's user namespace, so it counts the sandbox's
   tasks (threads included; the launcher and each running command's init count too) and
   nothing of the host.

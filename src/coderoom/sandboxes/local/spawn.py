@@ -162,12 +162,13 @@ class SandboxPlan:
     def _settings(self) -> Settings:
         limits = self.limits
         file_size = min(limits.file_size, limits.workspace_size)
+        address_space = enforcement.address_space_limit(limits.memory, counted_by_cgroup=self._memory is not None)
         rlimits = [
             (resource.RLIMIT_CORE, 0, 0),
             (resource.RLIMIT_NOFILE, MAX_OPEN_FILES, MAX_OPEN_FILES),
             (resource.RLIMIT_CPU, limits.cpu_time, limits.cpu_time + CPU_KILL_GRACE_S),
             (resource.RLIMIT_FSIZE, file_size, file_size),  # no file outgrows the workspace
-            (resource.RLIMIT_AS, limits.memory, limits.memory),
+            (resource.RLIMIT_AS, address_space, address_space),
             (resource.RLIMIT_NPROC, limits.pids, limits.pids),
         ]
         return Settings(self._seccomp, self._clone_nr, rlimits, limits.tmp_size, self.root)
