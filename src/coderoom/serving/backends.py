@@ -1,0 +1,22 @@
+"""Every sandbox backend a server offers, prepared before it listens.
+
+Why before: preparing can take minutes (Docker builds its image when it is missing or stale) and
+is blocking work; done on the first session's request it would stall the server's event loop and
+every other client with it. A backend that cannot be prepared is a usage error (exit 2) before
+any client is served.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from ..sandboxes import get_backend
+from ..sandboxes.limits import Limits
+from ..sandboxes.spec import SandboxSpec
+
+
+def prepare_backends(names: Iterable[str], limits: Limits, say: Callable[[str], None]) -> None:
+    """`backend.prepare` for each of `names` with the server's limits; its progress lines go to
+    `say`, each prefixed by the backend's name."""
+    for name in dict.fromkeys(names):
+        get_backend(name).prepare(SandboxSpec(backend=name, limits=limits), lambda line, name=name: say(f"{name}: {line}"))
