@@ -5,9 +5,10 @@ Why no signal handlers of its own: `interrupts.run_interruptible` owns SIGINT/SI
 for the whole process, so a stopped server closes and saves every session and exits 130/143/129
 like a run. It stops the server by cancelling the task that serves; uvicorn alone would leave
 its lifespan task to be cancelled by `asyncio.run` on the way out, which logs a traceback
-("Exception in 'lifespan' protocol"). `serve_app` instead shuts uvicorn down as its own
-SIGTERM would: no new connections, open ones asked to end, the application's lifespan shut
-down (the page's asks cancelled, MCP's transports ended), then the cancel goes on.
+("Exception in 'lifespan' protocol"). `serve_app` instead shuts the application down first
+(its lifespan: the page's asks cancelled and sessions closed, so their event streams end whole;
+MCP's transports ended), then uvicorn as its own SIGTERM would (no new connections, open ones
+asked to end within SHUTDOWN_GRACE_S), then the cancel goes on.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ async def serve_app(app: ASGIApp, sock: socket.socket, announce: Callable[[], No
             await server.serve(sockets=[sock])
         except asyncio.CancelledError:
             if server.started:
-                server.handle_exit(signal.SIGTERM, None)  # what uvicorn's own handler does; event streams end too
+                await server.lifespan.shutdown()  # first the application's own end: sessions closed, their event streams end
+                server.handle_exit(signal.SIGTERM, None)  # then what uvicorn's own handler does
                 await server.shutdown(sockets=[sock])
             raise
     finally:
