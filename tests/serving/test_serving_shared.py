@@ -50,7 +50,8 @@ def test_both_applications_sit_behind_the_shared_guard_in_the_same_order(tmp_pat
     web = build_app(WebConfig(tmp_path / "runs", Choices(["offline"], ["local"]), frozenset({"127.0.0.1:1"}), Secrets()), manager)
     settings = ServerSettings(None, "local", Limits(), tmp_path / "runs", ReadPolicy([]))
     mcp = http_app(build_server(manager, settings), host="127.0.0.1", port=1, token="t")
-    for name, stack in (("serve", layers(web.build_middleware_stack())), ("mcp --http", layers(mcp))):
+    for name, app in (("serve", web), ("mcp --http", mcp)):
+        stack = layers(app.build_middleware_stack())
         shared = [layer for layer in stack if layer in SHARED_LAYERS]
         assert shared == SHARED_LAYERS, (name, stack)
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
-from starlette.types import ASGIApp
+from starlette.applications import Starlette
 
 from ..service import SessionManager
 from ..serving.bind import host_headers, is_loopback, shown_host
@@ -41,14 +41,15 @@ async def serve_stdio(server: MCPServer, manager: SessionManager) -> None:
         await server.run_stdio_async()
 
 
-def http_app(server: MCPServer, *, host: str, port: int, token: str) -> ASGIApp:
+def http_app(server: MCPServer, *, host: str, port: int, token: str) -> Starlette:
     """The SDK's streamable HTTP app behind the shared guard: the token always; Host and Origin
     on a loopback bind (a remote one has no names to check against; the token is its guard)."""
     app = server.streamable_http_app(
         streamable_http_path=MCP_PATH, host=host, max_request_body_size=MAX_HTTP_BODY_BYTES,
         transport_security=SDK_HOST_CHECK_OFF,
     )
-    return guarded(app, token=token, hosts=host_headers(host, port) if is_loopback(host) else None)
+    app.add_middleware(guarded, token=token, hosts=host_headers(host, port) if is_loopback(host) else None)
+    return app
 
 
 async def serve_http(

@@ -3,12 +3,15 @@ shut down without a traceback.
 
 Why no signal handlers of its own: `interrupts.run_interruptible` owns SIGINT/SIGTERM/SIGHUP
 for the whole process, so a stopped server closes and saves every session and exits 130/143/129
-like a run. It stops the server by cancelling the task that serves; uvicorn alone would leave
-its lifespan task to be cancelled by `asyncio.run` on the way out, which logs a traceback
-("Exception in 'lifespan' protocol"). `serve_app` instead shuts the application down first
-(its lifespan: the page's asks cancelled and sessions closed, so their event streams end whole;
-MCP's transports ended), then uvicorn as its own SIGTERM would (no new connections, open ones
-asked to end within SHUTDOWN_GRACE_S), then the cancel goes on.
+like a run. It stops the server by cancelling the task that serves.
+
+Why the application's lifespan runs here, not in uvicorn: uvicorn runs it in a task of its own,
+which that cancel never reaches; `asyncio.run` cancelled it on the way out and uvicorn logged
+the cancel as a traceback ("Exception in 'lifespan' protocol", issue 20). Here it runs in the
+serving task: on a signal the application ends first (the page's asks cancelled and sessions
+closed, so their event streams end whole; MCP's transports ended), then uvicorn as its own
+SIGTERM would (no new connections, open ones asked to end within SHUTDOWN_GRACE_S). A second
+signal cancels that end like any other work of the task (a save is cut, as in a run).
 """
 
 from __future__ import annotations
@@ -20,11 +23,11 @@ import socket
 from collections.abc import Callable, Iterator
 
 import uvicorn
-from starlette.types import ASGIApp
+from starlette.applications import Starlette
 
 LISTEN_BACKLOG = 128
 SHUTDOWN_GRACE_S = 3.0
-"""How long open requests (event streams, a tool call) get to end once the server stops."""
+"""How long open requests (an event stream, a tool call) get to end once the server stops."""
 
 
 class QuietServer(uvicorn.Server):
@@ -35,20 +38,23 @@ class QuietServer(uvicorn.Server):
         yield
 
 
-async def serve_app(app: ASGIApp, sock: socket.socket, announce: Callable[[], None]) -> None:
+async def serve_app(app: Starlette, sock: socket.socket, announce: Callable[[], None]) -> None:
     """Serve `app` on `sock` (bound, not yet listening) until cancelled; `announce()` once it
     listens. The socket is closed on every way out."""
-    server = QuietServer(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=SHUTDOWN_GRACE_S))
+    config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
+    server = QuietServer(config)
     try:
-        sock.listen(LISTEN_BACKLOG)  # before the announcement: an early client waits, never is refused
-        announce()
-        try:
-            await server.serve(sockets=[sock])
-        except asyncio.CancelledError:
-            if server.started:
-                await server.lifespan.shutdown()  # first the application's own end: sessions closed, their event streams end
-                server.handle_exit(signal.SIGTERM, None)  # then what uvicorn's own handler does
-                await server.shutdown(sockets=[sock])
-            raise
+        async with contextlib.AsyncExitStack() as application:
+            await application.enter_async_context(app.router.lifespan_context(app))
+            sock.listen(LISTEN_BACKLOG)  # before the announcement: an early client waits, never is refused
+            announce()
+            try:
+                await server.serve(sockets=[sock])
+            except asyncio.CancelledError:
+                await application.aclose()  # the application's own end first
+                if server.started:
+                    server.handle_exit(signal.SIGTERM, None)  # then what uvicorn's own handler does
+                    await server.shutdown(sockets=[sock])
+                raise
     finally:
         sock.close()
