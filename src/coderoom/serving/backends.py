@@ -19,4 +19,8 @@ def prepare_backends(names: Iterable[str], limits: Limits, say: Callable[[str], 
     """`backend.prepare` for each of `names` with the server's limits; its progress lines go to
     `say`, each prefixed by the backend's name."""
     for name in dict.fromkeys(names):
-        get_backend(name).prepare(SandboxSpec(backend=name, limits=limits), lambda line, name=name: say(f"{name}: {line}"))
+        get_backend(name).prepare(SandboxSpec(backend=name, limits=limits), _prefixed(name, say))
+
+
+def _prefixed(name: str, say: Callable[[str], None]) -> Callable[[str], None]:
+    return lambda line: say(f"{name}: {line}")

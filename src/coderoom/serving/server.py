@@ -26,7 +26,7 @@ import uvicorn
 from starlette.applications import Starlette
 
 LISTEN_BACKLOG = 128
-SHUTDOWN_GRACE_S = 3.0
+SHUTDOWN_GRACE_S = 3
 """How long open requests (an event stream, a tool call) get to end once the server stops."""
 
 
