@@ -10,7 +10,10 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+import pytest
 
 from coderoom.web.bodies import MAX_JSON_BYTES
 from mcp_process import start_http
@@ -21,10 +24,24 @@ MAX_SESSIONS = 2
 SANDBOX_PREFIX = "coderoom-local-"
 
 
-def _server(tmp_path: Path, tmpdir: Path) -> Served:
-    runs = tmp_path / "runs"
-    runs.mkdir()
-    return serve(runs, "--sandbox", "local", "--max-sessions", str(MAX_SESSIONS), env={"TMPDIR": str(tmpdir)})
+@pytest.fixture
+def start(tmp_path: Path, tmpdir_for_sessions: Path) -> Iterator[Callable[[], Served]]:
+    """`start()`: a `coderoom serve` on the local sandbox with sessions in the test's own TMPDIR;
+    one a failed test left running is killed at the end."""
+    started: list[Served] = []
+
+    def start_one() -> Served:
+        runs = tmp_path / "runs"
+        runs.mkdir()
+        started.append(serve(runs, "--sandbox", "local", "--max-sessions", str(MAX_SESSIONS),
+                             env={"TMPDIR": str(tmpdir_for_sessions)}))
+        return started[-1]
+
+    yield start_one
+    for server in started:
+        if server.process.poll() is None:
+            server.process.kill()
+            server.process.wait(30)
 
 
 def _csrf(server: Served) -> dict[str, str]:
@@ -58,8 +75,8 @@ def _sandbox_folders(tmpdir: Path) -> list[Path]:
     return sorted(tmpdir.glob(SANDBOX_PREFIX + "*"))
 
 
-def test_a_thousand_malformed_opens_start_no_sandbox_and_leave_the_cap_free(tmp_path: Path, tmpdir_for_sessions: Path) -> None:
-    server = _server(tmp_path, tmpdir_for_sessions)
+def test_a_thousand_malformed_opens_start_no_sandbox_and_leave_the_cap_free(start: Callable[[], Served], tmpdir_for_sessions: Path) -> None:
+    server = start()
     csrf = _csrf(server)
     bodies = _bad_open_bodies()
     for n in range(BAD_REQUESTS):
@@ -81,8 +98,8 @@ def test_a_thousand_malformed_opens_start_no_sandbox_and_leave_the_cap_free(tmp_
     assert "Traceback" not in stderr, stderr[-3000:]
 
 
-def test_json_nested_too_deeply_or_too_large_is_refused_and_ctrl_c_logs_no_traceback(tmp_path: Path, tmpdir_for_sessions: Path) -> None:
-    server = _server(tmp_path, tmpdir_for_sessions)
+def test_json_nested_too_deeply_or_too_large_is_refused_and_ctrl_c_logs_no_traceback(start: Callable[[], Served]) -> None:
+    server = start()
     csrf = _csrf(server)
     form_headers, form = multipart({"model": "offline"}, [])
     session = json.loads(server.authed("POST", "/api/sessions", {**csrf, **form_headers}, form).body)["id"]
@@ -116,11 +133,16 @@ def test_json_nested_too_deeply_or_too_large_is_refused_and_ctrl_c_logs_no_trace
 
 async def test_mcp_over_http_logs_no_traceback_at_sigterm(tmp_path: Path) -> None:
     server = start_http("--sandbox", "local", "--runs", str(tmp_path / "runs"), cwd=tmp_path)
-    async with server.client() as client:
-        opened = await client.call_tool("open_session", {})
-        assert not opened.is_error
-        server.process.send_signal(signal.SIGTERM)
-        assert server.process.wait(60) == 143
+    try:
+        async with server.client() as client:
+            opened = await client.call_tool("open_session", {})
+            assert not opened.is_error
+            server.process.send_signal(signal.SIGTERM)
+            assert server.process.wait(60) == 143
+    finally:
+        if server.process.poll() is None:
+            server.process.kill()
+            server.process.wait(30)
     stderr = "".join(server.stderr) + server.process.stderr.read()
     assert "Traceback" not in stderr, stderr[-3000:]
     assert "closed and saved" in stderr

@@ -159,8 +159,10 @@ def _prepared(stderr: str) -> list[str]:
 def test_serve_prepares_every_offered_backend_before_it_listens(tmp_path: Path) -> None:
     (tmp_path / "runs").mkdir()
     page = serve(tmp_path / "runs", command=(sys.executable, "-c", SPY))
-    offered = json.loads(page.authed("GET", "/api/config").body)["sandboxes"]
-    assert page.stop() == 143
+    try:
+        offered = json.loads(page.authed("GET", "/api/config").body)["sandboxes"]
+    finally:
+        assert page.stop() == 143
     assert _prepared(page.process.stderr.read()) == [f"{name} listening=False" for name in offered]
 
 
