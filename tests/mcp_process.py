@@ -39,10 +39,14 @@ class HttpServer:
         return Client(streamable_http_client(self.url, http_client=httpx2.AsyncClient(headers=headers, timeout=120)))
 
 
-def start_http(*args: str, cwd: Path) -> HttpServer:
-    """Run `coderoom mcp --http --port 0 ARGS` and wait for its URL and token on stderr."""
+COMMAND = (sys.executable, "-m", "coderoom")
+
+
+def start_http(*args: str, cwd: Path, command: tuple[str, ...] = COMMAND) -> HttpServer:
+    """Run `coderoom mcp --http --port 0 ARGS` and wait for its URL and token on stderr
+    (`command`: how coderoom is started)."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "coderoom", "mcp", "--http", "--port", "0", *args],
+        [*command, "mcp", "--http", "--port", "0", *args],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env=server_env(), cwd=cwd,
     )

@@ -112,6 +112,9 @@ FORBIDDEN = [
     ("coderoom.mcp_server", ["coderoom.cli", "coderoom.sandboxes.local", "coderoom.sandboxes.docker",
                              "coderoom.tools", "agents"]),
     ("coderoom.run", ["coderoom.service", "coderoom.mcp_server"]),
+    # what both HTTP front ends share names neither of them, nor sessions, runs or a backend
+    ("coderoom.serving", ["coderoom.cli", "coderoom.web", "coderoom.mcp_server", "coderoom.service", "coderoom.run",
+                          "coderoom.sandboxes.local", "coderoom.sandboxes.docker", "agents"]),
 ]
 
 

@@ -17,7 +17,8 @@ import uvicorn
 
 from coderoom.service import SessionManager
 from coderoom.web.app import WebConfig, build_app
-from coderoom.web.guard import Secrets, allowed_hosts
+from coderoom.serving.bind import host_headers
+from coderoom.web.guard import Secrets
 from coderoom.web.live import Choices
 from web.served import Endpoint
 
@@ -32,7 +33,7 @@ def served_in_process(runs_dir: Path, backend: Any) -> Iterator[Endpoint]:
     listener.bind(("127.0.0.1", 0))
     port = listener.getsockname()[1]
     secrets_ = Secrets()
-    config = WebConfig(runs_dir, Choices(["offline"], [backend.name]), allowed_hosts("127.0.0.1", port), secrets_)
+    config = WebConfig(runs_dir, Choices(["offline"], [backend.name]), host_headers("127.0.0.1", port), secrets_)
     manager = SessionManager(sandbox=backend.name, backend=backend, model="offline", runs_dir=runs_dir)
     server = uvicorn.Server(uvicorn.Config(build_app(config, manager), log_level="warning", lifespan="on"))
     thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[listener])), daemon=True)

@@ -73,11 +73,15 @@ class Served(Endpoint):
             return self.process.wait()
 
 
-def serve(runs_dir: Path, *args: str) -> Served:
-    """Start `coderoom serve --port 0 --runs-dir RUNS_DIR ARGS` and wait for its URL line."""
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "CODEROOM_MODEL")}
+COMMAND = (sys.executable, "-m", "coderoom")
+
+
+def serve(runs_dir: Path, *args: str, command: tuple[str, ...] = COMMAND, env: dict[str, str] | None = None) -> Served:
+    """Start `coderoom serve --port 0 --runs-dir RUNS_DIR ARGS` and wait for its URL line
+    (`command`: how coderoom is started; `env`: added to the environment)."""
+    env = {**{k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "CODEROOM_MODEL")}, **(env or {})}
     process = subprocess.Popen(
-        [sys.executable, "-m", "coderoom", "serve", "--port", "0", "--runs-dir", str(runs_dir), *args],
+        [*command, "serve", "--port", "0", "--runs-dir", str(runs_dir), *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=runs_dir.parent,
     )  # fmt: skip
     assert process.stdout is not None

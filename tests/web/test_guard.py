@@ -20,7 +20,8 @@ from web.served import Served
                                   "/api/runs/x/file?path=output/a", "/api/runs/x/zip", "/static/index.html"])
 def test_a_request_without_the_token_is_refused(server: Served, path: str) -> None:
     reply = server.request("GET", path)
-    assert reply.status == 403
+    assert reply.status == 401
+    assert reply.headers["www-authenticate"].startswith("Bearer")
     assert b"token" in reply.body
     assert b"csrf" not in reply.body.lower()
 
@@ -32,9 +33,9 @@ def _changed(token: str) -> str:
 
 def test_a_wrong_token_is_refused(server: Served) -> None:
     for wrong in (_changed(server.token), "", server.token[:-1], server.token + "A"):
-        assert server.request("GET", "/api/config", {"Authorization": f"Bearer {wrong}"}).status == 403, wrong
+        assert server.request("GET", "/api/config", {"Authorization": f"Bearer {wrong}"}).status == 401, wrong
     for header in (server.token, f"Basic {server.token}", f"Bearer{server.token}x"):
-        assert server.request("GET", "/api/config", {"Authorization": header}).status == 403, header
+        assert server.request("GET", "/api/config", {"Authorization": header}).status == 401, header
     assert server.request("GET", "/api/config", {"Authorization": f"bearer {server.token}"}).status == 200
 
 
@@ -44,8 +45,8 @@ def test_no_credential_is_in_a_cookie_or_a_url(server: Served) -> None:
         reply = server.authed("GET", path)
         assert "set-cookie" not in reply.headers, path
         assert server.token.encode() not in reply.body, path
-    assert server.request("GET", "/api/config", {"Cookie": f"coderoom_token={server.token}"}).status == 403
-    assert server.request("GET", f"/api/config?token={server.token}").status == 403
+    assert server.request("GET", "/api/config", {"Cookie": f"coderoom_token={server.token}"}).status == 401
+    assert server.request("GET", f"/api/config?token={server.token}").status == 401
 
 
 def test_the_page_itself_is_public_and_secret_free(server: Served) -> None:
@@ -54,7 +55,7 @@ def test_the_page_itself_is_public_and_secret_free(server: Served) -> None:
         assert reply.status == 200, path
     page = server.request("GET", "/")
     assert b'<script src="/static/app.js"' in page.body
-    assert server.request("POST", "/", {"Content-Length": "0"}).status == 403  # only GET/HEAD are public
+    assert server.request("POST", "/", {"Content-Length": "0"}).status == 401  # only GET/HEAD are public
 
 
 def test_the_page_has_the_strict_csp_and_no_inline_script(server: Served) -> None:
@@ -86,7 +87,7 @@ def test_a_state_changing_request_needs_the_csrf_token(server: Served) -> None:
     # with it, the request reaches the route (which has no such session)
     assert server.authed("POST", "/api/sessions/none/ask", {"X-Coderoom-CSRF": _csrf(server)}, body).status == 404
     # the CSRF token is no token: without the bearer token it opens nothing
-    assert server.request("POST", "/api/sessions/none/ask", {"X-Coderoom-CSRF": _csrf(server)}, body).status == 403
+    assert server.request("POST", "/api/sessions/none/ask", {"X-Coderoom-CSRF": _csrf(server)}, body).status == 401
 
 
 def test_another_origin_or_a_cross_site_fetch_is_refused(server: Served) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import secrets
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -19,8 +18,10 @@ from rich.text import Text
 from ..errors import UsageError
 from ..sandboxes.limits import limits_from_flags
 from ..sandboxes import backend_names, get_backend
-from ..sandboxes.registry import prepare_backend
 from ..sandboxes.defaults import default_backend_name
+from ..serving.backends import prepare_backends
+from ..serving.bind import bind, check_bind
+from ..serving.guard import new_token
 from . import service_options as options
 from .application import app
 from .errors import reported
@@ -58,7 +59,7 @@ def mcp(
 
     with raising_on_signals(), reported():
         from ..mcp_server.policy import ReadPolicy
-        from ..mcp_server.serve import check_bind, serve_http, serve_stdio
+        from ..mcp_server.serve import serve_http, serve_stdio
         from ..mcp_server.tools import ServerSettings, build_server
         from ..models import resolve_model
         from ..sandboxes.spec import SandboxSpec
@@ -77,21 +78,21 @@ def mcp(
             check_bind(host, allow_remote)
         asyncio.run(resolve_model(model, environ=dict(os.environ)).aclose())  # a bad spec: exit 2 now
         with ReadPolicy(allow_read) as policy:  # the roots stay open until the server stops (SVC-M1)
-            prepare_backend(spec, lambda line: console.print(Text(f"{backend}: {line}")))
+            sock = bind(host, port, allow_remote) if http else None  # a taken port: exit 2, before any session
+            prepare_backends([backend], limits, lambda line: console.print(Text(line)))
             warm = WarmPool(pool, pool_max_idle, spec) if pool > 0 else None
             manager = SessionManager(max_sessions=max_sessions, idle_timeout_s=idle_timeout, limits=limits,
                                      sandbox=backend, model=model, runs_dir=runs, pool=warm)
             server = build_server(manager, ServerSettings(model, backend, limits, runs, policy))
             try:
-                if http:
-                    token = secrets.token_urlsafe(32)
+                if sock is not None:
+                    token = new_token()
 
                     def announce(url: str) -> None:
                         console.print(Text(f"coderoom mcp: listening on {url}"))
                         console.print(Text(f"token: {token}  (send it as: Authorization: Bearer <token>)"))
 
-                    asyncio.run(run_interruptible(serve_http(server, manager, host=host, port=port, token=token,
-                                                             announce=announce)))
+                    asyncio.run(run_interruptible(serve_http(server, manager, sock=sock, token=token, announce=announce)))
                 else:
                     asyncio.run(run_interruptible(serve_stdio(server, manager)))
             except Interrupted as exc:

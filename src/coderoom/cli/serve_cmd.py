@@ -1,5 +1,7 @@
 """`coderoom serve`: the web page over live sessions and past runs (`coderoom.web`).
 
+Serving itself (the loopback rule, the token, Host and Origin checks, uvicorn, preparing the
+offered backends before listening) is `coderoom.serving`'s, shared with `coderoom mcp --http`.
 It listens on 127.0.0.1 unless told otherwise; a non-loopback address needs `--allow-remote`,
 and the token is required whatever the address. The URL with the token is printed once, as
 Jupyter does, in the fragment (`/#token=...`, which no browser sends to a server); the page
@@ -9,22 +11,25 @@ bound and a model spec that does not resolve are usage errors (exit 2) found bef
 
 from __future__ import annotations
 
-import contextlib
-import ipaddress
 import socket
 from dataclasses import dataclass
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
+from rich.console import Console
 
 from ..errors import UsageError
 from ..sandboxes.limits import limits_from_flags
+from ..serving.backends import prepare_backends
+from ..serving.bind import bind, host_headers, shown_host
 from . import service_options as options
 from .application import app
+from .display import safe
 from .errors import reported
 from .limit_option import Limit
+
+console = Console(stderr=True)
 
 DEFAULT_PORT = 8780  # not coderoom mcp's 8765: both can run side by side
 
@@ -47,15 +52,18 @@ def serve(
     pool_max_idle: options.PoolMaxIdle = options.POOL_MAX_IDLE_DEFAULT_S,
 ) -> None:
     """Serve the web page: upload files, ask, watch the run live, browse past runs."""
-    with reported():
+    from ..interrupts import raising_on_signals
+
+    with raising_on_signals(), reported():
         if max_sessions < 1:
             raise UsageError(f"--max-sessions {max_sessions}: at least 1")
         limits = limits_from_flags(limit, memory=memory, timeout=timeout)
         options.check_pool(pool, pool_max_idle, idle_timeout)
         choices = _choices(model or [], sandbox or [])
-        listener = _listen(host, port, allow_remote)
+        sock = bind(host, port, allow_remote)
+        prepare_backends(choices.sandboxes, limits, lambda line: console.print(safe(line)))
     sessions = Sessions(max_sessions, limits, idle_timeout, pool, pool_max_idle)
-    _serve(listener, host, runs_dir, choices, public_host or [], sessions)
+    _serve(sock, host, runs_dir, choices, public_host or [], sessions)
 
 
 @dataclass(frozen=True)
@@ -67,26 +75,6 @@ class Sessions:
     idle_timeout_s: float
     pool: int
     pool_max_idle_s: float
-
-
-def _listen(host: str, port: int, allow_remote: bool) -> socket.socket:
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        raise UsageError(f"--host {host!r}: give an IP address (127.0.0.1, ::1, or with --allow-remote another)") from None
-    if not address.is_loopback and not allow_remote:
-        raise UsageError(f"--host {host} is not a loopback address: add --allow-remote to listen there (the token is still required)")
-    if not 0 <= port <= 65535:
-        raise UsageError(f"--port {port}: not a port number")
-    listener = socket.socket(socket.AF_INET6 if address.version == 6 else socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        listener.bind((host, port))
-    except OSError as exc:
-        listener.close()
-        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    listener.listen(128)
-    return listener
 
 
 def _choices(models: list[str], sandboxes: list[str]):  # noqa: ANN202  (web.live.Choices)
@@ -113,41 +101,33 @@ def _choices(models: list[str], sandboxes: list[str]):  # noqa: ANN202  (web.liv
     return Choices(models=offered, sandboxes=list(dict.fromkeys(usable)))
 
 
-def _serve(listener: socket.socket, host: str, runs_dir: Path, choices, public_hosts: list[str], sessions: Sessions) -> None:  # noqa: ANN001
+def _serve(sock: socket.socket, host: str, runs_dir: Path, choices, public_hosts: list[str], sessions: Sessions) -> None:  # noqa: ANN001
     """Serve until a signal; then every live session is closed and saved, and the exit code is
     the signal's (130, 143, 129), as a run's (`interrupts`)."""
     import asyncio
 
     from ..interrupts import Interrupted, exit_now, raising_on_signals, run_interruptible
 
-    port = listener.getsockname()[1]
     with raising_on_signals():
         try:
-            asyncio.run(run_interruptible(_serve_until_cancelled(listener, host, port, runs_dir, choices, public_hosts, sessions)))
+            asyncio.run(run_interruptible(_serve_until_cancelled(sock, host, runs_dir, choices, public_hosts, sessions)))
         except Interrupted as exc:
             print(f"coderoom serve: {exc.message}; every live session was closed and saved under {runs_dir}", flush=True)
             exit_now(exc.exit_code)
 
 
 async def _serve_until_cancelled(
-    listener: socket.socket, host: str, port: int, runs_dir: Path, choices: Any, public_hosts: list[str], sessions: Sessions
+    sock: socket.socket, host: str, runs_dir: Path, choices: Any, public_hosts: list[str], sessions: Sessions
 ) -> None:
-    import uvicorn
-
     from ..sandboxes.spec import SandboxSpec
     from ..service import SessionManager, WarmPool
+    from ..serving.server import serve_app
     from ..web.app import WebConfig, build_app
-    from ..web.guard import Secrets, allowed_hosts
+    from ..web.guard import Secrets
 
-    class Server(uvicorn.Server):
-        """uvicorn without its own signal handlers: coderoom's (`interrupts`) stop the server."""
-
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            yield
-
+    port = sock.getsockname()[1]
     secrets_ = Secrets()
-    config = WebConfig(runs_dir=runs_dir, choices=choices, hosts=allowed_hosts(host, port, public_hosts), secrets=secrets_)
+    config = WebConfig(runs_dir=runs_dir, choices=choices, hosts=host_headers(host, port, public_hosts), secrets=secrets_)
     default_sandbox = choices.sandboxes[0]
     warm = None
     if sessions.pool > 0:
@@ -159,10 +139,8 @@ async def _serve_until_cancelled(
     ) as manager:
         if warm is not None:
             await warm.start()
-        web_app = build_app(config, manager)
-        shown = f"[{host}]" if ":" in host else host
-        print(f"coderoom serve: http://{shown}:{port}/#token={secrets_.token}", flush=True)
-        try:
-            await Server(uvicorn.Config(web_app, log_level="warning", lifespan="on")).serve(sockets=[listener])
-        finally:
-            listener.close()
+
+        def announce() -> None:
+            print(f"coderoom serve: http://{shown_host(host)}:{port}/#token={secrets_.token}", flush=True)
+
+        await serve_app(build_app(config, manager), sock, announce)

@@ -1,8 +1,10 @@
 """`coderoom serve`: a web page over live sessions and past runs, on 127.0.0.1 by default.
 
-* `guard`: the boundary every request crosses: Host check, the token (given once in the URL's
-  fragment, sent by the page as an Authorization header, never a cookie), CSRF and Origin
-  checks, body size.
+* `guard`: the boundary every request crosses: the shared Host, token and Origin checks of
+  `coderoom.serving.guard` (the token given once in the URL's fragment, sent by the page as an
+  Authorization header, never a cookie), then CSRF and body size.
+* `bodies`: request bodies read whole and checked (a whole multipart form, bounded JSON) before
+  a route acts on them.
 * `headers`: the page's Content-Security-Policy and the other response headers.
 * `files`: listing, previews, downloads and zips of files a sandbox wrote (hostile), from a live
   session or a run folder.

@@ -1,6 +1,7 @@
 """The Starlette application of `coderoom serve`: routes, the guard and the headers around them.
 
-Routes (all behind `guard.Guard`; JSON unless said):
+Routes (all behind `guard.middleware`: the shared Host, token and Origin checks of
+`coderoom.serving.guard`, then CSRF and size; JSON unless said):
 
 * `GET /` the page (static/index.html), `/static/...` its script and style;
 * `GET /api/config`: the CSRF token, what the page may choose (models, sandboxes) and the warm
@@ -33,8 +34,9 @@ from ..errors import (
 )
 from ..hostile.names import UnsafePath
 from . import files as artifact_files
+from .bodies import JsonTooLarge
 from .files import FileSource, FileTooLarge, RunFolderFiles, SessionFiles, checked_path
-from .guard import BodyTooLarge, Guard, Secrets
+from .guard import BodyTooLarge, Secrets, middleware
 from .headers import SecurityHeaders
 from .live import Choices, Live, ask, close_session, events, list_sessions, open_session
 from .runs import NoSuchRun, list_runs, run_folder, run_record
@@ -70,10 +72,7 @@ def build_app(config: WebConfig, manager: Any) -> Starlette:
 
     app = Starlette(
         routes=_routes(),
-        middleware=[
-            Middleware(SecurityHeaders),
-            Middleware(Guard, secrets_=config.secrets, hosts=config.hosts),
-        ],
+        middleware=[Middleware(SecurityHeaders), *middleware(config.secrets, config.hosts)],
         exception_handlers={
             CoderoomError: _coderoom_error, UploadRefused: _bad_request, UnsafePath: _bad_request,
             NoSuchRun: _not_found, FileNotFoundError: _not_found, IsADirectoryError: _not_found,
@@ -174,7 +173,8 @@ async def _run(request: Request) -> JSONResponse:
 
 
 HTTP_STATUS = {
-    UnknownSession: 404, SessionClosed: 409, TooManySessions: 429, NoSuchFile: 404, ReadTooLarge: 413, RequestRefused: 400,
+    UnknownSession: 404, SessionClosed: 409, TooManySessions: 429, NoSuchFile: 404, ReadTooLarge: 413, JsonTooLarge: 413,
+    RequestRefused: 400,
     HostWriteFailed: 507,  # the runs disk is full or read-only: the server keeps answering, the message says what is kept
 }
 """What a session's refusal is to a browser; any other usage error is 400, the rest 500."""

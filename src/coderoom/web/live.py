@@ -24,6 +24,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from ..errors import CoderoomError, UsageError
 from ..record import read_record
 from ..record.events import EventsLost
+from .bodies import complete_form, json_body
 from .uploads import read_uploads
 from .view import event_json
 
@@ -75,12 +76,13 @@ def _pick(value: str | None, allowed: list[str], what: str) -> str:
 
 async def open_session(request: Request) -> JSONResponse:
     """The form (uploads, model, sandbox) is read only once the manager holds a slot for the
-    session: a full server (429) reads no upload."""
+    session: a full server (429) reads no upload. A body that is not a whole multipart form is
+    refused (400) before a sandbox starts, and gives its slot back."""
     live: Live = request.app.state.live
     chosen: dict[str, Any] = {}
 
     async def prepare() -> dict[str, Any]:
-        async with request.form(max_files=64, max_fields=16, max_part_size=MAX_FORM_FIELD_BYTES) as form:
+        async with complete_form(request, max_files=64, max_fields=16, max_part_size=MAX_FORM_FIELD_BYTES) as form:
             chosen["files"] = await read_uploads(form)
             chosen["model"] = _pick(_field(form, "model"), live.choices.models, "model")
             chosen["sandbox"] = _pick(_field(form, "sandbox"), live.choices.sandboxes, "sandbox")
@@ -107,11 +109,9 @@ async def ask(request: Request) -> JSONResponse:
     session = live.session(request.path_params["id"])
     if session is None:
         return JSONResponse({"error": "no such live session"}, status_code=404)
-    try:
-        body = json.loads(await request.body())
-        text = body["request"]
-        assert isinstance(text, str)
-    except (ValueError, KeyError, TypeError, AssertionError):
+    body = await json_body(request)  # not JSON, too deep: 400; too large: 413
+    text = body.get("request") if isinstance(body, dict) else None
+    if not isinstance(text, str):
         return JSONResponse({"error": 'the body must be JSON: {"request": "..."}'}, status_code=400)
     if not text.strip() or len(text) > MAX_REQUEST_CHARS:
         return JSONResponse({"error": f"a request needs 1 to {MAX_REQUEST_CHARS} characters"}, status_code=400)
