@@ -116,7 +116,7 @@ def test_both_commands_refuse_a_non_loopback_address_in_the_same_words(tmp_path:
 
 SPY = """
 import os, sys
-import coderoom.serving.backends as backends
+import coderoom.sandboxes.registry as registry  # prepare_backend, which every server calls, looks its backend up here
 
 def listening():
     '''Whether a socket of this process listens (TCP state 0A in /proc/net/tcp*).'''
@@ -144,8 +144,8 @@ class Spy:
         print(f"PREPARE {spec.backend} listening={listening()}", file=sys.stderr, flush=True)
         return self.backend.prepare(spec, progress)
 
-real = backends.get_backend
-backends.get_backend = lambda name: Spy(real(name))
+real = registry.get_backend
+registry.get_backend = lambda name, **kw: Spy(real(name, **kw))
 from coderoom.cli import main
 sys.argv[0] = "coderoom"
 main()
