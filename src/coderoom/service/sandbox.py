@@ -1,23 +1,15 @@
 """`LiveSandbox`: one started sandbox session kept open across requests, for a live session or
 the warm pool, closed (and deleted) exactly once.
 
-A one-shot run holds its sandbox in an `async with open_session(...)` block; a live session's
-sandbox outlives every request, so the same context manager is entered on an exit stack here and
-left by `aclose` (from whichever task closes the session: its client, the idle reaper, shutdown).
+A live session's sandbox outlives every request: `HeldSession` holds `open_session`'s block open
+until `aclose` (from whichever task closes the session: its client, the idle reaper, shutdown).
 """
 
 from __future__ import annotations
 
 import asyncio
-from contextlib import AsyncExitStack
-from typing import Any
 
-from agents.sandbox import Manifest
-
-from ..interrupts import finish_uncancelled
-from ..sandboxes.base import SandboxBackend
-from ..sandboxes.session import open_session
-from ..sandboxes.spec import SandboxSpec
+from ..sandboxes.session import HeldSession
 from ..tools.python_kernel import KernelClient, KernelError, cell_timeout
 
 WARM_IMPORTS = "for _m in ('numpy', 'pandas', 'matplotlib.pyplot'):\n    __import__(_m)\ndel _m\n"
@@ -27,25 +19,9 @@ imports exactly as in a kernel that was not warmed (and as its notebook export a
 matplotlib's backend is the kernel's own default (Agg)."""
 
 
-class LiveSandbox:
-    """A started SDK sandbox session (`session`) with its spec; `aclose` is idempotent."""
-
-    def __init__(self, spec: SandboxSpec, session: Any, stack: AsyncExitStack) -> None:
-        self.spec = spec
-        self.session = session
-        self._stack = stack
-        self._closed = False
-
-    @classmethod
-    async def start(cls, spec: SandboxSpec, backend: SandboxBackend | None = None) -> LiveSandbox:
-        """`backend`: an object to use instead of the registry's (tests hand in the fake)."""
-        stack = AsyncExitStack()
-        try:
-            session = await stack.enter_async_context(open_session(spec, Manifest(), backend=backend))
-        except BaseException:
-            await finish_uncancelled(stack.aclose())
-            raise
-        return cls(spec, session, stack)
+class LiveSandbox(HeldSession):
+    """A held sandbox session (see `HeldSession`) that a live session or the warm pool keeps;
+    the pool warms its kernel before a session claims it."""
 
     async def warm(self) -> None:
         """Start the run_python kernel and do WARM_IMPORTS in it, then number cells from 1 again,
@@ -55,16 +31,6 @@ class LiveSandbox:
         if result.reply.status != "ok":
             raise KernelError(f"the warm-up imports failed: {(result.reply.error or result.reply.detail)[-500:]}")
         client.state.cells = 0
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    async def aclose(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        await finish_uncancelled(self._stack.aclose())
 
 
 async def close_all(sandboxes: list[LiveSandbox]) -> None:
