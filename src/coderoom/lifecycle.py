@@ -37,9 +37,9 @@ from .outputs import OutputCheck
 from .record import Listener, Recorder, bounded
 from .record.events import Event, ModelCall
 from .record.hooks import MAX_MESSAGE_CHARS
+from .sandboxes.sdk_session_adapter import limits_hit
 from .sandboxes.session import HeldSession
 from .sandboxes.spec import SandboxSpec
-from .sandboxes.stops import limits_hit
 
 SAVE_TIMEOUT_S = 60.0  # saving the workspace after the agent stopped (or was interrupted)
 

@@ -39,6 +39,7 @@ from ..one_user import plain_shell
 from ..pty_sessions import PtySessions, transport
 from ..sdk_errors import UnsupportedFeature, refuse_unsupported, snapshot_errors
 from ..sdk_resume import TrustedResume
+from ..sdk_session_adapter import backend_session
 from ..sdk_snapshots import restore_on_resume
 from ..spec import LimitsField
 from ..stops import log_stop
@@ -239,7 +240,7 @@ class LocalSandboxClient(BaseSandboxClient[LocalSandboxClientOptions | None]):
         return self._wrap_session(LocalSandboxSession(state, self._bwrap))
 
     async def delete(self, session: SandboxSession) -> SandboxSession:
-        inner = session._inner
+        inner = backend_session(session)
         if not isinstance(inner, LocalSandboxSession):
             raise TypeError("LocalSandboxClient.delete expects a LocalSandboxSession")
         await inner.sandbox.close()  # shutdown stopped it already, unless it never ran
