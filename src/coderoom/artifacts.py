@@ -5,7 +5,7 @@ checker program run inside the sandbox; `saved_checks` on the host, through
 
 Nothing half-written ever carries a final name. workspace.tar is written as
 `.workspace.tar.partial` and renamed when complete; output/ is extracted into a staging folder
-and renamed into place. A save cut short (a second signal, `run.SAVE_TIMEOUT_S`) removes its
+and renamed into place. A save cut short (a second signal, `lifecycle.SAVE_TIMEOUT_S`) removes its
 partial files and says so in `SaveReport.incomplete`, which run_end records: a run folder holds
 either a whole workspace.tar or none, and either the extracted outputs or none.
 

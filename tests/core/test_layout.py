@@ -112,6 +112,8 @@ FORBIDDEN = [
     ("coderoom.mcp_server", ["coderoom.cli", "coderoom.sandboxes.local", "coderoom.sandboxes.docker",
                              "coderoom.tools", "agents"]),
     ("coderoom.run", ["coderoom.service", "coderoom.mcp_server"]),
+    # the one run lifecycle is below every surface that uses it
+    ("coderoom.lifecycle", ["coderoom.run", "coderoom.service", "coderoom.mcp_server", "coderoom.cli"]),
 ]
 
 

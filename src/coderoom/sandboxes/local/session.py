@@ -65,7 +65,7 @@ class LocalSandboxSession(PtySessions):
         self.state = state
         self.sandbox = LocalSandbox(state.limits, bw, Path(state.host_dir), root=state.manifest.root)
         self._running = False
-        self.limits_hit: list[str] = []  # see stops.limits_hit
+        self.limits_hit: list[str] = []  # see sdk_session_adapter.limits_hit
 
     @property
     def host_dir(self) -> Path:
