@@ -37,6 +37,7 @@ from .outputs import OutputCheck
 from .record import Listener, Recorder, bounded
 from .record.events import Event, ModelCall
 from .record.hooks import MAX_MESSAGE_CHARS
+from .sandboxes.base import SandboxBackend
 from .sandboxes.sdk_session_adapter import limits_hit
 from .sandboxes.session import HeldSession
 from .sandboxes.spec import SandboxSpec

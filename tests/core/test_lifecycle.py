@@ -65,7 +65,7 @@ def injected(exc_type: type[BaseException] = OSError) -> BaseException:
 
 
 def fail_start(monkeypatch: pytest.MonkeyPatch, cancel: bool = False) -> None:
-    async def start(cls: type[HeldSession], spec: Any) -> HeldSession:
+    async def start(cls: type[HeldSession], *_args: Any) -> HeldSession:
         if cancel:
             injected(asyncio.CancelledError)
             await asyncio.sleep(0)  # the cancel lands here
@@ -122,8 +122,8 @@ def started(monkeypatch: pytest.MonkeyPatch) -> list[HeldSession]:
     held: list[HeldSession] = []
     start = HeldSession.start.__func__  # type: ignore[attr-defined]
 
-    async def recording(cls: type[HeldSession], spec: Any) -> HeldSession:
-        held.append(await start(cls, spec))
+    async def recording(cls: type[HeldSession], *args: Any) -> HeldSession:
+        held.append(await start(cls, *args))
         return held[-1]
 
     monkeypatch.setattr(HeldSession, "start", classmethod(recording))
