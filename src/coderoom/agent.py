@@ -20,7 +20,6 @@ from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
 
 from .jobs import Job, OutputSpec
 from .models import ResolvedModel
-from .models.guard import GuardedModel
 from .models.profile import input_filter, tool_error_message
 from .models.failures import Notify
 from .models.settings import model_settings
@@ -97,14 +96,11 @@ def capabilities(model: ResolvedModel, job: Job) -> list[Capability]:
 def build_agent(job: Job, model: ResolvedModel, notify: Notify) -> SandboxAgent[Any]:
     """`notify(event_type, **fields)` reports retries and cut replies (the run's recorder)."""
     settings = model_settings(job.model_settings, model.api, notify, model.max_retries)
-    if isinstance(model.model, GuardedModel):
-        model.model.notify = notify
-        model.model.context.declared = job.model_settings.context_size
     return SandboxAgent(
         name=job.name,
         base_instructions=base_instructions(model),
         instructions=job.instructions + output_contract(job.outputs),
-        model=model.model,
+        model=model.agent_model(notify, job.model_settings.context_size),
         model_settings=settings,
         default_manifest=Manifest(),
         capabilities=capabilities(model, job),

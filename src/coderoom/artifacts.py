@@ -5,7 +5,7 @@ checker program run inside the sandbox; `saved_checks` on the host, through
 
 Nothing half-written ever carries a final name. workspace.tar is written as
 `.workspace.tar.partial` and renamed when complete; output/ is extracted into a staging folder
-and renamed into place. A save cut short (a second signal, `run.SAVE_TIMEOUT_S`) removes its
+and renamed into place. A save cut short (a second signal, `lifecycle.SAVE_TIMEOUT_S`) removes its
 partial files and says so in `SaveReport.incomplete`, which run_end records: a run folder holds
 either a whole workspace.tar or none, and either the extracted outputs or none. "Whole" is
 checked, not assumed: the archive is fsynced, its size on disk compared with what was read, and
@@ -43,6 +43,7 @@ from .hostile.exits import LEFT_OUT_NOTE, exit_policy, extract_leaving_out
 from .interrupts import finish_uncancelled
 from .jobs import OutputSpec
 from .outputs import OutputCheck, check_on_host, checker_args, checker_source, max_reply, parse_reply
+from .sandboxes.sdk_session_adapter import host_helpers
 
 WORKSPACE_ARCHIVE = "workspace.tar"
 OUTPUT_DIR = "output"
@@ -158,10 +159,10 @@ async def _helper_exec(session: SandboxSession, *argv: str, reply_bytes: int) ->
     """A host helper command where sandbox code cannot signal, trace or stop it, with a deadline:
     docker's `exec_helper` (another uid). Elsewhere an ordinary command, which is that already
     on the local backend (each command has a PID namespace of its own)."""
-    exec_helper = getattr(getattr(session, "_inner", session), "exec_helper", None)
-    if exec_helper is None:
+    helpers = host_helpers(session)
+    if helpers is None:
         return await session.exec(*argv, shell=False)
-    return await exec_helper(*argv, reply_bytes=reply_bytes)
+    return await helpers.exec_helper(*argv, reply_bytes=reply_bytes)
 
 
 def saved_checks(

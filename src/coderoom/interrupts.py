@@ -8,7 +8,7 @@ the process on the spot: no run_end in the record, no workspace saved, and the s
 `run_interruptible` runs the whole run as one task and turns signals into cancellations:
 
 1. the first signal cancels the run: the model request or tool call in flight stops, the
-   workspace is saved (bounded by `run.SAVE_TIMEOUT_S`), the session is closed and the record
+   workspace is saved (bounded by `lifecycle.SAVE_TIMEOUT_S`), the session is closed and the record
    ends with run_end status "interrupted" and the signal's name;
 2. a second signal cancels the save too: what was half-written is removed (see
    `artifacts.save_workspace`: temporary names, renamed when complete) and run_end says the

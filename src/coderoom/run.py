@@ -1,65 +1,36 @@
 """One run of a job: sandbox session, agent, output checks with a nudge, artifacts, record.
 
-The session is always closed and deleted (success, error, a signal): `open_session` owns that.
-Interrupted (see `interrupts`), the run still saves its workspace, within SAVE_TIMEOUT_S, and
-ends its record with run_end status "interrupted", the signal's name, what was saved and, if
-the save was cut short, why (`incomplete`). Nothing here knows about the terminal; progress
-reaches the CLI as record events.
+The steps every run takes (record, sandbox, inputs, save, close, run_end) and how a failure,
+a cancel or a signal ends them are `lifecycle.RunLifecycle`'s; here is what a one-shot run does
+between them: the agent's turns, a nudge for missing outputs, the output checks. Nothing here
+knows about the terminal; progress reaches the CLI as record events.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import secrets
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from agents import Runner
-from agents.sandbox import Manifest
 from agents.exceptions import MaxTurnsExceeded
 
-from .version import __version__
 from .agent import build_agent, build_run_config
-from .artifacts import SaveReport, check_in_session, save_workspace, saved_checks
+from .artifacts import check_in_session, saved_checks
 from .errors import RunDirInUse
-from .interrupts import received_signal
 from .jobs import Job
-from .models import ResolvedModel, explain_model_error, resolve_model
+from .lifecycle import RunLifecycle, RunResult
+from .models import ResolvedModel, resolve_model
 from .outputs import OutputCheck
-from .record import Listener, Recorder, bounded
-from .record.events import Event, ModelCall
-from .record.hooks import MAX_MESSAGE_CHARS, RecordingHooks
-from .sandboxes.session import open_session
-from .sandboxes.stops import limits_hit
+from .record import Listener, Recorder
+from .record.hooks import RecordingHooks
 from .workspace import stage_inputs
 
 MAX_NUDGES = 2
 DECLINED = "the model could not serve this request (see its final message)"
-SAVE_TIMEOUT_S = 60.0  # saving the workspace after the agent stopped (or was interrupted)
-
-Status = Literal["ok", "failed", "error", "interrupted"]
-
-
-@dataclass
-class RunResult:
-    status: Status
-    run_dir: Path
-    checks: list[OutputCheck] = field(default_factory=list)
-    final_output: str = ""
-    error: str | None = None
-    usage: dict[str, int] = field(default_factory=dict)
-    signal: str | None = None
-    saved: SaveReport = field(default_factory=SaveReport)
-    limits_hit: list[str] = field(default_factory=list)  # each named with its value
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
 
 
 def new_run_dir(job: Job, base: Path = Path("runs")) -> Path:
@@ -104,66 +75,16 @@ async def run_job(
         # Old artifacts there could pass the output checks for this run.
         raise RunDirInUse(f"{run_dir} already exists and is not empty; choose a new --out folder")
     # a bad model spec is a usage error, found before the run folder exists
-    resolved = model = model or resolve_model(job.model or None, environ=environ)
-    run_dir = run_dir or new_run_dir(job)
-    result = RunResult(status="error", run_dir=run_dir)
-    recorder = start_record(run_dir, job, model, listeners or [], result)
-    started = time.monotonic()
-    try:
-        await _run_in_sandbox(job, model, run_dir, recorder, result)
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        result.status, result.signal = "interrupted", received_signal()
-        result.error = f"interrupted by {result.signal}" if result.signal else "interrupted"
-        saved = result.saved
-        if not (saved.saved or saved.refused or saved.incomplete):
-            saved.incomplete = "interrupted before the sandbox had started: nothing to save"
-        raise
-    except Exception as exc:
-        result.status = "error"
-        result.error = explain_model_error(exc) or f"{type(exc).__name__}: {exc}"
-    finally:
-        end_record(recorder, result, started)
-        await resolved.aclose()
-    return result
-
-
-def start_record(
-    run_dir: Path, job: Job, model: ResolvedModel, listeners: Sequence[Listener], result: RunResult
-) -> Recorder:
-    """Open run_dir's record and write run_start; usage is summed from the model_call events
-    into `result`, so run_end has it however the run (or session) ended."""
-    recorder = Recorder(run_dir, [*listeners, lambda event: _count_usage(result, event)])
-    try:
-        recorder.emit(
-            "run_start",
-            job=job.model_dump(mode="json"),
-            model=model.label,
-            notice=model.notice,
-            coderoom_version=__version__,
-        )
-    except BaseException:
-        with contextlib.suppress(OSError):  # the unwritten line is dropped; the file is closed anyway
-            recorder.close()
-        raise
-    return recorder
-
-
-def end_record(recorder: Recorder, result: RunResult, started: float) -> None:
-    """Write run_end from `result` and close the record: the last line of every run folder."""
-    recorder.emit(
-        "run_end",
-        status=result.status,
-        final_output=bounded(result.final_output, MAX_MESSAGE_CHARS),
-        error=result.error,
-        outputs=[vars(c) for c in result.checks],
-        signal=result.signal,
-        saved=result.saved.saved,
-        incomplete=result.saved.incomplete,
-        limits_hit=result.limits_hit,
-        usage=result.usage,
-        duration_s=round(time.monotonic() - started, 3),
-    )
-    recorder.close()
+    model = model or resolve_model(job.model or None, environ=environ)
+    lifecycle = await RunLifecycle.begin(run_dir or new_run_dir(job), job, model, listeners or [])
+    async with lifecycle.steps(end=True, raise_errors=False):
+        session = await lifecycle.start_sandbox()
+        # an empty manifest: inputs are copied in here, never granted as host paths
+        await lifecycle.stage(stage_inputs(session, job.inputs))
+        await _drive_agent(job, model, lifecycle)
+        await lifecycle.save()  # whatever the agent did, keep what it produced so far
+        _judge_outputs(job, lifecycle.result)
+    return lifecycle.result
 
 
 @dataclass
@@ -188,64 +109,39 @@ class AgentRig:
         )
 
 
-async def _run_in_sandbox(
-    job: Job, model: ResolvedModel, run_dir: Path, recorder: Recorder, result: RunResult
-) -> None:
-    # an empty manifest: inputs are copied in by `stage_inputs`, never granted as host paths
-    async with open_session(job.sandbox, Manifest()) as session:
-        await stage_inputs(session, job.inputs)
-        rig = AgentRig.build(job, model, recorder, session)
-        run_input: str | list[Any] = job.prompt
-        checks: list[OutputCheck] = []
-        try:
-            for attempt in range(MAX_NUDGES + 1):
-                remaining = job.max_turns - rig.hooks.turn
-                if remaining <= 0:
-                    break
-                outcome = await rig.turns(run_input, remaining)
-                result.final_output = str(outcome.final_output or "")
-                # a model that says the request is outside what it does (the offline analyst)
-                # gets no nudge: the same request would get the same answer
-                if getattr(model.model, "declined", None):
-                    result.error = DECLINED
-                    break
-                checks = await check_in_session(session, job.outputs)
-                problems = [c for c in checks if not c.ok]
-                if not problems or attempt == MAX_NUDGES:
-                    break
-                recorder.emit("nudge", missing=[{"path": c.path, "reason": c.detail} for c in problems])
-                run_input = outcome.to_input_list() + [
-                    {"role": "user", "content": nudge_message(problems)}
-                ]
-        except MaxTurnsExceeded:
-            result.error = f"the agent used all {job.max_turns} turns"
-        finally:
-            result.limits_hit = limits_hit(session)
-            # Whatever happened, keep what the agent produced so far.
-            await save(session, job, run_dir, recorder, result.saved)
-    result.checks = saved_checks(run_dir, job.outputs, result.saved.refused)
+async def _drive_agent(job: Job, model: ResolvedModel, lifecycle: RunLifecycle) -> None:
+    """The agent's turns, with a nudge (at most MAX_NUDGES) while required outputs are missing."""
+    result, session = lifecycle.result, lifecycle.session
+    rig = AgentRig.build(job, model, lifecycle.recorder, session)
+    run_input: str | list[Any] = job.prompt
+    try:
+        for attempt in range(MAX_NUDGES + 1):
+            remaining = job.max_turns - rig.hooks.turn
+            if remaining <= 0:
+                break
+            outcome = await rig.turns(run_input, remaining)
+            result.final_output = str(outcome.final_output or "")
+            # a model that says the request is outside what it does (the offline analyst)
+            # gets no nudge: the same request would get the same answer
+            if model.declined():
+                result.error = DECLINED
+                break
+            checks = await check_in_session(session, job.outputs)
+            problems = [c for c in checks if not c.ok]
+            if not problems or attempt == MAX_NUDGES:
+                break
+            lifecycle.recorder.emit("nudge", missing=[{"path": c.path, "reason": c.detail} for c in problems])
+            run_input = outcome.to_input_list() + [{"role": "user", "content": nudge_message(problems)}]
+    except MaxTurnsExceeded:
+        result.error = f"the agent used all {job.max_turns} turns"
+
+
+def _judge_outputs(job: Job, result: RunResult) -> None:
+    """The run's status from the saved outputs (and whether the model declined)."""
+    result.checks = saved_checks(result.run_dir, job.outputs, result.saved.refused)
     failed = [c for c in result.checks if not c.ok]
     result.status = "failed" if failed or result.error == DECLINED else "ok"
     if failed and result.error is None:
         result.error = "required outputs missing or invalid: " + "; ".join(
             f"{c.path} ({c.detail})" for c in failed
         )
-
-
-async def save(session: Any, job: Job, run_dir: Path, recorder: Recorder, report: SaveReport) -> None:
-    """Save the workspace into run_dir within SAVE_TIMEOUT_S; refusals become record events."""
-    limits = job.sandbox.limits
-    try:
-        async with asyncio.timeout(SAVE_TIMEOUT_S):
-            await save_workspace(session, run_dir, limits.workspace_size, job.outputs, into=report)
-    except TimeoutError:
-        report.incomplete = f"the save took longer than {SAVE_TIMEOUT_S:g} s (SAVE_TIMEOUT_S) and was stopped"
-    finally:
-        for note in report.notes:
-            recorder.emit("extract_refused", detail=note)
-
-
-def _count_usage(result: RunResult, event: Event) -> None:
-    if isinstance(event, ModelCall):
-        for name, value in event.usage.model_dump().items():
-            result.usage[name] = result.usage.get(name, 0) + value

@@ -17,12 +17,21 @@ from agents import Model
 from openai import AsyncOpenAI
 
 from ..errors import ModelSpecError
+from .failures import Notify
 from .options import Api
 from .server import ServerProbe
 
 
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_MAX_RETRIES = 5
+
+
+class DecliningModel(Model):
+    """A model that can answer that a request is outside what it does (the offline analyst):
+    `declined` holds that answer after its last reply, else None. A run then fails at once,
+    without a nudge: the same request would get the same answer."""
+
+    declined: str | None = None
 
 
 @dataclass
@@ -38,6 +47,20 @@ class ResolvedModel:
     client: AsyncOpenAI | None = field(default=None, repr=False)
     max_retries: int = 0
     probe: ServerProbe | None = field(default=None, repr=False)  # the server's own facts, if any
+
+    def declined(self) -> str | None:
+        """The model's last answer if it declined the request (see `DecliningModel`), else None."""
+        return self.model.declined if isinstance(self.model, DecliningModel) else None
+
+    def agent_model(self, notify: Notify, context_size: int | None) -> Model:
+        """The SDK Model one agent is built with: a guarded HTTP model made for that run
+        (reporting through its `notify`, fitted to its job's declared `context_size` when the
+        server does not say), the resolved one left as it is; any other model itself."""
+        from .guard import GuardedModel
+
+        if isinstance(self.model, GuardedModel):
+            return self.model.for_run(notify, context_size)
+        return self.model
 
     async def aclose(self) -> None:
         """Close the HTTP client (the SDK's HTTP models don't own theirs)."""

@@ -54,10 +54,10 @@ class Window:
 class ContextGuard:
     """Fits each request of one model into its context window."""
 
-    def __init__(self, server: str, probe: ServerProbe | None) -> None:
+    def __init__(self, server: str, probe: ServerProbe | None, declared: int | None = None) -> None:
         self.server = server
         self.probe = probe
-        self.declared: int | None = None  # the job's [model] context_size, set by build_agent
+        self.declared = declared  # the job's [model] context_size (`GuardedModel.for_run`)
         self._window: Window | None = None
 
     async def window(self) -> Window:

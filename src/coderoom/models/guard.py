@@ -38,12 +38,21 @@ CONTINUE = (
 class GuardedModel(Model):
     """Delegates to `inner`; adds the deadline, readable errors and the max_tokens check."""
 
-    def __init__(self, inner: Model, server: str, deadline_s: float, context: ContextGuard | None = None) -> None:
+    def __init__(
+        self, inner: Model, server: str, deadline_s: float, context: ContextGuard | None = None,
+        notify: Notify | None = None,
+    ) -> None:
         self.inner = inner
         self.server = server
         self.deadline_s = deadline_s
         self.context = context or ContextGuard(server, None)
-        self.notify: Notify = lambda *_args, **_fields: None
+        self.notify: Notify = notify or (lambda *_args, **_fields: None)
+
+    def for_run(self, notify: Notify, context_size: int | None) -> GuardedModel:
+        """The same model and server for one run: its retries and cut replies reported through
+        `notify`, its context the server's figure or else the job's `context_size`."""
+        context = ContextGuard(self.server, self.context.probe, declared=context_size)
+        return GuardedModel(self.inner, self.server, self.deadline_s, context, notify)
 
     def get_retry_advice(self, request: ModelRetryAdviceRequest) -> ModelRetryAdvice | None:
         return self.inner.get_retry_advice(request)

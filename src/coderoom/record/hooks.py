@@ -10,7 +10,7 @@ from agents import Agent, RunContextWrapper, RunHooks, Tool
 from agents.items import ModelResponse, TResponseInputItem
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage
 
-from .events import ShellResult
+from .events import Cell, ShellResult
 from .writer import Recorder, bounded
 
 
@@ -68,6 +68,14 @@ class KeepsShellResults(Protocol):
     record takes it, once: the record's shell steps come from here, not from the tool's prose."""
 
     def take_shell(self, call_id: str) -> ShellResult | None: ...
+
+
+@runtime_checkable
+class KeepsCells(Protocol):
+    """A tool whose result has a structured cell (run_python: `tools.python_kernel`) that it
+    keeps by call id until the record takes it, once; a tool says so by subclassing this."""
+
+    def take_cell(self, call_id: str) -> Cell | None: ...
 
 
 def tool_output_text(result: object) -> str:
@@ -133,7 +141,6 @@ class RecordingHooks(RunHooks[Any]):
     ) -> None:
         call_id = getattr(context, "tool_call_id", None) or tool.name
         # a tool with a structured result (run_python's cell, a shell call's result) hands it over by call id
-        take_cell = getattr(tool, "take_cell", None)
         started = self._tool_started.pop(call_id, time.monotonic())
         self.recorder.emit(
             "tool_result",
@@ -141,7 +148,7 @@ class RecordingHooks(RunHooks[Any]):
             name=tool.name,
             arguments=_arguments(getattr(context, "tool_arguments", None)),
             output=bounded(tool_output_text(result)),
-            cell=take_cell(call_id) if callable(take_cell) else None,
+            cell=tool.take_cell(call_id) if isinstance(tool, KeepsCells) else None,
             shell=tool.take_shell(call_id) if isinstance(tool, KeepsShellResults) else None,
             duration_s=round(time.monotonic() - started, 4),
         )

@@ -1,11 +1,14 @@
-"""The one way to open an SDK sandbox session: created, started, and always closed and deleted."""
+"""The one way to open an SDK sandbox session: created, started, and always closed and deleted.
+
+`open_session` is an `async with` block; `HeldSession` holds the same block open across awaits
+(a run's lifecycle, a live session, the warm pool) until its `aclose`."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Any
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any, TypeVar
 
 from agents.sandbox import Manifest
 from agents.sandbox.session.sandbox_client import BaseSandboxClient
@@ -16,6 +19,8 @@ from ..interrupts import finish_uncancelled
 from .base import SandboxBackend
 from .registry import backend_for
 from .spec import SandboxSpec
+
+Held = TypeVar("Held", bound="HeldSession")
 
 
 @asynccontextmanager
@@ -53,3 +58,36 @@ async def _close_and_delete(client: BaseSandboxClient[Any], session: SandboxSess
         await session.aclose()
     finally:
         await client.delete(session)
+
+
+class HeldSession:
+    """A started session (`session`) from `open_session`, held open outside an `async with`
+    block and closed (and deleted) exactly once by `aclose`, from whichever task ends it."""
+
+    def __init__(self, spec: SandboxSpec, session: SandboxSession, stack: AsyncExitStack) -> None:
+        self.spec = spec
+        self.session = session
+        self._stack = stack
+        self._closed = False
+
+    @classmethod
+    async def start(cls: type[Held], spec: SandboxSpec, backend: SandboxBackend | None = None) -> Held:
+        """`backend`: an object to use instead of the registry's (tests hand in the fake)."""
+        stack = AsyncExitStack()
+        try:
+            session = await stack.enter_async_context(open_session(spec, Manifest(), backend=backend))
+        except BaseException:
+            await finish_uncancelled(stack.aclose())
+            raise
+        return cls(spec, session, stack)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def aclose(self) -> None:
+        """Close and delete the session, to its end even when the caller is cancelled meanwhile."""
+        if self._closed:
+            return
+        self._closed = True
+        await finish_uncancelled(self._stack.aclose())

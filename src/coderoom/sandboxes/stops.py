@@ -82,12 +82,6 @@ def how_to_raise(stopped_by: str) -> str:
     return stopped_by
 
 
-def limits_hit(session: object) -> list[str]:
-    """The limits an SDK session's commands ran into (its adapter's `limits_hit` log)."""
-    inner = getattr(session, "_inner", session)  # the SDK's SandboxSession wraps the adapter
-    return list(getattr(inner, "limits_hit", []))
-
-
 def stop_note(stopped_by: str) -> bytes:
     """The line appended to a command's stderr, in the style of every coderoom note."""
     return f"\n[coderoom: {stopped_by}]\n".encode()

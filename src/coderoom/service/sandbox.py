@@ -1,23 +1,15 @@
 """`LiveSandbox`: one started sandbox session kept open across requests, for a live session or
 the warm pool, closed (and deleted) exactly once.
 
-A one-shot run holds its sandbox in an `async with open_session(...)` block; a live session's
-sandbox outlives every request, so the same context manager is entered on an exit stack here and
-left by `aclose` (from whichever task closes the session: its client, the idle reaper, shutdown).
+A live session's sandbox outlives every request: `HeldSession` holds `open_session`'s block open
+until `aclose` (from whichever task closes the session: its client, the idle reaper, shutdown).
 """
 
 from __future__ import annotations
 
 import asyncio
-from contextlib import AsyncExitStack
-from typing import Any
 
-from agents.sandbox import Manifest
-
-from ..interrupts import finish_uncancelled
-from ..sandboxes.base import SandboxBackend
-from ..sandboxes.session import open_session
-from ..sandboxes.spec import SandboxSpec
+from ..sandboxes.session import HeldSession
 from ..tools.python_kernel import KernelClient, KernelError, cell_timeout
 
 HEALTH_CHECK_S = 5.0  # `answers`: a sandbox that takes longer to say it is alive is not handed out
@@ -29,25 +21,9 @@ imports exactly as in a kernel that was not warmed (and as its notebook export a
 matplotlib's backend is the kernel's own default (Agg)."""
 
 
-class LiveSandbox:
-    """A started SDK sandbox session (`session`) with its spec; `aclose` is idempotent."""
-
-    def __init__(self, spec: SandboxSpec, session: Any, stack: AsyncExitStack) -> None:
-        self.spec = spec
-        self.session = session
-        self._stack = stack
-        self._closed = False
-
-    @classmethod
-    async def start(cls, spec: SandboxSpec, backend: SandboxBackend | None = None) -> LiveSandbox:
-        """`backend`: an object to use instead of the registry's (tests hand in the fake)."""
-        stack = AsyncExitStack()
-        try:
-            session = await stack.enter_async_context(open_session(spec, Manifest(), backend=backend))
-        except BaseException:
-            await finish_uncancelled(stack.aclose())
-            raise
-        return cls(spec, session, stack)
+class LiveSandbox(HeldSession):
+    """A held sandbox session (see `HeldSession`) that a live session or the warm pool keeps;
+    the pool warms its kernel before a session claims it."""
 
     async def warm(self) -> None:
         """Start the run_python kernel and do WARM_IMPORTS in it, then number cells from 1 again,
@@ -67,17 +43,6 @@ class LiveSandbox:
                 return await KernelClient(self.session).answers()
         except Exception:  # a dead launcher or container fails its exec: not alive either
             return False
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    async def aclose(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        await finish_uncancelled(self._stack.aclose())
-
 
 async def close_all(sandboxes: list[LiveSandbox]) -> None:
     """Close several at once (shutdown): one failing close does not keep the others open."""

@@ -4,8 +4,8 @@ requests, recorded as a run folder like a CLI run's (so `show`, `export` and `re
 Why one class for the web page, the MCP server and scripts: each request (an `ask` of the
 agent, or a direct `run_python`, `exec` or file call) must meet the same limits and land in the
 same record. The agent loop is run.py's (`AgentRig`: the same agent, hooks, run config and
-Runner call as a one-shot run); the kernel is the agent's own, so a direct `run_python` and the
-model's calls share variables. Everything the sandbox sends back is bounded here; what is done
+Runner call as a one-shot run) and the open and close are a run's (`lifecycle.RunLifecycle`);
+the kernel is the agent's own, so a direct `run_python` and the model's calls share variables. Everything the sandbox sends back is bounded here; what is done
 with it (escaping, image checks beyond the PNG header) is the caller's boundary.
 """
 
@@ -34,24 +34,22 @@ from ..host_disk import write_problem
 from ..hostile.names import UnsafePath, safe_relative_path, shown
 from ..interrupts import received_signal
 from ..jobs import DEFAULT_INSTRUCTIONS, Job, build_job
+from ..lifecycle import RunLifecycle
 from ..models import ResolvedModel, explain_model_error, resolve_model
-from ..record import Recorder, bounded
+from ..record import bounded
 from ..record.writer import shell_result
 from ..record.events import Cell, Event
 from ..record.hooks import MAX_ARGUMENT_CHARS
-from ..artifacts import SaveReport
-from ..run import DECLINED, AgentRig, RunResult, end_record, new_run_dir, save, start_record
+from ..run import DECLINED, AgentRig, new_run_dir
 from ..sandboxes.limits import Limits
 from ..sandboxes.base import SandboxBackend
 from ..sandboxes.defaults import default_backend_name
 from ..sandboxes.registry import backend_for
-from ..sandboxes.stops import limits_hit
 from ..tools.python_kernel import (
     MAX_CODE_BYTES, KernelClient, KernelError, cell_record, cell_timeout, format_result, read_figure,
 )
 from .events import EventHub
 from .history import History
-from .sandbox import LiveSandbox
 
 if TYPE_CHECKING:
     from .pool import WarmPool
@@ -129,21 +127,16 @@ class Session:
 
     max_read_bytes = MAX_READ_BYTES  # the most read_file reads, for callers that do not import this module
 
-    def __init__(
-        self, job: Job, model: ResolvedModel, live: LiveSandbox, recorder: Recorder, hub: EventHub,
-        result: RunResult, started: float,
-    ) -> None:
+    def __init__(self, lifecycle: RunLifecycle, hub: EventHub) -> None:
         self.id = secrets.token_urlsafe(16)
-        self.job = job
-        self.model = model
-        self.run_dir = result.run_dir
-        self.limits = job.sandbox.limits
-        self._live = live
-        self._recorder = recorder
+        self.job = lifecycle.job
+        self.model = lifecycle.model
+        self.run_dir = lifecycle.run_dir
+        self.limits = self.job.sandbox.limits
+        self._live = lifecycle  # the run this session is: its sandbox's SDK session is `_live.session`
+        self._recorder = lifecycle.recorder
         self._hub = hub
-        self._result = result
-        self._started = started
-        self._rig = AgentRig.build(job, model, recorder, live.session)
+        self._rig = AgentRig.build(self.job, self.model, self._recorder, lifecycle.session)
         self._history = History()
         self._ask_lock = asyncio.Lock()
         self._close_lock = asyncio.Lock()
@@ -191,36 +184,12 @@ class Session:
             await resolved.aclose()
             raise
         hub = EventHub()
-        try:
-            run_dir, recorder, result = _begin_run_folder(job, runs_dir, resolved, hub)
-        except BaseException:
-            await resolved.aclose()
-            raise
-        started = time.monotonic()
-        try:
-            live = await pool.claim(job.sandbox) if pool is not None else None
-            pooled = live is not None
-            live = live or await LiveSandbox.start(job.sandbox, backend)
-        except BaseException as exc:
-            result.error = f"the sandbox did not start: {type(exc).__name__}: {exc}"
-            end_record(recorder, result, started)
-            hub.close()
-            await resolved.aclose()
-            raise
-        try:
-            self = cls(job, resolved, live, recorder, hub, result, started)
-        except BaseException:
-            await live.aclose()
-            end_record(recorder, result, started)
-            hub.close()
-            await resolved.aclose()
-            raise
-        try:
-            written = [await self._write(path, data) for path, data in staged.items()]
-            recorder.emit("session_open", session_id=self.id, pooled=pooled, files=written)
-        except BaseException as exc:
-            await self._close(failure=f"the session did not open: {type(exc).__name__}: {exc}")
-            raise
+        lifecycle = await _begin_run_folder(job, runs_dir, resolved, hub)
+        async with lifecycle.steps(end=False):
+            await lifecycle.start_sandbox(pool.claim if pool is not None else None, backend)
+            self = cls(lifecycle, hub)
+            written = await lifecycle.stage(self._write_all(staged))
+            lifecycle.recorder.emit("session_open", session_id=self.id, pooled=lifecycle.pooled, files=written)
         return self
 
     # -- state ---------------------------------------------------------------------------
@@ -288,7 +257,7 @@ class Session:
             outcome = await self._rig.turns(self._history.next_input(request), self.job.max_turns)
             answer.final_output = str(outcome.final_output or "")
             dropped = self._history.update(outcome.to_input_list())
-            if getattr(self.model.model, "declined", None):
+            if self.model.declined():
                 answer.status, answer.error = "failed", DECLINED
             else:
                 answer.status = "ok"
@@ -305,7 +274,7 @@ class Session:
                 "ask_end", status=answer.status, final_output=bounded(answer.final_output, MAX_ARGUMENT_CHARS),
                 error=answer.error, history_items=len(self._history.items), history_dropped=dropped,
             )
-            self._result.final_output = answer.final_output
+            self._live.result.final_output = answer.final_output
         return answer
 
     # -- direct calls --------------------------------------------------------------------
@@ -392,6 +361,9 @@ class Session:
         finally:
             self._end()
 
+    async def _write_all(self, files: Mapping[str, bytes]) -> list[str]:
+        return [await self._write(path, data) for path, data in files.items()]
+
     async def _write(self, path: str, data: bytes | Path) -> str:
         rel = _workspace_name(path)
         content = _content(path, data, self.limits)
@@ -466,48 +438,30 @@ class Session:
         A save the host's disk refuses raises SaveFailed naming the disk. With `keep_unsaved`
         the session then stays open, its files in the sandbox, so a close after space returns
         saves them; without it (shutdown) the session closes anyway and the message says so."""
-        return await self._close(failure=None, keep_unsaved=keep_unsaved)
-
-    async def _close(self, failure: str | None, keep_unsaved: bool = False) -> Path:
-        """close(); with `failure` (the session never opened fully) run_end says error and why."""
         async with self._close_lock:
             if self._closed:
                 return self.run_dir
             self._closed = True
-            result = self._result
-            result.saved = SaveReport()  # a close retried after a failed save starts afresh
-            kept = False
+            lifecycle = self._live
+            if self._asking is not None:
+                self._asking.cancel()
+                await asyncio.gather(self._asking, return_exceptions=True)
             try:
-                if self._asking is not None:
-                    self._asking.cancel()
-                    await asyncio.gather(self._asking, return_exceptions=True)
-                result.limits_hit = limits_hit(self._live.session)
-                await save(self._live.session, self.job, self.run_dir, self._recorder, result.saved)
-                result.status, result.error, result.signal = "ok", None, received_signal()
-                if failure is not None:
-                    result.status, result.error = "error", failure
-                elif result.signal:  # closed by the service's shutdown on a signal
-                    result.status, result.error = "interrupted", f"interrupted by {result.signal}"
-            except asyncio.CancelledError:
-                result.status, result.signal = "interrupted", received_signal()
-                result.error = f"interrupted by {result.signal}" if result.signal else "interrupted"
-                raise
+                await lifecycle.save_or_stay_open()
             except SaveFailed as exc:
-                result.status, result.error = "error", failure or exc.message
-                if failure is None:  # an open that failed gives its own error instead
-                    kept = keep_unsaved
-                    self._closed = not kept
-                    raise SaveFailed(self._unsaved(exc.message, kept)) from exc
-            except Exception as exc:
-                result.status, result.error = "error", f"{type(exc).__name__}: {exc}"
-            finally:
-                if not kept:
-                    try:
-                        await self._live.aclose()
-                    finally:
-                        end_record(self._recorder, result, self._started)
-                        self._hub.close()
-                        await self.model.aclose()
+                if keep_unsaved:
+                    self._closed = False  # open as it was: a close after space returns saves it
+                    raise SaveFailed(self._unsaved(exc.message, kept=True)) from exc
+                unsaved: SaveFailed | None = exc
+            else:
+                unsaved = None
+            async with lifecycle.steps(end=True, raise_errors=False):
+                if received_signal():  # closed by the service's shutdown on a signal
+                    lifecycle.interrupted()
+                else:
+                    lifecycle.result.status = "ok"
+            if unsaved is not None and lifecycle.result.status == "error":  # its retry at the end failed too
+                raise SaveFailed(self._unsaved(unsaved.message, kept=False)) from unsaved
         return self.run_dir
 
     def _unsaved(self, problem: str, kept: bool) -> str:
@@ -521,14 +475,13 @@ class Session:
         return f"session {self.id} was closed unsaved: {problem}; its record is in {self.run_dir}"
 
 
-def _begin_run_folder(job: Job, runs_dir: Path, model: ResolvedModel, hub: EventHub) -> tuple[Path, Recorder, RunResult]:
+async def _begin_run_folder(job: Job, runs_dir: Path, model: ResolvedModel, hub: EventHub) -> RunLifecycle:
     """A new run folder with its record begun; on a disk that refuses either, no folder is left
     and the session is not opened (RunFolderUnavailable, in `host_disk`'s words)."""
     run_dir: Path | None = None
     try:
         run_dir = new_run_dir(job, runs_dir)
-        result = RunResult(status="error", run_dir=run_dir)
-        return run_dir, start_record(run_dir, job, model, [hub.publish], result), result
+        return await RunLifecycle.begin(run_dir, job, model, [hub.publish], on_end=hub.close)
     except OSError as exc:
         if run_dir is not None:
             shutil.rmtree(run_dir, ignore_errors=True)  # made just now: nothing of anyone else's

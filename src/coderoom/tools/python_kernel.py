@@ -5,8 +5,8 @@ The kernel (`kernel_server.py`) runs inside the sandbox and is reached only thro
 API, so it works the same on every backend. The tool result is text (stdout, stderr, the last
 value, the traceback, what happened to the kernel) plus one image per matplotlib figure when the
 model accepts images. The run record gets the same cell as structure (`cell_record`, a
-`record.events.Cell`): the tool keeps it by call id until the recording hook `take_cell`s it, so
-no reader ever parses the prose back.
+`record.events.Cell`): the tool keeps it by call id until the recording hook takes it (the tool
+is a `record.hooks.KeepsCells`), so no reader ever parses the prose back.
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ from agents.tool import FunctionTool, Tool, ToolOutputImage, ToolOutputText
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..record.events import FIGURE_PATH, Cell, cell_status_text
+from ..record.hooks import KeepsCells
 from ..sandboxes.lifetimes import LIVES_WITH_SESSION
+from ..sandboxes.sdk_session_adapter import backend_session
 from ..record.writer import bounded
 from .bounded import OutputBound, bound_tool
 from .inside import kernel_server
@@ -123,8 +125,7 @@ def kernel_source() -> str:
 
 def keeps_processes(session: BaseSandboxSession) -> bool:
     """Whether the backend can keep a process alive between commands (implements the PTY API)."""
-    inner = getattr(session, "_inner", session)
-    return type(inner).pty_exec_start is not BaseSandboxSession.pty_exec_start
+    return type(backend_session(session)).pty_exec_start is not BaseSandboxSession.pty_exec_start
 
 
 class RunPythonArgs(BaseModel):
@@ -423,7 +424,7 @@ def format_result(result: CellResult, *, images: bool, timeout: float) -> str:
 
 
 @dataclass(init=False)
-class RunPythonTool(FunctionTool):
+class RunPythonTool(FunctionTool, KeepsCells):
     """The `run_python` function tool: strict schema {"code": string}, plain function tool, so
     Responses and Chat Completions models both accept it."""
 

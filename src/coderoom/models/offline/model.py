@@ -13,7 +13,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from agents import Model, ModelResponse, ModelSettings, ModelTracing, Tool, Usage
+from agents import ModelResponse, ModelSettings, ModelTracing, Tool, Usage
 from agents.agent_output import AgentOutputSchemaBase
 from agents.handoffs import Handoff
 from agents.items import TResponseInputItem, TResponseOutputItem, TResponseStreamEvent
@@ -32,13 +32,14 @@ from openai.types.responses import (
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 
+from ..base import DecliningModel
 from .policy import Final, ToolCall, decide
 from .transcript import read_transcript
 
 MODEL_NAME = "offline"
 
 
-class OfflineAnalyst(Model):
+class OfflineAnalyst(DecliningModel):
     """Deterministic analyst: same transcript, same next step.
 
     `declined` holds its last answer when that answer said the request is outside its scope: the

@@ -60,7 +60,7 @@ class CoderoomDockerSession(PtySessions, DockerSandboxSession):
 
     _limits: Limits
     _core: DockerSandbox
-    limits_hit: list[str]  # see stops.limits_hit
+    limits_hit: list[str]  # see sdk_session_adapter.limits_hit
 
     def _adopt(self, limits: Limits) -> None:
         self._limits = limits

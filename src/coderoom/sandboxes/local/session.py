@@ -39,6 +39,7 @@ from ..one_user import plain_shell
 from ..pty_sessions import PtySessions, transport
 from ..sdk_errors import UnsupportedFeature, refuse_unsupported, snapshot_errors
 from ..sdk_resume import TrustedResume
+from ..sdk_session_adapter import backend_session
 from ..sdk_snapshots import restore_on_resume
 from ..spec import LimitsField
 from ..stops import log_stop
@@ -64,7 +65,7 @@ class LocalSandboxSession(PtySessions):
         self.state = state
         self.sandbox = LocalSandbox(state.limits, bw, Path(state.host_dir), root=state.manifest.root)
         self._running = False
-        self.limits_hit: list[str] = []  # see stops.limits_hit
+        self.limits_hit: list[str] = []  # see sdk_session_adapter.limits_hit
 
     @property
     def host_dir(self) -> Path:
@@ -239,7 +240,7 @@ class LocalSandboxClient(BaseSandboxClient[LocalSandboxClientOptions | None]):
         return self._wrap_session(LocalSandboxSession(state, self._bwrap))
 
     async def delete(self, session: SandboxSession) -> SandboxSession:
-        inner = session._inner
+        inner = backend_session(session)
         if not isinstance(inner, LocalSandboxSession):
             raise TypeError("LocalSandboxClient.delete expects a LocalSandboxSession")
         await inner.sandbox.close()  # shutdown stopped it already, unless it never ran
