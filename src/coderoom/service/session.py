@@ -453,9 +453,14 @@ class Session:
                     self._closed = False  # open as it was: a close after space returns saves it
                     raise SaveFailed(self._unsaved(exc.message, kept=True)) from exc
                 unsaved: SaveFailed | None = exc
+                failure: Exception | None = None
+            except Exception as exc:  # named by the lifecycle with the save step, below
+                unsaved, failure = None, exc
             else:
-                unsaved = None
+                unsaved = failure = None
             async with lifecycle.steps(end=True, raise_errors=False):
+                if failure is not None:
+                    raise failure
                 if received_signal():  # closed by the service's shutdown on a signal
                     lifecycle.interrupted()
                 else:
