@@ -87,7 +87,7 @@ async def test_a_symlinked_output_is_named_in_the_nudge_and_the_table(backend: s
     nudge = next(e for e in events(tmp_path / "run") if e["type"] == "nudge")
     assert nudge["missing"] == [{"path": "output/note.md", "reason": "a symlink: an output must be a regular file"}]
     assert result.status == "failed"
-    assert result.checks[0].detail == "not saved: symlink not extracted"
+    assert result.checks[0].detail == "not saved: a link that leaves the tree"  # the exit policy's reason (hostile.exits)
 
 
 async def test_a_workspace_filled_past_memory_on_docker_keeps_the_run(tmp_path: Path) -> None:
