@@ -8,7 +8,8 @@ Routes (all behind `guard.middleware`: the shared Host, token and Origin checks 
   pool's status (`WarmPool.status`: why warm-up fails, when it does);
 * `POST /api/sessions` (multipart: files, model, sandbox), `GET /api/sessions`,
   `POST /api/sessions/{id}/ask`, `POST /api/sessions/{id}/close`, `GET /api/sessions/{id}/events` (SSE);
-* `GET /api/runs`, `GET /api/runs/{name}` (the record, bounded);
+* `GET /api/runs`, `GET /api/runs/{name}` (the record, bounded), `GET /api/runs/{name}/notebook`
+  (the run as a Jupyter notebook: `coderoom export --notebook`'s, made in memory);
 * files of a session or a run: `.../files`, `.../preview?path=`, `.../file?path=[&inline=1]`, `.../zip`.
 """
 
@@ -98,6 +99,7 @@ def _routes() -> list[Any]:
         Route("/api/sessions/{id}/events", events),
         Route("/api/runs", _runs),
         Route("/api/runs/{name}", _run),
+        Route("/api/runs/{name}/notebook", _notebook),
         *_file_routes("/api/sessions/{id}", _session_files),
         *_file_routes("/api/runs/{name}", _run_files),
     ]
@@ -170,6 +172,28 @@ async def _run(request: Request) -> JSONResponse:
     folder = run_folder(request.app.state.config.runs_dir, request.path_params["name"])
     async with request.app.state.record_reads:  # read and rendered to JSON off the event loop
         return await asyncio.to_thread(lambda: JSONResponse(run_record(folder)))
+
+
+async def _notebook(request: Request) -> Response:
+    """The run as the notebook `coderoom export --notebook` writes, sent as a download: built in
+    memory (nothing is written into the run folder) with the export's own bounds on the record
+    and the workspace archive."""
+    folder = run_folder(request.app.state.config.runs_dir, request.path_params["name"])
+    async with request.app.state.record_reads:
+        text = await asyncio.to_thread(notebook_text, folder)
+    return Response(
+        text, media_type="application/x-ipynb+json",
+        headers={"Content-Disposition": f'attachment; filename="{folder.name}.ipynb"'},
+    )  # fmt: skip
+
+
+def notebook_text(run_dir: Path) -> str:
+    """The run's notebook as nbformat v4 JSON (imported here: nbformat stays off the server's start)."""
+    import nbformat
+
+    from ..export.notebook import build_notebook
+
+    return nbformat.writes(build_notebook(run_dir))
 
 
 HTTP_STATUS = {

@@ -2,7 +2,11 @@
 100,000-item lists stay on the server. The page puts every string into the DOM as text, and
 every string is first `hostile.text.terminal_safe`'s display form: a bidi override or
 zero-width character in a name (`invoice<U+202E>fdp.exe` reading as "invoiceexe.pdf") or in a
-model's text is shown as its escape, not obeyed."""
+model's text is shown as its escape, not obeyed.
+
+The model's words (its messages and final answers) also come as `hostile.markup`'s sanitised
+HTML, in an `html` (message item) or `final_html` (ask_end, run_end) field beside the text: the
+page inserts only that, and never renders Markdown itself."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ..hostile.markup import markdown_html
 from ..hostile.text import terminal_safe
 
 MAX_TEXT_CHARS = 20_000
@@ -20,7 +25,19 @@ MAX_DEPTH = 12
 
 def event_json(event: BaseModel) -> dict[str, Any]:
     """`event` as the page gets it: its fields, every string and list cut to the bounds."""
-    return bounded(event.model_dump(mode="json"))
+    shown = bounded(event.model_dump(mode="json"))
+    with_markdown(shown)
+    return shown
+
+
+def with_markdown(shown: dict[str, Any]) -> None:
+    """Adds the sanitised HTML of the model's words to `shown` (an event already bounded)."""
+    if shown.get("type") == "model_call" and isinstance(shown.get("output"), list):
+        for item in shown["output"]:
+            if isinstance(item, dict) and item.get("kind") == "message" and isinstance(item.get("text"), str):
+                item["html"] = markdown_html(item["text"])
+    if shown.get("type") in ("ask_end", "run_end") and isinstance(shown.get("final_output"), str) and shown["final_output"]:
+        shown["final_html"] = markdown_html(shown["final_output"])
 
 
 def bounded(value: Any, depth: int = 0) -> Any:

@@ -12,7 +12,10 @@
 
 const TOKEN_KEY = "coderoom_token";
 const SSE_RETRY_MS = 2000;  // before the event stream is asked for again after it broke
-const state = { config: null, view: null, source: null, files: new Set(), previewSeq: 0, token: null };
+const state = {
+  config: null, view: null, source: null, files: new Set(), previewSeq: 0, token: null,
+  cells: new Map(), results: [], placed: new Set(), lastMessage: null, answered: null,  // the transcript's parts
+};
 const $ = (id) => document.getElementById(id);
 
 function el(tag, className, text) {
@@ -105,7 +108,7 @@ function downloadName(path) {
 function openView(view, title) {
   if (state.source) { state.source.close(); state.source = null; }
   state.view = view;
-  state.files = new Set();
+  Object.assign(state, { files: new Set(), cells: new Map(), results: [], placed: new Set(), lastMessage: null, answered: null });
   show("session");
   $("session-title").textContent = title;
   $("transcript").replaceChildren();
@@ -113,15 +116,243 @@ function openView(view, title) {
   $("preview").replaceChildren();
   const zipName = `${(view.name || "session").replace(/[^A-Za-z0-9._-]/g, "_")}.zip`;
   $("zip").onclick = (event) => { event.preventDefault(); download(`${base()}/zip`, zipName); };
+  $("notebook").hidden = view.kind !== "run";
+  $("notebook").onclick = () => download(`${base()}/notebook`, `${(view.name || "run").replace(/[^A-Za-z0-9._-]/g, "_")}.ipynb`);
+  $("model-shown").textContent = "";
   $("ask-form").hidden = view.kind !== "session";
   setStatus(view.kind === "session" ? "starting" : "past run (read-only)");
 }
 
 function setStatus(text) { $("status").textContent = text; }
 
-function firstText(args) {
-  if (args && typeof args === "object") return args.code ?? args.cmd ?? args.path ?? JSON.stringify(args, null, 1);
-  return args ?? "";
+// --- a small syntax highlighter ---
+// (Here, not in a module of its own: the guard serves only app.js and app.css without the token.)
+// A small syntax highlighter for the code cells (Python and shell): it splits code into tokens and
+// returns text nodes and <span class="tok-..."> elements built with textContent, so the code, which
+// a model or a forged record wrote, is never parsed as HTML. It colours; it does not check syntax.
+
+const HIGHLIGHT_MAX_CHARS = 60_000;  // past this a cell is shown plain: colour is not worth the time
+const PY_KEYWORDS = new Set(("False None True and as assert async await break class continue def del elif else except " +
+  "finally for from global if import in is lambda nonlocal not or pass raise return try while with yield match case").split(" "));
+const PY_BUILTINS = new Set("print len range open str int float list dict set tuple sorted sum min max enumerate zip isinstance type super self".split(" "));
+const SH_KEYWORDS = new Set("if then else elif fi for while do done case esac in function return export local cd echo set".split(" "));
+
+const GRAMMARS = {
+  python: [
+    ["comment", /#[^\n]*/y],
+    ["string", /[rRbBfFuU]{0,2}("""[\s\S]*?(?:"""|$)|'''[\s\S]*?(?:'''|$)|"(?:[^"\\\n]|\\.)*"?|'(?:[^'\\\n]|\\.)*'?)/y],
+    ["number", /\b(?:0[xX][0-9a-fA-F_]+|\d[\d_]*(?:\.\d*)?(?:[eE][+-]?\d+)?j?|\.\d+)\b/y],
+    ["word", /[A-Za-z_][A-Za-z0-9_]*/y],
+  ],
+  shell: [
+    ["comment", /(?<![^\s;|&(])#[^\n]*/y],
+    ["string", /"(?:[^"\\]|\\.)*"?|'[^']*'?/y],
+    ["variable", /\$(?:\{[^}\n]*\}?|[A-Za-z_][A-Za-z0-9_]*|[0-9?#@*$!-])/y],
+    ["number", /\b\d+\b/y],
+    ["word", /[A-Za-z_][A-Za-z0-9_.-]*/y],
+  ],
+};
+
+function wordClass(language, word) {
+  if (language === "python") {
+    if (PY_KEYWORDS.has(word)) return "keyword";
+    if (PY_BUILTINS.has(word)) return "builtin";
+  } else if (SH_KEYWORDS.has(word)) return "keyword";
+  return null;
+}
+
+// `code` as nodes to append to a <code> element: plain text and coloured spans.
+function highlighted(code, language) {
+  const grammar = GRAMMARS[language];
+  if (!grammar || code.length > HIGHLIGHT_MAX_CHARS) return [document.createTextNode(code)];
+  const nodes = [];
+  let plain = "";
+  const flush = () => { if (plain) { nodes.push(document.createTextNode(plain)); plain = ""; } };
+  let at = 0;
+  outer: while (at < code.length) {
+    for (const [kind, pattern] of grammar) {
+      pattern.lastIndex = at;
+      const match = pattern.exec(code);
+      if (!match || match[0] === "") continue;
+      const text = match[0];
+      const cls = kind === "word" ? wordClass(language, text) : kind;
+      if (cls) {
+        flush();
+        const span = document.createElement("span");
+        span.className = `tok-${cls}`;
+        span.textContent = text;
+        nodes.push(span);
+      } else plain += text;
+      at += text.length;
+      continue outer;
+    }
+    plain += code[at];
+    at += 1;
+  }
+  flush();
+  return nodes;
+}
+
+// --- the transcript ---
+
+const LONG_CELL_LINES = 14;  // a cell with more lines starts collapsed
+const PROTOCOL_LINE = /^CODEROOM_[A-Z_]+(?: |$)/;  // coderoom's own lines for its analyst, not for people
+const IMAGE_FILE = /\.(png|jpe?g|gif|webp)$/i;
+
+function codeOf(args) {
+  if (args && typeof args === "object") {
+    if (typeof args.code === "string") return { text: args.code, language: "python" };
+    if (typeof args.cmd === "string") return { text: args.cmd, language: "shell" };
+    if (typeof args.chars === "string") return { text: args.chars, language: "shell" };
+    return { text: JSON.stringify(args, null, 1), language: "" };
+  }
+  return { text: String(args ?? ""), language: "" };
+}
+
+function button(text, className, label) {
+  const node = el("button", className, text);
+  node.type = "button";
+  if (label) node.setAttribute("aria-label", label);
+  return node;
+}
+
+// Code as a highlighted block with a copy button, collapsed (and expandable) when long.
+function codeBlock(text, language) {
+  const wrap = el("div", "code-block");
+  const pre = el("pre", "code");
+  const code = el("code");
+  code.append(...highlighted(text, language));
+  pre.append(code);
+  const tools = el("div", "code-tools");
+  const copy = button("Copy", "small", "Copy the code");
+  copy.addEventListener("click", async () => {
+    try { await navigator.clipboard.writeText(text); copy.textContent = "Copied"; } catch { copy.textContent = "Copy failed"; }
+    setTimeout(() => { copy.textContent = "Copy"; }, 1500);
+  });
+  tools.append(copy);
+  const lines = text.split("\n").length;
+  if (lines > LONG_CELL_LINES) {
+    pre.classList.add("collapsed");
+    const toggle = button(`Show all ${lines} lines`, "small");
+    toggle.setAttribute("aria-expanded", "false");
+    toggle.addEventListener("click", () => {
+      const open = pre.classList.toggle("collapsed") === false;
+      toggle.setAttribute("aria-expanded", String(open));
+      toggle.textContent = open ? "Collapse" : `Show all ${lines} lines`;
+    });
+    tools.append(toggle);
+  }
+  wrap.append(pre, tools);
+  return wrap;
+}
+
+// Text output with coderoom's protocol lines moved into a closed "details" toggle.
+function outputBlock(text, className) {
+  const shown = [];
+  const protocol = [];
+  for (const line of text.replace(/\n$/, "").split("\n")) (PROTOCOL_LINE.test(line) ? protocol : shown).push(line);
+  const parts = [];
+  if (shown.join("").trim()) parts.push(el("pre", className, shown.join("\n")));
+  if (protocol.length) {
+    const details = el("details", "protocol");
+    details.append(el("summary", null, `coderoom protocol (${protocol.length} line${protocol.length > 1 ? "s" : ""})`), el("pre", "result protocol-lines", protocol.join("\n")));
+    parts.push(details);
+  }
+  return parts;
+}
+
+function markdownBlock(className, html, text) {
+  const box = el("div", `${className} markdown-text`);
+  if (typeof html === "string") insertSanitised(box, html); else box.textContent = text;
+  return box;
+}
+
+// The result of one tool call: streams as text, the value, the error as one highlighted block.
+function resultParts(ev) {
+  const parts = [];
+  const limited = /\[coderoom: [^\]]*limit/i.test(ev.output || "");
+  const resultClass = limited ? "result limit" : "result";
+  if (ev.cell) {
+    const cell = ev.cell;
+    if (cell.stdout) parts.push(...outputBlock(cell.stdout, resultClass));
+    if (cell.stderr) parts.push(...outputBlock(cell.stderr, `${resultClass} stderr`));
+    if (cell.value !== null && cell.value !== undefined) parts.push(el("pre", `${resultClass} value`, cell.value));
+    for (const note of cell.notes || []) parts.push(el("p", "note", note));
+    if (cell.error) parts.push(el("pre", "error-block", cell.error));
+    else if (!parts.length) parts.push(el("pre", `${resultClass} empty`, ev.output || "(no output)"));
+  } else if (ev.shell) {
+    const failed = ev.shell.exit_code !== null && ev.shell.exit_code !== undefined && ev.shell.exit_code !== 0;
+    const text = ev.shell.output || "";
+    if (failed) parts.push(el("pre", `error-block ${resultClass}`, text || `exit code ${ev.shell.exit_code}`));
+    else parts.push(...(text.trim() ? outputBlock(text, resultClass) : [el("pre", `${resultClass} empty`, "(no output)")]));
+  } else {
+    parts.push(...outputBlock(ev.output || "", resultClass));
+  }
+  return parts;
+}
+
+function resultTitle(ev) {
+  if (ev.cell) return `cell ${ev.cell.number} · ${ev.cell.status}${ev.cell.duration_s != null ? ` · ${ev.cell.duration_s.toFixed(2)} s` : ""}`;
+  if (ev.shell) return `${ev.shell.status}${ev.shell.exit_code != null ? ` · exit ${ev.shell.exit_code}` : ""}`;
+  return "result";
+}
+
+function figure(path) {
+  const box = el("figure", "figure");
+  const img = el("img", "figure");
+  img.alt = `figure ${shownName(path)}`;
+  img.dataset.path = path;
+  showImage(img, fileUrl("file", path) + "&inline=1");
+  box.append(img, el("figcaption", "note", shownName(path)));
+  state.placed.add(path);
+  return box;
+}
+
+// A new cell for a tool call: its header and its code; the result goes into it when it comes.
+function newCell(ev) {
+  const box = el("div", "event event-tool_start cell");
+  const head = el("div", "cell-head");
+  head.append(el("span", "tool-name", `${ev.name}${ev.origin === "client" ? " (from the page)" : ""}`));
+  box.append(head);
+  const { text, language } = codeOf(ev.arguments);
+  box.append(codeBlock(text, language));
+  state.cells.set(ev.call_id, box);
+  return box;
+}
+
+function renderResult(ev) {
+  const box = el("div", `event event-tool_result${ev.cell && ev.cell.status !== "ok" ? " failed" : ""}`);
+  box.append(el("h4", "result-head", `${ev.name} result · ${resultTitle(ev)}`));
+  box.append(...resultParts(ev));
+  for (const path of (ev.cell && ev.cell.figures) || []) if (!state.placed.has(path)) box.append(figure(path));
+  state.results.push({ box, text: `${(ev.cell && ev.cell.stdout) || ""}\n${(ev.shell && ev.shell.output) || ""}\n${ev.output || ""}` });
+  const cell = state.cells.get(ev.call_id);
+  if (cell && !cell.querySelector(".event-tool_result")) { cell.append(box); return null; }
+  return box;
+}
+
+// Images the listing has that no cell showed yet go to the first cell whose output names them
+// (a plot saved with savefig is announced in the output of the cell that wrote it).
+function placeFigures(paths) {
+  for (const path of paths) {
+    if (state.placed.has(path) || !IMAGE_FILE.test(path)) continue;
+    const maker = state.results.find((r) => r.text.includes(path));
+    if (maker) maker.box.append(figure(path));
+  }
+}
+
+// The answer, once: the model's last message when it is the answer joins the answer block.
+function answerBlock(box, ev) {
+  if (!ev.final_output || ev.final_output === state.answered) return;
+  const last = state.lastMessage;
+  if (last && last.text === ev.final_output) {
+    const turn = last.node.closest(".event");
+    last.node.remove();
+    if (turn && !turn.querySelector(".message")) turn.remove();
+  }
+  state.lastMessage = null;
+  state.answered = ev.final_output;
+  box.append(markdownBlock("message final", ev.final_html, ev.final_output));
 }
 
 function renderEvent(ev) {
@@ -130,6 +361,7 @@ function renderEvent(ev) {
   switch (ev.type) {
     case "run_start":
       title(`Run started · model ${ev.model}`);
+      $("model-shown").textContent = `model: ${ev.model}`;
       if (ev.notice) box.append(el("p", "note", ev.notice));
       break;
     case "session_open":
@@ -138,37 +370,27 @@ function renderEvent(ev) {
       break;
     case "ask_start":
       title("Request");
-      box.append(el("div", "message", ev.request));
+      box.append(el("div", "message request", ev.request));
+      state.answered = null;
       setStatus("working");
       break;
     case "model_start":
-      title(`Turn ${ev.turn}`);
+      box.append(el("span", "turn", `Turn ${ev.turn}`));
       break;
     case "model_call":
       for (const item of ev.output || []) {
-        if (item.kind === "message" && item.text) box.append(el("div", "message", item.text));
+        if (item.kind !== "message" || !item.text) continue;
+        const node = markdownBlock("message", item.html, item.text);
+        box.append(node);
+        state.lastMessage = { node, text: item.text };
       }
       if (!box.querySelector(".message")) return null;
-      box.prepend(el("h4", null, "The model says"));
       break;
     case "tool_start":
-      title(`${ev.name}${ev.origin === "client" ? " (from the page)" : ""}`);
-      box.append(el("pre", "code", firstText(ev.arguments)));
-      break;
-    case "tool_result": {
-      title(`${ev.name} result${ev.cell ? ` · cell ${ev.cell.number}: ${ev.cell.status}` : ""}`);
-      const pre = el("pre", "result", ev.output);
-      if (/\[coderoom: [^\]]*limit/i.test(ev.output || "")) pre.classList.add("limit");
-      box.append(pre);
-      for (const figure of (ev.cell && ev.cell.figures) || []) {
-        const img = el("img", "figure");
-        img.alt = figure;
-        showImage(img, fileUrl("file", figure) + "&inline=1");
-        box.append(img);
-      }
+      return newCell(ev);
+    case "tool_result":
       refreshFiles();
-      break;
-    }
+      return renderResult(ev);
     case "file_written":
       title(`file written: ${ev.path} (${ev.size} bytes)`);
       refreshFiles();
@@ -192,15 +414,17 @@ function renderEvent(ev) {
       break;
     case "ask_end":
       title(`Answer · ${ev.status}`);
-      if (ev.final_output) box.append(el("div", "message final", ev.final_output));
-      if (ev.error) box.append(el("p", "error", ev.error));
+      box.classList.add(`status-${ev.status === "ok" ? "ok" : "bad"}`);
+      answerBlock(box, ev);
+      if (ev.error) box.append(el("pre", "error-block", ev.error));
       setStatus(`ready (last answer: ${ev.status})`);
       refreshFiles();
       break;
     case "run_end":
       title(`Run ended · ${ev.status}`);
-      if (ev.final_output) box.append(el("div", "message final", ev.final_output));
-      if (ev.error) box.append(el("p", "error", ev.error));
+      box.classList.add(`status-${ev.status === "ok" ? "ok" : "bad"}`);
+      answerBlock(box, ev);
+      if (ev.error) box.append(el("pre", "error-block", ev.error));
       for (const limit of ev.limits_hit || []) box.append(el("p", "limit", `limit hit: ${limit}`));
       for (const out of ev.outputs || []) box.append(el("p", out.ok ? "note" : "error", `${out.ok ? "ok" : "not ok"} ${out.path}: ${out.detail}`));
       if (state.view && state.view.kind === "session") setStatus(`ended (${ev.status})`);
@@ -211,12 +435,12 @@ function renderEvent(ev) {
   return box;
 }
 
-function addEvent(ev) {
+// One event into the transcript; `follow` keeps the newest in sight (a past run scrolls once, at the end).
+function addEvent(ev, follow = true) {
   const box = renderEvent(ev);
-  if (!box) return;
   const transcript = $("transcript");
-  transcript.append(box);
-  transcript.scrollTop = transcript.scrollHeight;
+  if (box) transcript.append(box);
+  if (follow) transcript.scrollTop = transcript.scrollHeight;
 }
 
 let refreshing = null;
@@ -248,6 +472,7 @@ function refreshFiles() {
         if (newPlot && view.kind === "session") previewFile(file.path);  // a live session's new plot shows as it is written
         state.files.add(file.path);
       }
+      placeFigures(files.map((file) => file.path));
     } catch (error) { showError(`files: ${error.message}`); }
   }, 150);
 }
@@ -271,7 +496,7 @@ async function previewFile(path) {
     box.dataset.kind = preview.kind;
     if (preview.kind === "image") {
       const img = el("img", "preview-image");
-      img.alt = path;
+      img.alt = shownName(path);
       showImage(img, fileUrl("file", path) + "&inline=1");
       box.append(img);
     } else if (preview.kind === "csv") {
@@ -285,7 +510,12 @@ async function previewFile(path) {
         for (const cell of row) tr.append(el("td", null, cell));
         table.tBodies[0].append(tr);
       }
-      box.append(table);
+      const scroller = el("div", "table-scroll");
+      scroller.tabIndex = 0;  // a scrolling region is reachable by keyboard
+      scroller.setAttribute("role", "region");
+      scroller.setAttribute("aria-label", `table ${shownName(path)}`);
+      scroller.append(table);
+      box.append(scroller);
       for (const note of preview.cut) box.append(el("p", "note", note));
     } else if (preview.kind === "markdown") {
       const md = el("div", "markdown");
@@ -422,7 +652,8 @@ async function openRun(name) {
   try {
     const record = await api(`/api/runs/${encodeURIComponent(name)}`);
     if (record.error) showError(record.error);
-    for (const ev of record.events) addEvent(ev);
+    for (const ev of record.events) addEvent(ev, false);
+    $("transcript").scrollTop = $("transcript").scrollHeight;
     for (const note of record.notes || []) $("transcript").append(el("p", "note", note));
     setStatus("past run (read-only)");
     refreshFiles();
@@ -456,6 +687,11 @@ async function init() {
   $("files").addEventListener("change", (e) => pickFiles(e.target.files));
   $("new-form").addEventListener("submit", startSession);
   $("ask-form").addEventListener("submit", followUp);
+  for (const [field, form] of [["request", "new-form"], ["followup", "ask-form"]]) {
+    $(field).addEventListener("keydown", (event) => {  // Enter sends, Shift+Enter is a new line
+      if (event.key === "Enter" && !event.shiftKey && !event.isComposing) { event.preventDefault(); $(form).requestSubmit(); }
+    });
+  }
   $("close").addEventListener("click", endSession);
   $("nav-new").addEventListener("click", () => show("new"));
   $("nav-runs").addEventListener("click", showRuns);
