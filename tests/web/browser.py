@@ -1,5 +1,10 @@
 """Debian's Chromium driven by Playwright, for the web tests; loopback only.
 
+Accessibility is checked with axe-core (npm), read from CODEROOM_AXE or the path CI's
+browser-setup.sh installs it to; it is evaluated through the DevTools protocol, so the page's CSP
+stays as strict as ever. Without it the accessibility checks skip (fail under
+CODEROOM_REQUIRE_BROWSER=1).
+
 No browser is downloaded: Playwright launches the system's `chromium` through `executable_path`
 (CODEROOM_CHROMIUM overrides the path). Without Playwright or Chromium the browser tests skip,
 unless CODEROOM_REQUIRE_BROWSER=1 (as in CI), where they fail.
@@ -33,7 +38,15 @@ ARGS = [
     "--metrics-recording-only",
 ]
 STEP_TIMEOUT_MS = 60_000  # of one page step; the test machine's cores are shared
+AXE = Path(os.environ.get("CODEROOM_AXE", "/var/cache/coderoom-ci/axe/node_modules/axe-core/axe.min.js"))
+SERIOUS = ("serious", "critical")
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+
+
+def _missing(what: str) -> None:
+    if os.environ.get("CODEROOM_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"CODEROOM_REQUIRE_BROWSER=1 but {what}")
+    pytest.skip(what)
 
 
 def require_browser() -> Any:
@@ -46,10 +59,24 @@ def require_browser() -> Any:
     if missing is None and not os.access(CHROMIUM, os.X_OK):
         missing = f"no Chromium at {CHROMIUM} (apt-get install chromium, or set CODEROOM_CHROMIUM)"
     if missing is not None:
-        if os.environ.get("CODEROOM_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"CODEROOM_REQUIRE_BROWSER=1 but {missing}")
-        pytest.skip(missing)
+        _missing(missing)
     return sync_api
+
+
+def serious_accessibility_violations(page: Any) -> list[str]:
+    """axe-core's serious and critical violations on `page` as it is now, one line each (rule, impact, where)."""
+    if not AXE.is_file():
+        _missing(f"no axe-core at {AXE} (npm install --prefix /var/cache/coderoom-ci/axe axe-core@4, or set CODEROOM_AXE)")
+    if not page.evaluate("() => typeof window.axe === 'object'"):
+        page.evaluate(AXE.read_text() + "\n;undefined")
+    return page.evaluate(
+        """async (serious) => {
+          const { violations } = await axe.run(document, { resultTypes: ["violations"] });
+          return violations.filter((v) => serious.includes(v.impact))
+            .map((v) => `${v.id} (${v.impact}): ${v.nodes.slice(0, 3).map((n) => n.target.join(" ")).join(", ")}`);
+        }""",
+        list(SERIOUS),
+    )
 
 
 @contextmanager

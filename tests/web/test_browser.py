@@ -1,7 +1,10 @@
 """The page in real Chromium against a real `coderoom serve`: the showcase CSV dropped in, run with
-the offline analyst in the local sandbox, its events watched live, the plot shown as it is
-written, a follow-up in the same session, the artifacts downloaded and compared with a CLI run of
-the same job; a forged run's hostile report rendered inert; no page without the token.
+the offline analyst in the local sandbox, its events watched live, the transcript read as a
+person reads it (highlighted code cells, the plot at the cell that wrote it, no protocol line in
+sight, the answer once), a follow-up in the same session, the artifacts downloaded and compared
+with a CLI run of the same job; no page wider than the window; axe-core's serious and critical
+accessibility findings on each view (none); a forged run's hostile report rendered inert; no page
+without the token.
 
 With CODEROOM_SCREENSHOTS=1 each step leaves a screenshot in docs/screenshots/.
 """
@@ -9,6 +12,7 @@ With CODEROOM_SCREENSHOTS=1 each step leaves a screenshot in docs/screenshots/.
 from __future__ import annotations
 
 import http.server
+import json
 import shutil
 import subprocess
 import sys
@@ -21,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from web.browser import chromium, require_browser, screenshot
+from web.browser import chromium, require_browser, screenshot, serious_accessibility_violations
 from web.hostile_run import CANARY, forge_run
 from web.served import Served
 
@@ -30,6 +34,43 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 SHOWCASE = Path(__file__).resolve().parents[2] / "examples" / "building_energy"
 OUTPUTS = ["output/anomalies.csv", "output/anomaly_report.md", "output/energy_anomalies.png"]
 RUN_TIMEOUT_MS = 180_000
+PLOT = "output/energy_anomalies.png"
+PAGE_WIDTHS = (1280, 390)  # a laptop and a phone
+
+
+def page_width(page: Any) -> int:
+    return page.evaluate("() => document.documentElement.scrollWidth")
+
+
+def assert_fits(page: Any) -> None:
+    """No horizontal page scroll at a laptop's width or a phone's: wide things scroll inside their box."""
+    for width in PAGE_WIDTHS:
+        page.set_viewport_size({"width": width, "height": 900})
+        assert page_width(page) <= width, f"the page is {page_width(page)} px wide in a {width} px window"
+    page.set_viewport_size({"width": 1400, "height": 900})
+
+
+def assert_reads_as_a_story(page: Any, answer_start: str) -> None:
+    """What a person sees in a finished transcript: code highlighted, the plot inline at the cell
+    whose output announced it, coderoom's protocol lines folded away, the answer once."""
+    assert page.locator("#transcript pre.code .tok-keyword").count() > 0
+    plot = page.locator(f"#transcript .event-tool_result img.figure[data-path='{PLOT}']")
+    plot.wait_for()
+    assert plot.count() == 1
+    page.wait_for_function(f"() => document.querySelector(\"#transcript img.figure[data-path='{PLOT}']\").naturalWidth > 100")
+    maker = plot.locator("xpath=ancestor::div[contains(@class, 'event-tool_result')]")
+    assert "wrote output/energy_anomalies.png" in maker.inner_text()
+    assert page.locator(".event-tool_result pre:visible", has_text="CODEROOM_PROFILE {").count() == 0
+    protocol = page.locator("details.protocol", has_text="CODEROOM_PROFILE")
+    assert protocol.count() == 1
+    protocol.locator("summary").click()
+    assert page.locator(".event-tool_result pre:visible", has_text="CODEROOM_PROFILE {").count() == 1
+    answers = page.eval_on_selector_all("#transcript .message", "ms => ms.map(m => m.textContent)")
+    assert len([a for a in answers if a.startswith(answer_start)]) == 1, answers
+
+
+def assert_accessible(page: Any, view: str) -> None:
+    assert serious_accessibility_violations(page) == [], view
 
 
 @pytest.fixture(scope="module")
@@ -145,6 +186,8 @@ def test_a_session_from_upload_to_downloads(page: Any, server: Served, cli_run: 
     assert "building_energy.csv" in page.inner_text("#picked")
     page.fill("#request", showcase_request())
     page.select_option("#sandbox", "local")
+    assert_accessible(page, "landing")
+    assert_fits(page)
     screenshot(page, "1-new-session")
     page.click("#start")
 
@@ -152,6 +195,7 @@ def test_a_session_from_upload_to_downloads(page: Any, server: Served, cli_run: 
     page.wait_for_selector(".event-session_open", timeout=RUN_TIMEOUT_MS)
     page.wait_for_selector(".event-tool_start pre.code", timeout=RUN_TIMEOUT_MS)
     first_seen = page.locator("#transcript .event").count()
+    assert_accessible(page, "running")
     page.wait_for_selector(".event-ask_end", timeout=RUN_TIMEOUT_MS)
     assert page.locator("#transcript .event").count() > first_seen  # more arrived while it ran
     transcript = page.inner_text("#transcript")
@@ -159,6 +203,13 @@ def test_a_session_from_upload_to_downloads(page: Any, server: Served, cli_run: 
     assert "Answer · ok" in transcript
     assert page.locator(".event-tool_result pre.result").count() >= 3
     assert page.locator(".event-files_listed, .event-file_read").count() == 0  # the page's own reads: not shown
+    assert page.inner_text("#model-shown") == "model: offline"
+    assert_reads_as_a_story(page, "I analysed input/building_energy.csv")
+    long_cell = page.locator("#transcript .code-block:has(pre.code.collapsed)").first.element_handle()  # the analyst's script
+    toggle = long_cell.query_selector("button[aria-expanded]")
+    toggle.click()
+    assert toggle.get_attribute("aria-expanded") == "true" and long_cell.query_selector("pre.collapsed") is None
+    assert_accessible(page, "done")
 
     # the plot appears inline as soon as it is in output/
     image = page.wait_for_selector("#preview img.preview-image", timeout=30_000)
@@ -169,8 +220,12 @@ def test_a_session_from_upload_to_downloads(page: Any, server: Served, cli_run: 
 
     # a follow-up in the same session: the same record, a second ask (offline says it cannot)
     title = page.inner_text("#session-title")
-    page.fill("#followup", "Which of these events cost the most energy?")
-    page.click("#ask")
+    page.fill("#followup", "Which of these events")
+    page.press("#followup", "Shift+Enter")  # a new line, not a send
+    page.type("#followup", "cost the most energy?")
+    assert page.input_value("#followup") == "Which of these events\ncost the most energy?"
+    assert page.locator(".event-ask_start").count() == 1
+    page.press("#followup", "Enter")  # sends
     page.wait_for_function("() => document.querySelectorAll('.event-ask_end').length === 2", timeout=RUN_TIMEOUT_MS)
     assert page.inner_text("#session-title") == title
     assert page.locator(".event-ask_start").count() == 2
@@ -182,6 +237,8 @@ def test_a_session_from_upload_to_downloads(page: Any, server: Served, cli_run: 
     page.wait_for_selector("#preview table.csv")
     header = page.eval_on_selector_all("#preview table.csv th", "ths => ths.map(t => t.textContent)")
     assert header[:3] == ["event_id", "start", "end"]
+    assert len(header) == 14
+    assert_fits(page)  # the 14 columns scroll inside the preview
     screenshot(page, "4-csv-preview")
     page.click("#file-list button[data-path='output/anomaly_report.md']")
     page.wait_for_selector("#preview .markdown h1")
@@ -212,6 +269,7 @@ def test_a_session_from_upload_to_downloads(page: Any, server: Served, cli_run: 
         assert (run_dir / path).read_bytes() == (cli_run / path).read_bytes()
     page.click("#nav-runs")
     page.wait_for_selector(f"#runs-table button.run:text-is('{run_name}')")
+    assert_accessible(page, "past runs")
     screenshot(page, "6-past-runs")
 
 
@@ -222,8 +280,18 @@ def test_past_runs_are_browsable(page: Any, server: Served, cli_run: Path) -> No
     page.wait_for_selector(".event-run_end")
     assert "Run ended · ok" in page.inner_text("#transcript")
     assert page.locator("#ask-form").is_hidden()
+    assert page.inner_text("#model-shown") == "model: offline"
+    assert_reads_as_a_story(page, "I analysed input/building_energy.csv")
+    assert page.locator(".event-run_end .message.final").count() == 1
     page.click("#file-list button[data-path='output/anomalies.csv']")
     page.wait_for_selector("#preview table.csv td")
+    assert_fits(page)
+    assert_accessible(page, "a past run")
+    with page.expect_download() as download:
+        page.click("#notebook")
+    assert download.value.suggested_filename == "building_energy-cli.ipynb"
+    notebook = json.loads(Path(download.value.path()).read_text())
+    assert any(cell["cell_type"] == "code" and "runpy" in "".join(cell["source"]) for cell in notebook["cells"])
 
 
 INERT_CHECK = """() => {

@@ -10,8 +10,10 @@ import zipfile
 from pathlib import Path
 from urllib.parse import quote
 
+import nbformat
 import pytest
 
+from coderoom.export.notebook import build_notebook
 from coderoom.hostile.preview import MAX_PREVIEW_ROWS
 from coderoom.web.headers import FILE_CSP
 from support.planted import GIT_CONFIGS, REFUSED, plant_on_disk
@@ -135,3 +137,25 @@ def test_no_planted_form_leaves_a_run_folder_through_the_page(server: Served) ->
     with zipfile.ZipFile(io.BytesIO(server.authed("GET", "/api/runs/planted/zip").body)) as archive:
         assert [n for n in REFUSED if f"output/{n}" in archive.namelist()] == []
         assert "output/src/HEAD: " in archive.read("coderoom-left-out.txt").decode()
+
+
+def test_a_run_downloads_as_the_notebook_coderoom_export_writes(server: Served, forged: str) -> None:
+    run_dir = server.runs_dir / forged
+    reply = server.authed("GET", f"/api/runs/{forged}/notebook")
+    assert reply.status == 200, reply.body
+    assert reply.headers["content-disposition"] == f'attachment; filename="{forged}.ipynb"'
+    assert reply.headers["content-security-policy"] == FILE_CSP  # opened directly, it is inert too
+    notebook = nbformat.reads(reply.body.decode(), as_version=4)
+    nbformat.validate(notebook)
+    exported = build_notebook(run_dir)
+    assert [c.source for c in notebook.cells] == [c.source for c in exported.cells]
+    assert CANARY in notebook.cells[0].source
+    assert not list(run_dir.rglob("*.ipynb"))  # made in memory: nothing is written into the run folder
+
+
+def test_the_notebook_needs_the_token_and_a_run_with_a_record(server: Served, forged: str) -> None:
+    assert server.request("GET", f"/api/runs/{forged}/notebook").status == 403
+    assert server.authed("GET", "/api/runs/no-such-run/notebook").status == 404
+    (server.runs_dir / "no-record").mkdir()
+    reply = server.authed("GET", "/api/runs/no-record/notebook")
+    assert reply.status == 400 and b"run.jsonl" in reply.body

@@ -8,7 +8,8 @@ import pytest
 from coderoom.hostile.markup import MAX_MARKDOWN_CHARS, markdown_html
 from coderoom.hostile.preview import MAX_CELL_CHARS, MAX_PREVIEW_COLUMNS, as_text, csv_table, image_type
 from coderoom.web.uploads import MAX_UPLOAD_NAME_CHARS, UploadRefused, checked_name
-from coderoom.web.view import MAX_LIST_ITEMS, MAX_TEXT_CHARS, bounded
+from coderoom.record.events import AskEnd, ModelCall, RunEnd
+from coderoom.web.view import MAX_LIST_ITEMS, MAX_TEXT_CHARS, bounded, event_json
 from web.hostile_run import HOSTILE_MARKDOWN, PNG, SVG, active_parts
 
 
@@ -75,3 +76,20 @@ def test_the_checker_of_active_html_finds_what_it_looks_for() -> None:
     # the check the sanitiser's tests rely on, on unsanitised HTML
     raw = '<script>x</script><a href="javascript:x" onclick="y">a</a><img src=x><b style="c">d</b>'
     assert active_parts(raw) == ["<script>", "a href=javascript:x", "a onclick", "<img>", "img src=x", "b style"]
+
+
+def test_the_models_words_reach_the_page_as_sanitised_markdown_beside_their_text() -> None:
+    call = ModelCall(turn=1, output=[{"kind": "message", "text": f"**bold** {HOSTILE_MARKDOWN}"}])
+    message = event_json(call)["output"][0]
+    assert "<strong>bold</strong>" in message["html"] and active_parts(message["html"]) == []
+    assert message["text"].startswith("**bold**")  # the text stays, for copying and for the answer check
+    end = event_json(RunEnd(status="ok", final_output="1. *one*\n2. two"))
+    assert "<ol>" in end["final_html"] and "<em>one</em>" in end["final_html"]
+    assert "final_html" not in event_json(AskEnd(status="error", error="boom"))  # no answer, nothing rendered
+
+
+def test_every_event_the_page_gets_goes_through_event_json() -> None:
+    # one place for the page's form of an event: the live stream and the past-run record both use it
+    from coderoom.web import live, runs
+
+    assert live.event_json is event_json and runs.event_json is event_json

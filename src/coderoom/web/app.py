@@ -38,7 +38,7 @@ from . import files as artifact_files
 from .bodies import JsonTooLarge
 from .files import FileSource, FileTooLarge, RunFolderFiles, SessionFiles, checked_path
 from .guard import BodyTooLarge, Secrets, middleware
-from .headers import SecurityHeaders
+from .headers import FILE_CSP, SecurityHeaders
 from .live import Choices, Live, ask, close_session, events, list_sessions, open_session
 from .runs import NoSuchRun, list_runs, run_folder, run_record
 from .uploads import UploadRefused
@@ -183,7 +183,7 @@ async def _notebook(request: Request) -> Response:
         text = await asyncio.to_thread(notebook_text, folder)
     return Response(
         text, media_type="application/x-ipynb+json",
-        headers={"Content-Disposition": f'attachment; filename="{folder.name}.ipynb"'},
+        headers={"Content-Disposition": f'attachment; filename="{folder.name}.ipynb"', "Content-Security-Policy": FILE_CSP},
     )  # fmt: skip
 
 

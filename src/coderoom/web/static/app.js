@@ -324,6 +324,7 @@ function renderResult(ev) {
   const box = el("div", `event event-tool_result${ev.cell && ev.cell.status !== "ok" ? " failed" : ""}`);
   box.append(el("h4", "result-head", `${ev.name} result · ${resultTitle(ev)}`));
   box.append(...resultParts(ev));
+  for (const pre of box.querySelectorAll("pre")) pre.tabIndex = 0;  // output may scroll: a keyboard must reach it
   for (const path of (ev.cell && ev.cell.figures) || []) if (!state.placed.has(path)) box.append(figure(path));
   state.results.push({ box, text: `${(ev.cell && ev.cell.stdout) || ""}\n${(ev.shell && ev.shell.output) || ""}\n${ev.output || ""}` });
   const cell = state.cells.get(ev.call_id);
@@ -522,7 +523,9 @@ async function previewFile(path) {
       insertSanitised(md, preview.html);
       box.append(md);
     } else if (preview.kind === "text") {
-      box.append(el("pre", "text", preview.text));
+      const text = el("pre", "text", preview.text);
+      text.tabIndex = 0;  // it may scroll: a keyboard must reach it
+      box.append(text);
       if (preview.cut) box.append(el("p", "note", "only the start is shown"));
     } else {
       box.append(el("p", "note", preview.note));
