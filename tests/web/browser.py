@@ -103,7 +103,13 @@ def chromium(origin: str, outside: list[str]) -> Iterator[Any]:
 
 
 def screenshot(page: Any, name: str) -> None:
-    """docs/screenshots/NAME.png, only when CODEROOM_SCREENSHOTS=1 (normal runs leave docs alone)."""
+    """docs/screenshots/NAME.png (a 1280 px window, the whole page) and NAME-phone.png (390 px, the
+    first screen), only when CODEROOM_SCREENSHOTS=1 (normal runs leave docs alone)."""
     if os.environ.get("CODEROOM_SCREENSHOTS") == "1":
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        size = page.viewport_size
+        page.set_viewport_size({"width": 1280, "height": 800})
         page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+        page.set_viewport_size({"width": 390, "height": 844})
+        page.screenshot(path=str(SCREENSHOTS / f"{name}-phone.png"))
+        page.set_viewport_size(size)
