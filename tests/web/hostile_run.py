@@ -52,7 +52,8 @@ def forge_run(runs_dir: Path, name: str = "forged-run") -> Path:
     events = [
         {"type": "run_start", "t": 0, "record_version": 2, "job": job, "model": HOSTILE_TEXT},
         {"type": "model_start", "t": 0.1, "turn": 1},
-        {"type": "model_call", "t": 0.2, "turn": 1, "output": [{"kind": "message", "text": HOSTILE_TEXT}]},
+        {"type": "model_call", "t": 0.2, "turn": 1, "output": [{"kind": "message", "text": HOSTILE_MARKDOWN},
+                                                               {"kind": "message", "text": HOSTILE_TEXT}]},
         {"type": "tool_start", "t": 0.3, "call_id": "c1", "name": HOSTILE_TEXT, "arguments": {"cmd": HOSTILE_TEXT}},
         {"type": "tool_result", "t": 0.4, "call_id": "c1", "name": "exec_command", "arguments": {"cmd": "x"},
          "output": HOSTILE_TEXT + "\n[coderoom: stopped by the memory limit]"},

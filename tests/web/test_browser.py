@@ -320,6 +320,7 @@ def test_a_hostile_report_renders_inert(page: Any, server: Served) -> None:
     page.wait_for_selector(".event-run_end")
     transcript = page.inner_text("#transcript")
     assert "<script>document.title='pwned'</script>" in transcript  # shown as the text it is
+    assert CANARY in page.inner_text("#transcript .event-model_call .markdown-text h1")  # the model's Markdown, rendered inert
     page.click("#file-list button[data-path='output/report.md']")
     page.wait_for_selector("#preview .markdown h1")
     assert CANARY in page.inner_text("#preview .markdown h1")
