@@ -18,6 +18,7 @@ runs with `chromium_sandbox=False` (Playwright's default); the page is the test'
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -86,7 +87,7 @@ def chromium(origin: str, outside: list[str]) -> Iterator[Any]:
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), chromium_sandbox=False, args=ARGS)
         try:
-            context = browser.new_context(accept_downloads=True, viewport={"width": 1400, "height": 900})
+            context = browser.new_context(accept_downloads=True, viewport={"width": 1280, "height": 800})
             context.set_default_timeout(STEP_TIMEOUT_MS)
 
             def only_origin(route: Any) -> None:
@@ -103,13 +104,20 @@ def chromium(origin: str, outside: list[str]) -> Iterator[Any]:
 
 
 def screenshot(page: Any, name: str) -> None:
-    """docs/screenshots/NAME.png (a 1280 px window, the whole page) and NAME-phone.png (390 px, the
-    first screen), only when CODEROOM_SCREENSHOTS=1 (normal runs leave docs alone)."""
+    """docs/screenshots/NAME.png (a 1280x800 window) and NAME-phone.png (390x844), only when
+    CODEROOM_SCREENSHOTS=1 (normal runs leave docs alone). What fits in the window, in 256
+    colours: each file stays well under 150 KB, and the repository small."""
     if os.environ.get("CODEROOM_SCREENSHOTS") == "1":
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         size = page.viewport_size
-        page.set_viewport_size({"width": 1280, "height": 800})
-        page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
-        page.set_viewport_size({"width": 390, "height": 844})
-        page.screenshot(path=str(SCREENSHOTS / f"{name}-phone.png"))
+        for suffix, width, height in (("", 1280, 800), ("-phone", 390, 844)):
+            page.set_viewport_size({"width": width, "height": height})
+            _save_small(page.screenshot(), SCREENSHOTS / f"{name}{suffix}.png")
         page.set_viewport_size(size)
+
+
+def _save_small(png: bytes, path: Path) -> None:
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png)) as image:
+        image.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
