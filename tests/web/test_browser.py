@@ -188,6 +188,10 @@ def test_a_session_from_upload_to_downloads(page: Any, server: Served, cli_run: 
     page.fill("#request", showcase_request())
     page.select_option("#sandbox", "local")
     assert_accessible(page, "landing")
+    page.focus("#nav-new")
+    page.keyboard.press("Tab")  # the keyboard moves through the controls, and shows where it is
+    assert page.evaluate("document.activeElement.id") == "nav-runs"
+    assert page.evaluate("getComputedStyle(document.activeElement).outlineStyle") == "solid"
     assert_fits(page)
     screenshot(page, "1-new-session")
     page.click("#start")
@@ -290,6 +294,10 @@ def test_past_runs_are_browsable(page: Any, server: Served, cli_run: Path) -> No
     page.wait_for_selector("#preview table.csv td")
     assert_fits(page)
     assert_accessible(page, "a past run")
+    page.emulate_media(color_scheme="dark")  # the system's dark mode: the page's own colours, contrast kept
+    assert page.evaluate("getComputedStyle(document.body).backgroundColor") == "rgb(21, 23, 27)"
+    assert_accessible(page, "a past run, dark")
+    page.emulate_media(color_scheme="light")
     with page.expect_download() as download:
         page.click("#notebook")
     assert download.value.suggested_filename == "building_energy-cli.ipynb"
