@@ -469,7 +469,7 @@ function refreshFiles() {
         link.addEventListener("click", (event) => { event.preventDefault(); download(fileUrl("file", file.path), downloadName(file.path)); });
         item.append(open, " ", el("span", "note", `${file.size} bytes `), link);
         list.append(item);
-        const newPlot = !state.files.has(file.path) && /\.(png|jpe?g|gif|webp)$/i.test(file.path) && file.path.startsWith("output/");
+        const newPlot = !state.files.has(file.path) && IMAGE_FILE.test(file.path) && file.path.startsWith("output/");
         if (newPlot && view.kind === "session") previewFile(file.path);  // a live session's new plot shows as it is written
         state.files.add(file.path);
       }
