@@ -154,7 +154,7 @@ def test_a_run_downloads_as_the_notebook_coderoom_export_writes(server: Served, 
 
 
 def test_the_notebook_needs_the_token_and_a_run_with_a_record(server: Served, forged: str) -> None:
-    assert server.request("GET", f"/api/runs/{forged}/notebook").status == 403
+    assert server.request("GET", f"/api/runs/{forged}/notebook").status == 401
     assert server.authed("GET", "/api/runs/no-such-run/notebook").status == 404
     (server.runs_dir / "no-record").mkdir()
     reply = server.authed("GET", "/api/runs/no-record/notebook")
