@@ -9,7 +9,6 @@ knows about the terminal; progress reaches the CLI as record events.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -24,7 +23,7 @@ from .errors import RunDirInUse
 from .jobs import Job
 from .lifecycle import RunLifecycle, RunResult
 from .models import ResolvedModel, resolve_model
-from .outputs import OutputCheck
+from .models.nudge import nudge_message
 from .record import Listener, Recorder
 from .record.hooks import RecordingHooks
 from .workspace import stage_inputs
@@ -48,14 +47,6 @@ def new_run_dir(job: Job, base: Path = Path("runs")) -> Path:
         except FileExistsError:
             continue
         return candidate
-
-
-def nudge_message(problems: Sequence[OutputCheck]) -> str:
-    lines = "\n".join(f"- {c.path}: {c.detail}" for c in problems)
-    return (
-        "The run is not finished: these required outputs are missing or invalid:\n"
-        f"{lines}\nCreate or fix them in the workspace, then reply with a short summary."
-    )
 
 
 async def run_job(

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import ast
 import json
+from types import SimpleNamespace
 
 import pandas as pd
 from agents.testing import assistant_message, function_call
 
 from support.evaluation import score_events
+from coderoom.models.nudge import nudge_message
 from coderoom.models.offline.policy import Final, ToolCall, decide
 from coderoom.models.offline.transcript import read_transcript
 
 PROMPT = "Find anomalies in input/x.csv and save output/anomalies.csv."
+NUDGE = nudge_message([SimpleNamespace(path="output/anomalies.csv", detail="missing")])
 TOOLS = ["exec_command", "write_stdin"]
 
 
@@ -67,15 +70,41 @@ def test_a_failed_listing_is_not_reported_as_an_empty_workspace() -> None:
 def test_after_a_nudge_it_redoes_the_work_once_then_stops() -> None:
     first = [{"role": "user", "content": PROMPT}, call("exec_command", "cr-list-1", cmd="ls"),
              output("cr-list-1", "./notes.json\n"), assistant_message("I could not ...", item_id="m1")]
-    nudged = first + [{"role": "user", "content": "outputs missing: output/anomalies.csv"}]
+    nudged = first + [{"role": "user", "content": NUDGE}]
     again = decide(read_transcript(nudged), TOOLS)
     assert isinstance(again, ToolCall) and again.step == "list"
     assert read_transcript(nudged).total_calls == 1  # the next id is cr-list-2: unique in the run
     twice = nudged + [call("exec_command", "cr-list-2", cmd="ls"), output("cr-list-2", "./notes.json\n"),
                       assistant_message("I could not ...", item_id="m2"),
-                      {"role": "user", "content": "outputs missing: output/anomalies.csv"}]
+                      {"role": "user", "content": NUDGE}]
     stop = decide(read_transcript(twice), TOOLS)
     assert isinstance(stop, Final) and "re-ran the analysis once" in stop.text
+
+
+def test_a_follow_up_that_does_not_ask_for_anomalies_is_refused() -> None:
+    first = [{"role": "user", "content": PROMPT}, call("exec_command", "cr-list-1", cmd="ls"),
+             output("cr-list-1", "./input/x.csv\n"),
+             assistant_message("I analysed input/x.csv and found 6 abnormal event(s).\n1. ...", item_id="m1")]
+    follow_up = first + [{"role": "user", "content": "And which day had the most?"}]
+    refused = decide(read_transcript(follow_up), TOOLS)
+    assert isinstance(refused, Final) and refused.declined
+    assert refused.text.startswith("I could not answer this follow-up.")
+    assert "My last report was, in short: I analysed input/x.csv and found 6 abnormal event(s)." in refused.text
+    assert "not a language model" in refused.text
+    # asked again, it still recalls the report, not its own refusal
+    again = follow_up + [assistant_message(refused.text, item_id="m2"), {"role": "user", "content": "Why?"}]
+    second = decide(read_transcript(again), TOOLS)
+    assert isinstance(second, Final) and second.declined and "in short: I analysed input/x.csv" in second.text
+
+
+def test_a_follow_up_asking_for_anomalies_is_a_new_request() -> None:
+    first = [{"role": "user", "content": PROMPT}, call("exec_command", "cr-list-1", cmd="ls"),
+             output("cr-list-1", "./input/x.csv\n"), assistant_message("I analysed ...", item_id="m1")]
+    follow_up = first + [{"role": "user", "content": "Now find the outliers in input/y.csv"}]
+    transcript = read_transcript(follow_up)
+    assert (transcript.prompt, transcript.requests, transcript.nudges) == ("Now find the outliers in input/y.csv", 2, 0)
+    step = decide(transcript, TOOLS)
+    assert isinstance(step, ToolCall) and step.step == "list"
 
 
 def test_with_a_kernel_the_scripts_run_as_python_cells() -> None:

@@ -13,6 +13,7 @@ import pytest
 from coderoom import Session
 from coderoom.errors import NoSuchFile, RequestRefused, SessionClosed, WorkspaceWriteFailed
 from coderoom.record import read_record
+from coderoom.run import DECLINED
 from coderoom.sandboxes.limits import Limits
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,6 +85,24 @@ async def test_a_follow_up_ask_continues_the_conversation_and_shares_the_kernel(
     shown = subprocess.run([sys.executable, "-m", "coderoom", "show", str(run_dir)], capture_output=True,
                            text=True, timeout=120)
     assert shown.returncode == 0 and "Now the same again, please." in shown.stdout
+
+
+async def test_an_out_of_scope_follow_up_gets_the_offline_analysts_refusal_and_fails(tmp_path: Path) -> None:
+    session = await Session.open(model="offline", runs_dir=tmp_path / "runs",
+                                 files={"input/building_energy.csv": ENERGY})
+    try:
+        first = await session.ask("Find abnormal energy use in input/building_energy.csv and save "
+                                  "output/anomalies.csv")
+        follow_up = await session.ask("And which day had the most?")
+    finally:
+        run_dir = await session.close()
+    assert first.status == "ok", first
+    assert (follow_up.status, follow_up.error) == ("failed", DECLINED)
+    assert follow_up.final_output.startswith("I could not answer this follow-up.")
+    assert first.final_output.splitlines()[0] in follow_up.final_output  # recalled, not repeated
+    assert "Method:" not in follow_up.final_output
+    ends = [e for e in events_of(run_dir) if e.type == "ask_end"]
+    assert [e.status for e in ends] == ["ok", "failed"]
 
 
 async def test_a_sessions_run_folder_reruns_without_a_model(tmp_path: Path) -> None:

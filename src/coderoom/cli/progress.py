@@ -1,11 +1,18 @@
 """The live display of `coderoom run`: record events as a status line and one line per tool call.
 
+The status line is rebuilt on every refresh of the spinner, not only when an event arrives: a
+local model can take minutes over one reply, and a clock that stands still while it does looks
+like a hang. While a request is out it says "waiting for the model" and for how long; after each
+reply it adds the reply's output tokens and their rate (from the usage the server reported; the
+run does not stream, so tokens are counted per reply, not as they arrive).
+
 Everything a model or a sandbox chose goes through `display` (terminal-safe, no markup).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from rich.console import Console
 from rich.text import Text
@@ -20,17 +27,25 @@ from .display import first_line, safe
 class Progress:
     """Turns record events into a live status line plus one printed line per tool call."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, clock: Callable[[], float] = time.monotonic) -> None:
         self.console = console
-        self.started = time.monotonic()
+        self.clock = clock
+        self.started = clock()
         self.turn = 0
         self.tokens = 0
         self.doing = "starting the sandbox"
-        self.status = console.status(self._text())
+        self.waiting_since: float | None = None  # a model request is out since then
+        self.last_reply = ""  # the last reply's output tokens and rate
+        self.status = console.status(_Rebuilt(self))
 
-    def _text(self) -> Text:
-        elapsed = time.monotonic() - self.started
-        return Text.assemble(f"turn {self.turn} · ", safe(self.doing), f" · {elapsed:.1f}s · {self.tokens:,} tokens")
+    def line(self) -> Text:
+        """The status line as of now."""
+        now = self.clock()
+        waiting = () if self.waiting_since is None else (f" {now - self.waiting_since:.0f}s",)
+        return Text.assemble(
+            f"turn {self.turn} · ", safe(self.doing), *waiting,
+            f" · {now - self.started:.1f}s · {self.tokens:,} tokens", self.last_reply,
+        )  # fmt: skip
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, RunStart):
@@ -40,10 +55,15 @@ class Progress:
             self.console.print(Text.assemble("model ", safe(event.model, "bold"), " · sandbox ", safe(backend, "bold")))
         elif isinstance(event, ModelStart):
             self.turn = event.turn
-            self.doing = "model thinking"
+            self.doing = "waiting for the model"
+            self.waiting_since = self.clock()
         elif isinstance(event, ModelCall):
             self.tokens += event.usage.total_tokens
             self.doing = "model answered"
+            self.waiting_since = None
+            out, seconds = event.usage.output_tokens, event.duration_s
+            rate = f" at {out / seconds:.1f} tokens/s" if seconds > 0 else ""
+            self.last_reply = f" · last reply {out:,} tokens{rate}"
         elif isinstance(event, ToolStart):
             self.doing = f"{event.name}: {first_line(event.arguments, 50)}"
             self.console.print(Text.assemble(
@@ -65,4 +85,13 @@ class Progress:
         elif isinstance(event, Nudge):
             missing = ", ".join(m.path for m in event.missing)
             self.console.print(Text.assemble(("outputs missing or invalid, asking the model again: ", "yellow"), safe(missing)))
-        self.status.update(self._text())
+
+
+class _Rebuilt:
+    """The status line as a renderable the spinner renders afresh on every refresh."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+
+    def __rich__(self) -> Text:
+        return self.progress.line()

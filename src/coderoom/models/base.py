@@ -74,17 +74,23 @@ def http_model(
     client: AsyncOpenAI,
     environ: Mapping[str, str],
     probe: ServerProbe | None = None,
+    cap_from_context: bool = False,
     **fields: Any,
 ) -> ResolvedModel:
     """A ResolvedModel for an `openai` client's model: its retries moved to the runner, each
-    request bounded by the whole-request deadline and fitted into the context `probe` reports."""
+    request bounded by the whole-request deadline and fitted into the context `probe` reports,
+    its output capped by CODEROOM_MODEL_MAX_TOKENS (or, `cap_from_context`, by the context)."""
     from .context import ContextGuard
     from .guard import GuardedModel
+    from .output_cap import max_tokens_from_env
 
     max_retries, timeout = client_settings(environ)
     client.max_retries = 0
     server = str(client.base_url).rstrip("/")
-    guarded = GuardedModel(inner, server, deadline_s=timeout, context=ContextGuard(server, probe))
+    guarded = GuardedModel(
+        inner, server, deadline_s=timeout, context=ContextGuard(server, probe),
+        max_tokens=max_tokens_from_env(environ), cap_from_context=cap_from_context,
+    )
     return ResolvedModel(model=guarded, client=client, max_retries=max_retries, probe=probe, **fields)
 
 

@@ -67,4 +67,5 @@ def resolve(rest: str, environ: Mapping[str, str]) -> ResolvedModel:
         client=client,
         environ=environ,
         probe=ServerProbe(base_url, name, key),
+        cap_from_context=True,  # a local server generates until the context is full otherwise
     )

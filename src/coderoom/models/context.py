@@ -33,13 +33,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from .failures import ContextTooSmall
+from .output_cap import reply_cap
 from .server import ServerFacts, ServerProbe
 
 MARKER = "[coderoom: output trimmed to fit the model's context: {chars} chars]"
 _PIECE = re.compile(r"[A-Za-z]+|\d|\s+|[^\sA-Za-z\d]+")
 ITEM_OVERHEAD = 8  # tokens a chat template adds around each message
 IMAGE_TOKENS = 1024  # an image part, whatever its encoded size
-MAX_REPLY_RESERVE = 1024  # reserved for the reply when max_tokens is not set
 ROUNDS = 3  # trim, count exactly, trim harder: at most this many times
 ESTIMATE = "estimate from the text (no tokenizer endpoint)"
 
@@ -81,7 +81,7 @@ class ContextGuard:
         if window.size is None:
             return input, None
         items = [{"role": "user", "content": input}] if isinstance(input, str) else list(input)
-        reply = max_tokens or min(MAX_REPLY_RESERVE, window.size // 4)
+        reply = max_tokens or reply_cap(window.size)
         budget = window.size - reply - max(32, window.size // 16)
         fixed_text = "\n".join([system or "", *(_tool_text(t) for t in tools)])
         sizer = Sizer(fixed_text, 1.0)

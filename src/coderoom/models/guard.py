@@ -7,7 +7,8 @@ JSONDecodeError, ModelBehaviorError or AttributeError; here it becomes a `ModelA
 names the server and what was wrong. A reply cut by max_tokens (output tokens reaching the
 limit: the SDK's ModelResponse carries no finish_reason) is never taken silently as the final
 answer: the model is asked once to finish it, and a second cut is marked and recorded.
-Every request, the continuation too, is first fitted into the model's context (`context`).
+Every request, the continuation too, is first fitted into the model's context (`context`), and
+carries a cap on its output tokens when the job set none (`output_cap`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 
 from .context import ContextGuard
 from .failures import DEADLINE_ADVICE, ModelAnswerError, ModelDeadlineExceeded, Notify
+from .output_cap import reply_cap
 
 CUT_NOTE = "[coderoom: this reply was cut at the max_tokens limit]"
 CONTINUE = (
@@ -39,20 +41,34 @@ class GuardedModel(Model):
     """Delegates to `inner`; adds the deadline, readable errors and the max_tokens check."""
 
     def __init__(
-        self, inner: Model, server: str, deadline_s: float, context: ContextGuard | None = None,
+        self,
+        inner: Model,
+        server: str,
+        deadline_s: float,
+        context: ContextGuard | None = None,
         notify: Notify | None = None,
+        *,
+        max_tokens: int | None = None,
+        cap_from_context: bool = False,
     ) -> None:
+        """`max_tokens`: the cap when the job sets none (CODEROOM_MODEL_MAX_TOKENS);
+        `cap_from_context`: without either, derive one from the context (Chat Completions)."""
         self.inner = inner
         self.server = server
         self.deadline_s = deadline_s
         self.context = context or ContextGuard(server, None)
+        self.max_tokens = max_tokens
+        self.cap_from_context = cap_from_context
         self.notify: Notify = notify or (lambda *_args, **_fields: None)
 
     def for_run(self, notify: Notify, context_size: int | None) -> GuardedModel:
         """The same model and server for one run: its retries and cut replies reported through
         `notify`, its context the server's figure or else the job's `context_size`."""
         context = ContextGuard(self.server, self.context.probe, declared=context_size)
-        return GuardedModel(self.inner, self.server, self.deadline_s, context, notify)
+        return GuardedModel(
+            self.inner, self.server, self.deadline_s, context, notify,
+            max_tokens=self.max_tokens, cap_from_context=self.cap_from_context,
+        )
 
     def get_retry_advice(self, request: ModelRetryAdviceRequest) -> ModelRetryAdvice | None:
         return self.inner.get_retry_advice(request)
@@ -65,6 +81,7 @@ class GuardedModel(Model):
         *args: Any,
         **kwargs: Any,
     ) -> ModelResponse:
+        model_settings = await self.capped(model_settings)
         response = await self._bounded(system_instructions, input, model_settings, *args, **kwargs)
         limit = model_settings.max_tokens
         if not _cut_text(response, limit):
@@ -77,6 +94,15 @@ class GuardedModel(Model):
             _append_note(again)
         again.usage.add(response.usage)  # both requests count
         return again
+
+    async def capped(self, settings: ModelSettings) -> ModelSettings:
+        """`settings` with the default output cap when the job set none (`output_cap`)."""
+        if settings.max_tokens is not None:
+            return settings
+        cap = self.max_tokens
+        if cap is None and self.cap_from_context:
+            cap = reply_cap((await self.context.window()).size)
+        return settings if cap is None else settings.resolve(ModelSettings(max_tokens=cap))
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         return self.inner.stream_response(*args, **kwargs)

@@ -103,11 +103,13 @@ LIST_CMD = (
 def decide(transcript: Transcript, tool_names: list[str], instructions: str = "") -> Action:
     """The next action for this transcript."""
     request = parse_request(transcript.prompt, instructions)
-    if transcript.user_messages > 2:
+    if transcript.nudges > 1:
         return Final(_give_up(transcript))
     if "exec_command" not in tool_names:
         return Final("I cannot act: no `exec_command` tool is available, so I ran nothing and "
                      "wrote no files.", declined=True)
+    if not request.wants_anomalies and transcript.requests > 1:
+        return _refuse_follow_up(transcript)
     if not request.wants_anomalies:
         return _decline(request, "The request does not ask for anomalies or abnormal events, and "
                                  "that is the only analysis the offline analyst performs.")
@@ -206,6 +208,22 @@ SCOPE = (
     "`--model openai-compatible:MODEL@http://localhost:11434/v1` (a local OpenAI-compatible "
     "server: Ollama, llama.cpp, vLLM, LM Studio; `coderoom models check SPEC` tests one)."
 )
+
+
+FOLLOW_UP = (
+    "I could not answer this follow-up. I do not read or reason about earlier results: the only "
+    "thing I do is run the anomaly analysis again, and this request does not ask for anomalies or "
+    "abnormal events. My earlier answer stands as written."
+)
+
+
+def _refuse_follow_up(transcript: Transcript) -> Final:
+    """A follow-up it cannot serve: refused, with the first line of its last report (not of an
+    earlier refusal) to recall what it found."""
+    reports = [t.strip() for t in transcript.assistant_texts if t.strip() and not t.startswith(FOLLOW_UP)]
+    previous = reports[-1].split("\n", 1)[0] if reports else ""
+    recalled = ["", f"My last report was, in short: {previous}"] if previous else []
+    return Final("\n".join([FOLLOW_UP, *recalled, "", SCOPE]), declined=True)
 
 
 def _decline(request: Request, reason: str, profile: dict[str, Any] | None = None, *,

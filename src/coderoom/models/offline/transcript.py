@@ -1,5 +1,9 @@
 """Read the conversation the Runner hands to a model: the prompt, the analyst's calls and their results.
 
+The prompt is the latest request: the latest user message that is not a run's nudge about
+missing outputs (`models.nudge`), so a follow-up in a live session is read as the new request it
+is, and a nudge as a reminder of the old one.
+
 The offline analyst keeps no state between calls; everything it knows comes from these items, so
 a resumed or replayed run takes the same decisions. Items arrive as Responses-style dicts (or SDK
 pydantic objects, which are dumped to the same dicts).
@@ -12,6 +16,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..nudge import is_nudge
 
 _EXIT = re.compile(r"^Process exited with code (-?\d+)$", re.MULTILINE)
 _RUNNING = re.compile(r"^Process running with session ID (\d+)$", re.MULTILINE)
@@ -40,8 +46,9 @@ class Call:
 
 @dataclass
 class Transcript:
-    prompt: str
-    user_messages: int
+    prompt: str  # the latest request (a user message that is not a nudge)
+    requests: int  # user messages that are not nudges: more than one means a follow-up
+    nudges: int  # nudges since the latest request
     calls: list[Call]  # calls since the last user message, polls folded into their command
     assistant_texts: list[str]
     total_calls: int  # every call in the conversation, for unique call ids
@@ -71,8 +78,8 @@ def _text(content: Any) -> str:
 def read_transcript(items: str | Iterable[Any]) -> Transcript:
     """Fold the item list into the analyst's view of the conversation."""
     if isinstance(items, str):
-        return Transcript(items, 1, [], [], 0)
-    prompt, users, total = "", 0, 0
+        return Transcript(items, 1, 0, [], [], 0)
+    prompt, requests, nudges, total = "", 0, 0, 0
     calls: list[Call] = []
     by_id: dict[str, Call] = {}
     polls: dict[str, Call] = {}  # poll call id -> the command it polls
@@ -81,9 +88,11 @@ def read_transcript(items: str | Iterable[Any]) -> Transcript:
         item = _as_dict(raw)
         kind = item.get("type") or ("message" if "role" in item else "")
         if kind == "message" and item.get("role") == "user":
-            users += 1
-            if users == 1:
-                prompt = _text(item.get("content"))
+            text = _text(item.get("content"))
+            if is_nudge(text) and requests:
+                nudges += 1
+            else:
+                prompt, requests, nudges = text, requests + 1, 0
             calls, by_id, polls = [], {}, {}
         elif kind == "message" and item.get("role") == "assistant":
             texts.append(_text(item.get("content")))
@@ -105,7 +114,7 @@ def read_transcript(items: str | Iterable[Any]) -> Transcript:
             target = polls.get(call_id) or by_id.get(call_id)
             if target is not None:
                 target.outputs.append(_text(item.get("output")))
-    return Transcript(prompt, users, calls, texts, total)
+    return Transcript(prompt, requests, nudges, calls, texts, total)
 
 
 def exit_code(output: str) -> int | None:
