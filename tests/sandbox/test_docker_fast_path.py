@@ -120,7 +120,7 @@ def test_a_signal_removes_the_container_and_exits_128_plus_n(docker: None, signu
     finally:
         if process.poll() is None:
             process.kill()
-    assert process.returncode == 128 + signum
+    assert process.returncode == 128 + signum, stderr
     assert stderr.strip() == f"coderoom: error: interrupted by {signal.Signals(signum).name}"
     assert _containers_of(process.pid) == []
 
