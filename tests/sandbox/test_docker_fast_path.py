@@ -7,6 +7,7 @@ full path's before anything is made."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import struct
 import subprocess
@@ -106,15 +107,21 @@ def test_exit_codes_and_output_are_the_same_on_both_paths(docker: None, argv: li
     assert (fast.stdout, fast.stderr) == (full.stdout, full.stderr)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
-def test_a_signal_removes_the_container_and_exits_128_plus_n(docker: None, signum: int) -> None:
+@pytest.mark.parametrize(
+    "signum, after",
+    [(signal.SIGINT, 0.0), (signal.SIGTERM, 0.0), (signal.SIGTERM, 0.05), (signal.SIGHUP, 0.5)],
+)
+def test_a_signal_removes_the_container_and_exits_128_plus_n(docker: None, signum: int, after: float) -> None:
+    """Whether the container was just created, is starting or runs the command (`after` seconds
+    after it is seen). A signal in the middle of the start call left the engine connection
+    mid-request, and the removal failed (exit 1) before `Engine.call` dropped such a connection."""
     process = subprocess.Popen([*FAST, *DOCKER_RUN, "--", "sleep", "60"], stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
         while not _containers_of(process.pid):
             assert process.poll() is None and time.monotonic() < deadline
             time.sleep(0.1)
-        time.sleep(0.5)  # created, attached or started: any of them must be undone
+        time.sleep(after)
         process.send_signal(signum)
         _, stderr = process.communicate(timeout=60)
     finally:
@@ -123,6 +130,25 @@ def test_a_signal_removes_the_container_and_exits_128_plus_n(docker: None, signu
     assert process.returncode == 128 + signum, stderr
     assert stderr.strip() == f"coderoom: error: interrupted by {signal.Signals(signum).name}"
     assert _containers_of(process.pid) == []
+
+
+def test_a_call_cut_short_leaves_the_engine_usable(docker: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A signal's exception in the middle of a call (the request sent, no answer read) must not
+    leave the connection mid-request: the removal that follows is a call on the same Engine."""
+    import http.client
+
+    engine = Engine(DEFAULT_SOCKET if socket_path(os.environ) is None else str(socket_path(os.environ)))
+    real = http.client.HTTPConnection.getresponse
+
+    def interrupted(self: http.client.HTTPConnection) -> Any:
+        monkeypatch.setattr(http.client.HTTPConnection, "getresponse", real)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(http.client.HTTPConnection, "getresponse", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        engine.call("GET", "/version")
+    assert "Arch" in engine.call("GET", "/version")
+    engine.close()
 
 
 def test_nothing_is_left_behind(docker: None) -> None:

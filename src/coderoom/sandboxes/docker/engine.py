@@ -53,7 +53,8 @@ class _UnixConnection(http.client.HTTPConnection):
 
 
 class Engine:
-    """Calls to the engine at `path`, one kept-alive connection for them (not thread-safe)."""
+    """Calls to the engine at `path`, one kept-alive connection for them (not thread-safe); a
+    call cut short (an error, or a signal's exception) drops it, so the next starts afresh."""
 
     def __init__(self, path: str, timeout: float = CALL_TIMEOUT_S) -> None:
         self.path, self.timeout = path, timeout
@@ -64,9 +65,13 @@ class Engine:
         more; OSError when the engine cannot be reached."""
         data = None if body is None else json.dumps(body).encode()
         headers = {"Content-Type": "application/json"} if data is not None else {}
-        self._connection.request(method, path, body=data, headers=headers)
-        answer = self._connection.getresponse()
-        raw = answer.read(MAX_ANSWER + 1)
+        try:
+            self._connection.request(method, path, body=data, headers=headers)
+            answer = self._connection.getresponse()
+            raw = answer.read(MAX_ANSWER + 1)
+        except BaseException:  # a signal or an error mid-call: the next call (the removal) reconnects
+            self.close()
+            raise
         if len(raw) > MAX_ANSWER:
             self.close()  # what is left of an oversized answer must not be read as the next one
             raise EngineError(answer.status, f"an answer over {MAX_ANSWER} bytes")
