@@ -168,6 +168,20 @@ def test_forms_it_does_not_run_the_same_way_go_to_the_full_path(monkeypatch: pyt
     assert plain.run_plain(Limits(), ["true"]) is None
 
 
+def test_a_missing_image_is_left_to_the_full_path_which_builds_it(docker: None) -> None:
+    assert plain.run_plain(Limits(), ["true"], image="coderoom-no-such-image:none") is None
+
+
+def test_a_malformed_reply_is_a_sandbox_failure_on_both_paths() -> None:
+    """init.py shares the sandbox's uid: its reply is read as hostile by the one reader."""
+    from coderoom.errors import SandboxFailed
+    from coderoom.sandboxes.docker.request import command_result
+
+    for reply in ({"code": "x", "out": "", "err": ""}, {"code": 0}, {"code": 0, "out": "!", "err": None}):
+        with pytest.raises(SandboxFailed, match="malformed reply"):
+            command_result(reply, timeout=1.0, limits=Limits())
+
+
 def test_the_engine_socket_is_docker_pys() -> None:
     assert socket_path({}) == DEFAULT_SOCKET
     assert socket_path({"DOCKER_HOST": "unix:///run/user/1000/docker.sock"}) == "/run/user/1000/docker.sock"

@@ -176,18 +176,22 @@ def command_request(
 
 def command_result(reply: Mapping[str, Any], *, timeout: float, limits: Limits) -> CommandResult:
     """The result of a command from init.py's reply (parsed within its line bound), with what
-    stopped it named as on the local backend."""
+    stopped it named as on the local backend; SandboxFailed for a reply that is not one (PID 1
+    shares the sandbox's uid: what it writes is hostile)."""
     if "error" in reply:  # could not start: bad argv, the pids limit, an archive under way
-        message = f"coderoom: could not start the command: {reply['error']}\n"
+        message = f"coderoom: could not start the command: {str(reply['error'])[:1000]}\n"
         return CommandResult(126, b"", message.encode())
     timed_out = bool(reply.get("timed_out"))
-    result = CommandResult(
-        exit_code=EXIT_TIMEOUT if timed_out else int(reply["code"]),
-        stdout=base64.b64decode(reply["out"]),
-        stderr=base64.b64decode(reply["err"]),
-        timed_out=timed_out,
-        stopped_by=f"the {timeout:g} s wall-clock limit" if timed_out else None,
-    )
+    try:
+        result = CommandResult(
+            exit_code=EXIT_TIMEOUT if timed_out else int(reply["code"]),
+            stdout=base64.b64decode(reply["out"]),
+            stderr=base64.b64decode(reply["err"]),
+            timed_out=timed_out,
+            stopped_by=f"the {timeout:g} s wall-clock limit" if timed_out else None,
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise SandboxFailed(f"the sandbox's init sent a malformed reply ({type(e).__name__})") from None
     if not timed_out:
         oom = reply.get("oom_killed") is True
         result.stopped_by = named_stop(result.exit_code, result.stderr, limits, oom_killed=oom)
