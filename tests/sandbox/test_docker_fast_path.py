@@ -163,7 +163,7 @@ def test_forms_it_does_not_run_the_same_way_go_to_the_full_path(monkeypatch: pyt
     assert plain.run_plain(Limits(network=True), ["true"]) is None
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     assert plain.run_plain(Limits(), ["true"]) is None
-    monkeypatch.setattr(plain, "find_spec", lambda name: None)
+    monkeypatch.setattr(plain, "_has_docker_py", lambda: False)
     monkeypatch.delenv("DOCKER_HOST")
     assert plain.run_plain(Limits(), ["true"]) is None
 

@@ -44,7 +44,7 @@ def run_plain(limits: Limits, argv: list[str], *, image: str = DEFAULT_IMAGE) ->
     """Run `argv` in a new sandbox with `limits` and remove it; None (nothing made) when the full
     path must take it (see the module docstring)."""
     path = socket_path(os.environ)
-    if limits.network or path is None or find_spec("docker") is None:
+    if limits.network or path is None or not _has_docker_py():
         return None
     engine = Engine(path)
     container_id = None
@@ -67,6 +67,14 @@ def run_plain(limits: Limits, argv: list[str], *, image: str = DEFAULT_IMAGE) ->
             with signal_masks.held():  # a second signal must not cut the removal short
                 _remove(engine, container_id)
         engine.close()
+
+
+def _has_docker_py() -> bool:
+    """Whether `docker` is installed (found, not imported: the full path says so when it is not)."""
+    try:
+        return find_spec("docker") is not None
+    except ImportError:  # a finder that refuses it (tests hide it this way)
+        return False
 
 
 def _run(engine: Engine, container_id: str, limits: Limits, argv: list[str]) -> CommandResult:
