@@ -27,7 +27,7 @@ HEAVY = ("agents", "typer", "rich", "pydantic")
 # Runs `coderoom` as its entry point does, then prints the heavy modules it imported on stderr.
 WRAPPER = (
     "import atexit, sys\n"
-    f"heavy = {HEAVY!r}\n"
+    "heavy = sys.argv.pop(1).split(',')\n"
     "atexit.register(lambda: print('HEAVY-MODULES', sorted(m for m in sys.modules"
     " if m.split('.')[0] in heavy), file=sys.stderr))\n"
     f"from {MODULE} import {FUNCTION} as entry\n"
@@ -36,9 +36,9 @@ WRAPPER = (
 )
 
 
-def heavy_modules(*args: str, cwd: Path) -> tuple[int, list[str]]:
+def heavy_modules(*args: str, cwd: Path, heavy: tuple[str, ...] = HEAVY) -> tuple[int, list[str]]:
     done = subprocess.run(
-        [sys.executable, "-c", WRAPPER, *args], capture_output=True, text=True, timeout=120, cwd=cwd
+        [sys.executable, "-c", WRAPPER, ",".join(heavy), *args], capture_output=True, text=True, timeout=120, cwd=cwd
     )
     reports = [line for line in done.stderr.splitlines() if line.startswith("HEAVY-MODULES ")]
     assert len(reports) == 1, done.stderr
@@ -120,6 +120,41 @@ def test_a_plain_sandbox_run_imports_no_typer_rich_or_pydantic(args: list[str], 
     assert heavy_modules(*args, cwd=tmp_path) == (exit_code, [])
 
 
+DOCKER_HEAVY = (*HEAVY, "docker", "requests", "urllib3", "asyncio")
+
+
+@pytest.mark.parametrize(
+    "args, exit_code",
+    [
+        (["sandbox", "run", "--sandbox", "docker", "--", "true"], 0),
+        (["sandbox", "run", "--sandbox", "docker", "--memory", "512M", "--timeout", "30", "--pids", "64",
+          "--no-network", "--", "sh", "-c", "exit 7"], 7),
+        (["sandbox", "run", "--sandbox", "docker", "--timeout=1", "--", "sleep", "30"], 124),
+        (["sandbox", "run", "--sandbox", "docker", "--limit", "workspace_size=8M", "--limit", "file_size=1M",
+          "--", "true"], 0),
+    ],
+    ids=["true", "options", "timeout", "limit-flags"],
+)  # fmt: skip
+def test_a_plain_docker_sandbox_run_imports_neither_typer_nor_docker_py_nor_asyncio(
+    args: list[str], exit_code: int, tmp_path: Path
+) -> None:
+    """The docker backend's fast path (`sandboxes.docker.plain`) speaks to the engine's socket itself."""
+    from backends import require_backend
+
+    require_backend("docker")
+    assert heavy_modules(*args, cwd=tmp_path, heavy=DOCKER_HEAVY) == (exit_code, [])
+
+
+def test_docker_with_network_goes_through_the_full_path(tmp_path: Path) -> None:
+    """A session network and its routes are the full path's: typer and docker-py run it."""
+    from backends import require_backend
+
+    require_backend("docker")
+    code, modules = heavy_modules("sandbox", "run", "--sandbox", "docker", "--network", "--", "true",
+                                  cwd=tmp_path, heavy=DOCKER_HEAVY)  # fmt: skip
+    assert code == 0 and "typer" in modules and "docker" in modules
+
+
 def test_other_forms_of_sandbox_run_go_through_typer(tmp_path: Path) -> None:
     """--help and a value typer would not convert are typer's to report: the fast path steps aside."""
     for args in (["sandbox", "run", "--help"], ["sandbox", "run", "--pids", "x", "--", "true"]):
@@ -131,7 +166,7 @@ def test_other_forms_of_sandbox_run_go_through_typer(tmp_path: Path) -> None:
 def test_the_wrapper_does_see_the_sdk_when_a_command_imports_it(tmp_path: Path) -> None:
     """The check can fail: a command that does import the SDK is reported."""
     done = subprocess.run(
-        [sys.executable, "-c", "import agents\n" + WRAPPER, "--help"],
+        [sys.executable, "-c", "import agents\n" + WRAPPER, ",".join(HEAVY), "--help"],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
     )  # fmt: skip
     assert "'agents'" in done.stderr

@@ -138,18 +138,19 @@ async def test_a_container_path_without_python_does_not_stop_the_docker_sandbox(
     the entrypoint up in that PATH and create failed with APIError 400. (The SDK's own start
     runs `sh` through PATH, so this drives the core with the environment the SDK client gives.)"""
     require_backend("docker")
-    from coderoom.sandboxes.docker.container import DockerSandbox, container_settings, seccomp_program
+    from coderoom.sandboxes.docker.container import DockerSandbox, create_container, seccomp_program
     from coderoom.sandboxes.docker.image import docker_client, ensure_image
+    from coderoom.sandboxes.docker.request import create_request
 
     spec = SandboxSpec(backend="docker")
     client = docker_client()
-    settings = container_settings(
+    request = create_request(
         spec.limits, image=ensure_image(spec), program=seccomp_program(client), environment={"PATH": "/nonexistent"}
     )
-    container = client.containers.create(**settings)
-    sandbox = DockerSandbox(client, container.id, spec.limits)
+    container_id = create_container(client, request)
+    sandbox = DockerSandbox(client, container_id, spec.limits)
     try:
-        container.start()
+        client.api.start(container_id)
         seen = await sandbox.exec(["/bin/sh", "-c", 'echo "$PATH"; echo made > note.txt'])
         assert seen.stdout == b"/nonexistent\n", seen.stderr
         assert await sandbox.read_file(PurePosixPath("note.txt"), max_bytes=64) == b"made\n"

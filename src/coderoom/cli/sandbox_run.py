@@ -6,7 +6,9 @@ the command line to `fast_exit_code`: in its plain form (known options, each val
 typer command would take the same way, then `--` and the command) it runs here. Any other
 form, `--help`, an option with a value that starts with `-` or that typer would not convert,
 `--workspace`, or a backend that needs the full spec (`base.SandboxBackend.plain_spec`) goes
-through the typer command (`sandbox_cmd`), which reads the same `OPTIONS`. Help and option
+through the typer command (`sandbox_cmd`), which reads the same `OPTIONS`. A backend with
+`run_plain` (docker) runs the command itself, without asyncio, or hands it to the typer command
+when it says so before making anything. Help and option
 errors are therefore typer's own; both paths make their `Limits` with `limits_of` (the one
 parser, `sandboxes.limits`, so a bad limit has the same words), and both run `execute`.
 """
@@ -134,6 +136,14 @@ def fast_exit_code(argv: list[str]) -> int | None:
     try:
         spec = plain_spec(values)
         backend = get_backend(spec.backend)
+        if hasattr(backend, "run_plain"):
+            with _signals_raise():
+                result = backend.run_plain(spec, command)
+            if result is None:
+                return None
+            _write(sys.stdout.buffer, result.stdout)
+            _write(sys.stderr.buffer, result.stderr)
+            return int(result.exit_code)
         if not getattr(backend, "plain_spec", False):
             return None
         with _signals_raise():  # outside the event loop, which handles them itself (see `execute`)

@@ -36,6 +36,9 @@ __all__ = ["EXIT_KILLED", "EXIT_TIMEOUT", "Progress", "SandboxBackend"]
 # And `prestart(spec)`: start the sandbox now, synchronously, before the caller loads asyncio;
 # it returns None (then `start` does it all) or an object with `async finish() -> Sandbox` (in
 # the event loop) and `abandon()` (remove it unused).
+# And `run_plain(spec, argv)`, for the same kind of spec: run `argv` in a fresh sandbox and remove
+# it, with neither asyncio nor the backend's client library; it returns a `core.CommandResult`,
+# or None (nothing made) when the full path must run it.
 
 
 @runtime_checkable

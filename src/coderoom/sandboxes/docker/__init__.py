@@ -5,13 +5,14 @@ capability-less container with coderoom's limits, labelled (`labels`) so `prune`
 leftovers, driven through init.py over `channel`, archived within bounds (`archive`), removed
 on close. `session` adapts it to the Agents SDK's Docker client and session (whose own backend
 runs as root with no limits, leaves stopped containers behind and takes ~10 s to close). `image` builds the sandbox image from `inside/`'s
-Dockerfile; `commands` is `coderoom image ...`. This module imports without the `docker`
-package so the registry can say why the backend is unavailable.
+Dockerfile; `commands` is `coderoom image ...`. `plain` runs `coderoom sandbox run`'s one command
+in the same container through `engine`, a small client of the Engine API's socket (`run_plain`:
+the CLI's fast path). This module imports without the `docker` package so the registry can say
+why the backend is unavailable.
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
 from ..base import Progress
@@ -20,6 +21,7 @@ from .labels import LABEL, owner_gone
 if TYPE_CHECKING:  # pydantic is not imported for --help
     from pydantic import BaseModel
 
+    from ..core import CommandResult
     from ..spec import SandboxSpec
 
 if TYPE_CHECKING:
@@ -63,11 +65,20 @@ class DockerBackend:
 
     async def start(self, spec: SandboxSpec) -> DockerSandbox:
         """A started sandbox for `spec` (the image is built first if it is missing)."""
+        import asyncio
+
         from .container import DockerSandbox
         from .image import docker_client, ensure_image
 
         image = await asyncio.to_thread(ensure_image, spec)
         return await DockerSandbox.create(docker_client(), image=image, limits=spec.limits)
+
+    def run_plain(self, spec: SandboxSpec, argv: list[str]) -> CommandResult | None:
+        """`argv` run in a fresh sandbox for `spec`'s limits without docker-py or asyncio (`plain`:
+        the CLI's fast path); None when the full path must run it (nothing was made)."""
+        from .plain import run_plain
+
+        return run_plain(spec.limits, argv)
 
     def client(self, spec: SandboxSpec) -> tuple[Any, Any]:
         """A hardened client for `spec`; builds the image first if it is missing (silently: the

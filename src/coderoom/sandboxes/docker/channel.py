@@ -3,9 +3,9 @@
 One JSON object per line each way, replies matched to requests by id (see inside/init.py). A
 reader thread parses the replies; a request waits on a future for its final reply, and a helper
 request also gets its "data" replies handed, in the reader thread, to a sink as they arrive.
-The stream is written by init.py, PID 1 of a hostile container: a line longer than any waiting
-request so far may get (its `reply_bytes`, base64 and JSON included), or one that is not JSON,
-ends the channel.
+The stream is written by init.py, PID 1 of a hostile container (read through `frames`): a line
+longer than any waiting request so far may get (its `reply_bytes`, base64 and JSON included), or
+one that is not JSON, ends the channel.
 """
 
 from __future__ import annotations
@@ -18,19 +18,18 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from docker.utils.socket import frames_iter
+from .frames import LINE_OVERHEAD, STDOUT, Lines, frames, line_bound
 
 logger = logging.getLogger(__name__)
 
 Reply = dict[str, Any]
 Sink = Callable[[Reply], None]
-LINE_OVERHEAD = 1 << 16  # a reply's JSON around its base64 payloads
 
 
 class _Waiter:
     def __init__(self, loop: asyncio.AbstractEventLoop, sink: Sink | None, reply_bytes: int) -> None:
         self.loop = loop
-        self.max_line = reply_bytes * 4 // 3 + LINE_OVERHEAD
+        self.max_line = line_bound(reply_bytes)
         self.future: asyncio.Future[Reply] = loop.create_future()
         self.sink = sink
 
@@ -99,19 +98,14 @@ class Channel:
             self._raw.sendall(line)
 
     def _pump(self) -> None:
-        buffer = bytearray()
+        lines = Lines()
         try:
-            for stream, chunk in frames_iter(self._raw, tty=False):
-                if stream != 1:
+            for stream, chunk in frames(self._raw.recv):
+                if stream != STDOUT:
                     logger.warning("sandbox init: %s", bytes(chunk[:4096]).decode(errors="replace").rstrip())
                     continue
-                buffer += chunk
-                while (end := buffer.find(b"\n")) >= 0:
-                    line = bytes(buffer[:end])
-                    del buffer[: end + 1]
+                for line in lines.feed(chunk, self._line_cap):
                     self._deliver(json.loads(line))
-                if len(buffer) > self._line_cap:
-                    raise ValueError(f"a reply line over {self._line_cap} bytes")
         except Exception as e:  # socket closed under us, or garbage on the stream
             logger.debug("sandbox channel reader stopped: %s", e)
         finally:

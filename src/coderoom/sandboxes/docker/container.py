@@ -1,10 +1,11 @@
 """The docker sandbox core: a hardened container driven through docker-py alone (no Agents SDK).
 
-* Container (`container_settings`): non-root, read-only root, tmpfs /tmp and workspace (sizes
-  from Limits), all capabilities dropped, no-new-privileges, Docker's default seccomp profile,
-  `network none`, or with network = true a network of the session's own whose routes reach
-  neither the host nor private ranges (`network`: set before the first command), memory/CPU/pids/rlimits from Limits, no host environment, no
-  logging of command output, labels for `coderoom sandbox prune`.
+* Container (`request.create_request`, the one body the CLI's fast path posts too): non-root,
+  read-only root, tmpfs /tmp and workspace (sizes from Limits), all capabilities dropped,
+  no-new-privileges, Docker's default seccomp profile, `network none`, or with network = true a
+  network of the session's own whose routes reach neither the host nor private ranges
+  (`network`: set before the first command), memory/CPU/pids/rlimits from Limits, no host
+  environment, no logging of command output, labels for `coderoom sandbox prune`.
 * PID 1 is inside/init.py (passed as the command, so any image with python3 in one of
   PYTHON_DIRS works; started by absolute path, whatever PATH the manifest sets). It stacks
   coderoom's seccomp filter (seccomp.py's program, for the engine's CPU) on Docker's before it
@@ -33,172 +34,63 @@ import base64
 import io
 import logging
 import tarfile
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import IO, Any, cast
 
 import docker.errors
-from docker.types import LogConfig, Ulimit
-from docker.types import Mount as DockerMount
 
 from ...errors import SandboxFailed, SandboxLimitExceeded
 from ...hostile import snapshot as hostile_snapshot
 from ...hostile.names import safe_relative_path, shown
-from ..base import EXIT_TIMEOUT
 from ..core import CommandResult
-from ..limits import CPU_KILL_GRACE_S, Limits
+from ..limits import Limits
 from ..live import MAX_LIVE_PROCESSES
-from ..seccomp import arch_named, build_filter
-from ..stops import named_stop, stop_note
 from .archive import MAX_ENTRIES, ArchiveStream, clean_members, rewrite, stream_budget
 from .channel import Channel, Reply
 from .helpers import run_helper, with_alarm
-from .labels import CONTACT_WITHIN_S, CREATED_LABEL, LABEL, SESSION_LABEL, owner_labels
 from .live import DockerLive
-from .network import IPV6_OFF, confine, create_network, network_name, remove_network, session_network
+from .network import confine, create_network, remove_network, session_network
+from .request import (
+    PYTHON,
+    REPLY_SLACK_S,
+    WORKSPACE,
+    command_request,
+    command_result,
+    create_request,
+    seccomp_for,
+)
 
 logger = logging.getLogger(__name__)
 
-SANDBOX_UID = 1000
-WORKSPACE = "/workspace"
 INSIDE = Path(__file__).with_name("inside")
-INIT_SOURCE = (INSIDE / "init.py").read_text()
 FILES_SOURCE = (INSIDE / "files.py").read_text()
 ARCHIVER_SOURCE = (INSIDE / "archiver.py").read_text()
-_INIT_ENV = "CODEROOM_INIT"
-INIT_BOOTSTRAP = f"import os; exec(compile(os.environ.pop({_INIT_ENV!r}), 'coderoom-init', 'exec'))"
-SECCOMP_ENV = "CODEROOM_SECCOMP"  # init.py's SECCOMP_ENV
-NO_HOME = "/nonexistent"
-_NOFILE = 1024
 HELPER_DEADLINE_S = (30.0, 600.0)  # a host helper's deadline: Limits.timeout, within these bounds
-REPLY_SLACK_S = 15.0  # how long past a command's own deadline we wait before blaming the channel
 FILE_OP_TIMEOUT_S = 600.0  # reads, writes and unpacking: bounded by size, not by Limits.timeout
 ARCHIVE_DEADLINE_S = 600.0  # the whole archive step, from killing processes to the last byte
 QUIESCE_WAIT_S = 120.0  # init.py's kill passes are bounded at 20 x 5 s
 WRITE_CHUNK = 8 * 1024**2  # one `write_file` command's stdin (the channel carries it in one line)
 UNPACK_BATCH = 8 * 1024**2  # small files are unpacked by one `tar -x` per this many bytes
-# The image's python3 by absolute path, never looked up in PATH: a manifest environment may set
-# PATH for every process of the container (PID 1 and the helpers too), and Docker looked the
-# entrypoint up in it (a PATH without python3 made create fail with APIError 400). /bin/sh
-# starts it from the first of PYTHON_DIRS that has one (where Python images put it: Docker's
-# default PATH, then conda's); `exec` leaves python3 as the process, with its arguments.
-PYTHON_DIRS = ("/usr/local/bin", "/usr/bin", "/bin", "/opt/conda/bin")
-_FIND_PYTHON = (
-    f'for d in {" ".join(PYTHON_DIRS)}; do if [ -x "$d/python3" ]; then exec "$d/python3" "$@"; fi; done; '
-    f'echo "coderoom: the image has no python3 in {" ".join(PYTHON_DIRS)}" >&2; exit 127'
-)
-PYTHON = ("/bin/sh", "-c", _FIND_PYTHON, "python3")  # + python3's own arguments
 _FILES = (*PYTHON, "-I", "-S", "-c", FILES_SOURCE)
-# (source, target) of the one bind mount, when the network is off: Docker would otherwise write
-# the host's resolvers into /etc/resolv.conf (catalogue NET-03); resume recognises it by this
-RESOLV_CONF_BIND = ("/dev/null", "/etc/resolv.conf")
 
 
 def seccomp_program(client: Any) -> bytes:
     """seccomp.py's program for the engine's CPU (DOCKER_HOST may be another machine)."""
-    machine = str(client.version().get("Arch", ""))
-    arch = arch_named(machine)
-    if arch is None:
-        raise SandboxFailed(f"no seccomp syscall table for the Docker engine's CPU ({machine!r})")
-    return build_filter(arch)
+    return seccomp_for(str(client.version().get("Arch", "")))
 
 
-def workspace_tmpfs_size(limits: Limits) -> int:
-    """The workspace tmpfs: at most workspace_size, and small enough to leave the container's
-    processes room in its memory limit. tmpfs pages count against memory but belong to no
-    process, so a workspace filled past memory would make the kernel OOM-kill PID 1 (init.py)
-    and lose the run; capped, filling it fails with ENOSPC instead (attack B08)."""
-    headroom = max(64 * 1024**2, limits.memory // 4)
-    return min(limits.workspace_size, max(16 * 1024**2, limits.memory - headroom))
-
-
-def container_settings(
-    limits: Limits,
-    *,
-    image: str,
-    program: bytes,
-    root: str = WORKSPACE,
-    session_id: uuid.UUID | None = None,
-    labels: Mapping[str, str] | None = None,
-    environment: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    """docker-py's `containers.create` arguments for a hardened sandbox."""
-    session = session_id or uuid.uuid4()
-    mount_opts = "rw,exec,nosuid,nodev"
-    settings: dict[str, Any] = {
-        "image": image,
-        # The source travels in the environment so `ps` in the sandbox shows a short PID 1;
-        # init.py drops the variable before it starts any command.
-        "entrypoint": [*PYTHON, "-I", "-S", "-c", INIT_BOOTSTRAP],
-        "command": ["--exit-on-eof", "--seccomp", f"--contact-within={CONTACT_WITHIN_S:g}"],
-        "name": f"coderoom-{session.hex[:12]}",
-        "hostname": "sandbox",
-        # stdin closes when the host's attach connection drops, init.py then exits and the
-        # daemon removes the container: a killed host leaves nothing behind (SES-04).
-        # (docker-py sets StdinOnce from stdin_open only when detach is False; create() never
-        # attaches by itself.)
-        "detach": False,
-        "stdin_open": True,
-        "auto_remove": True,
-        "tty": False,
-        "init": False,
-        "user": f"{SANDBOX_UID}:{SANDBOX_UID}",
-        "environment": {
-            **(environment or {}),
-            "PYTHONNOUSERSITE": "1",
-            "HOME": NO_HOME,  # init.py gives each command its own
-            _INIT_ENV: INIT_SOURCE,
-            SECCOMP_ENV: base64.b64encode(program).decode(),
-        },
-        "read_only": True,
-        "tmpfs": {
-            "/tmp": f"{mount_opts},size={limits.tmp_size},mode=1777",
-            root: f"{mount_opts},size={workspace_tmpfs_size(limits)},uid={SANDBOX_UID},gid={SANDBOX_UID},mode=0755",
-        },
-        "cap_drop": ["ALL"],
-        "security_opt": ["no-new-privileges"],  # and Docker's default seccomp profile
-        "network_mode": network_name(session.hex) if limits.network else "none",
-        "mem_limit": limits.memory,
-        "memswap_limit": limits.memory,
-        "nano_cpus": int(limits.cpus * 1e9),
-        "pids_limit": limits.pids,
-        "ipc_mode": "private",
-        "ulimits": [
-            Ulimit(name="fsize", soft=limits.file_size, hard=limits.file_size),
-            Ulimit(name="cpu", soft=limits.cpu_time, hard=limits.cpu_time + CPU_KILL_GRACE_S),
-            Ulimit(name="core", soft=0, hard=0),
-            Ulimit(name="nofile", soft=_NOFILE, hard=_NOFILE),
-        ],
-        "shm_size": limits.tmp_size,
-        "log_config": LogConfig(type="none"),
-        "labels": {
-            **(labels or {}),
-            LABEL: "1",
-            SESSION_LABEL: session.hex,
-            CREATED_LABEL: datetime.now(UTC).isoformat(timespec="seconds"),
-            **owner_labels(),
-        },
-    }
-    if limits.network:
-        settings["sysctls"] = IPV6_OFF
-    else:
-        # Docker writes the host's resolvers into /etc/resolv.conf even with `network none`
-        # (host layout disclosure, catalogue NET-03); a mount there makes it skip that.
-        settings["mounts"] = [DockerMount(RESOLV_CONF_BIND[1], RESOLV_CONF_BIND[0], type="bind", read_only=True)]
-    return settings
-
-
-def create_container(client: Any, settings: Mapping[str, Any]) -> Any:
-    """`containers.create` for `container_settings`, creating the session's own network first when
-    it has one (removed again if the container cannot be made)."""
-    network = settings["network_mode"]
+def create_container(client: Any, request: tuple[str, Mapping[str, Any]]) -> str:
+    """Create the container of `request.create_request` (the same body the CLI's fast path
+    posts) and return its id, creating the session's own network first when it has one (removed
+    again if the container cannot be made)."""
+    name, body = request
+    network = body["HostConfig"]["NetworkMode"]
     if network == "none":
-        return client.containers.create(**settings)
-    create_network(client, network, settings["labels"])
+        return str(client.api.create_container_from_config(dict(body), name=name)["Id"])
+    create_network(client, network, body["Labels"])
     try:
-        return client.containers.create(**settings)
+        return str(client.api.create_container_from_config(dict(body), name=name)["Id"])
     except BaseException:
         remove_network(client, network)
         raise
@@ -251,11 +143,11 @@ class DockerSandbox:
     @classmethod
     async def create(cls, client: Any, *, image: str, limits: Limits) -> DockerSandbox:
         """Create, start and connect to a sandbox container; nothing is left if that fails."""
-        settings = container_settings(limits, image=image, program=await asyncio.to_thread(seccomp_program, client))
-        container = await asyncio.to_thread(create_container, client, settings)
-        sandbox = cls(client, container.id, limits)
+        request = create_request(limits, image=image, program=await asyncio.to_thread(seccomp_program, client))
+        container_id = await asyncio.to_thread(create_container, client, request)
+        sandbox = cls(client, container_id, limits)
         try:
-            await asyncio.to_thread(container.start)
+            await asyncio.to_thread(client.api.start, container_id)
             await asyncio.to_thread(sandbox.channel)
         except BaseException:
             await asyncio.shield(sandbox.close())
@@ -333,32 +225,9 @@ class DockerSandbox:
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
     ) -> CommandResult:
-        request = {
-            "argv": [str(a) for a in argv],
-            "cwd": cwd or self.root,
-            "env": dict(env or {}),
-            "timeout": timeout,
-            "limit": cap,
-            "stdin": base64.b64encode(stdin).decode() if stdin is not None else None,
-        }
+        request = command_request(argv, cwd=cwd or self.root, timeout=timeout, cap=cap, stdin=stdin, env=env)
         reply = await self._call(request, wait=timeout + REPLY_SLACK_S, reply_bytes=2 * cap)
-        if "error" in reply:  # could not start: bad argv, the pids limit, an archive under way
-            message = f"coderoom: could not start the command: {reply['error']}\n"
-            return CommandResult(126, b"", message.encode())
-        timed_out = bool(reply.get("timed_out"))
-        result = CommandResult(
-            exit_code=EXIT_TIMEOUT if timed_out else int(reply["code"]),
-            stdout=base64.b64decode(reply["out"]),
-            stderr=base64.b64decode(reply["err"]),
-            timed_out=timed_out,
-            stopped_by=f"the {timeout:g} s wall-clock limit" if timed_out else None,
-        )
-        if not timed_out:
-            oom = reply.get("oom_killed") is True
-            result.stopped_by = named_stop(result.exit_code, result.stderr, self.limits, oom_killed=oom)
-            if result.stopped_by:
-                result.stderr += stop_note(result.stopped_by)
-        return result
+        return command_result(reply, timeout=timeout, limits=self.limits)
 
     # ------------------------------------------------------------------ live processes
 

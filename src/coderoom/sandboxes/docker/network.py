@@ -17,6 +17,9 @@ What stays reachable is what the local backend's slirp4netns reaches: the public
 through the host's routes (Docker's NAT), and DNS through Docker's resolver at 127.0.0.11, which
 forwards to the host's resolvers. No host firewall rule is needed, so a user in the docker group
 gets the same guarantee as root. If the routes cannot be added, no command runs.
+
+`docker` is imported by the functions that call the engine: `request` reads `network_name` and
+`IPV6_OFF` on the CLI's fast path, which loads no docker-py.
 """
 
 from __future__ import annotations
@@ -25,8 +28,6 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
-
-import docker.errors
 
 from ...errors import SandboxFailed
 from ..blocked_routes import prohibited_targets
@@ -49,6 +50,8 @@ def create_network(client: Any, name: str, labels: Mapping[str, str]) -> None:
     """The session's bridge: its own, icc off, IPv4 only, labelled for `prune`. One left by the
     same session (a resume whose container is gone) is reused when it is exactly that: coderoom's
     labels with this session's id, and icc off."""
+    import docker.errors
+
     try:
         client.networks.create(
             name, driver="bridge", options=ICC_OFF, labels=dict(labels), enable_ipv6=False, check_duplicate=True
@@ -65,6 +68,8 @@ def create_network(client: Any, name: str, labels: Mapping[str, str]) -> None:
 
 def remove_network(client: Any, name: str) -> bool:
     """Remove a session's network; False when it is still in use (prune retries later)."""
+    import docker.errors
+
     try:
         client.api.remove_network(name)
     except docker.errors.NotFound:
@@ -92,6 +97,8 @@ def session_network(attrs: Mapping[str, Any]) -> tuple[str, str]:
 def confine(client: Any, container_id: str, *, python: Sequence[str]) -> str:
     """Add the prohibit routes to the running container's network namespace (module docstring);
     the network's name. SandboxFailed, with the helper's reason, when they could not be added."""
+    import docker.errors
+
     attrs = client.api.inspect_container(container_id)
     name, gateway = session_network(attrs)
     labels = (attrs.get("Config") or {}).get("Labels") or {}
@@ -129,6 +136,8 @@ def confine(client: Any, container_id: str, *, python: Sequence[str]) -> str:
 def prune_networks(client: Any, owner_gone: Any, skipped: list[str] | None = None) -> int:
     """Remove coderoom's networks whose owner is gone and that no container uses; how many. One
     the engine refuses to remove otherwise is added to `skipped` (given a list), or raises."""
+    import docker.errors
+
     removed = 0
     for network in client.networks.list(filters={"label": f"{LABEL}=1"}):
         if not owner_gone(network.attrs.get("Labels") or {}):

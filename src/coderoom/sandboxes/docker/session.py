@@ -49,10 +49,11 @@ from ..sdk_errors import refuse_unsupported, snapshot_errors
 from ..sdk_resume import TrustedResume
 from ..sdk_snapshots import restore_on_resume
 from ..stops import log_stop
-from .container import RESOLV_CONF_BIND, DockerSandbox, container_settings, create_container, seccomp_program
+from .container import DockerSandbox, create_container, seccomp_program
 from .labels import LABEL, SESSION_LABEL
 from .live import DockerLive
 from .network import network_name
+from .request import RESOLV_CONF_BIND, create_request
 
 
 class CoderoomDockerSession(PtySessions, DockerSandboxSession):
@@ -306,12 +307,13 @@ class CoderoomDockerClient(DockerSandboxClient):
             raise ValueError("coderoom's docker sandbox takes its network from Limits.network only")
         if not self.image_exists(image):
             raise ValueError(f"Docker image {image!r} not found; run `coderoom image build`")
-        settings = container_settings(
+        request = create_request(
             self._limits, image=image, program=await asyncio.to_thread(seccomp_program, self.docker_client),
             root=manifest.root, session_id=session_id, labels=labels,
             environment=await manifest.environment.resolve(),
         )  # fmt: skip
-        return await asyncio.to_thread(create_container, self.docker_client, settings)
+        container_id = await asyncio.to_thread(create_container, self.docker_client, request)
+        return await asyncio.to_thread(self.docker_client.containers.get, container_id)
 
 
 def _assert_coderoom_container(container: Container, state: DockerSandboxSessionState, limits: Limits) -> None:

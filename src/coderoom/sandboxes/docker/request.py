@@ -1,0 +1,200 @@
+"""What a docker sandbox is, as the Docker Engine API takes it: the create request of a hardened
+container (`create_request`) and the command requests to its init.py and their replies
+(`command_request`, `command_result`).
+
+One place for each rule, and no `docker` package: the full path (`container`, through docker-py's
+`create_container_from_config`) and the CLI's fast path (`plain`, over the engine's socket)
+post the very same request, so no hardening flag can be on one and missing from the other.
+The container is non-root with a read-only root, tmpfs /tmp and workspace (sizes from Limits),
+no capabilities, no-new-privileges, Docker's default seccomp profile plus coderoom's (init.py
+stacks it), `network none` (or, with network = true, a network of the session's own: `network`),
+memory/CPU/pids/rlimits from Limits, no host environment, no logging of command output, labels
+for `coderoom sandbox prune`, and removed by the daemon once PID 1 ends.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ...errors import SandboxFailed
+from ..base import EXIT_TIMEOUT
+from ..core import CommandResult
+from ..limits import CPU_KILL_GRACE_S, Limits
+from ..seccomp import arch_named, build_filter
+from ..stops import named_stop, stop_note
+from .labels import CONTACT_WITHIN_S, CREATED_LABEL, LABEL, SESSION_LABEL, owner_labels
+from .network import IPV6_OFF, network_name
+
+SANDBOX_UID = 1000
+WORKSPACE = "/workspace"
+INIT_SOURCE = (Path(__file__).with_name("inside") / "init.py").read_text()
+_INIT_ENV = "CODEROOM_INIT"
+INIT_BOOTSTRAP = f"import os; exec(compile(os.environ.pop({_INIT_ENV!r}), 'coderoom-init', 'exec'))"
+SECCOMP_ENV = "CODEROOM_SECCOMP"  # init.py's SECCOMP_ENV
+NO_HOME = "/nonexistent"
+_NOFILE = 1024
+REPLY_SLACK_S = 15.0  # how long past a command's own deadline we wait before blaming the channel
+# The image's python3 by absolute path, never looked up in PATH: a manifest environment may set
+# PATH for every process of the container (PID 1 and the helpers too), and Docker looked the
+# entrypoint up in it (a PATH without python3 made create fail with APIError 400). /bin/sh
+# starts it from the first of PYTHON_DIRS that has one (where Python images put it: Docker's
+# default PATH, then conda's); `exec` leaves python3 as the process, with its arguments.
+PYTHON_DIRS = ("/usr/local/bin", "/usr/bin", "/bin", "/opt/conda/bin")
+_FIND_PYTHON = (
+    f'for d in {" ".join(PYTHON_DIRS)}; do if [ -x "$d/python3" ]; then exec "$d/python3" "$@"; fi; done; '
+    f'echo "coderoom: the image has no python3 in {" ".join(PYTHON_DIRS)}" >&2; exit 127'
+)
+PYTHON = ("/bin/sh", "-c", _FIND_PYTHON, "python3")  # + python3's own arguments
+# (source, target) of the one bind mount, when the network is off: Docker would otherwise write
+# the host's resolvers into /etc/resolv.conf (catalogue NET-03); resume recognises it by this
+RESOLV_CONF_BIND = ("/dev/null", "/etc/resolv.conf")
+
+
+def seccomp_for(machine: str) -> bytes:
+    """seccomp.py's program for the engine's CPU, as its /version names it (DOCKER_HOST may be
+    another machine)."""
+    arch = arch_named(machine)
+    if arch is None:
+        raise SandboxFailed(f"no seccomp syscall table for the Docker engine's CPU ({machine!r})")
+    return build_filter(arch)
+
+
+def workspace_tmpfs_size(limits: Limits) -> int:
+    """The workspace tmpfs: at most workspace_size, and small enough to leave the container's
+    processes room in its memory limit. tmpfs pages count against memory but belong to no
+    process, so a workspace filled past memory would make the kernel OOM-kill PID 1 (init.py)
+    and lose the run; capped, filling it fails with ENOSPC instead (attack B08)."""
+    headroom = max(64 * 1024**2, limits.memory // 4)
+    return min(limits.workspace_size, max(16 * 1024**2, limits.memory - headroom))
+
+
+def create_request(
+    limits: Limits,
+    *,
+    image: str,
+    program: bytes,
+    root: str = WORKSPACE,
+    session_id: uuid.UUID | None = None,
+    labels: Mapping[str, str] | None = None,
+    environment: Mapping[str, str] | None = None,
+) -> tuple[str, dict[str, Any]]:
+    """The container's name and the body of `POST /containers/create` for a hardened sandbox."""
+    session = session_id or uuid.uuid4()
+    mount_opts = "rw,exec,nosuid,nodev"
+    env = {
+        **(environment or {}),
+        "PYTHONNOUSERSITE": "1",
+        "HOME": NO_HOME,  # init.py gives each command its own
+        # The source travels in the environment so `ps` in the sandbox shows a short PID 1;
+        # init.py drops the variable before it starts any command.
+        _INIT_ENV: INIT_SOURCE,
+        SECCOMP_ENV: base64.b64encode(program).decode(),
+    }
+    host: dict[str, Any] = {
+        "Memory": limits.memory,
+        "MemorySwap": limits.memory,
+        "ShmSize": limits.tmp_size,
+        "IpcMode": "private",
+        "ReadonlyRootfs": True,
+        "NetworkMode": network_name(session.hex) if limits.network else "none",
+        "CapDrop": ["ALL"],
+        "SecurityOpt": ["no-new-privileges"],  # and Docker's default seccomp profile
+        "Ulimits": [
+            {"Name": "fsize", "Soft": limits.file_size, "Hard": limits.file_size},
+            {"Name": "cpu", "Soft": limits.cpu_time, "Hard": limits.cpu_time + CPU_KILL_GRACE_S},
+            {"Name": "core", "Soft": 0, "Hard": 0},
+            {"Name": "nofile", "Soft": _NOFILE, "Hard": _NOFILE},
+        ],
+        "LogConfig": {"Type": "none", "Config": {}},
+        "Tmpfs": {
+            "/tmp": f"{mount_opts},size={limits.tmp_size},mode=1777",
+            root: f"{mount_opts},size={workspace_tmpfs_size(limits)},uid={SANDBOX_UID},gid={SANDBOX_UID},mode=0755",
+        },
+        "PidsLimit": limits.pids,
+        # stdin closes when the host's attach connection drops, init.py then exits and the
+        # daemon removes the container: a killed host leaves nothing behind (SES-04)
+        "AutoRemove": True,
+        "Init": False,
+        "NanoCpus": int(limits.cpus * 1e9),
+    }
+    if limits.network:
+        host["Sysctls"] = dict(IPV6_OFF)
+    else:
+        # Docker writes the host's resolvers into /etc/resolv.conf even with `network none`
+        # (host layout disclosure, catalogue NET-03); a mount there makes it skip that.
+        source, target = RESOLV_CONF_BIND
+        host["Mounts"] = [{"Target": target, "Source": source, "Type": "bind", "ReadOnly": True}]
+    body = {
+        "Hostname": "sandbox",
+        "User": f"{SANDBOX_UID}:{SANDBOX_UID}",
+        "Tty": False,
+        "OpenStdin": True,
+        "StdinOnce": True,
+        "AttachStdin": True,
+        "AttachStdout": True,
+        "AttachStderr": True,
+        "Env": [f"{key}={value}" for key, value in env.items()],
+        "Cmd": ["--exit-on-eof", "--seccomp", f"--contact-within={CONTACT_WITHIN_S:g}"],
+        "Image": image,
+        "Entrypoint": [*PYTHON, "-I", "-S", "-c", INIT_BOOTSTRAP],
+        "HostConfig": host,
+        "Labels": {
+            **(labels or {}),
+            LABEL: "1",
+            SESSION_LABEL: session.hex,
+            CREATED_LABEL: datetime.now(UTC).isoformat(timespec="seconds"),
+            **owner_labels(),
+        },
+    }
+    return f"coderoom-{session.hex[:12]}", body
+
+
+def command_request(
+    argv: Sequence[str],
+    *,
+    cwd: str,
+    timeout: float,
+    cap: int,
+    stdin: bytes | None = None,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """init.py's request to run `argv` (no shell) within `timeout` s, each output capped at `cap`."""
+    return {
+        "argv": [str(a) for a in argv],
+        "cwd": cwd,
+        "env": dict(env or {}),
+        "timeout": timeout,
+        "limit": cap,
+        "stdin": base64.b64encode(stdin).decode() if stdin is not None else None,
+    }
+
+
+def command_result(reply: Mapping[str, Any], *, timeout: float, limits: Limits) -> CommandResult:
+    """The result of a command from init.py's reply (parsed within its line bound), with what
+    stopped it named as on the local backend; SandboxFailed for a reply that is not one (PID 1
+    shares the sandbox's uid: what it writes is hostile)."""
+    if "error" in reply:  # could not start: bad argv, the pids limit, an archive under way
+        message = f"coderoom: could not start the command: {str(reply['error'])[:1000]}\n"
+        return CommandResult(126, b"", message.encode())
+    timed_out = bool(reply.get("timed_out"))
+    try:
+        result = CommandResult(
+            exit_code=EXIT_TIMEOUT if timed_out else int(reply["code"]),
+            stdout=base64.b64decode(reply["out"]),
+            stderr=base64.b64decode(reply["err"]),
+            timed_out=timed_out,
+            stopped_by=f"the {timeout:g} s wall-clock limit" if timed_out else None,
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise SandboxFailed(f"the sandbox's init sent a malformed reply ({type(e).__name__})") from None
+    if not timed_out:
+        oom = reply.get("oom_killed") is True
+        result.stopped_by = named_stop(result.exit_code, result.stderr, limits, oom_killed=oom)
+        if result.stopped_by:
+            result.stderr += stop_note(result.stopped_by)
+    return result
