@@ -215,7 +215,8 @@ def build_server(manager: SessionManager, settings: ServerSettings) -> MCPServer
     async def run_job(request: str, outputs: list[str] | None = None, files: dict[str, str] | None = None,
                       uploads: dict[str, str] | None = None) -> Annotated[CallToolResult, JobRun]:
         """Run a whole coderoom agent (the server's model) on `request` with these input files;
-        `outputs` are required files under output/. Returns the answer and the outputs as resources."""
+        `outputs` are required files under output/ (`PATH:allow-empty`: an empty result, such as
+        a CSV with a header and no rows, is fine). Returns the answer and the outputs as resources."""
         async def work() -> CallToolResult:
             async with manager.slot():  # a whole run is a sandbox too: it counts against max_sessions
                 return await _run_job(settings, request, outputs or [], files, uploads)
