@@ -73,7 +73,7 @@ class Job(BaseModel):
     @classmethod
     def _paths_as_strings(cls, value: Any) -> Any:
         if isinstance(value, list):
-            return [{"path": item} if isinstance(item, str) else item for item in value]
+            return [parse_output_flag(item) if isinstance(item, str) else item for item in value]
         return value
 
     @field_validator("inputs")
@@ -188,6 +188,33 @@ def parse_input_flag(flag: str) -> tuple[str, Path]:
         raise JobError(f"--input {flag!r}: expected HOST_PATH=WORKSPACE_PATH")
     host_path = Path(host).expanduser()
     return (workspace if sep else f"input/{host_path.name}"), host_path.absolute()
+
+
+ALLOW_EMPTY = ":allow-empty"
+
+
+def parse_output_flag(flag: str) -> dict[str, Any]:
+    """`PATH` or `PATH:allow-empty` (as in `--output output/anomalies.csv:allow-empty`): the
+    output as a `[[outputs]]` table. The one string form of an output, for flags, run_job and
+    `outputs = ["..."]` alike, so each can say that an empty result (a CSV with a header and no
+    rows) is a legitimate answer, as `allow_empty = true` does in coderoom.toml."""
+    if flag.endswith(ALLOW_EMPTY):
+        return {"path": flag[: -len(ALLOW_EMPTY)], "allow_empty": True}
+    return {"path": flag}
+
+
+def with_output_flags(outputs: list[dict[str, Any]], flags: list[str]) -> list[dict[str, Any]]:
+    """A job's outputs plus those of `--output` flags; `PATH:allow-empty` for a path the job
+    lists already relaxes that output instead of listing it twice."""
+    merged = [dict(output) for output in outputs]
+    for flag in flags:
+        added = parse_output_flag(flag)
+        listed = next((o for o in merged if added.get("allow_empty") and o["path"] == added["path"]), None)
+        if listed is not None:
+            listed["allow_empty"] = True
+        else:
+            merged.append(added)
+    return merged
 
 
 def _default_name(text: str) -> str:

@@ -4,6 +4,9 @@ The SDK's `LocalFile`/`LocalDir` entries only read sources under the current dir
 manifest grants extra paths, and a grant also exposes that path inside some backends (Docker
 bind-mounts it). Job inputs are validated host paths chosen by the user, so coderoom copies them
 in through the session's own file API instead: the sandbox sees the copies, never the host path.
+
+Every workspace starts from `fresh_manifest`: a run, a live session (MCP, the page, the Python
+API) and a rerun alike find an empty output/ there, so a first write to output/x needs no mkdir.
 """
 
 from __future__ import annotations
@@ -11,9 +14,19 @@ from __future__ import annotations
 import os
 from pathlib import Path, PurePosixPath
 
+from agents.sandbox import Manifest
+from agents.sandbox.entries import Dir
 from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
 
 from .hostile.names import safe_relative_path
+
+
+OUTPUT_DIR = "output"
+
+
+def fresh_manifest() -> Manifest:
+    """The manifest every new workspace is made from: an empty output/ and nothing else."""
+    return Manifest(entries={OUTPUT_DIR: Dir()})
 
 
 async def stage_inputs(session: BaseSandboxSession, inputs: dict[str, Path]) -> list[str]:

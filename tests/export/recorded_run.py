@@ -17,7 +17,7 @@ from agents.sandbox import Manifest
 from agents.sandbox.capabilities.tools import ViewImageTool
 from agents.tool_context import ToolContext
 
-from coderoom.agent import SandboxShell
+from coderoom.capabilities import SandboxShell
 from coderoom.jobs import build_job
 from coderoom.record import Recorder
 from coderoom.record.hooks import RecordingHooks

@@ -1,11 +1,11 @@
 """The shell tools the model sees on every backend: exec_command and write_stdin, with
-instructions that say how a long command becomes a session (agent.SandboxShell)."""
+instructions that say how a long command becomes a session (capabilities.SandboxShell)."""
 
 from __future__ import annotations
 
 from agents.sandbox import Manifest
 
-from coderoom.agent import PTY_INSTRUCTIONS, SandboxShell
+from coderoom.capabilities import PTY_INSTRUCTIONS, SandboxShell
 from coderoom.sandboxes import SandboxSpec
 from coderoom.sandboxes.session import open_session
 

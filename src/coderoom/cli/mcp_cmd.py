@@ -49,12 +49,19 @@ def mcp(
     pool: options.Pool = 0,
     pool_max_idle: options.PoolMaxIdle = options.POOL_MAX_IDLE_DEFAULT_S,
     runs: Annotated[Path, typer.Option(help="where session and job run folders go")] = Path("runs"),
+    print_config: Annotated[bool, typer.Option("--print-config", help="print an MCP client's configuration for these options (absolute paths) and exit")] = False,
 ) -> None:
     """Serve coderoom sessions over MCP: open_session, run_python, exec, files, close, run_job.
 
     SIGINT, SIGTERM and SIGHUP close every session (saved as run folders) and the pool; exit
     130 / 143 / 129.
     """
+    if print_config:
+        from ..mcp_server.client_config import render, server_args
+
+        typer.echo(render(server_args(allow_read=allow_read, runs=runs, model=model, sandbox=sandbox, memory=memory,
+                                      timeout=timeout, limits=limit)))
+        return
     from ..interrupts import Interrupted, exit_now, raising_on_signals, run_interruptible
 
     with raising_on_signals(), reported():

@@ -40,7 +40,7 @@ def _job_from_flags(
     outputs: list[str],
 ) -> Job:
     from ..job_target import check_job_target
-    from ..jobs import JOB_FILE, build_job, load_job, parse_input_flag
+    from ..jobs import JOB_FILE, build_job, load_job, parse_input_flag, with_output_flags
 
     path = Path(target) if target else None
     if path is not None and (path.is_dir() or (path.suffix == ".toml" and path.exists())):
@@ -50,7 +50,7 @@ def _job_from_flags(
         if inputs or outputs:
             data = job.model_dump()
             data["inputs"].update(dict(parse_input_flag(f) for f in inputs))
-            data["outputs"] += [{"path": o} for o in outputs]
+            data["outputs"] = with_output_flags(data["outputs"], outputs)
             job = build_job(data)
         return job
     if target:
@@ -92,7 +92,7 @@ def run(
     target: Annotated[Optional[str], typer.Argument(help="a job folder (coderoom.toml) or the prompt")] = None,
     prompt: Annotated[Optional[str], typer.Option("--prompt", "-p", help="the request (overrides the job's)")] = None,
     inputs: Annotated[list[str], typer.Option("--input", "-i", help="HOST=WORKSPACE, e.g. data/x.csv=input/x.csv")] = [],
-    outputs: Annotated[list[str], typer.Option("--output", "-o", help="a required output, e.g. output/report.md")] = [],
+    outputs: Annotated[list[str], typer.Option("--output", "-o", help="a required output, e.g. output/report.md; PATH:allow-empty when an empty result is fine")] = [],
     model: Annotated[Optional[str], typer.Option(help="OpenAI model name, openai-compatible:MODEL@URL, or offline")] = None,
     max_turns: Annotated[Optional[int], typer.Option(help="model turns allowed (default 25)")] = None,
     tool_choice: Annotated[Optional[str], typer.Option(help="auto | required | none | a tool name")] = None,

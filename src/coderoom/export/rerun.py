@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.sandbox import Manifest
 
 from ..artifacts import WORKSPACE_ARCHIVE, save_workspace, saved_checks
 from ..errors import JobError, RecordError, UsageError
@@ -45,7 +44,7 @@ from ..sandboxes.registry import backend_names, get_backend
 from ..sandboxes.defaults import default_backend_name
 from ..sandboxes.session import open_session
 from ..sandboxes.spec import SandboxSpec
-from ..workspace import stage_inputs
+from ..workspace import fresh_manifest, stage_inputs
 from . import REPLAY_TIMEOUT
 from .replay_error import replay_error
 from .script import build_script
@@ -261,7 +260,7 @@ async def rerun(
     with tempfile.TemporaryDirectory(prefix="coderoom-rerun-inputs-") as archive_dir:
         job, notes = rerun_job(run_dir, start, inputs or {}, sandbox, Path(archive_dir))
         out_dir.mkdir(parents=True, exist_ok=True)
-        async with open_session(job.sandbox, Manifest()) as session:
+        async with open_session(job.sandbox, fresh_manifest()) as session:
             await stage_inputs(session, job.inputs)
             await session.mkdir(Path(REPLAY_PATH).parent, parents=True)
             await session.write(Path(REPLAY_PATH), io.BytesIO(script))

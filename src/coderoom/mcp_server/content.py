@@ -24,8 +24,13 @@ MAX_JPEG_SCAN = 1024 * 1024  # bytes searched for a JPEG's frame header
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
+def safe(value: str) -> str:
+    """Sandbox text made inert and bounded: what a text block and a structured field carry."""
+    return terminal_safe(bounded(value, MAX_TEXT_CHARS))
+
+
 def text(value: str) -> TextContent:
-    return TextContent(type="text", text=terminal_safe(bounded(value, MAX_TEXT_CHARS)))
+    return TextContent(type="text", text=safe(value))
 
 
 def image_type(data: bytes) -> str | None:

@@ -25,7 +25,7 @@ import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError
@@ -39,6 +39,8 @@ from ..sandboxes.limits import Limits
 from ..service import SessionManager
 from . import content
 from .policy import ReadPolicy
+from .results import (CellRun, ClosedSession, CommandRun, FileList, JobRun, ListedFile, OpenedSession, OutputStatus,
+                      ReadFile, SessionLimits, WrittenFile, answer)
 
 MAX_UPLOAD_BYTES = 32 * 1024**2  # one file sent by a client (decoded), or read from an allowed path
 MAX_OPEN_FILES = 100  # files one open_session or run_job copies in
@@ -71,10 +73,6 @@ class ServerSettings:
 
 def _error(message: str) -> CallToolResult:
     return CallToolResult(content=[content.text(message)], is_error=True)
-
-
-def _ok(*blocks: ContentBlock) -> CallToolResult:
-    return CallToolResult(content=list(blocks))
 
 
 async def _guarded(work: Callable[[], Awaitable[CallToolResult]]) -> CallToolResult:
@@ -121,8 +119,9 @@ async def gather_files(policy: ReadPolicy, files: dict[str, str] | None, uploads
 def build_server(manager: SessionManager, settings: ServerSettings) -> MCPServer:
     server = _CoderoomServer(manager, settings, name="coderoom", instructions=INSTRUCTIONS)
 
-    @server.tool(structured_output=False)
-    async def open_session(files: dict[str, str] | None = None, uploads: dict[str, str] | None = None) -> CallToolResult:
+    @server.tool()
+    async def open_session(files: dict[str, str] | None = None,
+                           uploads: dict[str, str] | None = None) -> Annotated[CallToolResult, OpenedSession]:
         """Open a sandbox session. `files`: workspace path -> host path under a folder the server
         may read; `uploads`: workspace path -> base64 content. Returns the session id."""
         async def work() -> CallToolResult:
@@ -130,32 +129,42 @@ def build_server(manager: SessionManager, settings: ServerSettings) -> MCPServer
                 return {"files": await gather_files(settings.policy, files, uploads)}
 
             session = await manager.open(prepare=prepare)
-            listing = ", ".join(sorted({**(files or {}), **(uploads or {})})) or "none"
-            return _ok(content.text(f"session_id: {session.id}\nfiles: {listing}\nworkspace: /workspace "
-                                    f"(the working directory)\nlimits: {_limits(session.limits)}"))
+            names = sorted({**(files or {}), **(uploads or {})})
+            opened = OpenedSession(session_id=session.id, files=[content.safe(n) for n in names], workspace="/workspace",
+                                   output_dir="output/", limits=_limits(session.limits))
+            return answer(opened, content.text(
+                f"session_id: {session.id}\nfiles: {', '.join(names) or 'none'}\nworkspace: /workspace "
+                f"(the working directory; results go in output/)\nlimits: {_limits_text(opened.limits)}"))
         return await _guarded(work)
 
-    @server.tool(structured_output=False)
-    async def run_python(session_id: str, code: str) -> CallToolResult:
+    @server.tool()
+    async def run_python(session_id: str, code: str) -> Annotated[CallToolResult, CellRun]:
         """Run Python in the session's persistent kernel (variables persist between calls).
-        Returns stdout, stderr, the last value and the traceback; figures as images."""
+        Returns stdout, stderr, the last value and the traceback; figures as images. A cell that
+        did not end "ok" (an exception, a timeout, an interrupt) is an error result."""
         async def work() -> CallToolResult:
             cell = await manager.get(session_id).run_python(code)
             images = [block for data in cell.images if (block := content.image(data)) is not None]
-            return CallToolResult(content=[content.text(cell.text), *images],
-                                  is_error=cell.status not in ("ok", "error"))
+            ran = CellRun(session_id=session_id, status=cell.status, cell=cell.cell.number if cell.cell else None,
+                          text=content.safe(cell.text), figures=len(images))
+            return answer(ran, content.text(cell.text), *images, is_error=cell.status != "ok")
         return await _guarded(work)
 
-    @server.tool(name="exec", structured_output=False)
-    async def exec_(session_id: str, command: str, timeout: float | None = None) -> CallToolResult:
-        """Run a shell command (sh -c) in the session's workspace; exit code, stdout, stderr."""
+    @server.tool(name="exec")
+    async def exec_(session_id: str, command: str, timeout: float | None = None) -> Annotated[CallToolResult, CommandRun]:
+        """Run a shell command (sh -c) in the session's workspace; exit code, stdout, stderr. A
+        non-zero exit code (124: the timeout) is an error result."""
         async def work() -> CallToolResult:
             done = await manager.get(session_id).exec(command, timeout)
-            return _ok(content.text(f"exit code: {done.exit_code}\n[stdout]\n{done.stdout}\n[stderr]\n{done.stderr}"))
+            ran = CommandRun(session_id=session_id, exit_code=done.exit_code, timed_out=done.timed_out,
+                             stdout=content.safe(done.stdout), stderr=content.safe(done.stderr))
+            return answer(ran, content.text(f"exit code: {done.exit_code}\n[stdout]\n{done.stdout}\n[stderr]\n{done.stderr}"),
+                          is_error=done.exit_code != 0)
         return await _guarded(work)
 
-    @server.tool(structured_output=False)
-    async def write_file(session_id: str, path: str, text: str | None = None, base64_content: str | None = None) -> CallToolResult:
+    @server.tool()
+    async def write_file(session_id: str, path: str, text: str | None = None,
+                         base64_content: str | None = None) -> Annotated[CallToolResult, WrittenFile]:
         """Write a workspace file from `text` (UTF-8) or `base64_content`."""
         async def work() -> CallToolResult:
             if (text is None) == (base64_content is None):
@@ -164,42 +173,50 @@ def build_server(manager: SessionManager, settings: ServerSettings) -> MCPServer
             if len(data) > MAX_UPLOAD_BYTES:
                 raise RequestRefused(f"{path}: over the {MAX_UPLOAD_BYTES:,} byte limit for one upload")
             await manager.get(session_id).write_file(path, data)
-            return _ok(content.text(f"wrote {len(data)} bytes to {path}"))
+            written = WrittenFile(session_id=session_id, path=content.safe(path), size=len(data))
+            return answer(written, content.text(f"wrote {len(data)} bytes to {path}"))
         return await _guarded(work)
 
-    @server.tool(structured_output=False)
-    async def read_file(session_id: str, path: str) -> CallToolResult:
+    @server.tool()
+    async def read_file(session_id: str, path: str) -> Annotated[CallToolResult, ReadFile]:
         """Read a workspace file: an image as image content, text as text, else base64."""
         async def work() -> CallToolResult:
             data = await read_session_file(manager.get(session_id), path)
-            return _ok(content.file_content(session_uri(session_id, path), data))
+            uri = session_uri(session_id, path)
+            found = ReadFile(session_id=session_id, path=content.safe(path), size=len(data), uri=content.safe(uri))
+            return answer(found, content.file_content(uri, data))
         return await _guarded(work)
 
-    @server.tool(structured_output=False)
-    async def list_files(session_id: str) -> CallToolResult:
+    @server.tool()
+    async def list_files(session_id: str) -> Annotated[CallToolResult, FileList]:
         """The session's workspace files: kind, size in bytes, path, and why the exit policy
         keeps one in (read_file refuses it)."""
         async def work() -> CallToolResult:
             entries = await manager.get(session_id).files()
             policy = exit_policy(ExitEntry(e.path, e.kind) for e in entries)
-            lines = [f"{e.kind}\t{e.size}\t{e.path}" + (f"\tleft out: {reason}" if (reason := policy.refusal(e.path)) else "")
-                     for e in entries] or ["(empty)"]  # fmt: skip
-            return _ok(content.text("\n".join(lines)))
+            listed = [ListedFile(path=content.safe(e.path), kind=e.kind, size=e.size,
+                                 left_out=content.safe(reason) if (reason := policy.refusal(e.path)) else None)
+                      for e in entries]
+            lines = [f"{e.kind}\t{e.size}\t{e.path}" + (f"\tleft out: {e.left_out}" if e.left_out else "")
+                     for e in listed] or ["(empty)"]  # fmt: skip
+            return answer(FileList(session_id=session_id, files=listed), content.text("\n".join(lines)))
         return await _guarded(work)
 
-    @server.tool(structured_output=False)
-    async def close_session(session_id: str) -> CallToolResult:
+    @server.tool()
+    async def close_session(session_id: str) -> Annotated[CallToolResult, ClosedSession]:
         """Close the session: its workspace and record are saved as a run folder."""
         async def work() -> CallToolResult:
             run_dir = await manager.close(session_id)
-            return _ok(content.text(f"closed; run folder: {run_dir}"))
+            closed = ClosedSession(session_id=session_id, run_folder=str(run_dir))
+            return answer(closed, content.text(f"closed; run folder: {run_dir}"))
         return await _guarded(work)
 
-    @server.tool(structured_output=False)
+    @server.tool()
     async def run_job(request: str, outputs: list[str] | None = None, files: dict[str, str] | None = None,
-                      uploads: dict[str, str] | None = None) -> CallToolResult:
+                      uploads: dict[str, str] | None = None) -> Annotated[CallToolResult, JobRun]:
         """Run a whole coderoom agent (the server's model) on `request` with these input files;
-        `outputs` are required files under output/. Returns the answer and the outputs as resources."""
+        `outputs` are required files under output/ (`PATH:allow-empty`: an empty result, such as
+        a CSV with a header and no rows, is fine). Returns the answer and the outputs as resources."""
         async def work() -> CallToolResult:
             async with manager.slot():  # a whole run is a sandbox too: it counts against max_sessions
                 return await _run_job(settings, request, outputs or [], files, uploads)
@@ -309,15 +326,24 @@ async def _run_job(settings: ServerSettings, request: str, outputs: list[str], f
                + (f"error: {result.error}\n" if result.error else "")
                + (f"outputs:\n{checks}\n" if checks else "") + f"\n{result.final_output}")
     links: list[ContentBlock] = []
+    uris: dict[str, str] = {}
     output_dir = result.run_dir / "output"
     for name in result.saved.saved:
         rel = PurePosixPath(name)
         if rel.parts and rel.parts[0] == "output" and (output_dir.parent / rel).is_file():
-            uri = f"coderoom://run/{result.run_dir.name}/{rel}"
+            uris[str(rel)] = uri = f"coderoom://run/{result.run_dir.name}/{rel}"
             links.append(ResourceLink(type="resource_link", uri=uri, name=str(rel)))
-    return CallToolResult(content=[content.text(summary), *links], is_error=not result.ok)
+    ran = JobRun(status=result.status, run_folder=str(result.run_dir), error=content.safe(result.error) if result.error else None,
+                 outputs=[OutputStatus(path=c.path, ok=c.ok, detail=c.detail, uri=uris.get(c.path)) for c in result.checks],
+                 final_output=content.safe(result.final_output))
+    return answer(ran, content.text(summary), *links, is_error=not result.ok)
 
 
-def _limits(limits: Limits) -> str:
-    return (f"{limits.timeout:g} s per command, memory {limits.memory:,} bytes, "
-            f"workspace {limits.workspace_size:,} bytes, network {'on' if limits.network else 'off'}")
+def _limits(limits: Limits) -> SessionLimits:
+    return SessionLimits(timeout_s=limits.timeout, memory_bytes=limits.memory, workspace_bytes=limits.workspace_size,
+                         network=limits.network)
+
+
+def _limits_text(limits: SessionLimits) -> str:
+    return (f"{limits.timeout_s:g} s per command, memory {limits.memory_bytes:,} bytes, "
+            f"workspace {limits.workspace_bytes:,} bytes, network {'on' if limits.network else 'off'}")

@@ -16,6 +16,7 @@ from agents.sandbox.session.sandbox_session import SandboxSession
 
 from ..errors import SandboxUnavailable
 from ..interrupts import finish_uncancelled
+from ..workspace import fresh_manifest
 from .base import SandboxBackend
 from .registry import backend_for
 from .spec import SandboxSpec
@@ -72,10 +73,11 @@ class HeldSession:
 
     @classmethod
     async def start(cls: type[Held], spec: SandboxSpec, backend: SandboxBackend | None = None) -> Held:
-        """`backend`: an object to use instead of the registry's (tests hand in the fake)."""
+        """`backend`: an object to use instead of the registry's (tests hand in the fake). The
+        workspace starts as every new one does (`workspace.fresh_manifest`: an empty output/)."""
         stack = AsyncExitStack()
         try:
-            session = await stack.enter_async_context(open_session(spec, Manifest(), backend=backend))
+            session = await stack.enter_async_context(open_session(spec, fresh_manifest(), backend=backend))
         except BaseException:
             await finish_uncancelled(stack.aclose())
             raise
