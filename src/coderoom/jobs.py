@@ -156,6 +156,14 @@ def _describe(error: ValidationError, source: str) -> str:
 
 def load_job(path: Path) -> Job:
     """Load a job folder (or its coderoom.toml); relative input paths are relative to the folder."""
+    data, source = job_data(path)
+    return build_job(data, source=source)
+
+
+def job_data(path: Path) -> tuple[dict[str, Any], str]:
+    """A job folder's (or coderoom.toml's) settings as plain data, not yet validated, with input
+    paths made absolute, and the file's name for errors: `load_job` validates them as they are;
+    a batch manifest adds each row to them first (`batch.manifest`)."""
     job_file = path / JOB_FILE if path.is_dir() else path
     if not job_file.is_file():
         raise JobError(f"{job_file}: no such job file (a job folder holds {JOB_FILE})")
@@ -170,7 +178,7 @@ def load_job(path: Path) -> Job:
             key: folder / value if isinstance(value, str) else value for key, value in inputs.items()
         }
     data.setdefault("name", _default_name(folder.name))
-    return build_job(data, source=str(job_file))
+    return data, str(job_file)
 
 
 def build_job(data: dict[str, Any], *, source: str = "command line") -> Job:

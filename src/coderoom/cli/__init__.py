@@ -47,7 +47,7 @@ def main() -> None:
 def _typer_app() -> Any:
     """The typer app with every command group registered (once: the result is cached)."""
     from ..sandboxes import backend_names, get_backend
-    from . import export_cmd, mcp_cmd, models_cmd, run_cmd, sandbox_cmd, serve_cmd, show_cmd  # noqa: F401  (commands register on import)
+    from . import batch_cmd, export_cmd, mcp_cmd, models_cmd, run_cmd, sandbox_cmd, serve_cmd, show_cmd  # noqa: F401  (commands register on import)
     from .application import app as typer_app
 
     for name in backend_names():

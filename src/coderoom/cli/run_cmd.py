@@ -24,6 +24,7 @@ from ..sandboxes.limits import limits_from_flags
 from .application import app
 from .display import safe, safe_markdown, shown
 from .errors import reported
+from .job_overrides import apply_overrides
 from .limit_option import Limit
 
 if TYPE_CHECKING:  # pydantic (jobs) and rich.markdown load when a command needs them
@@ -68,25 +69,6 @@ def _job_from_flags(
     )
 
 
-def _apply_overrides(job: Job, **overrides: Any) -> Job:
-    from ..jobs import build_job
-
-    data = job.model_dump()
-    sandbox = data["sandbox"]
-    for key, value in overrides.items():
-        if value is None:
-            continue
-        if key in ("model", "max_turns"):
-            data[key] = value
-        elif key in ("tool_choice", "max_tokens", "temperature"):
-            data["model_settings"][key] = value
-        elif key == "backend":
-            sandbox["backend"] = value
-        elif key == "limits":
-            sandbox["limits"] = value
-    return build_job(data)
-
-
 @app.command()
 def run(
     target: Annotated[Optional[str], typer.Argument(help="a job folder (coderoom.toml) or the prompt")] = None,
@@ -120,7 +102,7 @@ def run(
         try:
             job = _job_from_flags(target, prompt, inputs, outputs)
             limits = limits_from_flags(limit, base=job.sandbox.limits, memory=memory, timeout=timeout, network=network)
-            job = _apply_overrides(
+            job = apply_overrides(
                 job, model=model, max_turns=max_turns, tool_choice=tool_choice, max_tokens=max_tokens,
                 temperature=temperature, backend=sandbox, limits=limits,
             )

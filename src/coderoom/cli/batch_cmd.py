@@ -1,0 +1,92 @@
+"""`coderoom batch`: many jobs on this machine, each in its own sandbox and run folder under
+--out, with one progress display, a summary table and DIR/batch.jsonl (`coderoom.batch`)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from ..sandboxes import backend_names
+from ..sandboxes.limits import limits_from_flags
+from ..sandboxes.registry import prepare_backend
+from .application import app
+from .display import safe
+from .errors import reported
+from .job_overrides import apply_overrides
+from .limit_option import Limit
+
+if TYPE_CHECKING:  # pydantic and the Agents SDK load when the command runs
+    from ..batch.manifest import BatchEntry
+    from ..batch.runner import JobOutcome
+    from .batch_progress import BatchProgress
+
+console = Console(stderr=True)
+out_console = Console()
+
+MAX_PARALLEL = 64
+
+
+@app.command()
+def batch(
+    jobs: Annotated[list[Path], typer.Argument(help="job folders, or one manifest (.csv or .jsonl: name, prompt, inputs, outputs per row)")],
+    out: Annotated[Path, typer.Option("--out", help="the batch's folder: a run folder per job and batch.jsonl")],
+    parallel: Annotated[int, typer.Option(min=1, max=MAX_PARALLEL, help="jobs running at once")] = 2,
+    job_file: Annotated[Optional[Path], typer.Option("--job-file", help="coderoom.toml whose settings a manifest's rows share")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="go on with the batch in --out: skip jobs that finished ok, retry the others")] = False,
+    model: Annotated[Optional[str], typer.Option(help="OpenAI model name, openai-compatible:MODEL@URL, or offline")] = None,
+    max_turns: Annotated[Optional[int], typer.Option(help="model turns allowed per job")] = None,
+    sandbox: Annotated[Optional[str], typer.Option(help=f"sandbox backend: {' | '.join(backend_names())}")] = None,
+    memory: Annotated[Optional[str], typer.Option(help="sandbox memory per job, e.g. 2G")] = None,
+    timeout: Annotated[Optional[float], typer.Option(help="seconds per command")] = None,
+    limit: Limit = [],
+) -> None:
+    """Run many jobs, at most --parallel at once, each in its own sandbox and run folder.
+
+    Exit 0 when every job passed, 1 otherwise (the failures listed), 2 for a bad job folder,
+    manifest row or flag (before anything runs). SIGINT, SIGTERM and SIGHUP stop the running
+    jobs as `coderoom run` stops one (saved, recorded "interrupted"), exit 130 / 143 / 129.
+    """
+    from ..batch.manifest import batch_entries
+    from ..batch.runner import check_models, plan_batch, run_batch
+    from ..interrupts import Interrupted, exit_now, raising_on_signals, run_interruptible
+    from .batch_progress import BatchProgress, failure_lines, summary_table
+
+    environ = dict(os.environ)
+    with raising_on_signals(), reported():
+        entries: list[BatchEntry] = []
+        progress: BatchProgress | None = None
+        try:
+            entries = [
+                replace(entry, job=apply_overrides(
+                    entry.job, model=model, max_turns=max_turns, backend=sandbox,
+                    limits=limits_from_flags(limit, base=entry.job.sandbox.limits, memory=memory, timeout=timeout),
+                ))  # fmt: skip
+                for entry in batch_entries(jobs, job_file)
+            ]
+            plan = plan_batch(entries, out, resume=resume)
+            for spec in {entry.job.sandbox.backend: entry.job.sandbox for entry in plan.to_run}.values():
+                prepare_backend(spec, lambda line: console.print(Text.assemble((f"{spec.backend}:", "dim"), " ", safe(line))))
+            progress = BatchProgress(console, total=len(entries), earlier=plan.earlier)
+
+            async def whole_batch() -> list[JobOutcome]:
+                await check_models(plan.to_run, environ)  # a bad model spec: exit 2, nothing written yet
+                return await run_batch(plan, out, parallel=parallel, environ=environ, watcher=progress)
+
+            with progress.status:
+                outcomes = asyncio.run(run_interruptible(whole_batch()))
+        except Interrupted as exc:
+            if progress is not None:
+                out_console.print(summary_table(entries, progress.outcomes, out))
+            console.print(Text.assemble((exc.message, "red"), "; the running jobs were saved and closed: ", safe(out)))
+            exit_now(exc.exit_code)
+    out_console.print(summary_table(entries, outcomes, out))
+    for line in failure_lines(outcomes):
+        console.print(line)
+    raise typer.Exit(0 if all(outcome.ok for outcome in outcomes) else 1)
