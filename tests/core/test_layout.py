@@ -115,6 +115,8 @@ FORBIDDEN = [
     # what both HTTP front ends share names neither of them, nor sessions, runs or a backend
     ("coderoom.serving", ["coderoom.cli", "coderoom.web", "coderoom.mcp_server", "coderoom.service", "coderoom.run",
                           "coderoom.sandboxes.local", "coderoom.sandboxes.docker", "agents"]),
+    # a batch is runs (run.run_job), never a front end's sessions; the CLI shows it
+    ("coderoom.batch", ["coderoom.cli", "coderoom.service", "coderoom.mcp_server", "coderoom.web"]),
     # the one run lifecycle is below every surface that uses it
     ("coderoom.lifecycle", ["coderoom.run", "coderoom.service", "coderoom.mcp_server", "coderoom.cli"]),
 ]

@@ -31,6 +31,9 @@ def _commands(tmp_path: Path) -> dict[str, list[str]]:
     recorded.mkdir(exist_ok=True)
     (recorded / "run.jsonl").write_text("")
     runs = str(tmp_path / "runs")
+    job = tmp_path / "job"
+    job.mkdir(exist_ok=True)
+    (job / "coderoom.toml").write_text("prompt = 'p'\n")
     return {
         "run": [*FAST, "run", "--model", "offline", "--out", f"{runs}/run", "hello"],
         "sandbox run (fast path)": [*FAST, "sandbox", "run"],
@@ -38,10 +41,11 @@ def _commands(tmp_path: Path) -> dict[str, list[str]]:
         "rerun": [*FAST, "rerun", str(recorded), "--out", f"{runs}/rerun"],
         "serve": [*FAST, "serve", "--port", "0", "--runs-dir", runs],
         "mcp": [*FAST, "mcp", "--runs", runs],
+        "batch": [*FAST, "batch", str(job), "--out", f"{runs}/batch"],
     }
 
 
-SHORT_FORM_OF_MEMORY = {"run", "sandbox run (fast path)", "sandbox run (typer)", "serve", "mcp"}
+SHORT_FORM_OF_MEMORY = {"run", "sandbox run (fast path)", "sandbox run (typer)", "serve", "mcp", "batch"}
 
 
 @pytest.mark.parametrize(
@@ -127,7 +131,9 @@ ALLOWED_CALLS = {
     "parse_size": {"sandboxes/limits.py"},
     "flag_values": {"sandboxes/limits.py"},
     "parse_limits": {"sandboxes/limits.py", "sandboxes/spec.py", "export/rerun.py"},  # rerun: the record's, as data
-    "limits_from_flags": {"cli/run_cmd.py", "cli/sandbox_run.py", "cli/serve_cmd.py", "cli/mcp_cmd.py", "export/rerun.py"},
+    "limits_from_flags": {
+        "cli/run_cmd.py", "cli/batch_cmd.py", "cli/sandbox_run.py", "cli/serve_cmd.py", "cli/mcp_cmd.py", "export/rerun.py",
+    },
     "Limits(...)": {"export/rerun.py"},  # the replay's defaults; `Limits()` (all defaults) is anyone's
 }
 
