@@ -55,7 +55,7 @@ class JobEnded(_Line):
 
 
 LedgerLine = Annotated[Union[JobStarted, JobEnded], Field(discriminator="event")]
-_LINE = TypeAdapter(LedgerLine)
+_LINE: TypeAdapter[JobStarted | JobEnded] = TypeAdapter(LedgerLine)
 
 
 class Ledger:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, cast, get_args
 
 from ..errors import CoderoomError, UsageError
 from ..models import resolve_model
@@ -58,7 +58,7 @@ class BatchWatcher(Protocol):
     def job_ended(self, outcome: JobOutcome) -> None: ...
 
 
-class _EndOfRun:
+class EndOfRun:
     """A record listener that keeps the run's run_end: how the run ended, also when it was
     cancelled (run_job then raises instead of returning)."""
 
@@ -73,7 +73,7 @@ class _EndOfRun:
         end = self.event
         if end is None:  # cancelled before its record began
             return JobOutcome(key, run_dir.name, "interrupted", error="interrupted before the run began")
-        status: Status = end.status if end.status in ("ok", "failed", "error", "interrupted") else "error"  # type: ignore[assignment]
+        status = cast(Status, end.status) if end.status in get_args(Status) else "error"
         return JobOutcome(
             key, run_dir.name, status, duration_s=end.duration_s,
             outputs_ok=sum(1 for check in end.outputs if check.ok), outputs=len(end.outputs),
@@ -82,10 +82,10 @@ class _EndOfRun:
 
 
 async def run_one(
-    entry: BatchEntry, run_dir: Path, environ: Mapping[str, str], end: _EndOfRun | None = None
+    entry: BatchEntry, run_dir: Path, environ: Mapping[str, str], end: EndOfRun | None = None
 ) -> JobOutcome:
     """Run one job into `run_dir` (fresh, empty) and say how it ended."""
-    end = end or _EndOfRun()
+    end = end or EndOfRun()
     try:
         model = resolve_model(entry.job.model or None, environ=environ)
         await run_job(entry.job, run_dir=run_dir, listeners=[end], environ=dict(environ), model=model)
@@ -148,7 +148,7 @@ async def run_batch(
             run_dir = new_run_dir(entry.job, base=out)
             ledger.write(JobStarted(job=entry.key, digest=entry.digest, run_dir=run_dir.name, t=time.time()))
             watcher.job_started(entry, run_dir)
-            end = _EndOfRun()
+            end = EndOfRun()
             try:
                 outcome = await run_one(entry, run_dir, environ, end)
             except asyncio.CancelledError:
@@ -159,7 +159,7 @@ async def run_batch(
     def _finish(entry: BatchEntry, outcome: JobOutcome) -> None:
         outcomes.append(outcome)
         fields = {k: v for k, v in outcome.as_dict().items() if k not in ("key", "earlier")}
-        ledger.write(JobEnded(job=entry.key, digest=entry.digest, t=time.time(), **fields))
+        ledger.write(JobEnded.model_validate({**fields, "job": entry.key, "digest": entry.digest, "t": time.time()}))
         watcher.job_ended(outcome)
 
     try:
