@@ -53,13 +53,14 @@ def test_jsonl_rows_give_inputs_as_an_object(folder: Path) -> None:
         (".csv", "name,prompt,inputs\na,p,missing.csv=input/m.csv\n", "row 1: invalid job"),
         (".csv", "name,prompt,colour\na,p,red\n", "unknown column 'colour'"),
         (".csv", "name,prompt\na,p,extra\n", "row 1: more cells than columns"),
+        (".csv", "name,prompt\n", "no rows; a row is a job"),
         (".jsonl", '{"prompt": "p"}\n{"prompt": "p", "colour": 1}\n', "row 2: field 'colour': unknown"),
         (".jsonl", '{"prompt": "p"}\n[1]\n', "row 2: a row is a JSON object"),
         (".jsonl", '{"prompt": 3}\n', "row 1: field 'prompt': expected text"),
         (".jsonl", '{"prompt": "p", "outputs": "output/x.md"}\n', "row 1: field 'outputs': expected a list"),
         (".jsonl", '{"name": "a", "prompt": "p"}\n{"name": "a", "prompt": "q"}\n', "row 2: the job name 'a' is also"),
     ],
-    ids=["missing-input", "unknown-column", "extra-cell", "unknown-field", "not-an-object", "prompt-type",
+    ids=["missing-input", "unknown-column", "extra-cell", "no-rows", "unknown-field", "not-an-object", "prompt-type",
          "outputs-type", "same-name"],
 )
 def test_a_bad_row_is_a_usage_error_naming_the_row_and_the_field(folder: Path, suffix: str, text: str, said: str) -> None:

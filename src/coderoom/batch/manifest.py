@@ -58,6 +58,8 @@ def batch_entries(targets: Sequence[Path], job_file: Path | None = None) -> list
         raise JobError(f"{manifests[0]}: a manifest is the batch's only job list; give it alone")
     if manifests:
         entries = list(_manifest_entries(manifests[0], job_file))
+        if not entries:
+            raise JobError(f"{manifests[0]}: no rows; a row is a job ({', '.join(ROW_FIELDS)})")
     elif job_file is not None:
         raise JobError("--job-file is for a manifest's rows; a job folder has its own coderoom.toml")
     else:
