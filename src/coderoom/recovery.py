@@ -27,6 +27,7 @@ from .hostile.names import shown
 from .record.events import RECORD_FILE, RECOVERED, ExtractRefused, RunEnd
 from .record.writer import encode
 from .sandboxes import backend_names, get_backend
+from .sandboxes.base import SandboxBackend
 from .sandboxes.orphans import Orphan
 from .sandboxes.records import trusted_folder
 from .sandboxes.spec import SandboxSpec
@@ -55,16 +56,19 @@ class Recovery:
         return f"not recovered {shown(self.where, 200)} (run folder {shown(self.run_dir, 300)}): {shown(self.problem, 300)}"
 
 
-async def recover(spec: SandboxSpec, runs_dir: Path | None = None, *, remove_unsaved: bool = False) -> list[Recovery]:
-    """Recover every dead owner's workspace, on each backend that runs here, whose run folder is
-    directly in `runs_dir` (None: any). `spec`'s limits (the caller's, never a record's) bound
-    the sandbox and the archive. A workspace not saved is left in place unless `remove_unsaved`."""
+async def recover(
+    spec: SandboxSpec, runs_dir: Path | None = None, *, remove_unsaved: bool = False,
+    backend: SandboxBackend | None = None,
+) -> list[Recovery]:
+    """Recover every dead owner's workspace, on each backend that runs here (or only `backend`,
+    one handed in: a test's fake), whose run folder is directly in `runs_dir` (None: any).
+    `spec`'s limits (the caller's, never a record's) bound the sandbox and the archive. A
+    workspace not saved is left in place unless `remove_unsaved`."""
     where = runs_dir.resolve() if runs_dir is not None else None
     done = []
-    for name in backend_names():
-        backend = get_backend(name)
+    for backend in [backend] if backend is not None else [get_backend(name) for name in backend_names()]:
         finder = getattr(backend, "abandoned_runs", None)
-        own = SandboxSpec(backend=name, limits=spec.limits)
+        own = SandboxSpec(backend=backend.name, limits=spec.limits)
         if finder is None or backend.unavailable_reason(own) is not None:
             continue
         for orphan in finder(own):

@@ -132,7 +132,7 @@ class SessionManager:
         from ..sandboxes.spec import SandboxSpec
 
         spec = SandboxSpec(backend=self.defaults["sandbox"], limits=self.defaults["limits"])
-        for outcome in await recover(spec, self.defaults["runs_dir"]):
+        for outcome in await recover(spec, self.defaults["runs_dir"], backend=self.defaults["backend"]):
             print(f"coderoom: {outcome.describe()}", file=sys.stderr, flush=True)
         return self
 
