@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .artifacts import WORKSPACE_ARCHIVE, SaveReport, save_workspace
 from .hostile.names import shown
-from .record.events import RECORD_FILE, RECOVERED, ExtractRefused, RunEnd
+from .record.events import RECORD_FILE, RECOVERED, Event, ExtractRefused, RunEnd
 from .record.writer import encode
 from .sandboxes import backend_names, get_backend
 from .sandboxes.base import SandboxBackend
@@ -32,7 +32,7 @@ from .sandboxes.orphans import Orphan
 from .sandboxes.records import trusted_folder
 from .sandboxes.spec import SandboxSpec
 
-HEAD_BYTES = 64 * 1024  # of run.jsonl read for its session_open (the second line of a session's record)
+HEAD_BYTES = 1024**2  # of run.jsonl read for its session_open (the second line of a session's record, after the job)
 TAIL_BYTES = 64 * 1024  # of run.jsonl read for a run_end
 CAUSE = "its owner process ended without closing the session (killed: kill -9, an OOM kill or a power loss)"
 
@@ -152,7 +152,7 @@ def _event(line: bytes) -> dict[str, object]:
 def _end_record(fd: int, report: SaveReport, problem: str | None) -> None:
     """Append the save's refusals and the run_end: `recovered`, or `error` saying why nothing was
     saved (the workspace is then removed by `prune`)."""
-    events = [ExtractRefused(detail=note) for note in report.notes]
+    events: list[Event] = [ExtractRefused(detail=note) for note in report.notes]
     status = RECOVERED if problem is None else "error"
     events.append(RunEnd(status=status, cause=CAUSE, error=problem, saved=report.saved, incomplete=report.incomplete))
     data = "".join(encode(event) for event in events).encode("ascii")

@@ -50,7 +50,7 @@ async def _reopen(folder: Path, session_id: uuid.UUID, limits: Limits, *, remove
         host_dir=str(folder), limits=limits,
     )
     session = await client.resume(state)
-    if session._inner.state.host_dir != str(folder):  # not adoptable after all: a fresh folder was made
+    if state.host_dir != str(folder):  # not adoptable after all: resume made a fresh folder
         await client.delete(session)
         raise RuntimeError("the session folder could not be adopted (changed or taken by another process)")
     failed = False
