@@ -28,7 +28,7 @@ from .record.events import RECORD_FILE, RECOVERED, Event, ExtractRefused, RunEnd
 from .record.writer import encode
 from .sandboxes import backend_names, get_backend
 from .sandboxes.base import SandboxBackend
-from .sandboxes.orphans import Orphan
+from .sandboxes.orphans import FindsOrphans, Orphan
 from .sandboxes.records import trusted_folder
 from .sandboxes.spec import SandboxSpec
 
@@ -67,11 +67,10 @@ async def recover(
     where = runs_dir.resolve() if runs_dir is not None else None
     done = []
     for backend in [backend] if backend is not None else [get_backend(name) for name in backend_names()]:
-        finder = getattr(backend, "abandoned_runs", None)
         own = SandboxSpec(backend=backend.name, limits=spec.limits)
-        if finder is None or backend.unavailable_reason(own) is not None:
+        if not isinstance(backend, FindsOrphans) or backend.unavailable_reason(own) is not None:
             continue
-        for orphan in finder(own):
+        for orphan in backend.abandoned_runs(own):
             if where is None or orphan.run_dir.parent == where:
                 done.append(await _recover(orphan, spec.limits.workspace_size, remove_unsaved))
     return done

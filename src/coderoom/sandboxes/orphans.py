@@ -12,7 +12,14 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
+
+from .sdk_session_adapter import backend_session
+
+if TYPE_CHECKING:
+    from .spec import SandboxSpec
 
 
 @dataclass(frozen=True)
@@ -28,13 +35,27 @@ class Orphan:
     reopen: Callable[..., AbstractAsyncContextManager[Any]]
 
 
-def record_run(session: Any, run_dir: Path, owner: str) -> None:
+@runtime_checkable
+class FindsOrphans(Protocol):
+    """A backend that can find and reopen dead owners' workspaces (local so far)."""
+
+    def abandoned_runs(self, spec: SandboxSpec) -> list[Orphan]: ...
+
+
+@runtime_checkable
+class KeepsRunRecord(Protocol):
+    """A backend session that records the run folder it serves, for `FindsOrphans`."""
+
+    def bind_run(self, run_dir: Path, owner: str) -> None: ...
+
+
+def record_run(session: BaseSandboxSession, run_dir: Path, owner: str) -> None:
     """Tell a started SDK session's backend which run folder (absolute) and live session `owner`
-    it serves, so its workspace can be recovered if this process dies (local only so far: a
-    backend without `bind_run` keeps no such record). A disk that refuses it costs only that."""
-    bind = getattr(getattr(session, "_inner", session), "bind_run", None)
-    if bind is not None:
+    it serves, so its workspace can be recovered if this process dies (a backend session that
+    is no `KeepsRunRecord` keeps no such record). A disk that refuses it costs only that."""
+    inner = backend_session(session)
+    if isinstance(inner, KeepsRunRecord):
         try:
-            bind(run_dir.resolve(), owner)
+            inner.bind_run(run_dir.resolve(), owner)
         except OSError:
             pass
