@@ -81,11 +81,18 @@ def info() -> None:
 def prune() -> None:
     """Remove the sandbox resources crashed sessions left behind, for every backend that runs here.
 
-    Exits 1 when something had to be left (each named on stderr), after pruning all the rest."""
+    A live session's workspace whose owner died is first saved into its run folder (recovered);
+    one that cannot be saved is named with why, then removed. Exits 1 when something had to be
+    left (each named on stderr), after pruning all the rest."""
+    import asyncio
+
+    from ..recovery import recover
     from ..sandboxes import SandboxSpec
 
     skipped: list[str] = []
     with reported():
+        for outcome in asyncio.run(recover(SandboxSpec(), remove_unsaved=True)):
+            typer.echo(outcome.describe())
         for name in backend_names():
             backend = get_backend(name)
             if backend.unavailable_reason(SandboxSpec(backend=name)) is not None:

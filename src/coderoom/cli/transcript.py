@@ -10,8 +10,8 @@ from rich.panel import Panel
 from rich.text import Text
 
 from ..record.events import (
-    AskEnd, AskStart, ContextTrimmed, Event, FileWritten, MessageItem, ModelCall, ModelReplyCut, Nudge, RunEnd,
-    RunStart, ToolResult,
+    RECOVERED, AskEnd, AskStart, ContextTrimmed, Event, FileWritten, MessageItem, ModelCall, ModelReplyCut, Nudge,
+    RunEnd, RunStart, ToolResult,
 )
 from ..record.notes import run_notes, trim_line
 from ..record.reader import Record
@@ -81,10 +81,12 @@ def _show_event(event: Event) -> None:
         reasons = "; ".join(f"{m.path} ({m.reason})" for m in event.missing)
         out.print(Text.assemble(stamp, (" nudge: ", "yellow"), safe(reasons)))
     elif isinstance(event, RunEnd):
-        colour = "green" if event.status == "ok" else "red"
+        colour = {"ok": "green", RECOVERED: "yellow"}.get(event.status, "red")
         line = Text.assemble(stamp, " ", safe(f"run {event.status}", colour), f" in {event.duration_s}s")
         if event.error:
             line.append_text(Text.assemble(": ", safe(event.error)))
         out.print(line)
+        if event.cause:
+            out.print(safe(f"  {event.cause}; saved: {', '.join(event.saved) or 'nothing'}"))
         for check in event.outputs:
             out.print(safe(f"  {'ok  ' if check.ok else 'FAIL'} {check.path}: {check.detail}"))

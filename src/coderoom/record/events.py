@@ -329,15 +329,22 @@ class EventsLost(_Event):
     count: int
 
 
+RECOVERED = "recovered"
+"""A run_end status: the run's owner died (kill -9, an OOM kill, a power loss) and a later
+`serve`, `mcp` or `sandbox prune` saved its workspace into the run folder (`coderoom.recovery`);
+`cause` says what is known of the death. A status is a plain string, so older readers show it."""
+
+
 class RunEnd(_Event):
     type: Literal["run_end"] = "run_end"
-    status: str
+    status: str  # ok, failed, error, interrupted, RECOVERED
     final_output: str = ""
     error: str | None = None
     outputs: list[OutputResult] = Field(default_factory=list)
     signal: str | None = None  # the signal that interrupted the run (SIGINT, SIGTERM, SIGHUP)
     saved: list[str] = Field(default_factory=list)  # what was saved in the run folder
     incomplete: str | None = None  # why the save was cut short, when it was
+    cause: str | None = None  # a recovered run: how its owner ended, as far as is known
     limits_hit: list[str] = Field(default_factory=list)  # sandbox limits commands ran into
     usage: Usage = Field(default_factory=Usage)
     duration_s: float = 0.0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -125,6 +126,14 @@ class SessionManager:
             await self.pool.close()
 
     async def __aenter__(self) -> SessionManager:
+        """Recover first the workspaces of this runs folder's sessions whose owner died (a
+        kill -9 of a previous server): saved into their run folders, said on stderr."""
+        from ..recovery import recover
+        from ..sandboxes.spec import SandboxSpec
+
+        spec = SandboxSpec(backend=self.defaults["sandbox"], limits=self.defaults["limits"])
+        for outcome in await recover(spec, self.defaults["runs_dir"], backend=self.defaults["backend"]):
+            print(f"coderoom: {outcome.describe()}", file=sys.stderr, flush=True)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

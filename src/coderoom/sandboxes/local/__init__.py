@@ -26,6 +26,7 @@ from ..base import Progress
 if TYPE_CHECKING:  # bwrap, pydantic and the sandbox load when a sandbox is asked for
     from pydantic import BaseModel
 
+    from ..orphans import Orphan
     from ..spec import SandboxSpec
     from . import bwrap, spawn
     from .sandbox import LocalSandbox
@@ -84,6 +85,12 @@ class LocalBackend:
         from .host_dir import prune
 
         return prune(skipped)
+
+    def abandoned_runs(self, spec: SandboxSpec) -> list[Orphan]:
+        """Workspaces of live sessions whose owner died, to reopen with `spec`'s limits (see `orphans`)."""
+        from .orphans import abandoned_runs
+
+        return abandoned_runs(spec.limits)
 
     def commands(self) -> None:
         return None

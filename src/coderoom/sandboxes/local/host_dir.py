@@ -7,8 +7,9 @@ binds but never add, rename or remove an entry): `workspace/` (bwrap's uid's, bo
 sandbox's workspace root, /workspace by default), `etc/` (the synthetic /etc), `venv/` (from a
 venv host), as root `python-N/` mount points for the runtime views (see
 `bwrap.views_namespace`), and outside what the sandbox sees, the records (see `records`):
-`lease` (see `leases`), `cgroup` (the memory cgroup's path), `bwrap` and `session` (the SDK
-session id it was made for, see `bind` and `adoptable`). Root trusts the records and removes
+`lease` (see `leases`), `cgroup` (the memory cgroup's path), `bwrap`, `session` (the SDK
+session id it was made for, see `bind` and `adoptable`) and `run` (the run folder and live
+session it serves, see `bind_run`: what recovery saves the workspace into when its owner died). Root trusts the records and removes
 the folder because uid 65534 cannot write in it: when the folder itself was 65534's, that uid
 could forge a record naming another session's cgroup, or swap entries for links under root's
 feet (issue 19, docs/security.md).
@@ -16,6 +17,7 @@ feet (issue 19, docs/security.md).
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import tempfile
@@ -32,6 +34,8 @@ PREFIX = "coderoom-local-"
 CGROUP_FILE = "cgroup"  # the session's memory cgroup, for `prune` (see `cgroup.remove_recorded`)
 BWRAP_FILE = "bwrap"  # the pid of the session's latest bwrap, its process group: for `prune` (`leases.kill_users`)
 SESSION_FILE = "session"  # the SDK session id the folder belongs to (see `bind`)
+RUN_FILE = "run"  # the run folder and live session the workspace belongs to (see `bind_run`)
+MAX_RUN_RECORD = 8192
 SHARED_MODE = 0o710  # as root: searchable by bwrap's uid's group, writable by us alone
 
 
@@ -138,6 +142,35 @@ def bind(folder: Path, session_id: str) -> None:
     records.write(folder, SESSION_FILE, session_id.encode())
 
 
+def bind_run(folder: Path, run_dir: Path, owner: str) -> None:
+    """Record that `folder`'s workspace belongs to the run folder `run_dir` (absolute) of live
+    session `owner`, so a recovery after its owner died knows where to save it (`bound_run`)."""
+    records.write(folder, RUN_FILE, json.dumps({"run_dir": str(run_dir), "owner": owner}).encode(), replace=True)
+
+
+def bound_run(folder: Path) -> tuple[Path, str] | None:
+    """The (run folder, live session id) `bind_run` recorded, or None: no trusted record, or not
+    one `bind_run` wrote. A claim only: the caller verifies the run folder before writing there."""
+    data = records.read(folder, RUN_FILE, MAX_RUN_RECORD)
+    try:
+        value = json.loads(data) if data is not None and len(data) < MAX_RUN_RECORD else None
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(value, dict):
+        return None
+    run_dir, owner = value.get("run_dir"), value.get("owner")
+    if not (isinstance(run_dir, str) and isinstance(owner, str) and os.path.isabs(run_dir)):
+        return None
+    return Path(run_dir), owner
+
+
+def bound_session(folder: Path) -> str | None:
+    """The SDK session id `bind` recorded (hex), or None."""
+    data = records.read(folder, SESSION_FILE, 64)
+    text = data.decode("ascii", "replace") if data is not None else ""
+    return text if len(text) == 32 and all(c in "0123456789abcdef" for c in text) else None
+
+
 def adoptable(folder: Path, session_id: str) -> bool:
     """Whether a resumed state for `session_id` may reuse `folder` (AP-R1): one we made, bound
     to that session, and not held by another live process (a live session of this process may
@@ -155,6 +188,15 @@ def adoptable(folder: Path, session_id: str) -> bool:
         return False
     leases.take_over(folder)
     return True
+
+
+def abandoned_folders() -> list[Path]:
+    """Our session folders whose owner is gone (what `prune` removes), oldest name first."""
+    try:
+        folder_parent = parent()
+    except SandboxUnavailable:
+        return []
+    return [f for f in sorted(folder_parent.glob(f"{PREFIX}*")) if owned(f) and leases.abandoned(f)]
 
 
 def prune(skipped: list[str] | None = None) -> int:
@@ -181,8 +223,13 @@ def prune(skipped: list[str] | None = None) -> int:
     return removed
 
 
-def _reclaim(folder: Path) -> None:
-    """Kill what still uses an abandoned folder, remove its own cgroup, then the folder."""
+def quiesce(folder: Path) -> None:
+    """Kill what still uses an abandoned folder and remove its own cgroup; the files stay."""
     leases.kill_users(folder, cgroup.recorded(folder / CGROUP_FILE), leases.recorded_group(folder / BWRAP_FILE))
     cgroup.remove_recorded(folder / CGROUP_FILE)
+
+
+def _reclaim(folder: Path) -> None:
+    """Quiesce an abandoned folder, then remove it."""
+    quiesce(folder)
     tree.remove_tree(folder)

@@ -71,6 +71,10 @@ class LocalSandboxSession(PtySessions):
     def host_dir(self) -> Path:
         return self.sandbox.host_dir
 
+    def bind_run(self, run_dir: Path, owner: str) -> None:
+        """Record the run folder this workspace is saved into if its owner dies (see `orphans`)."""
+        host_dir.bind_run(self.host_dir, run_dir, owner)
+
     def _rel(self, path: Path | str, *, for_write: bool = False) -> PurePosixPath:
         """The workspace-relative path for a sandbox path (the SDK validates containment)."""
         normalized = PurePosixPath(self.normalize_path(path, for_write=for_write).as_posix())
