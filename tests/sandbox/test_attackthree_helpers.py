@@ -53,7 +53,7 @@ def _docker() -> None:
 
 @pytest.mark.xfail(strict=True, reason=(
     "A3-D2: an output the cell made mode 0600 is read by sandbox-uid commands (the helpers read as others), "
-    "which the cell freezes: the output check and the read each wait out whole deadlines"
+    "which the cell freezes: the read waits out whole deadlines (50 s) and ends as not found"
 ))
 async def test_a_locked_output_and_a_stopping_cell_cannot_hold_the_check_or_the_read() -> None:
     _docker()
