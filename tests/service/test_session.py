@@ -14,6 +14,7 @@ from coderoom import Session
 from coderoom.errors import NoSuchFile, RequestRefused, SessionClosed, WorkspaceWriteFailed
 from coderoom.record import read_record
 from coderoom.run import DECLINED
+from coderoom.service.session import STOPPED
 from coderoom.sandboxes.limits import Limits
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -227,3 +228,44 @@ async def test_a_read_of_no_regular_file_is_no_such_file(backend: str, tmp_path:
             await session.read_file("output/ten", 4)
     finally:
         await session.close()
+
+
+async def _until(condition: object, timeout_s: float = 60) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():  # type: ignore[operator]
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+async def test_stop_ends_the_ask_in_flight_interrupts_its_cell_and_keeps_the_session(tmp_path: Path) -> None:
+    """Stop during an ask whose cell sleeps: the ask returns 'stopped' at once (not after the
+    sleep), its ask_end says so, and the next ask runs in the same kernel (x is still 41)."""
+    from openai_server import OpenAIServer, call, say
+
+    steps = [
+        call("run_python", code="x = 41\nimport time\ntime.sleep(120)"),
+        call("run_python", code="print('x is', x + 1)"),
+        say("x plus one is 42."),
+    ]
+    with OpenAIServer(steps) as server:
+        session = await Session.open(model=f"openai-compatible:scripted@{server.url}", runs_dir=tmp_path / "runs", environ={})
+        try:
+            assert await session.stop() is None  # nothing runs yet: nothing to stop
+            await session.run_python("warm = True")  # the kernel is up: the stop lands in a running cell
+            asking = asyncio.create_task(session.ask("Sleep a while"))
+            await _until(lambda: any(e.type == "tool_start" and e.origin == "agent" for e in events_of(session.run_dir)))
+            await asyncio.sleep(1)  # the cell is in its sleep
+            started = asyncio.get_running_loop().time()
+            assert await session.stop() == "ask"
+            stopped = await asyncio.wait_for(asking, 30)
+            assert asyncio.get_running_loop().time() - started < 30
+            assert (stopped.status, stopped.error) == ("stopped", STOPPED)
+            follow_up = await session.ask("And now?")
+            assert (follow_up.status, follow_up.final_output) == ("ok", "x plus one is 42.")
+        finally:
+            run_dir = await session.close()
+    ends = [(e.status, e.error) for e in events_of(run_dir) if e.type == "ask_end"]
+    assert ends == [("stopped", STOPPED), ("ok", None)]
+    results = [e for e in events_of(run_dir) if e.type == "tool_result"]
+    assert "x is 42" in results[-1].output  # the kernel kept x through the interrupt
+    assert events_of(run_dir)[-1].status == "ok"  # the session ended normally afterwards

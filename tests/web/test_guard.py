@@ -90,6 +90,14 @@ def test_a_state_changing_request_needs_the_csrf_token(server: Served) -> None:
     assert server.request("POST", "/api/sessions/none/ask", {"X-Coderoom-CSRF": _csrf(server)}, body).status == 401
 
 
+@pytest.mark.parametrize("action", ["ask", "stop", "close"])
+def test_every_session_action_needs_the_csrf_and_bearer_tokens(server: Served, action: str) -> None:
+    path = f"/api/sessions/none/{action}"
+    assert server.authed("POST", path).status == 403
+    assert server.authed("POST", path, {"X-Coderoom-CSRF": _csrf(server)}).status == 404  # reached the route
+    assert server.request("POST", path, {"X-Coderoom-CSRF": _csrf(server)}).status == 401
+
+
 def test_another_origin_or_a_cross_site_fetch_is_refused(server: Served) -> None:
     headers = {"X-Coderoom-CSRF": _csrf(server)}
     for extra in ({"Origin": "http://evil.example"}, {"Origin": "null"}, {"Sec-Fetch-Site": "cross-site"},

@@ -170,3 +170,63 @@ def test_serve_help_does_not_import_the_agents_sdk(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert "--allow-remote" in done.stdout
     assert done.stdout.strip().endswith("SDK []")
+
+
+def _record_events(run_dir: Path) -> list[Any]:
+    try:
+        return read_record(run_dir).events
+    except (FileNotFoundError, ValueError):
+        return []
+
+
+def test_stop_ends_the_answer_the_record_says_stopped_and_the_session_goes_on(tmp_path: Path) -> None:
+    """POST /stop (CSRF like every POST) during a sleeping cell: the ask ends 'stopped' at once,
+    a follow-up runs in the same kernel, and the past runs list the request, not an internal string."""
+    from openai_server import OpenAIServer, call, say
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    steps = [
+        call("run_python", code="x = 41"),  # the kernel is up before the cell that will be stopped
+        call("run_python", code="import time\ntime.sleep(120)"),
+        call("run_python", code="print('x is', x + 1)"),
+        say("x plus one is 42."),
+    ]
+    with OpenAIServer(steps) as model:
+        served = serve(runs, "--model", f"openai-compatible:scripted@{model.url}", "--sandbox", "local")
+        try:
+            status, opened = _open(served, [], model=f"openai-compatible:scripted@{model.url}", sandbox="local")
+            assert status == 200, opened
+            session, run_dir = opened["id"], runs / opened["run"]
+            stop_path = f"/api/sessions/{session}/stop"
+            assert served.authed("POST", stop_path).status == 403  # no CSRF header
+            assert json.loads(served.authed("POST", stop_path, _csrf(served)).body) == {"stopped": None}  # nothing runs
+            headers = {**_csrf(served), "Content-Type": "application/json"}
+            assert served.authed("POST", f"/api/sessions/{session}/ask", headers, json.dumps({"request": "Sleep a while"}).encode()).status == 202
+            deadline = time.monotonic() + 120
+            while len([e for e in _record_events(run_dir) if e.type == "tool_start"]) < 2:
+                assert time.monotonic() < deadline, "the sleeping cell never started"
+                time.sleep(0.1)
+            time.sleep(1)  # the cell is in its sleep
+            started = time.monotonic()
+            stopped = served.authed("POST", stop_path, _csrf(served))
+            assert (stopped.status, json.loads(stopped.body)) == (200, {"stopped": "ask"})
+            ask_end = _events(served, session, until="ask_end")[-1]
+            assert time.monotonic() - started < 30
+            assert ask_end["status"] == "stopped" and "stopped on request" in ask_end["error"]
+            listed = json.loads(served.authed("GET", "/api/sessions").body)
+            assert [s["busy"] for s in listed if s["id"] == session] == [False]
+            assert served.authed("POST", f"/api/sessions/{session}/ask", headers, json.dumps({"request": "And now?"}).encode()).status == 202
+            deadline = time.monotonic() + 120
+            while len([e for e in _record_events(run_dir) if e.type == "ask_end"]) < 2:
+                assert time.monotonic() < deadline, "the follow-up did not end"
+                time.sleep(0.1)
+            assert served.authed("POST", f"/api/sessions/{session}/close", _csrf(served)).status == 200
+            runs_listed = json.loads(served.authed("GET", "/api/runs").body)
+        finally:
+            served.stop()
+    events = read_record(run_dir).events
+    assert [(e.status, e.final_output) for e in events if e.type == "ask_end"] == [("stopped", ""), ("ok", "x plus one is 42.")]
+    assert "x is 42" in [e for e in events if e.type == "tool_result"][-1].output  # the kernel kept x
+    (listed_run,) = [r for r in runs_listed if r["name"] == run_dir.name]
+    assert listed_run["request"] == "Sleep a while"  # the first request, not the session's internal prompt

@@ -58,6 +58,7 @@ if TYPE_CHECKING:
 SESSION_PROMPT = "a live session: each request is an ask_start event"
 """The job prompt a session's record carries (a job needs one); the requests are events."""
 MAX_REQUEST_CHARS = 100_000  # one ask's request
+STOPPED = "stopped on request: the agent's turn was cancelled and a running cell interrupted; the kernel keeps its variables"
 CANCELLED = "[kernel] cancelled by the caller: the cell was interrupted; the next cell says how it ended"
 MAX_UPLOAD_BYTES = 256 * 1024**2  # one file written into the workspace (also at most file_size)
 MAX_READ_BYTES = 64 * 1024**2  # one file read back (a caller may ask for less)
@@ -70,7 +71,7 @@ KINDS = {"f": "file", "d": "dir", "l": "link"}
 
 @dataclass
 class AskResult:
-    status: Literal["ok", "failed", "error", "interrupted"]
+    status: Literal["ok", "failed", "error", "interrupted", "stopped"]
     final_output: str = ""
     error: str | None = None
 
@@ -142,6 +143,7 @@ class Session:
         self._ask_lock = asyncio.Lock()
         self._close_lock = asyncio.Lock()
         self._asking: asyncio.Task[Any] | None = None
+        self._stopping = False  # the ask in flight is being stopped (`stop`), not closed
         self._active = 0
         self._calls = 0
         self._closed = False
@@ -267,8 +269,13 @@ class Session:
             answer.status, answer.error = "failed", f"the agent used all {self.job.max_turns} turns"
             dropped = self._history.update(self._history.next_input(request))
         except asyncio.CancelledError:
-            answer.status, answer.error = "interrupted", "the session was closed during this request"
-            raise
+            if not self._stopping or self._closed:
+                answer.status, answer.error = "interrupted", "the session was closed during this request"
+                raise
+            # a Stop is an answer, not an exception: the caller's ask returns it, the task goes on
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]
+            answer.status, answer.error = "stopped", STOPPED
+            dropped = self._history.update(self._history.next_input(request))
         except Exception as exc:
             answer.error = explain_model_error(exc) or f"{type(exc).__name__}: {exc}"
         finally:
@@ -323,6 +330,23 @@ class Session:
         was lost. False when no cell was running."""
         self._check_open()
         return await KernelClient(self._live.session).interrupt()
+
+    async def stop(self) -> Literal["ask", "cell"] | None:
+        """Stop what is running, keeping the session: the ask in flight is cancelled (its cell,
+        if one runs, is interrupted as `interrupt` does, so the kernel keeps its variables) and
+        its `ask` returns status 'stopped', as its ask_end records; without an ask, a direct
+        cell is interrupted. What was stopped, or None when nothing ran."""
+        self._check_open()
+        asking = self._asking
+        if asking is None or asking.done():
+            return "cell" if await self.interrupt() else None
+        self._stopping = True
+        try:
+            asking.cancel()
+            await asyncio.gather(asking, return_exceptions=True)
+        finally:
+            self._stopping = False
+        return "ask"
 
     async def exec(self, command: str, timeout: float | None = None) -> CommandResult:
         """`sh -c command` in the workspace, at most the session's timeout; streams bounded by

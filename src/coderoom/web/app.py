@@ -7,7 +7,8 @@ Routes (all behind `guard.middleware`: the shared Host, token and Origin checks 
 * `GET /api/config`: the CSRF token, what the page may choose (models, sandboxes) and the warm
   pool's status (`WarmPool.status`: why warm-up fails, when it does);
 * `POST /api/sessions` (multipart: files, model, sandbox), `GET /api/sessions`,
-  `POST /api/sessions/{id}/ask`, `POST /api/sessions/{id}/close`, `GET /api/sessions/{id}/events` (SSE);
+  `POST /api/sessions/{id}/ask`, `POST /api/sessions/{id}/stop` (the answer in flight, `Session.stop`),
+  `POST /api/sessions/{id}/close`, `GET /api/sessions/{id}/events` (SSE);
 * `GET /api/runs`, `GET /api/runs/{name}` (the record, bounded), `GET /api/runs/{name}/notebook`
   (the run as a Jupyter notebook: `coderoom export --notebook`'s, made in memory);
 * files of a session or a run: `.../files`, `.../preview?path=`, `.../file?path=[&inline=1]`, `.../zip`.
@@ -39,7 +40,7 @@ from .bodies import JsonTooLarge
 from .files import FileSource, FileTooLarge, RunFolderFiles, SessionFiles, checked_path
 from .guard import BodyTooLarge, Secrets, middleware
 from .headers import FILE_CSP, SecurityHeaders
-from .live import Choices, Live, ask, close_session, events, list_sessions, open_session
+from .live import Choices, Live, ask, close_session, events, list_sessions, open_session, stop
 from .runs import NoSuchRun, list_runs, run_folder, run_record
 from .uploads import UploadRefused
 
@@ -95,6 +96,7 @@ def _routes() -> list[Any]:
         Route("/api/sessions", open_session, methods=["POST"]),
         Route("/api/sessions", list_sessions),
         Route("/api/sessions/{id}/ask", ask, methods=["POST"]),
+        Route("/api/sessions/{id}/stop", stop, methods=["POST"]),
         Route("/api/sessions/{id}/close", close_session, methods=["POST"]),
         Route("/api/sessions/{id}/events", events),
         Route("/api/runs", _runs),

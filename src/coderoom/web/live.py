@@ -129,6 +129,16 @@ async def _ask(session: Any, text: str) -> None:
         log.exception("ask failed in session %s", session.id)
 
 
+async def stop(request: Request) -> JSONResponse:
+    """The page's Stop: `Session.stop` ends the ask in flight (its ask_end says 'stopped') or
+    interrupts a direct cell; the session stays open. `stopped` is "ask", "cell" or null."""
+    live: Live = request.app.state.live
+    session = live.session(request.path_params["id"])
+    if session is None:
+        return JSONResponse({"error": "no such live session"}, status_code=404)
+    return JSONResponse({"stopped": await session.stop()})
+
+
 async def close_session(request: Request) -> JSONResponse:
     live: Live = request.app.state.live
     session = live.session(request.path_params["id"])

@@ -64,25 +64,33 @@ def list_runs(runs_dir: Path) -> list[dict[str, Any]]:
 
 
 def summarise(run_dir: Path) -> dict[str, Any] | None:
-    """Model, request and status from the record's first and last line; None when there is no record."""
+    """Model, request and status from the record's first SUMMARY_BYTES and last line; None when
+    there is no record. A live session's request is its first ask's (its job's prompt is only a
+    placeholder: `Session`'s), when that ask is in the head read."""
     try:
         fd = open_beneath(run_dir, PurePosixPath(RECORD_FILE), os.O_RDONLY)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as handle:
-        first = handle.readline(SUMMARY_BYTES)
+        head = handle.read(SUMMARY_BYTES)
         size = os.fstat(handle.fileno()).st_size
         handle.seek(max(0, size - SUMMARY_BYTES))
         tail = handle.read(SUMMARY_BYTES)
-    start = _event(first)
+    lines = head.split(b"\n")
+    start = _event(lines[0])
     end = _event(tail.rstrip(b"\n").rsplit(b"\n", 1)[-1])
     job = start.get("job")
     if not isinstance(job, dict):
         job = {}
+    request = job.get("prompt", "")
+    asks = (_event(line) for line in lines[1:-1] if b'"ask_start"' in line)  # parse only the likely lines
+    first_ask = next((e for e in asks if e.get("type") == "ask_start"), None)
+    if first_ask is not None:
+        request = first_ask.get("request", "")
     status = end.get("status") if end.get("type") == "run_end" else "unfinished"
     return bounded({
         "model": str(start.get("model", "?")),
-        "request": str(job.get("prompt", ""))[:300],
+        "request": str(request)[:300],
         "status": str(status),
     })
 

@@ -7,15 +7,18 @@
 // sessionStorage (this tab only) and leaves the address bar at once. It goes to the server only
 // as an Authorization header: API calls, the event stream (fetch, not EventSource, which cannot
 // send headers), images and downloads (fetched, then shown or saved from a blob: URL). No
-// credential is in a cookie or in any URL.
+// credential is in a cookie or in any URL. A #token= pasted into an open tab (hashchange) or into
+// the token field replaces it; the page then starts again with it.
 "use strict";
 
 const TOKEN_KEY = "coderoom_token";
 const SSE_RETRY_MS = 2000;  // before the event stream is asked for again after it broke
 const state = {
   config: null, view: null, source: null, files: new Set(), previewSeq: 0, token: null,
-  cells: new Map(), results: [], placed: new Set(), lastMessage: null, answered: null,  // the transcript's parts
+  cells: new Map(), results: [], placed: new Set(), lastMessage: null, answered: null, turns: new Map(),  // the transcript's parts
+  activity: null,  // what a live session is doing now: { label, since, askSince }, shown with a clock
 };
+const TICK_MS = 1000;  // the clock of "waiting for the model" moves every second
 const $ = (id) => document.getElementById(id);
 
 function el(tag, className, text) {
@@ -31,14 +34,36 @@ function showError(message) {
   box.hidden = !message;
 }
 
+const TOKEN_FORM = /^[A-Za-z0-9_-]{8,200}$/;
+
+// The token in a URL's fragment (#token=...) or given alone; null when it is neither.
+function tokenIn(text) {
+  const hash = text.indexOf("#");
+  const given = hash >= 0 ? new URLSearchParams(text.slice(hash + 1)).get("token") : text.trim();
+  return given && TOKEN_FORM.test(given) ? given : null;
+}
+
+// The fragment's token into this tab's storage, the fragment out of the address bar; true when it changed.
 function takeToken() {
-  const fragment = new URLSearchParams(location.hash.slice(1));
-  const given = fragment.get("token");
-  if (given) {
-    sessionStorage.setItem(TOKEN_KEY, given);
-    history.replaceState(null, "", location.pathname + location.search);
-  }
-  return sessionStorage.getItem(TOKEN_KEY);
+  const given = tokenIn(location.hash);
+  if (location.hash) history.replaceState(null, "", location.pathname + location.search);
+  if (!given || given === sessionStorage.getItem(TOKEN_KEY)) return false;
+  sessionStorage.setItem(TOKEN_KEY, given);
+  return true;
+}
+
+function askForToken(message) {
+  for (const part of document.querySelectorAll("main, nav")) part.hidden = true;
+  showError(message);
+  $("token-form").hidden = false;
+}
+
+function useToken(event) {
+  event.preventDefault();
+  const given = tokenIn($("token-input").value);
+  if (!given) { showError("that is not a token: paste the URL coderoom serve printed (it holds #token=...)"); return; }
+  sessionStorage.setItem(TOKEN_KEY, given);
+  location.reload();  // the page starts again with it, as from the printed URL
 }
 
 async function authedFetch(path, options = {}) {
@@ -50,7 +75,11 @@ async function authedFetch(path, options = {}) {
 async function api(path, options = {}) {
   const response = await authedFetch(path, options);
   const body = response.headers.get("content-type")?.includes("json") ? await response.json() : await response.text();
-  if (!response.ok) throw new Error((body && body.error) || String(body) || response.statusText);
+  if (!response.ok) {
+    const error = new Error((body && body.error) || String(body) || response.statusText);
+    error.status = response.status;
+    throw error;
+  }
   return body;
 }
 
@@ -108,7 +137,8 @@ function downloadName(path) {
 function openView(view, title) {
   if (state.source) { state.source.close(); state.source = null; }
   state.view = view;
-  Object.assign(state, { files: new Set(), cells: new Map(), results: [], placed: new Set(), lastMessage: null, answered: null });
+  Object.assign(state, { files: new Set(), cells: new Map(), results: [], placed: new Set(), lastMessage: null, answered: null, turns: new Map() });
+  idle();
   show("session");
   $("session-title").textContent = title;
   $("transcript").replaceChildren();
@@ -123,7 +153,53 @@ function openView(view, title) {
   setStatus(view.kind === "session" ? "starting" : "past run (read-only)");
 }
 
-function setStatus(text) { $("status").textContent = text; }
+function setStatus(text) { if ($("status").textContent !== text) $("status").textContent = text; }
+
+// --- what a live session is doing: a label in the status (announced when it changes) and a
+// clock beside it (not announced: it moves every second), the Stop button while it works ---
+
+function seconds(ms) { return `${Math.floor(ms / 1000)} s`; }
+
+function tick() {
+  const activity = state.activity;
+  if (!activity) return;
+  const now = Date.now();
+  const total = activity.askSince === activity.since ? "" : ` (this answer: ${seconds(now - activity.askSince)})`;
+  $("elapsed").textContent = `${seconds(now - activity.since)}${total}`;
+}
+
+function working(label, newAsk = false) {
+  if (!state.view || state.view.kind !== "session") return;  // a past run replays, it does not work
+  const now = Date.now();
+  if (!state.activity) state.activity = { timer: setInterval(tick, TICK_MS), askSince: now };
+  if (newAsk) state.activity.askSince = now;
+  if (state.activity.label !== label || newAsk) Object.assign(state.activity, { label, since: now });
+  setStatus(label);
+  $("stop").hidden = false;
+  tick();
+}
+
+function idle(text) {
+  if (state.activity) clearInterval(state.activity.timer);
+  state.activity = null;
+  $("elapsed").textContent = "";
+  $("stop").hidden = true;
+  $("stop").disabled = false;
+  if (text) setStatus(text);
+}
+
+function answerClass(status) {
+  return status === "ok" ? "status-ok" : status === "stopped" ? "status-stopped" : "status-bad";
+}
+
+// One model reply's cost, on its turn's line: how long it took and the tokens it read and wrote.
+function usageText(ev) {
+  const usage = ev.usage || {};
+  const parts = [];
+  if (typeof ev.duration_s === "number" && ev.duration_s > 0) parts.push(`${ev.duration_s.toFixed(1)} s`);
+  if (usage.input_tokens || usage.output_tokens) parts.push(`${usage.input_tokens || 0} tokens in, ${usage.output_tokens || 0} out`);
+  return parts.join(" · ");
+}
 
 // --- a small syntax highlighter ---
 // (Here, not in a module of its own: the guard serves only app.js and app.css without the token.)
@@ -373,12 +449,19 @@ function renderEvent(ev) {
       title("Request");
       box.append(el("div", "message request", ev.request));
       state.answered = null;
-      setStatus("working");
+      working("waiting for the model", true);
       break;
-    case "model_start":
-      box.append(el("span", "turn", `Turn ${ev.turn}`));
+    case "model_start": {
+      const turn = el("span", "turn", `Turn ${ev.turn}`);
+      state.turns.set(ev.turn, turn);
+      box.append(turn);
+      working(`waiting for the model (turn ${ev.turn})`);
       break;
-    case "model_call":
+    }
+    case "model_call": {
+      const usage = usageText(ev);
+      const turn = state.turns.get(ev.turn);
+      if (usage && turn && !turn.querySelector(".usage")) turn.append(el("span", "usage", ` · ${usage}`));
       for (const item of ev.output || []) {
         if (item.kind !== "message" || !item.text) continue;
         const node = markdownBlock("message", item.html, item.text);
@@ -387,9 +470,12 @@ function renderEvent(ev) {
       }
       if (!box.querySelector(".message")) return null;
       break;
+    }
     case "tool_start":
+      working(`running ${ev.name}`);
       return newCell(ev);
     case "tool_result":
+      working("waiting for the model");
       refreshFiles();
       return renderResult(ev);
     case "file_written":
@@ -415,15 +501,16 @@ function renderEvent(ev) {
       break;
     case "ask_end":
       title(`Answer · ${ev.status}`);
-      box.classList.add(`status-${ev.status === "ok" ? "ok" : "bad"}`);
+      box.classList.add(answerClass(ev.status));
       answerBlock(box, ev);
-      if (ev.error) box.append(el("pre", "error-block", ev.error));
-      setStatus(`ready (last answer: ${ev.status})`);
+      if (ev.error) box.append(el("pre", ev.status === "stopped" ? "note" : "error-block", ev.error));
+      idle(`ready (last answer: ${ev.status})`);
       refreshFiles();
       break;
     case "run_end":
       title(`Run ended · ${ev.status}`);
-      box.classList.add(`status-${ev.status === "ok" ? "ok" : "bad"}`);
+      box.classList.add(answerClass(ev.status));
+      idle();
       answerBlock(box, ev);
       if (ev.error) box.append(el("pre", "error-block", ev.error));
       for (const limit of ev.limits_hit || []) box.append(el("p", "limit", `limit hit: ${limit}`));
@@ -480,9 +567,18 @@ function refreshFiles() {
 
 // The only place HTML from the server is parsed: the server's Markdown rendering, sanitised by
 // nh3 (no script, handler, style, image or form; links http/https/mailto only).
+// A wide table scrolls inside its own box, which a keyboard can reach.
 function insertSanitised(container, html) {
   const doc = new DOMParser().parseFromString(html, "text/html");
   container.append(...Array.from(doc.body.childNodes, (node) => document.importNode(node, true)));
+  for (const table of container.querySelectorAll("table")) {
+    const scroller = el("div", "table-scroll markdown-table");
+    scroller.tabIndex = 0;
+    scroller.setAttribute("role", "region");
+    scroller.setAttribute("aria-label", "table");
+    table.replaceWith(scroller);
+    scroller.append(table);
+  }
 }
 
 async function previewFile(path) {
@@ -604,7 +700,17 @@ async function sendAsk(text) {
   await api(`${base()}/ask`, {
     method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ request: text }),
   });
-  setStatus("working");
+  working("waiting for the model", true);
+}
+
+// Stop the answer in flight: the server cancels the agent's turn and interrupts its cell; the
+// record's ask_end (status "stopped") then ends the answer here, and the session goes on.
+async function stopAnswer() {
+  $("stop").disabled = true;
+  if (state.activity) setStatus("stopping");  // the server answers once the answer has ended
+  try {
+    await api(`${base()}/stop`, { method: "POST" });
+  } catch (error) { showError(error.message); $("stop").disabled = false; }
 }
 
 async function followUp(event) {
@@ -673,13 +779,21 @@ function pickFiles(list) {
 
 async function init() {
   state.picked = [];
-  state.token = takeToken();
+  $("token-form").addEventListener("submit", useToken);
+  window.addEventListener("hashchange", () => { if (takeToken()) location.reload(); });  // a new #token= in this tab
+  takeToken();
+  state.token = sessionStorage.getItem(TOKEN_KEY);
   if (!state.token) {  // nothing to offer: every call would be refused
-    for (const part of document.querySelectorAll("main, nav")) part.hidden = true;
-    showError("a token is needed: open the URL coderoom serve printed (it holds #token=...)");
+    askForToken("a token is needed: open the URL coderoom serve printed (it holds #token=...), or paste it here");
     return;
   }
-  try { state.config = await api("/api/config"); } catch (error) { showError(error.message); return; }
+  try { state.config = await api("/api/config"); } catch (error) {
+    if (error.status === 401) {
+      sessionStorage.removeItem(TOKEN_KEY);
+      askForToken("this server refused the token: paste the URL coderoom serve printed this time");
+    } else showError(error.message);
+    return;
+  }
   for (const [id, values] of [["model", state.config.models], ["sandbox", state.config.sandboxes]]) {
     for (const value of values) { const option = el("option", null, value); option.value = value; $(id).append(option); }
   }
@@ -696,6 +810,7 @@ async function init() {
     });
   }
   $("close").addEventListener("click", endSession);
+  $("stop").addEventListener("click", stopAnswer);
   $("nav-new").addEventListener("click", () => show("new"));
   $("nav-runs").addEventListener("click", showRuns);
   document.body.dataset.ready = "1";
