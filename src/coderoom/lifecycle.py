@@ -13,7 +13,10 @@ session's open, the "interrupted by" bookkeeping copied). Each rule of a run's e
 - a failure is recorded with the step it happened in (`STEP_FAILURES`), run_end status "error";
 - a signal or a cancel at any step is status "interrupted" with the signal's name (`interrupts`);
   before the sandbox started, `incomplete` says that nothing was saved;
-- the listeners' end (`on_end`) and the model's HTTP client come last.
+- the listeners' end (`on_end`) and the model's HTTP client come last;
+- a started sandbox is told which run folder it serves and the run's id (run_start's `run_id`),
+  so that if this process dies (kill -9) its workspace is recovered into that folder
+  (`sandboxes.orphans.record_run`, `coderoom.recovery`): runs, sessions, MCP and batch alike.
 
 What a run does between the steps (the agent, the output checks) is the surface's.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -40,6 +44,7 @@ from .record import Listener, Recorder, bounded
 from .record.events import Event, ModelCall
 from .record.hooks import MAX_MESSAGE_CHARS
 from .sandboxes.base import SandboxBackend
+from .sandboxes.orphans import record_run
 from .sandboxes.sdk_session_adapter import limits_hit
 from .sandboxes.session import HeldSession
 from .sandboxes.spec import SandboxSpec
@@ -86,9 +91,10 @@ class RunLifecycle:
 
     def __init__(
         self, job: Job, model: ResolvedModel, recorder: Recorder, result: RunResult,
-        on_end: Callable[[], None] | None,
+        on_end: Callable[[], None] | None, run_id: str,
     ) -> None:
         self.job = job
+        self.run_id = run_id
         self.model = model
         self.recorder = recorder
         self.result = result
@@ -110,11 +116,12 @@ class RunLifecycle:
         `on_end` called) if even that fails."""
         result = RunResult(status="error", run_dir=run_dir)
         recorder: Recorder | None = None
+        run_id = secrets.token_urlsafe(16)
         try:
             recorder = Recorder(run_dir, [*listeners, lambda event: _count_usage(result, event)])
             recorder.emit(
                 "run_start", job=job.model_dump(mode="json"), model=model.label, notice=model.notice,
-                coderoom_version=__version__,
+                coderoom_version=__version__, run_id=run_id,
             )
         except BaseException:
             if recorder is not None:
@@ -124,7 +131,7 @@ class RunLifecycle:
                 on_end()
             await model.aclose()
             raise
-        return cls(job, model, recorder, result, on_end)
+        return cls(job, model, recorder, result, on_end, run_id)
 
     @property
     def run_dir(self) -> Path:
@@ -150,11 +157,14 @@ class RunLifecycle:
 
     async def start_sandbox(self, claim: Claim | None = None, backend: SandboxBackend | None = None) -> Any:
         """Start the job's sandbox (or take one `claim` hands over, a warm pool's); its session.
-        `backend`: an object to use instead of the registry's (tests hand in the fake)."""
+        `backend`: an object to use instead of the registry's (tests hand in the fake). Once
+        started, the sandbox records this run's folder and id: where its workspace is recovered
+        to if this process dies before `end`."""
         with self._doing("start"):
             held = await claim(self.job.sandbox) if claim is not None else None
             self.pooled = held is not None
             self._sandbox = held or await HeldSession.start(self.job.sandbox, backend)
+        record_run(self._sandbox.session, self.run_dir, self.run_id)
         return self._sandbox.session
 
     async def stage(self, staging: Awaitable[T]) -> T:

@@ -1,5 +1,6 @@
-"""Recovery, not deletion: the workspace of a live session whose owner died (kill -9, an OOM
-kill, a power loss) is saved into its run folder, and the record ends with a `recovered` run_end.
+"""Recovery, not deletion: the workspace of a run or a live session whose owner died (kill -9,
+an OOM kill, a power loss) is saved into its run folder, and the record ends with a `recovered`
+run_end. Every run records its folder in its sandbox as it starts (`lifecycle.RunLifecycle`).
 
 Run by `serve` and `mcp` at start for their own runs folder (`SessionManager`) and by `coderoom
 sandbox prune` for every run folder, before anything is removed. The workspace is reopened in a
@@ -9,8 +10,8 @@ run's end uses (the archive bounded, output/ through the exit policy).
 Where to save comes from a record in the session folder, which only the host writes, but the run
 folder it names is still checked before anything is written there (`_open_record`): an absolute
 path to a real directory of this user's that nobody else can write, holding a run.jsonl of
-this user's (one link, not a link) whose head names that live session (`session_open`) and whose
-end is no run_end. A workspace that fails any of this, or whose save fails, is not recovered and
+this user's (one link, not a link) whose first line is the run_start of that run (its `run_id`)
+and whose end is no run_end. A workspace that fails any of this, or whose save fails, is not recovered and
 says why; `serve` leaves it in place, `prune` then removes it as before.
 """
 
@@ -32,7 +33,7 @@ from .sandboxes.orphans import FindsOrphans, Orphan
 from .sandboxes.records import trusted_folder
 from .sandboxes.spec import SandboxSpec
 
-HEAD_BYTES = 1024**2  # of run.jsonl read for its session_open (the second line of a session's record, after the job)
+HEAD_BYTES = 1024**2  # of run.jsonl read for its run_start (the first line, with the job)
 TAIL_BYTES = 64 * 1024  # of run.jsonl read for a run_end
 CAUSE = "its owner process ended without closing the session (killed: kill -9, an OOM kill or a power loss)"
 
@@ -124,8 +125,8 @@ def _open_record(run_dir: Path, owner: str) -> int:
         if not (stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and st.st_nlink == 1
                 and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
             raise NotRecoverable(f"its {RECORD_FILE} is not a plain file of this user's")
-        if not any(_names_session(line, owner) for line in os.pread(fd, HEAD_BYTES, 0).split(b"\n")[:-1]):
-            raise NotRecoverable(f"its {RECORD_FILE} names no live session {shown(owner, 60)}: not the run this workspace served")
+        if not _starts_run(os.pread(fd, HEAD_BYTES, 0).split(b"\n", 1)[0], owner):
+            raise NotRecoverable(f"its {RECORD_FILE} starts no run {shown(owner, 60)}: not the run this workspace served")
         tail = os.pread(fd, TAIL_BYTES, max(0, st.st_size - TAIL_BYTES)).rstrip(b"\n").rsplit(b"\n", 1)[-1]
         if _event(tail).get("type") == "run_end":
             raise NotRecoverable("the run has ended already")
@@ -135,9 +136,9 @@ def _open_record(run_dir: Path, owner: str) -> int:
     return fd
 
 
-def _names_session(line: bytes, owner: str) -> bool:
+def _starts_run(line: bytes, owner: str) -> bool:
     event = _event(line)
-    return event.get("type") == "session_open" and event.get("session_id") == owner
+    return event.get("type") == "run_start" and event.get("run_id") == owner
 
 
 def _event(line: bytes) -> dict[str, object]:

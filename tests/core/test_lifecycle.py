@@ -18,6 +18,8 @@ import pytest
 
 from backends import require_backend
 from coderoom import lifecycle
+from coderoom.batch.manifest import BatchEntry
+from coderoom.batch.runner import run_one
 from coderoom.jobs import build_job
 from coderoom.lifecycle import NOTHING_SAVED, RunLifecycle
 from coderoom.mcp_server.policy import ReadPolicy
@@ -25,6 +27,7 @@ from coderoom.mcp_server.tools import ServerSettings, _run_job
 from coderoom.record import read_record
 from coderoom.run import run_job
 from coderoom.sandboxes.limits import Limits
+from coderoom.sandboxes.local import host_dir
 from coderoom.sandboxes.sdk_session_adapter import backend_session
 from coderoom.sandboxes.session import HeldSession
 from coderoom.service import Session
@@ -53,6 +56,11 @@ async def mcp_run_job(base: Path) -> None:
 
 
 SURFACES = {"run": one_shot_run, "session": live_session, "mcp run_job": mcp_run_job}
+
+
+async def batch_job(base: Path) -> None:
+    job = build_job({"name": "t", "prompt": "hello", "model": "offline", "sandbox": {"backend": "local"}})
+    await run_one(BatchEntry("t", job, "test"), base / "runs" / "t", {})
 
 
 def injected(exc_type: type[BaseException] = OSError) -> BaseException:
@@ -165,3 +173,24 @@ async def test_without_a_fault_every_surface_saves_and_closes(
     assert (status, error is None) == (("ok", True) if surface == "session" else ("failed", False))
     assert len(started) == 1
     assert started[0].closed and not backend_session(started[0].session).host_dir.exists()
+
+
+@pytest.mark.parametrize("surface", [*SURFACES, "batch"])
+async def test_every_surface_tells_its_sandbox_which_run_it_serves(
+    surface: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """What recovery after a kill -9 needs (`coderoom.recovery`): the sandbox folder names the
+    run folder and the run_start's run_id, written once the sandbox started, by every surface."""
+    bound: list[tuple[Path, str] | None] = []
+    bind_run = host_dir.bind_run
+
+    def bind_and_read_back(folder: Path, run_dir: Path, owner: str) -> None:
+        bind_run(folder, run_dir, owner)
+        bound.append(host_dir.bound_run(folder))  # as recovery will read it
+
+    monkeypatch.setattr(host_dir, "bind_run", bind_and_read_back)
+    await {**SURFACES, "batch": batch_job}[surface](tmp_path)
+    [run_dir] = (tmp_path / "runs").iterdir()
+    start = read_record(run_dir).events[0]
+    assert start.type == "run_start" and start.run_id
+    assert bound == [(run_dir.resolve(), start.run_id)]

@@ -1,10 +1,11 @@
 """Recovery, not deletion (issue 20): a live session's workspace whose server was killed (kill -9)
 is saved into its run folder by the next server on that runs folder, or by `coderoom sandbox
-prune`, and the record ends `recovered`; a session folder whose run record points at another
-folder is never written through.
+prune`, and the record ends `recovered`; so is a killed `coderoom run`'s; a session folder whose
+run record points at another folder is never written through.
 
-Real processes: `coderoom mcp --http` on 127.0.0.1 with the local sandbox, SIGKILLed by its pid.
-Each test has a TMPDIR of its own, so only its session folders are seen.
+Real processes: `coderoom mcp --http` on 127.0.0.1 and `coderoom run` (a scripted model on
+127.0.0.1) with the local sandbox, SIGKILLed by their pid. Each test has a TMPDIR of its own, so
+only its session folders are seen.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from coderoom.sandboxes import records
 from coderoom.web.runs import list_runs
 from mcp_process import start_http
 
-from .harness import COMMAND, clean_env
+from openai_server import OpenAIServer, call, say
+
+from .harness import COMMAND, clean_env, start_run, tool_started
 
 
 @pytest.fixture
@@ -84,6 +87,28 @@ async def test_prune_recovers_a_killed_servers_session_and_says_where(sessions_t
     assert f"into '{run_dir}' (workspace.tar" in done.stdout
     _assert_recovered(run_dir)
     assert not list(sessions_tmp.glob("coderoom-local-*"))
+
+
+def test_prune_recovers_a_killed_one_shot_run(sessions_tmp: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    steps = [call("exec_command", cmd="echo kept > made.txt"), call("exec_command", cmd="sleep 60"), say("never")]
+    with OpenAIServer(steps) as server:
+        run = start_run(server, run_dir, "local", "hello")
+        try:
+            run.wait_for_event(tool_started("exec_command", "sleep 60"), "the sleep command")
+        finally:
+            run.process.send_signal(signal.SIGKILL)
+            run.finish()
+    assert read_record(run_dir).events[-1].type != "run_end"
+    done = subprocess.run([*COMMAND, "sandbox", "prune"], capture_output=True, text=True, env=clean_env(), timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"into '{run_dir}' (workspace.tar" in done.stdout
+    end = read_record(run_dir).events[-1]
+    assert (end.type, end.status, end.error) == ("run_end", "recovered", None)
+    assert _archived(run_dir)["made.txt"] == b"kept\n"
+    assert not list(sessions_tmp.glob("coderoom-local-*"))
+    shown = subprocess.run([*COMMAND, "show", str(run_dir)], capture_output=True, text=True, env=clean_env(), timeout=60)
+    assert "run recovered" in shown.stdout and "owner process ended" in shown.stdout
 
 
 @pytest.mark.parametrize("forgery", ["another run's folder", "a link to the run folder"])

@@ -197,6 +197,7 @@ class RunStart(_Event):
     model: str = "?"
     notice: str | None = None
     coderoom_version: str = ""
+    run_id: str | None = None  # what ties the sandbox serving the run to this record (`coderoom.recovery`); older records lack it
 
 
 class ModelStart(_Event):

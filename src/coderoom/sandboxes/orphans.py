@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Orphan:
-    """One dead owner's workspace: where it is, which run folder and live session it claims to
-    serve, and how to reopen it in a sandbox: `reopen(remove_on_failure=...)` is a block giving
+    """One dead owner's workspace: where it is, which run folder and run (`owner`: its
+    run_start's run_id) it claims to serve, and how to reopen it in a sandbox: `reopen(remove_on_failure=...)` is a block giving
     an SDK session on the same files, closed at its end and deleted unless the block failed
     (then only with `remove_on_failure`)."""
 
@@ -50,8 +50,8 @@ class KeepsRunRecord(Protocol):
 
 
 def record_run(session: BaseSandboxSession, run_dir: Path, owner: str) -> None:
-    """Tell a started SDK session's backend which run folder (absolute) and live session `owner`
-    it serves, so its workspace can be recovered if this process dies (a backend session that
+    """Tell a started SDK session's backend which run folder (absolute) and run `owner` (its
+    run_start's run_id) it serves, so its workspace can be recovered if this process dies (a backend session that
     is no `KeepsRunRecord` keeps no such record). A disk that refuses it costs only that."""
     inner = backend_session(session)
     if isinstance(inner, KeepsRunRecord):

@@ -42,7 +42,6 @@ from ..record.events import Cell, Event
 from ..record.hooks import MAX_ARGUMENT_CHARS
 from ..run import DECLINED, AgentRig, new_run_dir
 from ..sandboxes.limits import Limits
-from ..sandboxes.orphans import record_run
 from ..sandboxes.base import SandboxBackend
 from ..sandboxes.defaults import default_backend_name
 from ..sandboxes.registry import backend_for
@@ -193,7 +192,6 @@ class Session:
             self = cls(lifecycle, hub)
             written = await lifecycle.stage(self._write_all(staged))
             lifecycle.recorder.emit("session_open", session_id=self.id, pooled=lifecycle.pooled, files=written)
-            record_run(lifecycle.session, lifecycle.run_dir, self.id)  # where to save it if this process dies
         return self
 
     # -- state ---------------------------------------------------------------------------

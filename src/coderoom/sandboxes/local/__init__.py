@@ -87,7 +87,7 @@ class LocalBackend:
         return prune(skipped)
 
     def abandoned_runs(self, spec: SandboxSpec) -> list[Orphan]:
-        """Workspaces of live sessions whose owner died, to reopen with `spec`'s limits (see `orphans`)."""
+        """Workspaces of runs and live sessions whose owner died, to reopen with `spec`'s limits (see `orphans`)."""
         from .orphans import abandoned_runs
 
         return abandoned_runs(spec.limits)

@@ -8,8 +8,8 @@ sandbox's workspace root, /workspace by default), `etc/` (the synthetic /etc), `
 venv host), as root `python-N/` mount points for the runtime views (see
 `bwrap.views_namespace`), and outside what the sandbox sees, the records (see `records`):
 `lease` (see `leases`), `cgroup` (the memory cgroup's path), `bwrap`, `session` (the SDK
-session id it was made for, see `bind` and `adoptable`) and `run` (the run folder and live
-session it serves, see `bind_run`: what recovery saves the workspace into when its owner died). Root trusts the records and removes
+session id it was made for, see `bind` and `adoptable`) and `run` (the run folder and run id it
+serves, see `bind_run`: what recovery saves the workspace into when its owner died). Root trusts the records and removes
 the folder because uid 65534 cannot write in it: when the folder itself was 65534's, that uid
 could forge a record naming another session's cgroup, or swap entries for links under root's
 feet (issue 19, docs/security.md).
@@ -34,7 +34,7 @@ PREFIX = "coderoom-local-"
 CGROUP_FILE = "cgroup"  # the session's memory cgroup, for `prune` (see `cgroup.remove_recorded`)
 BWRAP_FILE = "bwrap"  # the pid of the session's latest bwrap, its process group: for `prune` (`leases.kill_users`)
 SESSION_FILE = "session"  # the SDK session id the folder belongs to (see `bind`)
-RUN_FILE = "run"  # the run folder and live session the workspace belongs to (see `bind_run`)
+RUN_FILE = "run"  # the run folder and run id the workspace belongs to (see `bind_run`)
 MAX_RUN_RECORD = 8192
 SHARED_MODE = 0o710  # as root: searchable by bwrap's uid's group, writable by us alone
 
@@ -143,13 +143,14 @@ def bind(folder: Path, session_id: str) -> None:
 
 
 def bind_run(folder: Path, run_dir: Path, owner: str) -> None:
-    """Record that `folder`'s workspace belongs to the run folder `run_dir` (absolute) of live
-    session `owner`, so a recovery after its owner died knows where to save it (`bound_run`)."""
+    """Record that `folder`'s workspace belongs to the run folder `run_dir` (absolute) of the run
+    `owner` (its run_start's run_id), so a recovery after its owner process died knows where to
+    save it (`bound_run`)."""
     records.write(folder, RUN_FILE, json.dumps({"run_dir": str(run_dir), "owner": owner}).encode(), replace=True)
 
 
 def bound_run(folder: Path) -> tuple[Path, str] | None:
-    """The (run folder, live session id) `bind_run` recorded, or None: no trusted record, or not
+    """The (run folder, run id) `bind_run` recorded, or None: no trusted record, or not
     one `bind_run` wrote. A claim only: the caller verifies the run folder before writing there."""
     data = records.read(folder, RUN_FILE, MAX_RUN_RECORD)
     try:
