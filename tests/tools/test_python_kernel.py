@@ -15,6 +15,7 @@ from agents.tool import ToolOutputImage, ToolOutputText
 from kernel_fixtures import kernel_backend, quick_tool, session, tool  # noqa: F401 (fixtures)
 from PIL import Image
 
+from coderoom.sandboxes.sdk_session_adapter import backend_session
 from coderoom.tools.inside import kernel_server
 from coderoom.tools.python_kernel import (
     LOST,
@@ -288,3 +289,33 @@ async def test_a_cell_flooding_the_kernels_own_streams_costs_the_host_nothing(to
     out = await tool.run("1 + 1")
     assert "2" in str(out)  # the kernel still answers
     assert _rss_mib() - before < 64, "the host buffered what the sandbox wrote"
+
+
+async def test_a_warm_cell_starts_no_sandbox_command(
+    tool: RunPythonTool, session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 25: a warm cell, an interrupt and the pool's health check reach the kernel over
+    the channel kept open for the session, so none of them starts a sandbox command (no exec,
+    no live process); a kernel killed from the shell is replaced by a new channel."""
+    await tool.run("x = 1")  # starts the kernel
+    backend = backend_session(session)
+    started: list[str] = []
+    for name in ("_exec_internal", "_start_live", "_start_channel"):
+        original = getattr(backend, name, None)  # _start_channel: None before issue 25
+
+        def spy(*args: object, _name: str = name, _original=original, **kwargs: object):  # type: ignore[no-untyped-def]
+            started.append(_name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(backend, name, spy, raising=False)
+    for expected in (2, 3, 4):
+        assert f"\n{expected}" in await tool.run("x += 1\nx")
+    assert await tool.client.answers()
+    assert not await tool.client.interrupt()  # no cell in flight
+    assert started == []
+    # the supervisor killed between two cells: the next one says so and gets a new channel
+    await tool.run("import os, threading\nthreading.Timer(0.2, os.kill, (os.getppid(), 9)).start()")
+    await asyncio.sleep(1.0)
+    after = await tool.run("'x' in globals()")
+    assert LOST in after and "\nFalse" in after
+    assert started == ["_start_channel"]
