@@ -319,3 +319,25 @@ async def test_a_warm_cell_starts_no_sandbox_command(
     after = await tool.run("'x' in globals()")
     assert LOST in after and "\nFalse" in after
     assert started == ["_start_channel"]
+
+
+async def test_lines_forged_on_the_kernels_channel_are_skipped(tool: RunPythonTool) -> None:
+    """Hostile data on the channel (a cell writes into its supervisor's stdout, where the
+    backend lets it): a line nested past the JSON parser's depth, one over MAX_LINE with no end,
+    replies for requests nobody made and lines that are not objects are skipped, and the cell's
+    own reply still arrives, bounded and validated."""
+    code = (
+        "import os\n"
+        "try:\n"
+        "    fd = os.open('/proc/%d/fd/1' % os.getppid(), os.O_WRONLY)\n"
+        "except OSError:\n"
+        "    fd = None\n"
+        "if fd is not None:\n"
+        "    os.write(fd, b'[' * 300_000 + b'\\n')\n"
+        "    os.write(fd, b'{\"id\": \"00000000deadbeef\", \"reply\": {\"status\": \"ok\"}}\\n[1, 2]\\nnot json\\n')\n"
+        "    os.write(fd, b'x' * (17 << 20))\n"
+        "    os.write(fd, b'\\n')\n"
+        "'survived'"
+    )
+    assert "[Out 1]\n'survived'" in text_of(await tool.run(code))
+    assert "[Out 2]\n3" in text_of(await tool.run("1 + 2"))

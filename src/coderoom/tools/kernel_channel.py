@@ -103,7 +103,7 @@ class KernelChannel:
             while self._lines:
                 try:
                     message = json.loads(self._lines.pop(0))
-                except ValueError:
+                except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
                     continue
                 if isinstance(message, dict):
                     return message

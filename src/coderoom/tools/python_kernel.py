@@ -113,10 +113,11 @@ INSTRUCTIONS = (
 def cell_timeout(wall_clock: float) -> float:
     """The kernel's per-cell timeout under a sandbox's per-command wall clock (`Limits.timeout`).
 
-    Each cell is relayed by one sandbox command, which the wall clock kills; a relay killed
-    before the kernel interrupted the cell and replied is taken for a lost kernel (its variables
-    gone). So the cell is interrupted GRACE_S + RELAY_MARGIN_S before the wall clock, or at
-    half of it when the wall clock is shorter than that."""
+    Without a channel each cell is relayed by one sandbox command, which the wall clock kills; a
+    relay killed before the kernel interrupted the cell and replied is taken for a lost kernel
+    (its variables gone). So the cell is interrupted GRACE_S + RELAY_MARGIN_S before the wall
+    clock, or at half of it when the wall clock is shorter than that; over a channel nothing
+    kills the relay, and the same limit keeps a cell's time the same on every backend."""
     room = wall_clock - kernel_server.GRACE_S - RELAY_MARGIN_S
     return room if room >= wall_clock / 2 else wall_clock / 2
 

@@ -493,7 +493,7 @@ class Supervisor:
         for line in lines:
             try:
                 message = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):  # only the host writes here, but a cell can too
                 continue
             ident = message.get("id") if isinstance(message, dict) else None
             if not isinstance(ident, str) or not ID.match(ident):
