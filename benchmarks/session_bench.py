@@ -259,6 +259,7 @@ def main() -> None:
     parser.add_argument("--write-docs", action="store_true", help=f"update the section in {DOCS}")
     args = parser.parse_args()
     text = asyncio.run(measure(args.trials, args.warm_runs, args.sessions, args.concurrent, args.concurrent_runs))
+    concurrent = args.concurrent
     print(text)
     if args.write_docs:
         stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -273,7 +274,10 @@ def main() -> None:
             "that groupby again on the loaded frame. The pool's sandbox had numpy, pandas and "
             "matplotlib imported before it was claimed, and was refilled and idle before each "
             "measurement. Jupyter runs on the host, unsandboxed. A session's cell reaches its "
-            "kernel over a channel kept open for the session (no sandbox command per cell). Made by "
+            "kernel over a channel kept open for the session (no sandbox command per cell). "
+            f"Concurrent: {concurrent} sessions (or {concurrent} ipykernels, driven by one thread each "
+            "from this process, so their clients share one GIL) each hold the frame and run their "
+            "warm cells at once. Made by "
             "`python benchmarks/session_bench.py --write-docs`.\n\n" + text + "\n"
         )
         write_section("## Live sessions:", section)
