@@ -12,17 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from ..sandboxes.live import LiveProcess
-from .inside import kernel_server
 
-MAX_LINE = 2 * kernel_server.MAX_REPLY  # a reply line, ASCII-escaped JSON of at most MAX_REPLY
+# A reply line: the kernel keeps at most ~40,000 characters of a cell's streams, value, error
+# and figures (`kernel_server`), at most 12 bytes each as ASCII-escaped JSON. The FIFO relay's
+# reply was bounded by the command's output_bytes (1 MiB by default) in the same way.
+MAX_LINE = 1024**2
 CHANNEL_CAP = 2 * MAX_LINE  # output kept between two reads (the host drains it as it comes)
 
 
+@runtime_checkable
 class Channels(Protocol):
-    """What a channel needs of its backend session (`pty_sessions.PtySessions`)."""
+    """What a channel needs of its backend session (`pty_sessions.PtySessions`); a session
+    without it (the SDK's own backends) has the kernel use its FIFOs."""
 
     async def start_channel(self, *command: str, cap: int) -> LiveProcess: ...
 

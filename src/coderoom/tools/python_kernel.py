@@ -38,7 +38,7 @@ from ..sandboxes.sdk_session_adapter import backend_session
 from ..record.writer import bounded
 from .bounded import OutputBound, bound_tool
 from .inside import kernel_server
-from .kernel_channel import ChannelClosed, KernelChannel
+from .kernel_channel import ChannelClosed, Channels, KernelChannel
 
 TOOL_NAME = "run_python"
 KERNEL_DIR = kernel_server.KERNEL_DIR
@@ -53,8 +53,9 @@ KEPT_CELLS = 64  # cells waiting for the recording hook; more means no hook is t
 RELAY_MARGIN_S = 1.0  # between the kernel's reply to an interrupted cell and the wall clock
 INTERRUPT_GRACE_S = kernel_server.GRACE_S  # a cancelled cell that ignores SIGINT this long is killed
 
-# Without a channel, one bash process per cell: ~2 ms, where `python3 -c` to relay would cost ~12 ms. After the ack
-# the client reads through a read-only descriptor, so the supervisor's death shows as EOF at once.
+# Without a channel, one bash process per cell: ~2 ms, where `python3 -c` to relay would cost
+# ~12 ms. After the ack the client reads through a read-only descriptor, so the supervisor's
+# death shows as EOF at once.
 # Exit 3: no kernel answers (start one); 4: request not written; 5: no reply in time; 6: the
 # kernel went away during the cell.
 CLIENT = r"""
@@ -273,14 +274,14 @@ class KernelClient:
         """Whether the kernel is running and its state intact: one empty request that, unlike
         `run`, never starts a kernel. A live kernel acks at once, so a dead one costs `ack_s`,
         not the 3 s a cell waits. For the warm pool, before it hands a sandbox out."""
-        request = json.dumps({"code": "", "cell": 0, "timeout": PING_ACK_S})
+        request = {"code": "", "cell": 0, "timeout": PING_ACK_S}
         async with self.state.lock:
             if not self.state.started:
                 return False
             if self.state.channel is not None:
-                return await self._channel_answers(request, ack_s)
+                return await self._channel_answers(self.state.channel, request, ack_s)
             result = await self.session.exec(
-                "bash", "-c", CLIENT, "client", os.urandom(8).hex(), request, "5", f"{ack_s:g}",
+                "bash", "-c", CLIENT, "client", os.urandom(8).hex(), json.dumps(request), "5", f"{ack_s:g}",
                 shell=False, timeout=15,
             )  # fmt: skip
         if result.exit_code != 0:
@@ -291,10 +292,11 @@ class KernelClient:
             return False
         return reply.status == "ok" and not reply.state_lost
 
-    async def _channel_answers(self, request: str, ack_s: float) -> bool:
-        assert self.state.channel is not None
+    @staticmethod
+    async def _channel_answers(channel: KernelChannel, request: dict[str, Any], ack_s: float) -> bool:
+        """`answers` over the channel: the ack within `ack_s`, an intact reply within 5 s."""
         try:
-            reply = await self.state.channel.call(os.urandom(8).hex(), json.loads(request), ack_s, 5.0)
+            reply = await channel.call(os.urandom(8).hex(), request, ack_s, 5.0)
             parsed = CellReply.model_validate(reply)
         except (TimeoutError, ChannelClosed, ValidationError):
             return False
@@ -310,7 +312,7 @@ class KernelClient:
             channel, self.state.channel = self.state.channel, None
             await channel.close()
         backend = backend_session(self.session)
-        if hasattr(backend, "start_channel"):
+        if isinstance(backend, Channels):
             try:
                 self.state.channel = await KernelChannel.start(
                     backend, ["sh", "-c", START, "kernel", *command, "channel"], START_WAIT_S
