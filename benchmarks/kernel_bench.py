@@ -110,9 +110,10 @@ def main() -> None:
     print(text)
     if args.write_docs:
         stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+        load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
         section = (
             f"\n## run_python: warm kernel cell vs fresh process ({stamp})\n\n"
-            f"Machine: {machine()}. Data: the showcase CSV ({DATA.stat().st_size} bytes, hourly). "
+            f"Machine: {machine()}, load average {load} when it ended. Data: the showcase CSV ({DATA.stat().st_size} bytes, hourly). "
             f"Warm cell: `{CELL}` on a frame the kernel already holds; fresh process: `python3 -c` "
             "that imports pandas, reads the CSV and computes the same thing. Host-side wall time from "
             "call to result, through the session API. Target: a warm cell on local, p50 <= 10. "

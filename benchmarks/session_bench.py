@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Live sessions, side by side in one run: the first cell of a new session from the warm pool,
-without it, and in a fresh Jupyter kernel; a warm cell in each; and memory per session.
+without it, and in a fresh Jupyter kernel; a warm cell in each, alone and with 8 sessions (and 8
+kernels) running cells at once; and memory per session.
 
 Every trial measures the three one after another, with the pool refilled (and idle) before the
 next measurement, so they share the machine's load. The cell is the same everywhere: import
@@ -9,8 +10,11 @@ session (or kernel) to the cell's result. Jupyter (jupyter_client + ipykernel) r
 with no sandbox at all: it is the floor a sandbox is compared with, not an alternative.
 Memory: the proportional set size (PSS, /proc/PID/smaps_rollup) of every process a session
 added (its sandbox and kernel, with the frame loaded), and of an ipykernel holding the same.
+Concurrent: `--concurrent` sessions (without the pool) each hold the frame, then all run
+`--concurrent-runs` warm cells at once; the same with as many Jupyter kernels, one thread each.
 
-    PYTHONPATH=src python benchmarks/session_bench.py [--trials 5] [--warm-runs 30] [--sessions 4] [--write-docs]
+    PYTHONPATH=src python benchmarks/session_bench.py [--trials 5] [--warm-runs 30] [--sessions 4]
+        [--concurrent 8] [--concurrent-runs 20] [--write-docs]
 """
 
 from __future__ import annotations
@@ -41,9 +45,14 @@ FILES = {"input/building_energy.csv": DATA.read_bytes()}
 
 
 def ms(samples: list[float]) -> str:
+    """p50 | p95 | p99 in milliseconds (one decimal under 100 ms)."""
     ordered = sorted(samples)
-    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-    return f"{statistics.median(ordered) * 1000:.0f} | {p95 * 1000:.0f}"
+
+    def at(q: float) -> str:
+        value = ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] * 1000
+        return f"{value:.1f}" if value < 100 else f"{value:.0f}"
+
+    return f"{at(0.5)} | {at(0.95)} | {at(0.99)}"
 
 
 def descendants(root: int) -> set[int]:
@@ -118,7 +127,42 @@ async def warm_cells(session: Session, n: int) -> list[float]:
     return samples
 
 
-async def measure(trials: int, warm_runs: int, sessions: int) -> str:
+async def concurrent_sessions(runs: Path, count: int, cells_each: int) -> list[float]:
+    """Warm cells of `count` sessions running at once (each already holds the frame)."""
+    live = [(await first_cell(None, runs))[1] for _ in range(count)]
+    try:
+        await asyncio.sleep(0.5)
+        per_session = await asyncio.gather(*(warm_cells(session, cells_each) for session in live))
+    finally:
+        for session in live:
+            await session.close()
+    return [sample for samples in per_session for sample in samples]
+
+
+async def concurrent_jupyter(jupyter: Jupyter, count: int, cells_each: int) -> list[float]:
+    """The same with `count` Jupyter kernels, each driven from a thread of its own."""
+    kernels = [jupyter.start() for _ in range(count)]
+
+    def cells(client) -> list[float]:  # type: ignore[no-untyped-def]
+        samples = []
+        for _ in range(cells_each):
+            started = time.perf_counter()
+            Jupyter.run(client, CELL)
+            samples.append(time.perf_counter() - started)
+        return samples
+
+    try:
+        for _, client in kernels:
+            Jupyter.run(client, FIRST)
+        per_kernel = await asyncio.gather(*(asyncio.to_thread(cells, client) for _, client in kernels))
+    finally:
+        for manager, client in kernels:
+            client.stop_channels()
+            manager.shutdown_kernel(now=True)
+    return [sample for samples in per_kernel for sample in samples]
+
+
+async def measure(trials: int, warm_runs: int, sessions: int, concurrent: int, concurrent_runs: int) -> str:
     work = Path(tempfile.mkdtemp(prefix="coderoom-session-bench-"))
     runs = work / "runs"
     jupyter = Jupyter(work / "jupyter")
@@ -158,6 +202,8 @@ async def measure(trials: int, warm_runs: int, sessions: int) -> str:
             manager.shutdown_kernel(now=True)
         await pool.close()
         pool = None  # type: ignore[assignment]
+        together = await concurrent_sessions(runs, concurrent, concurrent_runs)
+        together_jupyter = await concurrent_jupyter(jupyter, concurrent, concurrent_runs)
         before = descendants(os.getpid())
         live = []
         for _ in range(sessions):
@@ -176,8 +222,8 @@ async def measure(trials: int, warm_runs: int, sessions: int) -> str:
         if pool is not None:
             await pool.close()
     rows = [
-        "| step | runs | p50 ms | p95 ms |",
-        "|---|---|---|---|",
+        "| step | runs | p50 ms | p95 ms | p99 ms |",
+        "|---|---|---|---|---|",
         f"| first cell, new session from the warm pool (local sandbox) | {len(pooled)} | {ms(pooled)} |",
         f"| first cell, new session without the pool (local sandbox) | {len(cold)} | {ms(cold)} |",
         f"| first cell, fresh Jupyter kernel (no sandbox) | {len(fresh)} | {ms(fresh)} |",
@@ -186,6 +232,8 @@ async def measure(trials: int, warm_runs: int, sessions: int) -> str:
         f"| warm cell, session (from the pool) | {len(warm_pooled)} | {ms(warm_pooled)} |",
         f"| warm cell, session (without the pool) | {len(warm_cold)} | {ms(warm_cold)} |",
         f"| warm cell, Jupyter kernel | {len(warm_jupyter)} | {ms(warm_jupyter)} |",
+        f"| warm cell, {concurrent} sessions at once (without the pool) | {len(together)} | {ms(together)} |",
+        f"| warm cell, {concurrent} Jupyter kernels at once (a thread each) | {len(together_jupyter)} | {ms(together_jupyter)} |",
         "",
         "| memory with the frame loaded | PSS MiB | per GiB |",
         "|---|---|---|",
@@ -194,7 +242,9 @@ async def measure(trials: int, warm_runs: int, sessions: int) -> str:
         "",
         f"Ratios: pool vs no pool {statistics.median(cold) / statistics.median(pooled):.1f}x faster first cell; "
         f"pool vs fresh Jupyter {statistics.median(fresh) / statistics.median(pooled):.1f}x; "
-        f"warm cell session / Jupyter {statistics.median(warm_pooled) / statistics.median(warm_jupyter):.2f}.",
+        f"warm cell session / Jupyter {statistics.median(warm_pooled) / statistics.median(warm_jupyter):.2f} "
+        f"(without the pool {statistics.median(warm_cold) / statistics.median(warm_jupyter):.2f}); "
+        f"{concurrent} at once, p50 {statistics.median(together) / statistics.median(together_jupyter):.2f}.",
     ]
     return "\n".join(rows)
 
@@ -204,21 +254,30 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--warm-runs", type=int, default=30)
     parser.add_argument("--sessions", type=int, default=4)
+    parser.add_argument("--concurrent", type=int, default=8, help="sessions running cells at once")
+    parser.add_argument("--concurrent-runs", type=int, default=20, help="warm cells per concurrent session")
     parser.add_argument("--write-docs", action="store_true", help=f"update the section in {DOCS}")
     args = parser.parse_args()
-    text = asyncio.run(measure(args.trials, args.warm_runs, args.sessions))
+    text = asyncio.run(measure(args.trials, args.warm_runs, args.sessions, args.concurrent, args.concurrent_runs))
+    concurrent = args.concurrent
     print(text)
     if args.write_docs:
         stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
         section = (
             f"\n## Live sessions: first cell from the pool, without it, and Jupyter ({stamp})\n\n"
-            f"Machine: {machine()} (shared with other work while measured: compare the ratios, "
+            f"Machine: {machine()}, load average {load} when it ended (shared with other work "
+            "while measured: compare the ratios, "
             "taken side by side in one run, more than the absolute figures). First cell: from asking "
             "for a new session (or a fresh ipykernel) to the result of one cell that imports pandas, "
             f"reads the showcase CSV ({DATA.stat().st_size} bytes) and computes `{CELL}`; warm cell: "
             "that groupby again on the loaded frame. The pool's sandbox had numpy, pandas and "
             "matplotlib imported before it was claimed, and was refilled and idle before each "
-            "measurement. Jupyter runs on the host, unsandboxed. Made by "
+            "measurement. Jupyter runs on the host, unsandboxed. A session's cell reaches its "
+            "kernel over a channel kept open for the session (no sandbox command per cell). "
+            f"Concurrent: {concurrent} sessions (or {concurrent} ipykernels, driven by one thread each "
+            "from this process, so their clients share one GIL) each hold the frame and run their "
+            "warm cells at once. Made by "
             "`python benchmarks/session_bench.py --write-docs`.\n\n" + text + "\n"
         )
         write_section("## Live sessions:", section)

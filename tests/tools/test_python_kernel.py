@@ -15,6 +15,7 @@ from agents.tool import ToolOutputImage, ToolOutputText
 from kernel_fixtures import kernel_backend, quick_tool, session, tool  # noqa: F401 (fixtures)
 from PIL import Image
 
+from coderoom.sandboxes.sdk_session_adapter import backend_session
 from coderoom.tools.inside import kernel_server
 from coderoom.tools.python_kernel import (
     LOST,
@@ -288,3 +289,55 @@ async def test_a_cell_flooding_the_kernels_own_streams_costs_the_host_nothing(to
     out = await tool.run("1 + 1")
     assert "2" in str(out)  # the kernel still answers
     assert _rss_mib() - before < 64, "the host buffered what the sandbox wrote"
+
+
+async def test_a_warm_cell_starts_no_sandbox_command(
+    tool: RunPythonTool, session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 25: a warm cell, an interrupt and the pool's health check reach the kernel over
+    the channel kept open for the session, so none of them starts a sandbox command (no exec,
+    no live process); a kernel killed from the shell is replaced by a new channel."""
+    await tool.run("x = 1")  # starts the kernel
+    backend = backend_session(session)
+    started: list[str] = []
+    for name in ("_exec_internal", "_start_live", "_start_channel"):
+        original = getattr(backend, name, None)  # _start_channel: None before issue 25
+
+        def spy(*args: object, _name: str = name, _original=original, **kwargs: object):  # type: ignore[no-untyped-def]
+            started.append(_name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(backend, name, spy, raising=False)
+    for expected in (2, 3, 4):
+        assert f"\n{expected}" in await tool.run("x += 1\nx")
+    assert await tool.client.answers()
+    assert not await tool.client.interrupt()  # no cell in flight
+    assert started == []
+    # the supervisor killed between two cells: the next one says so and gets a new channel
+    await tool.run("import os, threading\nthreading.Timer(0.2, os.kill, (os.getppid(), 9)).start()")
+    await asyncio.sleep(1.0)
+    after = await tool.run("'x' in globals()")
+    assert LOST in after and "\nFalse" in after
+    assert started == ["_start_channel"]
+
+
+async def test_lines_forged_on_the_kernels_channel_are_skipped(tool: RunPythonTool) -> None:
+    """Hostile data on the channel (a cell writes into its supervisor's stdout, where the
+    backend lets it): a line nested past the JSON parser's depth, one over MAX_LINE with no end,
+    replies for requests nobody made and lines that are not objects are skipped, and the cell's
+    own reply still arrives, bounded and validated."""
+    code = (
+        "import os\n"
+        "try:\n"
+        "    fd = os.open('/proc/%d/fd/1' % os.getppid(), os.O_WRONLY)\n"
+        "except OSError:\n"
+        "    fd = None\n"
+        "if fd is not None:\n"
+        "    os.write(fd, b'[' * 300_000 + b'\\n')\n"
+        "    os.write(fd, b'{\"id\": \"00000000deadbeef\", \"reply\": {\"status\": \"ok\"}}\\n[1, 2]\\nnot json\\n')\n"
+        "    os.write(fd, b'x' * (17 << 20))\n"
+        "    os.write(fd, b'\\n')\n"
+        "'survived'"
+    )
+    assert "[Out 1]\n'survived'" in text_of(await tool.run(code))
+    assert "[Out 2]\n3" in text_of(await tool.run("1 + 2"))

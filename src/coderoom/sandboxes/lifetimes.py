@@ -9,8 +9,9 @@ one-shot command gets, and the next poll reports exit code 124 (`EXIT_TIMEOUT`).
 
 The one exemption is explicit: a caller passing `timeout=LIVES_WITH_SESSION` gets a process with
 no wall clock, which runs until it exits, is terminated, or the session closes. Only coderoom's
-own run_python kernel passes it (its cells have their own per-call limit); the model's tools
-never pass `timeout` at all, so they cannot ask for it.
+own run_python kernel passes it (its cells have their own per-call limit), or is started by
+`PtySessions.start_channel`, which no SDK tool can call; the model's tools never pass `timeout`
+at all, so they cannot ask for it.
 """
 
 from __future__ import annotations

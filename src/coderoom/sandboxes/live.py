@@ -26,8 +26,10 @@ class LiveOutput:
         self._size = 0
         self._dropped = 0
         self.closed = asyncio.Event()
+        self._arrived = asyncio.Event()
 
     def keep(self, chunk: bytes) -> None:
+        self._arrived.set()
         self._chunks.append(chunk)
         self._size += len(chunk)
         while self._size > self._cap:  # keep the newest `cap` bytes
@@ -41,6 +43,7 @@ class LiveOutput:
 
     def note(self, text: str) -> None:
         """A `[coderoom: ...]` line after the output so far (never dropped by the cap)."""
+        self._arrived.set()
         self._chunks.append(f"\n[coderoom: {text}]\n".encode())
 
     async def collect(self, wait_s: float) -> tuple[bytes, bool]:
@@ -51,6 +54,24 @@ class LiveOutput:
         """
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self.closed.wait(), wait_s)
+        return self._drain()
+
+    async def collect_any(self) -> tuple[bytes, bool]:
+        """Output since the last call as soon as there is any, or the end; and whether it ended.
+        For a channel read as it comes (`start_channel`), where `collect`'s wait would be the
+        latency of every message."""
+        if not (self._chunks or self.closed.is_set()):
+            arrived = asyncio.ensure_future(self._arrived.wait())
+            ended = asyncio.ensure_future(self.closed.wait())
+            try:
+                await asyncio.wait((arrived, ended), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                arrived.cancel()
+                ended.cancel()
+        return self._drain()
+
+    def _drain(self) -> tuple[bytes, bool]:
+        self._arrived.clear()
         closed = self.closed.is_set()
         output = b"".join(self._chunks)
         if self._dropped:
@@ -74,5 +95,7 @@ class LiveProcess(Protocol):
         """None while it runs or its output is not all in."""
 
     async def collect(self, wait_s: float) -> tuple[bytes, bool]: ...
+
+    async def collect_any(self) -> tuple[bytes, bool]: ...
 
     async def write(self, data: bytes) -> None: ...

@@ -100,6 +100,11 @@ class PtySessions(BaseSandboxSession):
     async def _start_live(self, argv: list[str], *, tty: bool, lifetime: float | None) -> LiveProcess:
         raise NotImplementedError
 
+    async def _start_channel(self, argv: list[str], cap: int) -> LiveProcess:
+        """A live process with no wall clock, its stdin a pipe, its output kept up to `cap`
+        bytes; NotImplementedError where the backend has none (the kernel then uses FIFOs)."""
+        raise NotImplementedError
+
     async def _end_live(self, process: LiveProcess) -> None:
         raise NotImplementedError
 
@@ -161,6 +166,29 @@ class PtySessions(BaseSandboxSession):
         yield_ms = 250 if yield_time_s is None else int(yield_time_s * 1000)
         yield_ms = resolve_pty_write_yield_time_ms(yield_time_ms=yield_ms, input_empty=not chars)
         return await self._pty_update(session_id, yield_ms, max_output_tokens)
+
+    async def start_channel(self, *command: str, cap: int) -> LiveProcess:
+        """Start coderoom's own run_python kernel with a channel to the host: its stdin a pipe
+        (`write`), its output read as it comes (`collect_any`, at most `cap` bytes kept), so a
+        cell needs no sandbox command of its own. Not an SDK call (no tool of the model's can
+        reach it), so, like `pty_exec_start(timeout=LIVES_WITH_SESSION)`, it has no wall clock;
+        it counts towards MAX_LIVE_PROCESSES, is never the one ended to make room, and ends with
+        the session or `end_channel`. NotImplementedError where the backend has no channels."""
+        argv = self._prepare_exec_command(*command, shell=False, user=None)
+        async with self._starting():
+            await self._make_room()
+            async with transport(tuple(argv)):
+                process = await self._start_channel(argv, cap)
+            sessions = self._pty_sessions()
+            sessions[allocate_pty_process_id(set(sessions))] = _Session(process, exempt=True)
+        return process
+
+    async def end_channel(self, process: LiveProcess) -> None:
+        """Kill a process `start_channel` started (one that stopped answering) and forget it."""
+        sessions = self._pty_sessions()
+        for process_id in [pid for pid, s in sessions.items() if s.process is process]:
+            del sessions[process_id]
+        await self._end_live(process)
 
     async def pty_terminate_all(self) -> None:
         self._pty_sessions().clear()

@@ -2,7 +2,9 @@
 for a new interpreter, the imports and the data load every time.
 
 The kernel (`kernel_server.py`) runs inside the sandbox and is reached only through the session
-API, so it works the same on every backend. The tool result is text (stdout, stderr, the last
+API: over a channel kept open for the session where the backend has one (`kernel_channel`: no
+sandbox command per cell), else by one small sandbox command per cell through FIFOs, so it works
+the same on every backend. The tool result is text (stdout, stderr, the last
 value, the traceback, what happened to the kernel) plus one image per matplotlib figure when the
 model accepts images. The run record gets the same cell as structure (`cell_record`, a
 `record.events.Cell`): the tool keeps it by call id until the recording hook takes it (the tool
@@ -36,6 +38,7 @@ from ..sandboxes.sdk_session_adapter import backend_session
 from ..record.writer import bounded
 from .bounded import OutputBound, bound_tool
 from .inside import kernel_server
+from .kernel_channel import ChannelClosed, Channels, KernelChannel
 
 TOOL_NAME = "run_python"
 KERNEL_DIR = kernel_server.KERNEL_DIR
@@ -50,8 +53,9 @@ KEPT_CELLS = 64  # cells waiting for the recording hook; more means no hook is t
 RELAY_MARGIN_S = 1.0  # between the kernel's reply to an interrupted cell and the wall clock
 INTERRUPT_GRACE_S = kernel_server.GRACE_S  # a cancelled cell that ignores SIGINT this long is killed
 
-# One bash process per cell: ~2 ms, where `python3 -c` to relay would cost ~12 ms. After the ack
-# the client reads through a read-only descriptor, so the supervisor's death shows as EOF at once.
+# Without a channel, one bash process per cell: ~2 ms, where `python3 -c` to relay would cost
+# ~12 ms. After the ack the client reads through a read-only descriptor, so the supervisor's
+# death shows as EOF at once.
 # Exit 3: no kernel answers (start one); 4: request not written; 5: no reply in time; 6: the
 # kernel went away during the cell.
 CLIENT = r"""
@@ -110,10 +114,11 @@ INSTRUCTIONS = (
 def cell_timeout(wall_clock: float) -> float:
     """The kernel's per-cell timeout under a sandbox's per-command wall clock (`Limits.timeout`).
 
-    Each cell is relayed by one sandbox command, which the wall clock kills; a relay killed
-    before the kernel interrupted the cell and replied is taken for a lost kernel (its variables
-    gone). So the cell is interrupted GRACE_S + RELAY_MARGIN_S before the wall clock, or at
-    half of it when the wall clock is shorter than that."""
+    Without a channel each cell is relayed by one sandbox command, which the wall clock kills; a
+    relay killed before the kernel interrupted the cell and replied is taken for a lost kernel
+    (its variables gone). So the cell is interrupted GRACE_S + RELAY_MARGIN_S before the wall
+    clock, or at half of it when the wall clock is shorter than that; over a channel nothing
+    kills the relay, and the same limit keeps a cell's time the same on every backend."""
     room = wall_clock - kernel_server.GRACE_S - RELAY_MARGIN_S
     return room if room >= wall_clock / 2 else wall_clock / 2
 
@@ -186,6 +191,7 @@ class _KernelState:
     # a cancelled cell being interrupted and waited for: the next cell starts after it
     finishing: asyncio.Task[None] | None = None
     cancelled_note: str | None = None  # what became of a cancelled cell, told with the next cell
+    channel: KernelChannel | None = None  # the running kernel's channel; None: it uses the FIFOs
 
 
 _STATES: weakref.WeakKeyDictionary[Any, _KernelState] = weakref.WeakKeyDictionary()
@@ -234,7 +240,11 @@ class KernelClient:
         return True
 
     async def _request_interrupt(self, ident: str) -> None:
+        channel = self.state.channel
         try:
+            if channel is not None:
+                await channel.send({"op": "interrupt", "id": ident})
+                return
             await self.session.exec("sh", "-c", INTERRUPT, "interrupt", ident, shell=False, timeout=10)
         except Exception:  # no sandbox left to reach: the cell ends with it
             pass
@@ -243,7 +253,8 @@ class KernelClient:
         """A cancelled cell: interrupt it, wait for the kernel's reply, keep what it says."""
         await self._request_interrupt(ident)
         try:
-            reply = self._reply(await relay)
+            outcome = await relay
+            reply = outcome if isinstance(outcome, CellReply) else self._reply(outcome)
         except Exception as exc:  # the relay failed or the kernel is gone: start anew next time
             self.state.started = False
             self.state.cancelled_note = f"cell {cell} was cancelled and its kernel did not answer ({exc})"
@@ -263,12 +274,14 @@ class KernelClient:
         """Whether the kernel is running and its state intact: one empty request that, unlike
         `run`, never starts a kernel. A live kernel acks at once, so a dead one costs `ack_s`,
         not the 3 s a cell waits. For the warm pool, before it hands a sandbox out."""
-        request = json.dumps({"code": "", "cell": 0, "timeout": PING_ACK_S})
+        request = {"code": "", "cell": 0, "timeout": PING_ACK_S}
         async with self.state.lock:
             if not self.state.started:
                 return False
+            if self.state.channel is not None:
+                return await self._channel_answers(self.state.channel, request, ack_s)
             result = await self.session.exec(
-                "bash", "-c", CLIENT, "client", os.urandom(8).hex(), request, "5", f"{ack_s:g}",
+                "bash", "-c", CLIENT, "client", os.urandom(8).hex(), json.dumps(request), "5", f"{ack_s:g}",
                 shell=False, timeout=15,
             )  # fmt: skip
         if result.exit_code != 0:
@@ -279,12 +292,40 @@ class KernelClient:
             return False
         return reply.status == "ok" and not reply.state_lost
 
+    @staticmethod
+    async def _channel_answers(channel: KernelChannel, request: dict[str, Any], ack_s: float) -> bool:
+        """`answers` over the channel: the ack within `ack_s`, an intact reply within 5 s."""
+        try:
+            reply = await channel.call(os.urandom(8).hex(), request, ack_s, 5.0)
+            parsed = CellReply.model_validate(reply)
+        except (TimeoutError, ChannelClosed, ValidationError):
+            return False
+        return parsed.status == "ok" and not parsed.state_lost
+
     async def _start(self) -> None:
         command = [self.python, "-I", "-c", kernel_server.BOOT, kernel_source(), "serve"]
         try:
             self.session.register_persist_workspace_skip_path(KERNEL_DIR)
         except Exception:  # a mount at that path: the FIFOs are simply archived
             pass
+        if self.state.channel is not None:  # one that stopped answering: end it first
+            channel, self.state.channel = self.state.channel, None
+            await channel.close()
+        backend = backend_session(self.session)
+        if isinstance(backend, Channels):
+            try:
+                self.state.channel = await KernelChannel.start(
+                    backend, ["sh", "-c", START, "kernel", *command, "channel"], START_WAIT_S
+                )
+            except NotImplementedError:  # this backend has no channels: the FIFOs, as below
+                pass
+            except ChannelClosed as closed:
+                raise KernelError(f"the Python kernel exited at start: {closed.output}") from None
+            except TimeoutError:
+                raise KernelError(f"the Python kernel did not start within {START_WAIT_S:g} s") from None
+            else:
+                self.state.started, self.state.loss_reported = True, False
+                return
         try:
             # the one process exempt from the wall clock: each cell has its own limit (`lifetimes`)
             update = await self.session.pty_exec_start(
@@ -311,6 +352,9 @@ class KernelClient:
                 Path(KERNEL_DIR) / f"req-{ident}.json", io.BytesIO(payload.encode("utf-8"))
             )
             argument = ""
+        if self.state.channel is not None:
+            inline = request if argument else None
+            return await self._send_on_channel(ident, inline, request["cell"], timeout, notes, fresh)
         wait = timeout + kernel_server.GRACE_S + 10
         loop = asyncio.get_running_loop()
         give_up = loop.time() + START_WAIT_S
@@ -343,6 +387,57 @@ class KernelClient:
                 await asyncio.sleep(0.05)
                 continue
             return self._reply(result)
+
+    async def _send_on_channel(
+        self, ident: str, request: dict[str, Any] | None, cell: int, timeout: float, notes: list[str], fresh: bool
+    ) -> CellReply:
+        """Deliver one cell over the channel (`request` None: it is in its file, as a large
+        cell goes): the same outcomes as `_send`'s relay. A kernel gone before the cell started
+        is started again (once, with the LOST note); one gone during it ends it as VANISHED."""
+        wait = timeout + kernel_server.GRACE_S + 10
+        while True:
+            channel = self.state.channel
+            assert channel is not None
+            relay = asyncio.ensure_future(self._channel_relay(channel, ident, request, wait + 10))
+            self.state.running = ident
+            try:
+                # shielded: a cancelled caller leaves the relay to bring the interrupted cell's reply
+                return await asyncio.shield(relay)
+            except asyncio.CancelledError:
+                self.state.finishing = asyncio.create_task(self._finish_cancelled(relay, ident, cell))
+                raise
+            except TimeoutError:
+                self.state.started = False
+                raise KernelError(
+                    f"the kernel did not answer within {wait + 10:.0f} s; a new one will be "
+                    "started on the next call"
+                ) from None
+            except ChannelClosed:  # before the cell started: the kernel had gone away
+                if fresh:
+                    self.state.started = False
+                    raise KernelError("the kernel exited before it took the cell") from None
+                notes.append(LOST)
+                await self._start()
+                fresh = True
+            finally:
+                self.state.running = None
+
+    async def _channel_relay(
+        self, channel: KernelChannel, ident: str, request: dict[str, Any] | None, wait: float
+    ) -> CellReply:
+        """The kernel's reply to one cell on the channel, validated; ChannelClosed before the
+        cell started, VANISHED when the kernel went away during it."""
+        try:
+            reply = await channel.call(ident, request, START_WAIT_S, wait)
+        except ChannelClosed as closed:
+            if not closed.acked:
+                raise
+            self.state.started, self.state.loss_reported = False, True
+            return CellReply(status="crashed", state_lost=True, detail=VANISHED)
+        try:
+            return CellReply.model_validate(reply)
+        except ValidationError as exc:
+            raise KernelError(f"the kernel sent an unreadable reply: {exc.errors()[:1]}") from None
 
     def _reply(self, result: Any) -> CellReply:
         """The relay's outcome as the kernel's reply; KernelError when no kernel answered."""

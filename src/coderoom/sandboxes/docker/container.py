@@ -231,9 +231,13 @@ class DockerSandbox:
 
     # ------------------------------------------------------------------ live processes
 
-    async def start_process(self, argv: Sequence[str], *, tty: bool, lifetime: float | None) -> DockerLive:
+    async def start_process(
+        self, argv: Sequence[str], *, tty: bool, lifetime: float | None, channel_cap: int | None = None
+    ) -> DockerLive:
         """A live job of init.py (a PTY session, the kernel; see `live`), in the workspace, with
-        `lifetime` seconds of wall clock (None: none); SandboxFailed at MAX_LIVE_PROCESSES."""
+        `lifetime` seconds of wall clock (None: none); SandboxFailed at MAX_LIVE_PROCESSES. With
+        `channel_cap` its stdin is a pipe kept open and its output is kept up to that many bytes
+        (the kernel's channel, `PtySessions.start_channel`)."""
         self._live = [process for process in self._live if process.alive]
         if len(self._live) >= MAX_LIVE_PROCESSES:
             raise SandboxFailed(f"{MAX_LIVE_PROCESSES} long-lived processes already run")
@@ -242,12 +246,12 @@ class DockerSandbox:
             "cwd": self.root,
             "timeout": lifetime,
             "limit": self.limits.output_bytes,
-            "stdin": None,
+            "stdin": None if channel_cap is None else "",
             "live": True,
             "tty": tty,
         }
         wait = None if lifetime is None else lifetime + REPLY_SLACK_S
-        process = DockerLive(self, request, tty=tty, lifetime=lifetime, wait=wait)
+        process = DockerLive(self, request, tty=tty, lifetime=lifetime, wait=wait, cap=channel_cap)
         self._live.append(process)
         return process
 

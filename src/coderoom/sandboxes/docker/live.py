@@ -47,15 +47,18 @@ _DATA_LINE = 1 << 17  # the payload of one "data" reply (init.py sends at most 6
 
 class DockerLive:
     def __init__(
-        self, sandbox: Caller, request: Reply, *, tty: bool, lifetime: float | None, wait: float | None
+        self, sandbox: Caller, request: Reply, *, tty: bool, lifetime: float | None, wait: float | None,
+        cap: int | None = None,
     ) -> None:
-        """Send `request` (a live job for init.py); `wait`: how long its final reply may take."""
+        """Send `request` (a live job for init.py); `wait`: how long its final reply may take.
+        `cap`: a channel's (its stdin a pipe, its output kept up to `cap` bytes)."""
         self.tty = tty
+        self._takes_input = tty or cap is not None
         self.stopped_by: str | None = None
         self._sandbox = sandbox
         self._rid = uuid.uuid4().hex
         self._lifetime = lifetime
-        self._output = LiveOutput(sandbox.limits.output_bytes)
+        self._output = LiveOutput(cap or sandbox.limits.output_bytes)
         self._exit: int | None = None
         loop = asyncio.get_running_loop()
 
@@ -112,9 +115,13 @@ class DockerLive:
     async def collect(self, wait_s: float) -> tuple[bytes, bool]:
         return await self._output.collect(wait_s)
 
+    async def collect_any(self) -> tuple[bytes, bool]:
+        return await self._output.collect_any()
+
     async def write(self, data: bytes) -> None:
-        """Queue `data` for its stdin (its terminal, with tty) in init.py; refused input is noted."""
-        if not self.tty or not self.alive:
+        """Queue `data` for its stdin (its terminal, with tty; a pipe for a channel) in init.py;
+        refused input is noted."""
+        if not self._takes_input or not self.alive:
             return
         request = {"op": "stdin", "job": self._rid, "data": base64.b64encode(data).decode()}
         try:

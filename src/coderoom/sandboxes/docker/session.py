@@ -84,6 +84,9 @@ class CoderoomDockerSession(PtySessions, DockerSandboxSession):
     async def _start_live(self, argv: list[str], *, tty: bool, lifetime: float | None) -> DockerLive:
         return await self._core.start_process(argv, tty=tty, lifetime=lifetime)
 
+    async def _start_channel(self, argv: list[str], cap: int) -> DockerLive:
+        return await self._core.start_process(argv, tty=False, lifetime=None, channel_cap=cap)
+
     async def _end_live(self, process: LiveProcess) -> None:
         assert isinstance(process, DockerLive)
         await self._core.end_process(process)

@@ -60,8 +60,11 @@ class LongLived:
     async def collect(self, wait_s: float) -> tuple[bytes, bool]:
         return await self._output.collect(wait_s)
 
+    async def collect_any(self) -> tuple[bytes, bool]:
+        return await self._output.collect_any()
+
     async def write(self, data: bytes) -> None:
-        """Send `data` to its stdin (its terminal, with tty); a process that does not take it
+        """Send `data` to its stdin (its terminal, with tty; a pipe for a channel); a process that does not take it
         within STDIN_WRITE_S gets the rest dropped, with a note in its output."""
         if self.job.stdin is None or not self.alive:
             return

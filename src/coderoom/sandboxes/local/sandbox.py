@@ -292,11 +292,13 @@ class LocalSandbox(SandboxPlan):
         env: Mapping[str, str] | None = None,
         tty: bool = False,
         lifetime: float | None = None,
+        channel_cap: int | None = None,
     ) -> LongLived:
         """Start a process that outlives this call (a PTY session, the kernel): see `longlived`.
 
-        With `tty` it runs on a terminal made inside the sandbox and takes input; without, its
-        stdin is /dev/null. It runs until it exits, `lifetime` seconds (None: no wall clock),
+        With `tty` it runs on a terminal made inside the sandbox and takes input; with
+        `channel_cap` its stdin is a pipe and its output is kept up to that many bytes (the
+        kernel's channel, `PtySessions.start_channel`); otherwise its stdin is /dev/null. It runs until it exits, `lifetime` seconds (None: no wall clock),
         `stop_processes()` or the sandbox stops; the workspace limit holds too. It never holds
         up `archive`. Ended processes are released at the next start; at most MAX_LIVE_PROCESSES
         run at once (SandboxFailed beyond).
@@ -307,8 +309,8 @@ class LocalSandbox(SandboxPlan):
         for entry in self._processes:
             if not entry.alive:
                 await entry.kill()
-        job = await self._start_job(list(argv), env, stdin=tty, tty=tty)
-        process = LongLived(job, self.limits.output_bytes, lifetime=lifetime, tty=tty)
+        job = await self._start_job(list(argv), env, stdin=tty or channel_cap is not None, tty=tty)
+        process = LongLived(job, channel_cap or self.limits.output_bytes, lifetime=lifetime, tty=tty)
         self._processes = [*live, process]
         if self._processes_watch is None or self._processes_watch.done():
             self._processes_watch = asyncio.ensure_future(self._watch_processes())

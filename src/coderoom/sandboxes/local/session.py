@@ -131,6 +131,9 @@ class LocalSandboxSession(PtySessions):
     async def _start_live(self, argv: list[str], *, tty: bool, lifetime: float | None) -> LongLived:
         return await self.sandbox.start_process(argv, env=await self._env(), tty=tty, lifetime=lifetime)
 
+    async def _start_channel(self, argv: list[str], cap: int) -> LongLived:
+        return await self.sandbox.start_process(argv, env=await self._env(), lifetime=None, channel_cap=cap)
+
     async def _end_live(self, process: LiveProcess) -> None:
         assert isinstance(process, LongLived)
         await self.sandbox.end_process(process)

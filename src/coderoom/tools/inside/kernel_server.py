@@ -6,15 +6,24 @@ Two processes, so the clock never depends on the code being run:
   stop, crashes or is killed for memory. It reports plainly whether the variables survived.
 - the worker owns the state: one namespace for the whole session, like a Jupyter kernel.
 
-Transport (every backend, through `exec` only): the host runs a small bash client per cell
-that writes the request file and the line `run ID` into the FIFO `.coderoom/kernel/req`; the
-supervisor answers `ack ID` at once and `done ID` on `.coderoom/kernel/resp` when
-`.coderoom/kernel/resp-ID.json` is written, which the client prints. The line `interrupt ID`
-(the host's cancel) interrupts cell ID as the deadline does: SIGINT, then a kill after GRACE_S. The session's PTY API would
-cost at least 350 ms per call (its minimum yield plus a fixed sleep), so it only starts the
-supervisor. Started as `python3 -I -c BOOT SOURCE serve`: no file to tamper with, no
-workspace module can shadow the standard library. Standard library only; pandas and matplotlib
-are used when the cell has imported them.
+Two transports, both always served:
+- the channel (`serve channel`, when the backend can start a process whose stdin and stdout
+  are a pipe to the host: `PtySessions.start_channel`): one JSON line per request on stdin,
+  `{"op": "run", "id": ID, "request": {...}}` (without "request": in its request file, as for
+  the FIFOs; the host sends a large cell so) or `{"op": "interrupt", "id": ID}`, and one JSON
+  line per reply on stdout, `{"id": ID, "reply": {...}}` after `{"id": ID, "ack": true}` when
+  the cell starts, and a first `{"ready": true}`. No
+  sandbox command per cell: a warm cell costs the kernel's own time and two pipe hops.
+- the FIFOs (every backend, through `exec` only): the host runs a small bash client per cell
+  that writes the request file and the line `run ID` into the FIFO `.coderoom/kernel/req`; the
+  supervisor answers `ack ID` at once and `done ID` on `.coderoom/kernel/resp` when
+  `.coderoom/kernel/resp-ID.json` is written, which the client prints.
+The request `interrupt ID` (the host's cancel) interrupts cell ID as the deadline does: SIGINT,
+then a kill after GRACE_S. The session's PTY API would cost at least 350 ms per call (its
+minimum yield plus a fixed sleep), so it only starts the supervisor where no channel exists.
+Started as `python3 -I -c BOOT SOURCE serve [channel]`: no file to tamper with, no workspace
+module can shadow the standard library. Standard library only; pandas and matplotlib are used
+when the cell has imported them.
 """
 
 from __future__ import annotations
@@ -408,7 +417,11 @@ class Supervisor:
         self.token = os.urandom(8).hex()
         self.fifo_fds: list[int] = []
         self.pending = b""
-        self.queued: list[str] = []  # `run` idents read while a cell was running
+        self.channel_pending = b""
+        self.channel = False  # requests on stdin, replies on stdout (`serve channel`)
+        # `run` requests read while a cell was running: (ident, the request if it came inline,
+        # else None: it is in its request file; whether it came on the channel)
+        self.queued: list[tuple[str, dict | None, bool]] = []
         self.interrupts: dict[str, None] = {}  # insertion-ordered: the oldest goes first
 
     def spawn(self) -> None:
@@ -457,27 +470,59 @@ class Supervisor:
             if not ID.match(ident):
                 continue
             if verb == "run":
-                self.queued.append(ident)
+                self.queued.append((ident, None, False))
             elif verb == "interrupt":
-                self.interrupts[ident] = None
-                while len(self.interrupts) > MAX_PENDING_INTERRUPTS:
-                    del self.interrupts[next(iter(self.interrupts))]
+                self.remember_interrupt(ident)
+
+    def remember_interrupt(self, ident: str) -> None:
+        self.interrupts[ident] = None
+        while len(self.interrupts) > MAX_PENDING_INTERRUPTS:
+            del self.interrupts[next(iter(self.interrupts))]
+
+    def read_channel(self) -> bool:
+        """Take the host's JSON lines from stdin; False once it is closed (the host is gone)."""
+        try:
+            data = os.read(0, 1 << 20)
+        except BlockingIOError:
+            return True
+        if not data:
+            return False
+        *lines, self.channel_pending = (self.channel_pending + data).split(b"\n")
+        if len(self.channel_pending) > MAX_REQUEST:  # no request of the host's is this long
+            self.channel_pending = b""
+        for line in lines:
+            try:
+                message = json.loads(line)
+            except (ValueError, RecursionError):  # only the host writes here, but a cell can too
+                continue
+            ident = message.get("id") if isinstance(message, dict) else None
+            if not isinstance(ident, str) or not ID.match(ident):
+                continue
+            if message.get("op") == "run":
+                request = message.get("request")
+                self.queued.append((ident, request if isinstance(request, dict) else None, True))
+            elif message.get("op") == "interrupt":
+                self.remember_interrupt(ident)
+        return True
 
     def wait_reply(self, ident: str, deadline: float) -> str:
         """Wait for the worker's reply while listening for the host's `interrupt ident`.
         'reply' when it can be read, 'timeout' at the deadline, 'interrupt' on the request."""
         req = self.fifo_fds[0] if self.fifo_fds else -1
+        sources = [self.replies] + ([req] if req >= 0 else []) + ([0] if self.channel else [])
         while True:
             if ident in self.interrupts:
                 return "interrupt"
             wait = deadline - time.monotonic()
             if wait <= 0:
                 return "timeout"
-            readable = select.select([self.replies] + ([req] if req >= 0 else []), [], [], wait)[0]
+            readable = select.select(sources, [], [], wait)[0]
             if self.replies in readable:
                 return "reply"
             if req in readable:
                 self.read_requests(req)
+            if 0 in readable and not self.read_channel():
+                os._exit(0)  # the host closed the channel: nobody is left to answer
 
     def run(self, request: dict, ident: str = "") -> dict:
         if not self.pid:
@@ -519,7 +564,7 @@ class Supervisor:
         return {"status": "crashed", "state_lost": True,
                 "detail": f"the kernel process {how}; it was restarted"}  # fmt: skip
 
-    def serve(self) -> None:
+    def serve(self, channel: bool = False) -> None:
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
         for name in ("req", "resp"):
             path = os.path.join(self.dir, name)
@@ -533,19 +578,36 @@ class Supervisor:
         with open(owner, "w") as handle:
             handle.write(self.token)
         self.spawn()
+        self.channel = channel
+        if channel:
+            os.set_blocking(0, False)
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, 2)  # stdout and stderr reach the host as one stream: only our lines on it
+            os.close(null)
+            tell(1, {"ready": True})
+        sources = [req, 0] if channel else [req]
         while True:
-            if not self.queued and not select.select([req], [], [], 1.0)[0]:
-                if not self.still_owner(owner):
-                    return  # a newer supervisor took over this workspace
-                continue
             if not self.queued:
-                self.read_requests(req)
+                readable = select.select(sources, [], [], 1.0)[0]
+                if not readable:
+                    if not self.still_owner(owner):
+                        return  # a newer supervisor took over this workspace
+                    continue
+                if req in readable:
+                    self.read_requests(req)
+                if 0 in readable and not self.read_channel():
+                    return  # the host closed the channel
             while self.queued:
-                ident = self.queued.pop(0)
-                say(resp, f"ack {ident}")
-                self.answer(ident)
+                ident, inline, on_channel = self.queued.pop(0)
+                if on_channel:
+                    tell(1, {"id": ident, "ack": True})
+                    request = inline if inline is not None else self.load_request(ident)
+                    tell(1, {"id": ident, "reply": self.reply_to(request, ident)})
+                else:
+                    say(resp, f"ack {ident}")
+                    self.answer(ident)
+                    say(resp, f"done {ident}")
                 self.interrupts.pop(ident, None)
-                say(resp, f"done {ident}")
 
     def still_owner(self, owner: str) -> bool:
         try:
@@ -554,20 +616,19 @@ class Supervisor:
         except OSError:
             return False
 
-    def answer(self, ident: str) -> None:
+    def load_request(self, ident: str) -> object:
+        """The request the host wrote to its file (None if unreadable); the file is removed."""
         request_path = os.path.join(self.dir, f"req-{ident}.json")
         try:
             with open(request_path, "rb") as handle:
                 raw = handle.read(MAX_REQUEST + 1)
             os.unlink(request_path)
-            request = json.loads(raw) if len(raw) <= MAX_REQUEST else None
+            return json.loads(raw) if len(raw) <= MAX_REQUEST else None
         except (OSError, ValueError):
-            request = None
-        if not valid_request(request):
-            reply = {"status": "bad_request", "state_lost": False,
-                     "detail": "the request could not be read"}  # fmt: skip
-        else:
-            reply = self.run(request, ident)
+            return None
+
+    def answer(self, ident: str) -> None:
+        reply = self.reply_to(self.load_request(ident), ident)
         for name in os.listdir(self.dir):
             if name.startswith("resp-"):
                 os.unlink(os.path.join(self.dir, name))
@@ -575,6 +636,13 @@ class Supervisor:
         with open(temporary, "w", encoding="utf-8") as handle:
             json.dump(reply, handle, ensure_ascii=False, default=str)
         os.replace(temporary, os.path.join(self.dir, f"resp-{ident}.json"))
+
+
+    def reply_to(self, request: object, ident: str) -> dict:
+        if not valid_request(request):
+            return {"status": "bad_request", "state_lost": False,
+                    "detail": "the request could not be read"}  # fmt: skip
+        return self.run(request, ident)
 
 
 def valid_request(request: object) -> TypeGuard[dict[str, Any]]:
@@ -593,6 +661,19 @@ def say(fd: int, line: str) -> None:
         pass
 
 
+def tell(fd: int, message: dict) -> None:
+    """One JSON line to the host on the channel (ASCII: no byte of it can be a newline)."""
+    data = json.dumps(message, ensure_ascii=True, default=str).encode("ascii") + b"\n"
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:
+            select.select([], [fd], [], 1.0)
+        except OSError:  # the host is gone
+            os._exit(0)
+
+
 def clean_environment() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k in ENV_ALLOWED or k.startswith("LC_")}
     env[ENV_CLEAN_MARK] = "1"
@@ -600,14 +681,14 @@ def clean_environment() -> dict[str, str]:
 
 
 def main(argv: list[str]) -> None:
-    if argv[1:2] != ["serve"]:
-        raise SystemExit("usage: python3 -I -c BOOT SOURCE serve")
+    if argv[1:2] != ["serve"] or argv[2:] not in ([], ["channel"]):
+        raise SystemExit("usage: python3 -I -c BOOT SOURCE serve [channel]")
     if os.environ.get(ENV_CLEAN_MARK) != "1" or set(os.environ) != set(clean_environment()):
         # Re-exec with only harmless variables, so neither the kernel nor /proc/self/environ
         # holds anything the host environment leaked into the sandbox.
         os.execve(sys.executable, [sys.executable, "-I", "-c", BOOT, *argv], clean_environment())
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    Supervisor(os.getcwd()).serve()
+    Supervisor(os.getcwd()).serve(channel=argv[2:] == ["channel"])
 
 
 if __name__ == "__main__":
