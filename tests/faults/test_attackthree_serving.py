@@ -2,7 +2,7 @@
 
 A real server on 127.0.0.1 under the common default soft limit of open files; the attacker sends
 only the first bytes of request heads (no token ever), holds them, then lets go. Written as the
-attack; `xfail(strict=True)` until fixed.
+attack; fixed in `coderoom.serving` (connections, ending).
 """
 
 from __future__ import annotations
@@ -49,11 +49,6 @@ def _config_status(server: Served) -> int | str:
         connection.close()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "A3-S6: partial request heads without a token are held forever (no head timeout, no connection cap); "
-    "at the open-files limit accept() fails with EMFILE, and the server neither recovers once they close "
-    "nor ends on SIGTERM"
-))
 def test_held_partial_heads_without_a_token_never_wedge_the_server(low_fd_server: Served) -> None:
     server = low_fd_server
     held = []
@@ -85,10 +80,6 @@ def _stderr_after_sigterm(process: subprocess.Popen[str], earlier: str = "") -> 
     return code, earlier + process.stderr.read()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "A3-S8: a session-opening form still arriving at SIGTERM is cancelled after the grace inside "
-    "Starlette's form parser: a 500 to the client and 'Exception in ASGI application' with a traceback"
-))
 def test_serve_stopped_while_a_form_is_still_arriving_logs_no_traceback(tmp_path: Path, tmpdir_for_sessions: Path) -> None:
     from web.served import multipart
 
@@ -116,10 +107,6 @@ def test_serve_stopped_while_a_form_is_still_arriving_logs_no_traceback(tmp_path
 
 
 @pytest.mark.parametrize("held", ["event stream", "half a POST"])
-@pytest.mark.xfail(strict=True, reason=(
-    "A3-S9: `coderoom mcp --http` stopped while a GET event stream is open or a POST body is still "
-    "arriving logs 'Exception in ASGI application' with a CancelledError traceback"
-))
 def test_mcp_http_stopped_with_a_request_open_logs_no_traceback(tmp_path: Path, held: str) -> None:
     import json
     import re

@@ -173,10 +173,14 @@ def test_mcp_over_http_prepares_its_backend_before_it_listens(tmp_path: Path) ->
     assert _prepared("".join(mcp.stderr) + rest) == ["local listening=False"]
 
 
+UVICORN_MODULES = ("serving/server.py", "serving/connections.py")
+"""The server, and the protocol it runs connections with (a head deadline, a cap)."""
+
+
 def _offences(relative: str, node: ast.AST) -> list[str]:
     """What `node` of src/coderoom/RELATIVE does that only `coderoom.serving` may do."""
     found = []
-    if isinstance(node, (ast.Import, ast.ImportFrom)) and relative != "serving/server.py":
+    if isinstance(node, (ast.Import, ast.ImportFrom)) and relative not in UVICORN_MODULES:
         names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module or ""]
         if any(name.split(".")[0] == "uvicorn" for name in names):
             found.append(f"{relative} imports uvicorn")
