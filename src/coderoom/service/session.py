@@ -27,8 +27,8 @@ from agents.exceptions import MaxTurnsExceeded
 from agents.sandbox.errors import ExecTimeoutError, SandboxError, WorkspaceIOError, WorkspaceReadNotFoundError
 
 from ..errors import (
-    NoSuchFile, ReadTooLarge, RequestRefused, RunFolderUnavailable, SandboxUnavailable, SaveFailed, SessionClosed,
-    WorkspaceWriteFailed,
+    NoSuchFile, ReadTooLarge, RequestRefused, RunFolderUnavailable, SandboxFailed, SandboxUnavailable, SaveFailed,
+    SessionClosed, WorkspaceWriteFailed,
 )
 from ..host_disk import write_problem
 from ..hostile.names import UnsafePath, safe_relative_path, shown
@@ -418,6 +418,10 @@ class Session:
             raise NoSuchFile(f"{shown(str(rel))}: no such regular file in the workspace") from None
         except WorkspaceIOError as exc:  # a link out of the workspace, a special file (docker's archive read)
             raise NoSuchFile(f"{shown(str(rel))}: not a regular file the sandbox will read ({type(exc).__name__})") from None
+        except ExecTimeoutError as exc:  # docker: sandbox code froze the commands reading a file it locked
+            raise SandboxFailed(
+                f"{shown(str(rel))}: the read did not finish within {exc.timeout_s:g} s (sandbox code may have stopped it)"
+            ) from None
         finally:
             self._end()
         if len(data) > cap and not head:
