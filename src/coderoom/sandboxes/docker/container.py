@@ -290,8 +290,9 @@ class DockerSandbox:
 
     async def read_file(self, path: PurePosixPath, *, max_bytes: int, deadline: float | None = None) -> bytes:
         """A workspace file, read by a host helper; one that only the sandbox's uid may read
-        (mode 0600, say) by a sandbox-uid command that must end by `deadline` (loop time;
-        default: `SANDBOX_UID_READ_S` from now), else SandboxReadTimeout."""
+        (mode 0600, say) by a sandbox-uid command that must end by `deadline` (loop time: the
+        whole read's, when the caller has more commands to run in it; default: this call's,
+        `SANDBOX_UID_READ_S` from now), else SandboxReadTimeout."""
         rel = safe_relative_path(str(path))
         deadline = sandbox_read_deadline() if deadline is None else deadline
         argv = [*_FILES, "read", str(rel)]
