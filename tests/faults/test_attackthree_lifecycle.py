@@ -19,10 +19,6 @@ from coderoom.service.session import Session
 SANDBOX_PREFIX = "coderoom-local-"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "A3-L4: a close cancelled before its save marks the session closed, skips run_end and the "
-    "sandbox's close; a second close is a no-op"
-))
 async def test_a_close_cancelled_at_once_still_ends_the_record_and_the_sandbox(
     tmp_path: Path, tmpdir_for_sessions: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -43,4 +39,6 @@ async def test_a_close_cancelled_at_once_still_ends_the_record_and_the_sandbox(
     last = json.loads(record.read_text().splitlines()[-1])
     left = sorted(p.name for p in tmpdir_for_sessions.iterdir() if p.name.startswith(SANDBOX_PREFIX))
     assert last["type"] == "run_end", last
+    assert last["status"] == "interrupted", last
+    assert last["incomplete"], "a save the cancel cut says so"
     assert left == [], f"sandbox folders left while the process lives: {left} (pid {os.getpid()})"

@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from coderoom.artifacts import check_in_session
+from coderoom.errors import SandboxFailed
 from coderoom.jobs import OutputSpec
 from coderoom.sandboxes import Limits, SandboxSpec
 from coderoom.sandboxes.session import open_session
+from coderoom.service.session import Session
 from coderoom.tools.python_kernel import RunPythonTool
 
 from sandbox.test_host_helpers import STOP_EVERY_NEW_PROCESS
@@ -51,10 +53,6 @@ def _docker() -> None:
     require_backend("docker")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "A3-D2: an output the cell made mode 0600 is read by sandbox-uid commands (the helpers read as others), "
-    "which the cell freezes: the read waits out whole deadlines (50 s) and ends as not found"
-))
 async def test_a_locked_output_and_a_stopping_cell_cannot_hold_the_check_or_the_read() -> None:
     _docker()
     async with open_session(SandboxSpec(backend="docker", limits=LIMITS)) as session:
@@ -74,6 +72,23 @@ async def test_a_locked_output_and_a_stopping_cell_cannot_hold_the_check_or_the_
     print(f"check {checked:.1f} s {checks}; read {took:.1f} s {read!r}")
     assert checked < BOUND_S, f"the output check took {checked:.1f} s"
     assert took < BOUND_S, f"the read took {took:.1f} s"
+    assert checks[0].detail.startswith("unreadable"), checks  # it exists: not "missing"
+    assert read == "ExecTimeoutError", f"a frozen read is a timeout, not {read!r}"
+
+
+async def test_a_session_read_the_cell_froze_is_named_a_timeout(tmp_path: Path) -> None:
+    """What the page and MCP's read_file say of the same read: a timeout, not "no such file"."""
+    _docker()
+    session = await Session.open(model="offline", sandbox="docker", limits=LIMITS, runs_dir=tmp_path, name="a3-d2")
+    try:
+        await session.exec("mkdir -p output && echo '# report' > output/r.md && chmod 600 output/r.md")
+        assert "'armed'" in (await session.run_python(STOP_EVERY_NEW_PROCESS)).text
+        started = time.monotonic()
+        with pytest.raises(SandboxFailed, match="did not finish within"):
+            await session.read_file("output/r.md")
+        assert time.monotonic() - started < BOUND_S
+    finally:
+        await session.close()
 
 
 async def test_a_locked_output_and_a_stopping_cell_cannot_hold_the_local_check_or_read() -> None:

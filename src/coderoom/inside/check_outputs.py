@@ -280,6 +280,8 @@ def check(path: str, allow_empty: bool) -> dict[str, object]:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return {"ok": False, "detail": "missing: the file was not created", "size": None}
+    except PermissionError as exc:  # it exists, but the checker may not open it (the sandbox locked it)
+        return {"ok": False, "detail": f"unreadable: cannot open it ({os.strerror(exc.errno or 0)})", "size": None}
     except OSError as exc:
         return {"ok": False, "detail": f"missing: cannot open it ({os.strerror(exc.errno or 0)})", "size": None}
     with os.fdopen(fd, "rb") as f:

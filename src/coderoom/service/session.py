@@ -27,8 +27,8 @@ from agents.exceptions import MaxTurnsExceeded
 from agents.sandbox.errors import ExecTimeoutError, SandboxError, WorkspaceIOError, WorkspaceReadNotFoundError
 
 from ..errors import (
-    NoSuchFile, ReadTooLarge, RequestRefused, RunFolderUnavailable, SandboxUnavailable, SaveFailed, SessionClosed,
-    WorkspaceWriteFailed,
+    NoSuchFile, ReadTooLarge, RequestRefused, RunFolderUnavailable, SandboxFailed, SandboxUnavailable, SaveFailed,
+    SessionClosed, WorkspaceWriteFailed,
 )
 from ..host_disk import write_problem
 from ..hostile.names import UnsafePath, safe_relative_path, shown
@@ -418,6 +418,10 @@ class Session:
             raise NoSuchFile(f"{shown(str(rel))}: no such regular file in the workspace") from None
         except WorkspaceIOError as exc:  # a link out of the workspace, a special file (docker's archive read)
             raise NoSuchFile(f"{shown(str(rel))}: not a regular file the sandbox will read ({type(exc).__name__})") from None
+        except ExecTimeoutError as exc:  # docker: sandbox code froze the commands reading a file it locked
+            raise SandboxFailed(
+                f"{shown(str(rel))}: the read did not finish within {exc.timeout_s:g} s (sandbox code may have stopped it)"
+            ) from None
         finally:
             self._end()
         if len(data) > cap and not head:
@@ -465,30 +469,33 @@ class Session:
         async with self._close_lock:
             if self._closed:
                 return self.run_dir
-            self._closed = True
+            self._closed = True  # no request starts while it closes
             lifecycle = self._live
-            if self._asking is not None:
-                self._asking.cancel()
-                await asyncio.gather(self._asking, return_exceptions=True)
-            try:
-                await lifecycle.save_or_stay_open()
-            except SaveFailed as exc:
-                if keep_unsaved:
-                    self._closed = False  # open as it was: a close after space returns saves it
-                    raise SaveFailed(self._unsaved(exc.message, kept=True)) from exc
-                unsaved: SaveFailed | None = exc
-                failure: Exception | None = None
-            except Exception as exc:  # named by the lifecycle with the save step, below
-                unsaved, failure = None, exc
-            else:
-                unsaved = failure = None
-            async with lifecycle.steps(end=True, raise_errors=False):
-                if failure is not None:
-                    raise failure
-                if received_signal():  # closed by the service's shutdown on a signal
-                    lifecycle.interrupted()
-                else:
-                    lifecycle.result.status = "ok"
+            kept: SaveFailed | None = None  # refused by the disk, the session stays open (keep_unsaved)
+            unsaved: SaveFailed | None = None  # refused by the disk at shutdown: closed anyway, said
+            # everything from here runs in the lifecycle's steps: a cancel at any await (a client's
+            # cancel of its close, a server's shutdown grace) still closes the sandbox and ends the
+            # record "interrupted", and an error is named by the step it happened in
+            async with lifecycle.steps(end=False, raise_errors=False):
+                if self._asking is not None:
+                    self._asking.cancel()
+                    await asyncio.gather(self._asking, return_exceptions=True)
+                try:
+                    await lifecycle.save_or_stay_open()
+                except SaveFailed as exc:
+                    if keep_unsaved:
+                        kept = exc
+                    else:
+                        unsaved = exc
+                if kept is None:
+                    if received_signal():  # closed by the service's shutdown on a signal
+                        lifecycle.interrupted()
+                    else:
+                        lifecycle.result.status = "ok"
+                    await lifecycle.end()
+            if kept is not None:
+                self._closed = False  # open as it was: a close after space returns saves it
+                raise SaveFailed(self._unsaved(kept.message, kept=True)) from kept
             if unsaved is not None and lifecycle.result.status == "error":  # its retry at the end failed too
                 raise SaveFailed(self._unsaved(unsaved.message, kept=False)) from unsaved
         return self.run_dir

@@ -48,7 +48,9 @@ from ..limits import Limits
 from ..live import MAX_LIVE_PROCESSES
 from .archive import MAX_ENTRIES, ArchiveStream, clean_members, rewrite, stream_budget
 from .channel import Channel, Reply
-from .helpers import run_helper, with_alarm
+from .helpers import (
+    SandboxReadTimeout, read_timeout_message, run_helper, sandbox_read_deadline, seconds_left, with_alarm,
+)
 from .live import DockerLive
 from .network import confine, create_network, remove_network, session_network
 from .request import (
@@ -286,14 +288,20 @@ class DockerSandbox:
         except docker.errors.APIError as e:  # the container is gone, or the exec could not start
             raise SandboxFailed(f"{what} could not run in the docker sandbox: {e}") from e
 
-    async def read_file(self, path: PurePosixPath, *, max_bytes: int) -> bytes:
+    async def read_file(self, path: PurePosixPath, *, max_bytes: int, deadline: float | None = None) -> bytes:
         """A workspace file, read by a host helper; one that only the sandbox's uid may read
-        (mode 0600, say) by a command, under the same deadline."""
+        (mode 0600, say) by a sandbox-uid command that must end by `deadline` (loop time: the
+        whole read's, when the caller has more commands to run in it; default: this call's,
+        `SANDBOX_UID_READ_S` from now), else SandboxReadTimeout."""
         rel = safe_relative_path(str(path))
+        deadline = sandbox_read_deadline() if deadline is None else deadline
         argv = [*_FILES, "read", str(rel)]
         result = await self.helper(argv, cap=max_bytes + 1, what=f"reading {shown(rel)}")
         if result.exit_code == 3 and b"Permission denied" in result.stderr:
-            result = await self._command(argv, timeout=self.helper_deadline(), cap=max_bytes + 1)
+            what = f"{shown(rel)} (readable by the sandbox's user only)"
+            result = await self._command(argv, timeout=seconds_left(deadline, what), cap=max_bytes + 1)
+            if result.timed_out:
+                raise SandboxReadTimeout(read_timeout_message(what))
         if result.exit_code == 2:
             raise FileNotFoundError(f"{shown(rel)}: no such file in the workspace")
         if not result.ok:

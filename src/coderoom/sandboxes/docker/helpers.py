@@ -10,8 +10,10 @@ execs the helper, so the kernel ends it with SIGALRM at the deadline (an alarm s
 and nobody in the sandbox can cancel it), and the host stops waiting at the same deadline plus
 REPLY_SLACK_S and raises HelperTimeout, which callers turn into their bounded host-side path or
 a named error. What it reads, it reads with the permissions of "others": a
-file the sandbox locked (mode 0600) is refused (callers fall back to the sandbox-uid command,
-under its own deadline). Archiving needs none of this: init.py kills every sandbox process first.
+file the sandbox locked (mode 0600) is refused, and a read falls back to sandbox-uid commands,
+which sandbox code can freeze: those share one deadline per read (`SANDBOX_UID_READ_S`), and a
+frozen one ends as a timeout, never as "not found". Archiving needs none of this: init.py kills
+every sandbox process first.
 """
 
 from __future__ import annotations
@@ -26,6 +28,32 @@ from ..core import CommandResult
 HELPER_USER = "65534:65534"  # nobody: not the sandbox's uid
 REPLY_SLACK_S = 5.0
 NO_HOME = "/nonexistent"
+SANDBOX_UID_READ_S = 10.0  # one read's sandbox-uid commands together: seconds from the read's start
+
+
+class SandboxReadTimeout(TimeoutError):
+    """A read's sandbox-uid commands did not end by the read's deadline (sandbox code may have
+    stopped them): a timeout, not a missing file."""
+
+
+def sandbox_read_deadline() -> float:
+    """The loop time by which a read starting now must have ended its sandbox-uid commands."""
+    return asyncio.get_running_loop().time() + SANDBOX_UID_READ_S
+
+
+def seconds_left(deadline: float, what: str) -> float:
+    """Seconds until `deadline` (loop time); SandboxReadTimeout naming `what` once it has passed."""
+    left = deadline - asyncio.get_running_loop().time()
+    if left <= 0:
+        raise SandboxReadTimeout(read_timeout_message(what))
+    return left
+
+
+def read_timeout_message(what: str) -> str:
+    return (
+        f"{what}: the sandbox-uid commands of this read did not finish within {SANDBOX_UID_READ_S:g} s "
+        "(SANDBOX_UID_READ_S; sandbox code can stop them)"
+    )
 
 
 class HelperTimeout(SandboxFailed):

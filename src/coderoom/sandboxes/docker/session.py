@@ -19,6 +19,7 @@ from typing import Any
 from agents.sandbox.entries import Mount
 from agents.sandbox.errors import (
     ExecTimeoutError,
+    SandboxError,
     ExecTransportError,
     WorkspaceArchiveReadError,
     WorkspaceReadNotFoundError,
@@ -50,6 +51,9 @@ from ..sdk_resume import TrustedResume
 from ..sdk_snapshots import restore_on_resume
 from ..stops import log_stop
 from .container import DockerSandbox, create_container, seccomp_program
+from .helpers import (
+    SANDBOX_UID_READ_S, SandboxReadTimeout, read_timeout_message, sandbox_read_deadline, seconds_left,
+)
 from .labels import LABEL, SESSION_LABEL
 from .live import DockerLive
 from .network import network_name
@@ -145,27 +149,73 @@ class CoderoomDockerSession(PtySessions, DockerSandboxSession):
         """At most the first `max_bytes` (the SDK's contract: a prefix, not an error)."""
         return await self._read_bytes(path, max_bytes, prefix=True)
 
+    async def read_bounded(self, path: Path, *, max_bytes: int) -> bytes:
+        """The SDK's `read_bounded` (its errors carry no payload: not found, or a failed read
+        with its reason), except that a read past its deadline stays an ExecTimeoutError: the
+        SDK's boundary would make it a nameless failed read (A3-D2)."""
+        if max_bytes <= 0:
+            raise ValueError("max_bytes must be positive")
+        reason, retryable, missing, timed_out = "bounded_read_failed", None, False, False
+        try:
+            return await self._read_bounded(path, max_bytes=max_bytes)
+        except (FileNotFoundError, WorkspaceReadNotFoundError):
+            missing = True
+        except ExecTimeoutError:
+            timed_out = True
+        except SandboxError as error:
+            retryable = error.retryable
+            if error.context.get("reason") == "bounded_read_wire_limit":
+                reason = "bounded_read_wire_limit"
+        except Exception:  # the provider's diagnostics may carry file bytes: dropped here
+            pass
+        # raised outside the handlers, so no payload-bearing exception rides along as context
+        if missing:
+            raise WorkspaceReadNotFoundError(path=path)
+        if timed_out:
+            raise ExecTimeoutError(command=("read", str(path)), timeout_s=SANDBOX_UID_READ_S)
+        raise WorkspaceArchiveReadError(path=path, context={"reason": reason}, retryable=retryable)
+
     async def _read_bytes(self, path: Path, max_bytes: int, *, prefix: bool = False) -> bytes:
         """A workspace file through the core (a host helper: no symlink followed, a FIFO or
         device refused at once), at the path as written (checked lexically, so no sandbox
         command runs first); only a path through a symlink is then resolved inside the
         container (the SDK's helper command), where it cannot reach the host, and read only if
-        it is a regular file there."""
+        it is a regular file there. Every sandbox-uid command of the read (these two, and the
+        core's for a locked file) ends by one deadline (`helpers.SANDBOX_UID_READ_S`): past it,
+        ExecTimeoutError, never "not found"."""
         target = self.normalize_path(path)
+        deadline = sandbox_read_deadline()
         try:
-            return await self._core.read_file(self._relative(target), max_bytes=max_bytes)
-        except FileNotFoundError as e:
-            raise WorkspaceReadNotFoundError(path=path, cause=e) from e
-        except OverflowError as e:
-            if not prefix:
-                raise WorkspaceArchiveReadError(path=path, cause=e) from e
-        except OSError:
-            pass
-        target = await self._validate_path_access(path)
+            try:
+                return await self._core.read_file(self._relative(target), max_bytes=max_bytes, deadline=deadline)
+            except FileNotFoundError as e:
+                raise WorkspaceReadNotFoundError(path=path, cause=e) from e
+            except OverflowError as e:
+                if not prefix:
+                    raise WorkspaceArchiveReadError(path=path, cause=e) from e
+            except SandboxReadTimeout:
+                raise
+            except OSError:
+                pass
+            return await self._read_through_links(path, max_bytes, prefix=prefix, deadline=deadline)
+        except SandboxReadTimeout as e:
+            raise ExecTimeoutError(command=("read", str(path)), timeout_s=SANDBOX_UID_READ_S, cause=e) from e
+
+    async def _read_through_links(self, path: Path, max_bytes: int, *, prefix: bool, deadline: float) -> bytes:
+        """`_read_bytes`' path through a symlink: resolved and read by sandbox-uid commands."""
+        what = f"reading {path} through a link"
+        try:
+            async with asyncio.timeout(seconds_left(deadline, what)):
+                target = await self._validate_path_access(path)
+        except TimeoutError:
+            raise SandboxReadTimeout(read_timeout_message(what)) from None
         root = str(self._workspace_root_path())
         result = await self._core.exec(
-            ["sh", "-c", READ_IN_WORKSPACE, "sh", str(target), root, str(max_bytes + 1)], output_cap=max_bytes + 1
-        )
+            ["sh", "-c", READ_IN_WORKSPACE, "sh", str(target), root, str(max_bytes + 1)],
+            timeout=seconds_left(deadline, what), output_cap=max_bytes + 1,
+        )  # fmt: skip
+        if result.timed_out:
+            raise SandboxReadTimeout(read_timeout_message(what))
         if result.exit_code != 0:
             raise WorkspaceReadNotFoundError(path=path, context={"stderr": result.stderr[:4096]})
         if len(result.stdout) > max_bytes and not prefix:
