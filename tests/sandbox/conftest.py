@@ -1,4 +1,4 @@
-"""Fixtures for sandbox tests that kill their harness."""
+"""Fixtures for sandbox tests: a TMPDIR for harnesses they kill, and the Docker engine."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from backends import require_backend
 
 
 @pytest.fixture
@@ -21,3 +23,18 @@ def harness_tmpdir() -> Iterator[Path]:
         yield folder
     finally:
         shutil.rmtree(folder)
+
+
+@pytest.fixture
+def docker_engine() -> None:
+    """The Docker backend can run here (else a skip, or a failure with CODEROOM_REQUIRE_DOCKER=1):
+    `pytestmark = pytest.mark.usefixtures("docker_engine")` in a module of Docker tests."""
+    require_backend("docker")
+
+
+@pytest.fixture
+def client(docker_engine: None) -> Any:
+    """The Docker engine's own client, for tests that look at containers and networks directly."""
+    from coderoom.sandboxes.docker.image import docker_client
+
+    return docker_client()

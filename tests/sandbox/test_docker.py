@@ -16,26 +16,13 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from backends import require_backend
 
 from coderoom.sandboxes import Limits, SandboxSpec
 from coderoom.sandboxes.session import open_session
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("docker_engine")]
 
 LIMITS = Limits(memory="384M", cpus=0.5, pids=64, timeout=20, tmp_size="32M", workspace_size="64M")
-
-
-@pytest.fixture(autouse=True)
-def _engine() -> None:
-    require_backend("docker")
-
-
-@pytest.fixture
-def client() -> Any:
-    from coderoom.sandboxes.docker.image import docker_client
-
-    return docker_client()
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from backends import require_backend
 
 from coderoom.errors import SandboxFailed
 from coderoom.sandboxes import Limits, SandboxSpec, get_backend
@@ -24,21 +23,9 @@ from coderoom.sandboxes.session import open_session
 
 from .loopback import CONNECT, RTF_REJECT, accepted_nothing, host_loopback_servers, prohibited, route_table
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("docker_engine")]
 
 NETWORK_ON = Limits(network=True, timeout=20)
-
-
-@pytest.fixture(autouse=True)
-def _engine() -> None:
-    require_backend("docker")
-
-
-@pytest.fixture
-def client() -> Any:
-    from coderoom.sandboxes.docker.image import docker_client
-
-    return docker_client()
 
 
 @pytest.fixture
