@@ -20,6 +20,7 @@ from coderoom.sandboxes.sdk_session_adapter import backend_session
 from coderoom.tools.inside import kernel_server
 from coderoom.tools.python_kernel import (
     LOST,
+    CellReply,
     PythonKernel,
     RunPythonTool,
     keeps_processes,
@@ -94,6 +95,15 @@ async def test_a_huge_frame_is_cut_to_the_table_bounds(tool: RunPythonTool) -> N
     first = table.data[0][0]
     assert len(first) == kernel_server.MAX_TABLE_TEXT == MAX_TABLE_TEXT_CHARS and first.startswith("xxx") and first.endswith("\u2026")
     assert table.data[1][1] == "101"
+
+
+def test_a_reply_with_a_forged_table_keeps_its_text_and_loses_the_table() -> None:
+    # the sandbox writes the reply: a table out of bounds is dropped, not the whole cell
+    table = {"kind": "DataFrame", "rows": 10**6, "columns": 1, "header": ["a"],
+             "index": ["0"] * 51, "data": [["x" * 201]] * 51}  # fmt: skip
+    reply = CellReply.model_validate_json(json.dumps({"status": "ok", "stdout": "out", "value": "v", "table": table}))
+    assert reply.table is None and (reply.stdout, reply.value) == ("out", "v")
+    assert CellReply.model_validate_json('{"status": "ok", "table": [1, 2]}').table is None
 
 
 async def test_stdout_stderr_and_subprocess_output_are_captured(tool: RunPythonTool) -> None:
