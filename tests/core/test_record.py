@@ -15,7 +15,7 @@ from coderoom.cli import app
 from coderoom.errors import RecordError
 from coderoom.record import RECORD_VERSION, Recorder, read_record
 from coderoom.record import reader
-from coderoom.record.events import RunEnd, ToolResult
+from coderoom.record.events import MAX_TABLE_TEXT_CHARS, RunEnd, ToolResult
 from coderoom.run import run_job
 
 # Characters str.splitlines() breaks on besides \n; a sandbox prints any of them at will.
@@ -97,6 +97,37 @@ def test_a_malformed_line_is_an_error_naming_it(tmp_path: Path) -> None:
         read_record(_record(tmp_path, START, bad_figure, END))
     shown = CliRunner().invoke(app, ["show", str(_record(tmp_path, START, "[1]\n", END))])
     assert shown.exit_code == 2 and "line 2 is not an event" in shown.output
+
+
+def _table_result(**table: object) -> str:
+    shown = {"kind": "DataFrame", "rows": 2, "columns": 2, "header": ["a", "b"], "index": ["0", "1"],
+             "data": [["1", "2"], ["3", "4"]], **table}  # fmt: skip
+    return json.dumps({"type": "tool_result", "call_id": "c", "name": "run_python", "cell": {
+        "number": 1, "status": "ok", "value": "the text preview", "table": shown}}) + "\n"  # fmt: skip
+
+
+def test_a_cells_table_is_read_within_its_bounds_and_a_forged_one_refused(tmp_path: Path) -> None:
+    record = read_record(_record(tmp_path, START, _table_result(), END))
+    table = record.events[1].cell.table  # type: ignore[union-attr]
+    assert table is not None and table.header == ["a", "b"] and table.data == [["1", "2"], ["3", "4"]]
+    older = read_record(_record(tmp_path, START, _table_result().replace('"table"', '"not_known"'), END))
+    assert older.events[1].cell.table is None and older.events[1].cell.value == "the text preview"  # type: ignore[union-attr]
+    forged = {
+        "a cell over 200 characters": ({"data": [["x" * (MAX_TABLE_TEXT_CHARS + 1), "2"], ["3", "4"]]}, "at most 200 characters"),
+        "a name over 200 characters": ({"header": ["a", "b" * 201]}, "at most 200 characters"),
+        "more than 50 rows": ({"rows": 51, "index": ["i"] * 51, "data": [["1", "2"]] * 51}, "at most 50 items"),
+        "more than 20 columns": ({"columns": 21, "header": ["h"] * 21, "data": [["1"] * 21] * 2}, "at most 20 items"),
+        "a ragged row": ({"data": [["1", "2"], ["3"]]}, "one value per column"),
+        "more rows shown than it has": ({"rows": 1}, "no more rows or columns than its shape"),
+        "a negative shape": ({"rows": -1}, "greater than or equal to 0"),
+        "a number for a cell": ({"data": [[1, "2"], ["3", "4"]]}, "valid string"),
+        "a shape as text": ({"columns": "2"}, "valid integer"),
+        "another kind": ({"kind": "Image"}, "DataFrame"),
+    }
+    for what, (table_fields, message) in forged.items():
+        with pytest.raises(RecordError, match=rf"line 2: tool_result event: cell\.table.*{message}"):
+            read_record(_record(tmp_path, START, _table_result(**table_fields), END))
+            pytest.fail(f"read a table with {what}")
 
 
 def test_an_oversized_line_is_refused_by_the_named_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,10 +15,12 @@ from agents.tool import ToolOutputImage, ToolOutputText
 from kernel_fixtures import kernel_backend, quick_tool, session, tool  # noqa: F401 (fixtures)
 from PIL import Image
 
+from coderoom.record.events import MAX_TABLE_COLUMNS, MAX_TABLE_ROWS, MAX_TABLE_TEXT_CHARS
 from coderoom.sandboxes.sdk_session_adapter import backend_session
 from coderoom.tools.inside import kernel_server
 from coderoom.tools.python_kernel import (
     LOST,
+    CellReply,
     PythonKernel,
     RunPythonTool,
     keeps_processes,
@@ -52,6 +54,56 @@ async def test_dataframe_and_series_render_as_compact_tables(tool: RunPythonTool
     series = await tool.run("df.groupby('hour')['kwh'].mean()")
     assert "Series 'kwh': 24 rows, dtype float64" in series
     assert "display" in await tool.run("display(df.head(2)); 'display'")
+
+
+async def test_a_dataframe_value_comes_as_a_bounded_table_for_the_page(tool: RunPythonTool) -> None:
+    _, cell = await tool.run_cell(
+        "import pandas as pd\n"
+        "df = pd.DataFrame({'hour': [0, 1, 2], 'kwh': [1.5, 2.0, None], 'site': ['a', 'b', 'c']})\n"
+        "df"
+    )
+    assert cell is not None and cell.table is not None
+    assert cell.value is not None and "DataFrame: 3 rows x 3 columns" in cell.value  # the model's text stays
+    table = cell.table
+    assert (table.kind, table.rows, table.columns) == ("DataFrame", 3, 3)
+    assert table.header == ["hour", "kwh", "site"] and table.index == ["0", "1", "2"]
+    assert table.data == [["0", "1.5", "a"], ["1", "2.0", "b"], ["2", "nan", "c"]]
+
+    _, series = await tool.run_cell("df.set_index('site')['kwh']")
+    assert series is not None and series.table is not None
+    assert (series.table.kind, series.table.rows, series.table.columns) == ("Series", 3, 1)
+    assert series.table.header == ["kwh"] and series.table.index == ["a", "b", "c"]
+    _, plain = await tool.run_cell("[1, 2, 3]")
+    assert plain is not None and plain.value == "[1, 2, 3]" and plain.table is None
+
+
+async def test_a_huge_frame_is_cut_to_the_table_bounds(tool: RunPythonTool) -> None:
+    _, cell = await tool.run_cell(
+        "import numpy as np, pandas as pd\n"
+        "big = pd.DataFrame(np.arange(1_000_000).reshape(10_000, 100), columns=[f'c{i}' for i in range(100)])\n"
+        "big['c0'] = big['c0'].astype(object)\n"
+        "big.iloc[0, 0] = 'x' * 1_000_000\n"
+        "big"
+    )
+    assert cell is not None and cell.table is not None
+    table = cell.table
+    assert (table.rows, table.columns) == (10_000, 100)  # the true shape
+    assert len(table.index) == len(table.data) == kernel_server.MAX_TABLE_ROWS == MAX_TABLE_ROWS
+    assert len(table.header) == kernel_server.MAX_TABLE_COLUMNS == MAX_TABLE_COLUMNS
+    assert all(len(row) == MAX_TABLE_COLUMNS for row in table.data)
+    assert table.header[-1] == "c19" and table.index[-1] == "49"
+    first = table.data[0][0]
+    assert len(first) == kernel_server.MAX_TABLE_TEXT == MAX_TABLE_TEXT_CHARS and first.startswith("xxx") and first.endswith("\u2026")
+    assert table.data[1][1] == "101"
+
+
+def test_a_reply_with_a_forged_table_keeps_its_text_and_loses_the_table() -> None:
+    # the sandbox writes the reply: a table out of bounds is dropped, not the whole cell
+    table = {"kind": "DataFrame", "rows": 10**6, "columns": 1, "header": ["a"],
+             "index": ["0"] * 51, "data": [["x" * 201]] * 51}  # fmt: skip
+    reply = CellReply.model_validate_json(json.dumps({"status": "ok", "stdout": "out", "value": "v", "table": table}))
+    assert reply.table is None and (reply.stdout, reply.value) == ("out", "v")
+    assert CellReply.model_validate_json('{"status": "ok", "table": [1, 2]}').table is None
 
 
 async def test_stdout_stderr_and_subprocess_output_are_captured(tool: RunPythonTool) -> None:

@@ -3,7 +3,8 @@ the loopback scripted server (tests/openai_server.py): "waiting for the model" w
 moves every second, each reply's time and tokens on its turn, Stop ending the answer as
 "stopped" with the session still usable (the kernel keeps its variables), the request shown in
 past runs; the token taken from a #token= pasted into an open tab or into the token field; a
-wide Markdown table scrolling inside its box. axe-core finds nothing serious on these views.
+wide Markdown table scrolling inside its box; a DataFrame value shown as a table. axe-core finds
+nothing serious on these views.
 """
 
 from __future__ import annotations
@@ -145,3 +146,34 @@ def test_a_wide_table_in_an_answer_scrolls_inside_its_box(page: Any, server: Ser
     assert page.eval_on_selector(".event-run_end .table-scroll", "box => box.scrollWidth > box.clientWidth")
     assert_fits(page)
     assert_accessible(page, "a wide table")
+
+
+FRAME = (
+    "import pandas as pd\n"
+    "df = pd.DataFrame({'site': ['<b>north</b>', 'south'] * 30, 'kwh': range(60)})\n"
+)
+
+
+def test_a_dataframe_value_is_shown_as_a_table(page: Any, server: Served, model: OpenAIServer) -> None:
+    model.script([
+        call("run_python", code=FRAME + "df.head()"),
+        call("run_python", code="pd.concat([df] * 15, axis=1)"),  # 60 rows x 30 columns
+        say("Sixty readings."),
+    ])  # fmt: skip
+    page.select_option("#sandbox", "local")
+    page.fill("#request", "Show me the data")
+    page.click("#start")
+    page.wait_for_selector(".event-ask_end", timeout=ANSWER_TIMEOUT_MS)
+    head, wide = page.locator("#transcript .event-tool_result table.value-table").all()
+    assert head.locator("thead th").all_text_contents() == ["index", "site", "kwh"]
+    assert head.locator("tbody th").all_text_contents() == ["0", "1", "2", "3", "4"]
+    assert head.locator("tbody tr").first.locator("td").all_text_contents() == ["<b>north</b>", "0"]  # text, not markup
+    assert head.locator("caption").inner_text() == "5 rows x 2 columns (showing all)"
+    assert wide.locator("caption").inner_text() == "60 rows x 30 columns (showing the first 50 rows x 20 columns)"
+    assert wide.locator("tbody tr").count() == 50 and wide.locator("thead th").count() == 1 + 20
+    scroller = wide.locator("xpath=ancestor::div[contains(@class, 'table-scroll')]")
+    assert scroller.evaluate("box => box.scrollWidth > box.clientWidth")  # wide: it scrolls in its box
+    assert page.locator("#transcript b").count() == 0
+    assert page.locator("#transcript pre.value").count() == 0  # the text preview is the model's; the page shows the table
+    assert_fits(page)
+    assert_accessible(page, "a DataFrame value")

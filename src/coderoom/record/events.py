@@ -21,7 +21,7 @@ from .names import RECORD_FILE as RECORD_FILE  # re-exported: the record's file 
 RECORD_VERSION = 2
 """2: typed events; run_python results carry a `cell`. 1: the same events, cells only as prose.
 Live sessions added event types (session_open, ask_start, ask_end, file_written, file_read,
-files_listed) and a tool event's `origin`, and shell results their `shell`; a reader of version 2
+files_listed) and a tool event's `origin`, shell results their `shell` and cells their `table`; a reader of version 2
 skips unknown types and fields (an older coderoom reads a shell step from its prose, which is
 still written), so the version stays."""
 
@@ -87,6 +87,39 @@ def cell_status_text(status: CellStatus, duration_s: float | None, *, on_request
     }[status]
 
 
+MAX_TABLE_ROWS = 50
+MAX_TABLE_COLUMNS = 20
+MAX_TABLE_TEXT_CHARS = 200
+"""The bounds of a cell's table: the kernel (tools/inside/kernel_server.py, standard library only,
+so it keeps its own copy, tied to these by a test) cuts to them, and the reader refuses more."""
+MAX_TABLE_SHAPE = 2**53  # a frame's true size: beyond it a record is not coderoom's
+
+TableText = Annotated[str, Field(max_length=MAX_TABLE_TEXT_CHARS)]
+
+
+class CellTable(_Model):
+    """A cell's DataFrame or Series value as a table, for the page: its first rows and columns as
+    text, and its true shape. The sandbox made it, so every size is bounded here: a forged record
+    with more is refused by the reader, and a kernel reply with more keeps only its text preview."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    kind: Literal["DataFrame", "Series"]
+    rows: int = Field(ge=0, le=MAX_TABLE_SHAPE)  # the value's true shape, not what is shown
+    columns: int = Field(ge=0, le=MAX_TABLE_SHAPE)
+    header: list[TableText] = Field(max_length=MAX_TABLE_COLUMNS)  # the shown columns' names
+    index: list[TableText] = Field(max_length=MAX_TABLE_ROWS)  # the shown rows' labels
+    data: list[Annotated[list[TableText], Field(max_length=MAX_TABLE_COLUMNS)]] = Field(max_length=MAX_TABLE_ROWS)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CellTable:
+        if len(self.index) != len(self.data) or any(len(row) != len(self.header) for row in self.data):
+            raise ValueError("a table has one index label per row and one value per column in each row")
+        if len(self.data) > self.rows or len(self.header) > self.columns:
+            raise ValueError("a table shows no more rows or columns than its shape has")
+        return self
+
+
 class Cell(_Model):
     """One `run_python` cell as the kernel replied, bounded: what exports and `show` read."""
 
@@ -95,7 +128,8 @@ class Cell(_Model):
     duration_s: float | None = None
     stdout: str = ""
     stderr: str = ""
-    value: str | None = None
+    value: str | None = None  # the text preview the model read: what old records and `show` have
+    table: CellTable | None = None  # a DataFrame or Series value, for the page; absent in older records
     error: str | None = None
     notes: list[str] = Field(default_factory=list)  # what the kernel said: timeouts, restarts
     figures: list[Annotated[str, AfterValidator(_figure_path)]] = Field(default_factory=list)

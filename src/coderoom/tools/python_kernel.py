@@ -29,9 +29,9 @@ from agents.sandbox.errors import ExecTimeoutError
 from agents.sandbox.manifest import Manifest
 from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
 from agents.tool import FunctionTool, Tool, ToolOutputImage, ToolOutputText
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidatorFunctionWrapHandler, field_validator
 
-from ..record.events import FIGURE_PATH, Cell, cell_status_text
+from ..record.events import FIGURE_PATH, Cell, CellTable, cell_status_text
 from ..record.hooks import KeepsCells
 from ..sandboxes.lifetimes import LIVES_WITH_SESSION
 from ..sandboxes.sdk_session_adapter import backend_session
@@ -154,6 +154,7 @@ class CellReply(BaseModel):
     stdout: str = ""
     stderr: str = ""
     value: str | None = None
+    table: CellTable | None = None
     error: str | None = None
     # the kernel saves at most MAX_FIGURES; a reply listing more was forged (each is a file read)
     figures: list[Figure] = Field(default_factory=list, max_length=kernel_server.MAX_FIGURES)
@@ -162,6 +163,17 @@ class CellReply(BaseModel):
     interrupted_on_request: bool = False
     state_lost: bool = False
     detail: str = ""
+
+    @field_validator("table", mode="wrap")
+    @classmethod
+    def _table_or_none(cls, value: object, handler: ValidatorFunctionWrapHandler) -> CellTable | None:
+        """A table out of bounds was not the kernel's: dropped, the rest of the reply kept (the
+        value's text preview still says what it was)."""
+        try:
+            table: CellTable | None = handler(value)
+        except ValidationError:
+            return None
+        return table
 
 
 class KernelError(RuntimeError):
@@ -482,6 +494,7 @@ def cell_record(result: CellResult, *, timeout: float) -> Cell:
         stdout=bounded(reply.stdout),
         stderr=bounded(reply.stderr),
         value=None if reply.value is None else bounded(reply.value),
+        table=reply.table,
         error=None if reply.error is None else bounded(reply.error),
         notes=[bounded(n) for n in result.notes + ([closing] if closing else [])],
         figures=[f.path for f in result.figures],

@@ -61,6 +61,7 @@ STREAM_HEAD, STREAM_TAIL = 8_000, 2_000  # bytes kept per stream per cell
 MAX_VALUE = 6_000
 MAX_TRACEBACK = 8_000
 MAX_FIGURES = 8
+MAX_TABLE_ROWS, MAX_TABLE_COLUMNS, MAX_TABLE_TEXT = 50, 20, 200  # record/events.py's bounds (a test ties them)
 ID = re.compile(r"^[0-9a-f]{8,32}$")
 
 
@@ -235,6 +236,42 @@ def format_value(value: object) -> str:
     return clip(repr(value), MAX_VALUE)
 
 
+def table_text(item: object) -> str:
+    """One cell, label or name as text of at most MAX_TABLE_TEXT characters, valid UTF-8 (a lone
+    surrogate becomes its escape, so the reply stays readable JSON)."""
+    text = item if isinstance(item, str) else str(item)
+    if len(text) > MAX_TABLE_TEXT:
+        text = text[: MAX_TABLE_TEXT - 1] + "\u2026"
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")[:MAX_TABLE_TEXT]
+
+
+def table_of(value: object) -> dict | None:
+    """A DataFrame or Series as a bounded table for the page: its first MAX_TABLE_ROWS rows and
+    MAX_TABLE_COLUMNS columns as text, and its true shape. None for any other value, and when
+    pandas cannot give one (the text preview is still there)."""
+    kind = type(value).__name__
+    if not (type(value).__module__.startswith("pandas") and kind in ("DataFrame", "Series")):
+        return None
+    try:
+        if kind == "Series":
+            name = getattr(value, "name", None)
+            frame = value.to_frame(name="value" if name is None else name)  # type: ignore[attr-defined]
+        else:
+            frame = value
+        rows, columns = frame.shape  # type: ignore[attr-defined]
+        shown = frame.iloc[:MAX_TABLE_ROWS, :MAX_TABLE_COLUMNS]  # type: ignore[attr-defined]
+        return {
+            "kind": kind,
+            "rows": int(rows),
+            "columns": int(columns),
+            "header": [table_text(name) for name in shown.columns],
+            "index": [table_text(label) for label in shown.index],
+            "data": [[table_text(item) for item in row] for row in shown.itertuples(index=False, name=None)],
+        }
+    except Exception:  # a frame whose values cannot be shown as text
+        return None
+
+
 def png_size(path: str) -> tuple[int, int]:
     with open(path, "rb") as handle:
         header = handle.read(24)
@@ -302,7 +339,7 @@ class Worker:
 
     def run(self, code: str, cell: int) -> dict:
         started = time.perf_counter()
-        value_text, error, interrupted, figures = None, None, False, []
+        value_text, table, error, interrupted, figures = None, None, None, False, []
         self.running = True
         try:
             try:
@@ -310,6 +347,7 @@ class Worker:
                 if value is not None:
                     self.namespace["_"] = value
                     value_text = format_value(value)
+                    table = table_of(value)
             except KeyboardInterrupt:
                 interrupted = True
                 error = user_traceback()
@@ -327,6 +365,7 @@ class Worker:
             "stdout": stdout,
             "stderr": stderr,
             "value": value_text,
+            "table": table,
             "error": error,
             "figures": figures,
             "duration_s": round(time.perf_counter() - started, 4),

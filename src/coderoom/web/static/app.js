@@ -352,7 +352,8 @@ function resultParts(ev) {
     const cell = ev.cell;
     if (cell.stdout) parts.push(...outputBlock(cell.stdout, resultClass));
     if (cell.stderr) parts.push(...outputBlock(cell.stderr, `${resultClass} stderr`));
-    if (cell.value !== null && cell.value !== undefined) parts.push(el("pre", `${resultClass} value`, cell.value));
+    if (cell.table) parts.push(valueTable(cell.table));
+    else if (cell.value !== null && cell.value !== undefined) parts.push(el("pre", `${resultClass} value`, cell.value));
     for (const note of cell.notes || []) parts.push(el("p", "note", note));
     if (cell.error) parts.push(el("pre", "error-block", cell.error));
     else if (!parts.length) parts.push(el("pre", `${resultClass} empty`, ev.output || "(no output)"));
@@ -365,6 +366,38 @@ function resultParts(ev) {
     parts.push(...outputBlock(ev.output || "", resultClass));
   }
   return parts;
+}
+
+// A DataFrame or Series value as a table (the kernel's first rows and columns, every cell text),
+// in a box that scrolls sideways, captioned with the true shape and what part of it is shown.
+function valueTable(table) {
+  const count = (n, one) => `${Number(n).toLocaleString("en")} ${one}${n === 1 ? "" : "s"}`;
+  const shownRows = table.data.length, shownColumns = table.header.length;
+  const all = shownRows === table.rows && shownColumns === table.columns;
+  const box = el("table", "value-table");
+  box.createCaption().textContent = `${count(table.rows, "row")} x ${count(table.columns, "column")} `
+    + (all ? "(showing all)" : `(showing the first ${count(shownRows, "row")} x ${count(shownColumns, "column")})`);
+  const head = el("tr");
+  const corner = el("th");
+  corner.append(el("span", "visually-hidden", "index"));
+  head.append(corner);
+  for (const name of table.header) head.append(el("th", null, name));
+  box.createTHead().append(head);
+  const body = box.createTBody();
+  table.data.forEach((values, at) => {
+    const tr = el("tr");
+    const label = el("th", null, table.index[at]);
+    label.scope = "row";
+    tr.append(label);
+    for (const value of values) tr.append(el("td", null, value));
+    body.append(tr);
+  });
+  const scroller = el("div", "table-scroll value-scroll");
+  scroller.tabIndex = 0;  // a scrolling region is reachable by keyboard
+  scroller.setAttribute("role", "region");
+  scroller.setAttribute("aria-label", `${table.kind} value`);
+  scroller.append(box);
+  return scroller;
 }
 
 function resultTitle(ev) {
