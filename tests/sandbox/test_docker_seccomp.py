@@ -117,9 +117,9 @@ async def test_no_filter_no_session(monkeypatch: pytest.MonkeyPatch) -> None:
     """A program the kernel rejects: PID 1 refuses every command, so the session does not open."""
     from agents.sandbox.errors import ExecNonZeroError
 
-    from coderoom.sandboxes.docker import container
+    from coderoom.sandboxes.docker import request  # the one builder of the container's settings
 
-    monkeypatch.setattr(container, "build_filter", lambda arch: b"\xff" * 8)
+    monkeypatch.setattr(request, "build_filter", lambda arch: b"\xff" * 8)
     with pytest.raises(ExecNonZeroError, match="seccomp filter could not be installed"):
         async with open_session(SandboxSpec(backend="docker", limits=LIMITS)):
             pass
