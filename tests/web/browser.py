@@ -103,15 +103,19 @@ def chromium(origin: str, outside: list[str]) -> Iterator[Any]:
             browser.close()
 
 
-def screenshot(page: Any, name: str) -> None:
+def screenshot(page: Any, name: str, focus: str | None = None) -> None:
     """docs/screenshots/NAME.png (a 1280x800 window) and NAME-phone.png (390x844), only when
     CODEROOM_SCREENSHOTS=1 (normal runs leave docs alone). What fits in the window, in 256
-    colours: each file stays well under 150 KB, and the repository small."""
+    colours: each file stays well under 150 KB, and the repository small. `focus`: a selector
+    whose last match is scrolled into view at each size (on a phone the panels stack, so what
+    the step is about may be far below the top)."""
     if os.environ.get("CODEROOM_SCREENSHOTS") == "1":
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         size = page.viewport_size
         for suffix, width, height in (("", 1280, 800), ("-phone", 390, 844)):
             page.set_viewport_size({"width": width, "height": height})
+            if focus is not None:
+                page.locator(focus).last.scroll_into_view_if_needed()
             _save_small(page.screenshot(), SCREENSHOTS / f"{name}{suffix}.png")
         page.set_viewport_size(size)
 

@@ -237,7 +237,7 @@ def test_a_session_from_upload_to_downloads(page: Any, server: Served, cli_run: 
     assert page.inner_text("#session-title") == title
     assert page.locator(".event-ask_start").count() == 2
     assert page.locator(".event-session_open").count() == 1
-    screenshot(page, "3-follow-up")
+    screenshot(page, "3-follow-up", focus=".event-ask_end")
 
     # previews: the CSV as a table, the report rendered
     page.click("#file-list button[data-path='output/anomalies.csv']")
@@ -246,10 +246,10 @@ def test_a_session_from_upload_to_downloads(page: Any, server: Served, cli_run: 
     assert header[:3] == ["event_id", "start", "end"]
     assert len(header) == 14
     assert_fits(page)  # the 14 columns scroll inside the preview
-    screenshot(page, "4-csv-preview")
+    screenshot(page, "4-csv-preview", focus="#preview")
     page.click("#file-list button[data-path='output/anomaly_report.md']")
     page.wait_for_selector("#preview .markdown h1")
-    screenshot(page, "5-report-preview")
+    screenshot(page, "5-report-preview", focus="#preview")
 
     # downloads, one by one and as a zip, are the CLI run's files
     for path in OUTPUTS:
