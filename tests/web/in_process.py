@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
+from sse_starlette.sse import AppStatus
 
 from coderoom.service import SessionManager
 from coderoom.web.app import WebConfig, build_app
@@ -35,6 +36,11 @@ def served_in_process(runs_dir: Path, backend: Any) -> Iterator[Endpoint]:
     secrets_ = Secrets()
     config = WebConfig(runs_dir, Choices(["offline"], [backend.name]), host_headers("127.0.0.1", port), secrets_)
     manager = SessionManager(sandbox=backend.name, backend=backend, model="offline", runs_dir=runs_dir)
+    # sse-starlette patches uvicorn's Server.handle_exit to set a process-wide flag that ends every
+    # event stream from then on; a server of an earlier test in this process that shut down (as
+    # `serving.server` does, through handle_exit) leaves it set, and this server's streams would end
+    # at once. A real `coderoom serve` process serves once, so only tests need it cleared.
+    AppStatus.should_exit = False
     server = uvicorn.Server(uvicorn.Config(build_app(config, manager), log_level="warning", lifespan="on"))
     thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[listener])), daemon=True)
     thread.start()
