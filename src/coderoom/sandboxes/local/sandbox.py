@@ -333,28 +333,37 @@ class LocalSandbox(SandboxPlan):
     async def _watch_processes(self) -> None:
         """The workspace limit while long-lived processes run (commands have their own watchdog).
 
-        Every PROCESS_POLL_S, looking only when the sandbox ran or wrote since the last look (or
-        PROCESS_WALK_AT_LEAST_S have passed): a full walk, or, until as long again as the last
-        walk took has passed, the quick entry count (see `disk`); over the limit, every long-lived
-        process is killed with a note in its output.
+        Every PROCESS_POLL_S, looking only when the sandbox ran or wrote since the last full walk
+        (or PROCESS_WALK_AT_LEAST_S have passed). The full walk (sizes, held files: see `disk`)
+        runs in a thread beside the polls, and the next one starts no sooner than the last one
+        took after it ended; meanwhile every such poll takes the quick entry count, so a loop
+        creating files is caught while a walk of a large tree is still under way. Over the limit,
+        every long-lived process is killed with a note in its output.
         """
         loop = asyncio.get_running_loop()
         seen, walked, next_walk = -1, 0.0, 0.0
-        while any(entry.alive for entry in self._processes):
-            now = await asyncio.to_thread(disk.activity, self._launcher.pid if self._launcher else None)
-            reason = None
-            if now != seen or loop.time() - walked > PROCESS_WALK_AT_LEAST_S:
-                if loop.time() < next_walk:  # the last walk was long: count entries meanwhile
-                    reason = await asyncio.to_thread(disk.too_many_entries, self.workspace_dir)
-                else:  # the activity counts as seen only once a full walk has looked
-                    seen, walked = now, loop.time()
-                    reason = await asyncio.to_thread(self._workspace_over_limit)
+        walk: asyncio.Future[str | None] | None = None
+        try:
+            while any(entry.alive for entry in self._processes):
+                now = await asyncio.to_thread(disk.activity, self._launcher.pid if self._launcher else None)
+                reason = None
+                if walk is not None and walk.done():
+                    reason, walk = walk.result(), None
                     next_walk = loop.time() + (loop.time() - walked)
-            if reason:
-                entries = list(self._processes)
-                await asyncio.gather(*(e.kill(reason, exit_code=1) for e in entries), return_exceptions=True)
-                return
-            await asyncio.sleep(PROCESS_POLL_S)
+                if not reason and (now != seen or loop.time() - walked > PROCESS_WALK_AT_LEAST_S):
+                    if walk is None and loop.time() >= next_walk:  # activity is seen once a walk looks
+                        seen, walked = now, loop.time()
+                        walk = asyncio.ensure_future(asyncio.to_thread(self._workspace_over_limit))
+                    else:
+                        reason = await asyncio.to_thread(disk.too_many_entries, self.workspace_dir)
+                if reason:
+                    entries = list(self._processes)
+                    await asyncio.gather(*(e.kill(reason, exit_code=1) for e in entries), return_exceptions=True)
+                    return
+                await asyncio.sleep(PROCESS_POLL_S)
+        finally:
+            if walk is not None:
+                walk.cancel()
 
     # ------------------------------------------------------------------ files
 
