@@ -81,12 +81,15 @@ def test_a_repository_spelled_as_a_host_merges_names_is_one_repository(entries: 
     ".Rprofile", ".RPROFILE", ".Renviron", ".RData", ".gdbinit", ".lldbinit", ".iex.exs", ".ocamlinit",
     ".perldb", "mise.ci.toml", ".mise.dev.toml", ".mise/anything", "sub/mise/tasks/build", ".rtx.local.toml",
     ".git.", ".git /config", ".envrc.", "Sitecustomize.PY", ".Vscode/tasks.json",
+    "GIT~1/config", "git~2/hooks/pre-commit", ".g\u200cit/config", ".\ufeffgit/HEAD", ".env\u200drc",
 ])  # fmt: skip
 def test_hooks_are_matched_as_the_host_compares_names(name: str) -> None:
     assert exit_policy([ExitEntry(name, "file")]).refusal(name) == HOOK_REASON
 
 
-@pytest.mark.parametrize("name", ["readline_helpers.py", "mise.toml.bak", "notes/premise.md", "data.rds", "gdbinit.txt"])
+@pytest.mark.parametrize("name", [
+    "readline_helpers.py", "mise.toml.bak", "notes/premise.md", "data.rds", "gdbinit.txt", "git~x/config", "agit~1/f",
+])  # fmt: skip
 def test_names_that_only_resemble_a_hook_leave(name: str) -> None:
     assert exit_policy([ExitEntry(name, "file")]).refusal(name) is None
 

@@ -111,13 +111,22 @@ OVERRIDABLE = frozenset({HOOK_REASON, GIT_DIR_REASON})
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
+# code points HFS+ ignores in names, so `.g\u200cit` is `.git` there (git's is_hfs_dotgit list)
+_HFS_IGNORED = re.compile("[\u200c-\u200f\u202a-\u202e\u206a-\u206f\ufeff]")
+# an NTFS 8.3 short name: `GIT~1` is `.git` in a checkout on Windows (git's is_ntfs_dotgit); any
+# digit, since which alias a folder gets depends on its neighbours
+_NTFS_SHORT_DOTGIT = re.compile(r"git~[0-9]+")
+
+
 def host_key(name: str) -> str:
     """The one name a host file system may take `name` for: case folded (macOS, Windows, vfat,
-    exfat, casefold ext4), NFC and NFD spellings made one (macOS), trailing dots and spaces
-    removed (Windows). Every comparison of a name with a rule goes through this key, so
-    `Ab/HEAD` beside `aB/objects/` is one folder, as it is once unzipped there."""
-    decomposed = unicodedata.normalize("NFD", name).casefold()
-    return unicodedata.normalize("NFC", decomposed).rstrip(". ")
+    exfat, casefold ext4), NFC and NFD spellings made one and HFS+'s ignored code points dropped
+    (macOS), trailing dots and spaces removed and `git~N` taken as `.git` (Windows). Every
+    comparison of a name with a rule goes through this key, so `Ab/HEAD` beside `aB/objects/` is
+    one folder, as it is once unzipped there."""
+    decomposed = _HFS_IGNORED.sub("", unicodedata.normalize("NFD", name)).casefold()
+    key = unicodedata.normalize("NFC", decomposed).rstrip(". ")
+    return ".git" if _NTFS_SHORT_DOTGIT.fullmatch(key) else key
 
 
 _HOOK_KEYS = tuple(host_key(pattern) for pattern in HOST_HOOKS)
