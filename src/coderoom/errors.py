@@ -63,6 +63,10 @@ class ImageBuildError(SandboxUnavailable):
     """A sandbox image could not be built or found; the message says what to do."""
 
 
+class EnvironmentBuildError(SandboxUnavailable):
+    """A declared package environment could not be built; the message names the package and the log."""
+
+
 class RunFailed(CoderoomError):
     """The run went wrong after it started; its folder holds what was saved."""
 

@@ -177,8 +177,27 @@ def job_data(path: Path) -> tuple[dict[str, Any], str]:
         data["inputs"] = {
             key: folder / value if isinstance(value, str) else value for key, value in inputs.items()
         }
+    _environment_paths(data, folder)
     data.setdefault("name", _default_name(folder.name))
     return data, str(job_file)
+
+
+def _environment_paths(data: dict[str, Any], folder: Path) -> None:
+    """`[sandbox.environment]`'s `requirements` and `find_links` folders are relative to the job."""
+    sandbox = data.get("sandbox")
+    environment = sandbox.get("environment") if isinstance(sandbox, dict) else None
+    if not isinstance(environment, dict):
+        return
+    if isinstance(environment.get("requirements"), str):
+        environment["requirements"] = str(folder / Path(environment["requirements"]).expanduser())
+    links = environment.get("find_links")
+    if isinstance(links, str):
+        links = [links]
+    if isinstance(links, list):
+        environment["find_links"] = [
+            link if not isinstance(link, str) or "://" in link else str(folder / Path(link).expanduser())
+            for link in links
+        ]
 
 
 def build_job(data: dict[str, Any], *, source: str = "command line") -> Job:

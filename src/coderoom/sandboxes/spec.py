@@ -1,4 +1,5 @@
-"""What a job asks of its sandbox: which backend, which limits, and that backend's own options.
+"""What a job asks of its sandbox: which backend, which limits, which extra Python packages
+(`[sandbox.environment]`), and that backend's own options.
 
 Backend-specific settings live in a table named for the backend (`[sandbox.docker]` in a job
 file, `SandboxSpec(docker={...})` in code), validated by that backend's `options_model`: the
@@ -8,12 +9,14 @@ spec itself knows no backend.
 from __future__ import annotations
 
 from dataclasses import asdict
+from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, field_validator, model_validator
 
+from . import requirements
 from .defaults import default_backend_name
-from .limits import JOB_FILE_SOURCE, Limits, parse_limits
+from .limits import JOB_FILE_SOURCE, Limits, parse_limits, parse_size
 
 
 def _limits(value: object) -> Limits:
@@ -26,6 +29,68 @@ def _limits(value: object) -> Limits:
 LimitsField = Annotated[Limits, PlainValidator(_limits), PlainSerializer(asdict)]
 
 
+# A build that takes longer, or an environment that grows larger, is refused (named in the error).
+BUILD_TIMEOUT_S = 600.0
+MAX_ENVIRONMENT_BYTES = 2 * 1024**3
+_URL_SCHEMES = ("https://", "http://", "file://")
+
+
+class EnvironmentSpec(BaseModel):
+    """`[sandbox.environment]`: Python packages the sandbox needs beyond its runtime's. The
+    backend builds them once per content (see `local.packages`) from `index_url`, `find_links`,
+    or else pip's own configuration; `requirements` (a file, relative to the job folder) adds its
+    lines to `packages`, which after validation holds every requirement, sorted."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    packages: list[str] = Field(default_factory=list)
+    requirements: Path | None = None
+    index_url: str | None = None
+    find_links: list[str] = Field(default_factory=list)
+    build_timeout: float = Field(default=BUILD_TIMEOUT_S, gt=0, le=24 * 3600)
+    max_size: int = MAX_ENVIRONMENT_BYTES
+
+    @field_validator("max_size", mode="before")
+    @classmethod
+    def _size(cls, value: object) -> int:
+        return parse_size(value)
+
+    @field_validator("index_url")
+    @classmethod
+    def _index(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(_URL_SCHEMES):
+            raise ValueError(f"{value[:80]!r} is not an index URL (https://, http:// or file://)")
+        return value
+
+    @field_validator("find_links")
+    @classmethod
+    def _links(cls, value: list[str]) -> list[str]:
+        """Each a URL or a folder of wheels that exists (made absolute)."""
+        checked = []
+        for item in value:
+            if item.startswith(_URL_SCHEMES):
+                checked.append(item)
+                continue
+            folder = Path(item).expanduser()
+            if not folder.is_dir():
+                raise ValueError(f"{item[:200]!r} is neither a URL nor a folder that exists")
+            checked.append(str(folder.resolve()))
+        return checked
+
+    @model_validator(mode="after")
+    def _all_packages(self) -> EnvironmentSpec:
+        listed = list(self.packages)
+        if self.requirements is not None:
+            self.requirements = self.requirements.expanduser().absolute()
+            listed += requirements.read_file(self.requirements)
+        self.packages = requirements.normalize(listed)
+        return self
+
+    @property
+    def declared(self) -> bool:
+        return bool(self.packages)
+
+
 class SandboxSpec(BaseModel):
     """The sandbox of one job. Every backend reads the same spec."""
 
@@ -33,6 +98,7 @@ class SandboxSpec(BaseModel):
 
     backend: str = Field(default_factory=default_backend_name)
     limits: LimitsField = Field(default_factory=Limits)
+    environment: EnvironmentSpec = Field(default_factory=EnvironmentSpec)
 
     def options_for(self, backend: str) -> dict[str, Any]:
         """The raw `[sandbox.<backend>]` table (empty when the job has none)."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import ImageBuildError
+from .. import requirements
 from ..spec import SandboxSpec
 from .labels import DEFAULT_IMAGE
 from .options import docker_options
@@ -27,15 +27,6 @@ DEFAULT_BASE_IMAGE = "python:3.12-slim"
 PACKAGES_LABEL = "org.coderoom.packages"
 
 Progress = Callable[[str], None]
-
-# A PEP 508 name, optional extras, optional comma-separated version specifiers. Nothing else: no
-# URLs, no pip options (a requirements file would honour `--index-url`), no spaces.
-_REQUIREMENT = re.compile(
-    r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
-    r"(?:\[[A-Za-z0-9._-]+(?:,[A-Za-z0-9._-]+)*\])?"
-    r"(?:(?:===|==|!=|~=|<=|>=|<|>)[A-Za-z0-9.*+!_-]+(?:,(?:===|==|!=|~=|<=|>=|<|>)[A-Za-z0-9.*+!_-]+)*)?$"
-)
-
 
 def docker_client() -> Any:
     import docker
@@ -54,15 +45,11 @@ def image_exists(client: Any, tag: str) -> bool:
 
 
 def normalize_packages(packages: Iterable[str]) -> list[str]:
-    """Sorted, de-duplicated, validated requirement strings."""
-    cleaned = sorted({p.strip() for p in packages if p.strip()})
-    bad = [p for p in cleaned if not _REQUIREMENT.match(p)]
-    if bad:
-        raise ImageBuildError(
-            f"not a plain pip requirement: {', '.join(map(repr, bad))} "
-            "(use a name with optional extras and version specifiers, e.g. 'statsmodels>=0.14')"
-        )
-    return cleaned
+    """Sorted, de-duplicated, validated requirement strings (the rule: `sandboxes.requirements`)."""
+    try:
+        return requirements.normalize(packages)
+    except ValueError as exc:
+        raise ImageBuildError(str(exc)) from None
 
 
 def build_image(

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import SandboxUnavailable
@@ -55,12 +56,24 @@ class LocalBackend:
         return LocalOptions
 
     def prepare(self, spec: SandboxSpec, progress: Progress) -> None:
-        """Nothing to build: the sandbox runs the host's own Python read-only."""
+        """The sandbox runs the host's own Python read-only; a declared package environment is
+        built now (once per content: `packages`), so a failed build is refused before a run."""
+        _packages(spec, progress)
+
+    def packages_lock(self, spec: SandboxSpec) -> dict[str, object] | None:
+        """The declared packages and the exact versions installed for them, for the run record."""
+        from . import packages
+
+        built = packages.ensure(spec.environment)
+        return None if built is None else built.lock(spec.environment.packages)
 
     async def start(self, spec: SandboxSpec) -> LocalSandbox:
+        import asyncio
+
         from .sandbox import LocalSandbox
 
-        sandbox = await LocalSandbox.create(spec.limits, _bubblewrap(spec))
+        site = await asyncio.to_thread(_packages, spec, None)
+        sandbox = await LocalSandbox.create(spec.limits, _bubblewrap(spec), site)
         try:
             await sandbox.start()
         except BaseException:
@@ -73,13 +86,13 @@ class LocalBackend:
         `start` must do it all (network on, no usable bwrap: `start` then says why)."""
         from . import spawn
 
-        early = spawn.prestart(spec.limits)
+        early = spawn.prestart(spec.limits, _packages(spec, None))
         return None if early is None else Prestarted(*early)
 
     def client(self, spec: SandboxSpec) -> tuple[Any, None]:
         from .session import LocalSandboxClient
 
-        return LocalSandboxClient(spec.limits, _bubblewrap(spec)), None
+        return LocalSandboxClient(spec.limits, _bubblewrap(spec), packages=_packages(spec, None)), None
 
     def prune(self, skipped: list[str] | None = None) -> int:
         from .host_dir import prune
@@ -122,6 +135,18 @@ class Prestarted:
             from ...hostile import tree
 
             tree.remove_tree(plan.host_dir)
+
+
+def _packages(spec: SandboxSpec, progress: Progress | None) -> Path | None:
+    """The site-packages of `spec`'s package environment (built if it is not yet), or None (also
+    for a plain spec, which declares none: `base.SandboxBackend.plain_spec`)."""
+    environment = getattr(spec, "environment", None)
+    if environment is None or not environment.packages:
+        return None
+    from . import packages
+
+    built = packages.ensure(environment, progress)
+    return None if built is None else built.site
 
 
 def _bubblewrap(spec: SandboxSpec) -> bwrap.Bwrap:

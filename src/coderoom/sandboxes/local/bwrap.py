@@ -27,6 +27,9 @@ WORKSPACE = "/workspace"  # the default workspace root; a session may choose ano
 OWN_DIR = "/opt/coderoom"  # the runtime, the venv, and the launcher's files (launcher.py)
 RUNTIME_MOUNT = f"{OWN_DIR}/python"
 VENV_MOUNT = f"{OWN_DIR}/venv"
+# With a declared package environment (`packages`), the host venv's site-packages move here and
+# the environment takes their place in the sandbox venv (see `Runtime.binds`).
+LAYERED_MOUNT = f"{OWN_DIR}/runtime"
 # bwrap must have these; a build without them is refused rather than run with less isolation.
 # (--disable-userns came with --size, in 0.8: required, it is always passed, never cached as a choice.)
 _REQUIRED = (
@@ -291,9 +294,26 @@ class Runtime:
     venv_sites: tuple[tuple[Path, str], ...]  # (host site-packages, path relative to the venv)
     system_site_packages: bool  # the host venv's include-system-site-packages
 
-    def binds(self) -> list[tuple[Path, str]]:
-        """Host directory -> sandbox path, in mount order (the venv skeleton is bound separately)."""
-        return [(self.base, RUNTIME_MOUNT)] + [(site, f"{VENV_MOUNT}/{rel}") for site, rel in self.venv_sites]
+    @property
+    def site_rel(self) -> str:
+        """A venv's site-packages, relative to the venv (where a package environment is bound)."""
+        return f"lib/python{self.version}/site-packages"
+
+    def binds(self, packages: Path | None = None) -> list[tuple[Path, str]]:
+        """Host directory -> sandbox path, in mount order (the venv skeleton is bound separately).
+
+        With `packages` (a built environment's site-packages, see `packages`), that folder is
+        the sandbox venv's site-packages and the host venv's move to LAYERED_MOUNT: the
+        environment's `.pth` adds them after itself, so its packages come first and the
+        runtime's stay importable, also under `python -I` (PYTHONPATH would not be read)."""
+        if packages is None:
+            return [(self.base, RUNTIME_MOUNT)] + [(site, f"{VENV_MOUNT}/{rel}") for site, rel in self.venv_sites]
+        layered = [(site, f"{LAYERED_MOUNT}/{rel}") for site, rel in self.venv_sites]
+        return [(self.base, RUNTIME_MOUNT), (packages, f"{VENV_MOUNT}/{self.site_rel}"), *layered]
+
+    def layered_sites(self) -> list[str]:
+        """The host venv's site-packages as a sandbox with a package environment sees them."""
+        return [f"{LAYERED_MOUNT}/{rel}" for _, rel in self.venv_sites]
 
     @property
     def sandbox_interpreter(self) -> str:
@@ -338,19 +358,22 @@ def _system_site_packages(prefix: Path) -> bool:
     return False
 
 
-def write_venv(venv_dir: Path, rt: Runtime) -> None:
-    """The sandbox venv's skeleton (see `Runtime`): pyvenv.cfg, interpreter links, mount points."""
+def write_venv(venv_dir: Path, rt: Runtime, *, packages: bool = False) -> None:
+    """The sandbox venv's skeleton (see `Runtime`): pyvenv.cfg, interpreter links, mount points.
+    With `packages` on a host that is no venv, the skeleton exists only to hold the package
+    environment, and the base's own site-packages stay visible (include-system-site-packages)."""
     venv_dir.mkdir(mode=0o755)
+    system = rt.system_site_packages if rt.venv_sites else True
     (venv_dir / "pyvenv.cfg").write_text(
         f"home = {RUNTIME_MOUNT}/bin\n"
-        f"include-system-site-packages = {str(rt.system_site_packages).lower()}\n"
+        f"include-system-site-packages = {str(system).lower()}\n"
         f"version = {sys.version_info.major}.{sys.version_info.minor}.{sys.version_info.micro}\n"
     )
     bin_dir = venv_dir / "bin"
     bin_dir.mkdir(mode=0o755)
     for name in ("python", "python3", f"python{rt.version}"):
         (bin_dir / name).symlink_to(f"{RUNTIME_MOUNT}/{rt.interpreter}")
-    for _, rel in rt.venv_sites:
+    for rel in [rt.site_rel] if packages else [rel for _, rel in rt.venv_sites]:
         (venv_dir / rel).mkdir(mode=0o755, parents=True, exist_ok=True)
 
 

@@ -39,19 +39,20 @@ MAX_RUN_RECORD = 8192
 SHARED_MODE = 0o710  # as root: searchable by bwrap's uid's group, writable by us alone
 
 
-def make(network: bool) -> Path:
-    """A new session folder with its workspace, /etc and venv skeleton; the workspace is bwrap's uid's."""
+def make(network: bool, packages: Path | None = None) -> Path:
+    """A new session folder with its workspace, /etc and venv skeleton; the workspace is bwrap's
+    uid's. `packages`: a package environment's site-packages the sandbox will bind (see `bwrap.Runtime.binds`)."""
     host_dir = Path(tempfile.mkdtemp(prefix=PREFIX, dir=parent()))  # ours, mode 0700
     try:
         leases.claim(host_dir)  # `prune` reclaims the folder once this process is gone
         (host_dir / "workspace").mkdir(mode=0o700)
         bwrap.write_etc(host_dir / "etc", network)
         rt = bwrap.runtime()
-        if rt.venv_sites:
-            bwrap.write_venv(host_dir / "venv", rt)
+        if rt.venv_sites or packages is not None:
+            bwrap.write_venv(host_dir / "venv", rt, packages=packages is not None)
         ids = bwrap.host_id()
         if ids is not None:  # bwrap runs as this uid and must reach the workspace
-            for index in range(len(rt.binds())):
+            for index in range(len(rt.binds(packages))):
                 (host_dir / f"python-{index}").mkdir(mode=0o755)  # mount points, see bwrap.views_namespace
             os.chown(host_dir / "workspace", ids, ids)
             os.chown(host_dir, -1, ids)  # bwrap's uid may reach its binds, never write here
@@ -62,16 +63,19 @@ def make(network: bool) -> Path:
     return host_dir
 
 
-def python_mounts(host_dir: Path) -> tuple[list[tuple[Path, str]], list[tuple[Path, Path]]]:
-    """The runtime binds as bwrap will see them, and (as root) the host source -> view binds
+def python_mounts(
+    host_dir: Path, packages: Path | None = None
+) -> tuple[list[tuple[Path, str]], list[tuple[Path, Path]]]:
+    """The runtime binds (with `packages`, a package environment's site-packages: see
+    `bwrap.Runtime.binds`) as bwrap will see them, and (as root) the host source -> view binds
     that make them reachable for uid 65534 (see `bwrap.views_namespace`)."""
     rt = bwrap.runtime()
-    binds = rt.binds()
+    binds = rt.binds(packages)
     views: list[tuple[Path, Path]] = []
     if bwrap.host_id() is not None:
         views = [(source, host_dir / f"python-{index}") for index, (source, _) in enumerate(binds)]
         binds = [(view, dest) for (_, view), (_, dest) in zip(views, binds)]
-    if rt.venv_sites:  # the skeleton goes on top of nothing, the site-packages on top of it
+    if rt.venv_sites or packages is not None:  # the skeleton on top of nothing, site-packages on top of it
         binds.insert(1, (host_dir / "venv", bwrap.VENV_MOUNT))
     return binds, views
 

@@ -105,8 +105,10 @@ class LocalSandbox(SandboxPlan):
     `archive(skip=...)`, long-lived processes and `stop`, which the SDK adapter needs.
     """
 
-    def __init__(self, limits: Limits, bw: bwrap.Bwrap, folder: Path, *, root: str = bwrap.WORKSPACE) -> None:
-        super().__init__(limits, bw, folder, root=root)
+    def __init__(
+        self, limits: Limits, bw: bwrap.Bwrap, folder: Path, *, root: str = bwrap.WORKSPACE, packages: Path | None = None
+    ) -> None:
+        super().__init__(limits, bw, folder, root=root, packages=packages)
         self._active_commands = 0
         self._archiving = False
         self._quiet = asyncio.Condition()
@@ -117,15 +119,15 @@ class LocalSandbox(SandboxPlan):
         self._processes_watch: asyncio.Task[None] | None = None
 
     @classmethod
-    async def create(cls, limits: Limits, bw: bwrap.Bwrap) -> LocalSandbox:
+    async def create(cls, limits: Limits, bw: bwrap.Bwrap, packages: Path | None = None) -> LocalSandbox:
         """A sandbox in a new host folder; not started (see `start`)."""
-        folder = await asyncio.to_thread(host_dir.make, limits.network)
-        return cls(limits, bw, folder)
+        folder = await asyncio.to_thread(host_dir.make, limits.network, packages)
+        return cls(limits, bw, folder, packages=packages)
 
     @classmethod
     def adopt(cls, plan: SandboxPlan, started: Started) -> LocalSandbox:
         """The sandbox `spawn.prestart` planned and whose launcher it started (in an event loop)."""
-        sandbox = cls(plan.limits, plan._bwrap, plan.host_dir)
+        sandbox = cls(plan.limits, plan._bwrap, plan.host_dir, packages=plan.packages)
         sandbox._launch_cache, sandbox._memory, sandbox._namespace_fd = plan._launch_cache, plan._memory, plan._namespace_fd
         sandbox._launcher = Launcher.adopt(started)
         return sandbox

@@ -61,9 +61,9 @@ class LocalSandboxClientOptions(BaseSandboxClientOptions):
 class LocalSandboxSession(PtySessions):
     state: LocalSandboxSessionState
 
-    def __init__(self, state: LocalSandboxSessionState, bw: bwrap.Bwrap) -> None:
+    def __init__(self, state: LocalSandboxSessionState, bw: bwrap.Bwrap, packages: Path | None = None) -> None:
         self.state = state
-        self.sandbox = LocalSandbox(state.limits, bw, Path(state.host_dir), root=state.manifest.root)
+        self.sandbox = LocalSandbox(state.limits, bw, Path(state.host_dir), root=state.manifest.root, packages=packages)
         self._running = False
         self.limits_hit: list[str] = []  # see sdk_session_adapter.limits_hit
 
@@ -220,9 +220,13 @@ class LocalSandboxClient(BaseSandboxClient[LocalSandboxClientOptions | None]):
     backend_id = "coderoom_local"
     supports_default_options = True
 
-    def __init__(self, limits: Limits, bw: bwrap.Bwrap, *, snapshot: SnapshotSpec | None = None) -> None:
+    def __init__(
+        self, limits: Limits, bw: bwrap.Bwrap, *, snapshot: SnapshotSpec | None = None, packages: Path | None = None
+    ) -> None:
+        """`packages`: a built package environment's site-packages (from the trusted spec, as the limits)."""
         self._limits = limits
         self._bwrap = bw
+        self._packages = packages
         self._trusted = TrustedResume(snapshot)
 
     async def create(
@@ -244,7 +248,7 @@ class LocalSandboxClient(BaseSandboxClient[LocalSandboxClientOptions | None]):
             limits=self._limits,
         )
         self._trusted.remember(state)
-        return self._wrap_session(LocalSandboxSession(state, self._bwrap))
+        return self._wrap_session(LocalSandboxSession(state, self._bwrap, self._packages))
 
     async def delete(self, session: SandboxSession) -> SandboxSession:
         inner = backend_session(session)
@@ -263,12 +267,12 @@ class LocalSandboxClient(BaseSandboxClient[LocalSandboxClientOptions | None]):
             state.host_dir = str(await asyncio.to_thread(self._new_folder, state.session_id))
             state.workspace_root_ready = False
         state.limits = self._limits  # limits come from the trusted spec, not from state
-        inner = LocalSandboxSession(state, self._bwrap)
+        inner = LocalSandboxSession(state, self._bwrap, self._packages)
         inner._set_start_state_preserved(preserved)
         return self._wrap_session(inner)
 
     def _new_folder(self, session_id: uuid.UUID) -> Path:
-        folder = host_dir.make(self._limits.network)
+        folder = host_dir.make(self._limits.network, self._packages)
         host_dir.bind(folder, session_id.hex)
         return folder
 

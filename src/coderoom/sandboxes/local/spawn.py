@@ -47,7 +47,8 @@ LAUNCHER_SOURCE = Path(__file__).with_name("inside") / "launcher_inner.py"  # no
 BASE_ENV = {
     "PATH": ":".join(
         dict.fromkeys(
-            [bwrap.runtime().bin_dir, f"{bwrap.RUNTIME_MOUNT}/bin", "/usr/local/bin", "/usr/bin", "/bin"]
+            # the venv's bin first: a sandbox with a package environment has one on any host
+            [f"{bwrap.VENV_MOUNT}/bin", bwrap.runtime().bin_dir, f"{bwrap.RUNTIME_MOUNT}/bin", "/usr/local/bin", "/usr/bin", "/bin"]
         )
     ),
     "HOME": "/tmp",
@@ -105,7 +106,10 @@ class Started:
 class SandboxPlan:
     """A local sandbox's host side before any event loop: see the module docstring."""
 
-    def __init__(self, limits: Limits, bw: bwrap.Bwrap, folder: Path, *, root: str = bwrap.WORKSPACE) -> None:
+    def __init__(
+        self, limits: Limits, bw: bwrap.Bwrap, folder: Path, *, root: str = bwrap.WORKSPACE, packages: Path | None = None
+    ) -> None:
+        """`packages`: a built package environment's site-packages, bound read-only (see `packages`)."""
         problem = bwrap.root_problem(root)
         if problem:
             raise UsageError(f"the local sandbox cannot put its workspace at {root!r}: {problem}")
@@ -117,7 +121,8 @@ class SandboxPlan:
         assert arch is not None  # unavailable_reason() refuses such hosts
         self._seccomp = enforcement.seccomp_filter(arch)
         self._clone_nr = arch.table["clone"]
-        self._python, self._views = host_dir.python_mounts(folder)
+        self.packages = packages
+        self._python, self._views = host_dir.python_mounts(folder, packages)
         self._launch_cache: bwrap.Launch | None = None
         self._memory: MemoryCgroup | None = None  # made with the launch, removed after it
         self._namespace_fd = -1
@@ -181,7 +186,7 @@ class SandboxPlan:
         return started
 
 
-def prestart(limits: Limits) -> tuple[SandboxPlan, Started] | None:
+def prestart(limits: Limits, packages: Path | None = None) -> tuple[SandboxPlan, Started] | None:
     """A new sandbox's plan and its bwrap already running the launcher, or None when that cannot
     be done here and now (no usable bwrap, network on, an OSError: `LocalSandbox.start` then does
     it all and reports why). Everything made is removed again on failure.
@@ -196,12 +201,12 @@ def prestart(limits: Limits) -> tuple[SandboxPlan, Started] | None:
         if bwrap.host_id() is not None:
             bwrap.nsenter()
     try:
-        folder = host_dir.make(limits.network)
+        folder = host_dir.make(limits.network, packages)
     except OSError:
         return None
     plan = None
     try:
-        plan = SandboxPlan(limits, bw, folder)
+        plan = SandboxPlan(limits, bw, folder, packages=packages)
         return plan, plan._spawn()
     except BaseException as exc:
         if plan is not None:
