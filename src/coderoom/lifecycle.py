@@ -45,6 +45,7 @@ from .record.events import Event, ModelCall
 from .record.hooks import MAX_MESSAGE_CHARS
 from .sandboxes.base import SandboxBackend
 from .sandboxes.orphans import record_run
+from .sandboxes.registry import packages_lock
 from .sandboxes.sdk_session_adapter import limits_hit
 from .sandboxes.session import HeldSession
 from .sandboxes.spec import SandboxSpec
@@ -121,7 +122,7 @@ class RunLifecycle:
             recorder = Recorder(run_dir, [*listeners, lambda event: _count_usage(result, event)])
             recorder.emit(
                 "run_start", job=job.model_dump(mode="json"), model=model.label, notice=model.notice,
-                coderoom_version=__version__, run_id=run_id,
+                coderoom_version=__version__, run_id=run_id, environment=packages_lock(job.sandbox),
             )
         except BaseException:
             if recorder is not None:

@@ -26,4 +26,6 @@ def apply_overrides(job: Job, **overrides: Any) -> Job:
             sandbox["backend"] = value
         elif key == "limits":
             sandbox["limits"] = value
+        elif key == "environment":
+            sandbox["environment"] = value.model_dump()
     return build_job(data)

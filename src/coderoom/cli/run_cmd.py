@@ -21,6 +21,7 @@ from ..sandboxes import backend_names
 from ..sandboxes.registry import prepare_backend
 from ..sandboxes.stops import how_to_raise
 from ..sandboxes.limits import limits_from_flags
+from ..sandboxes.requirements import PACKAGE_HELP
 from .application import app
 from .display import safe, safe_markdown, shown
 from .errors import reported
@@ -85,6 +86,7 @@ def run(
     timeout: Annotated[Optional[float], typer.Option(help="seconds per command")] = None,
     network: Annotated[Optional[bool], typer.Option("--network/--no-network", help="allow network in the sandbox")] = None,
     limit: Limit = [],
+    package: Annotated[list[str], typer.Option("--package", help=PACKAGE_HELP)] = [],
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="where to save outputs and the record")] = None,
 ) -> None:
     """Run a job: the agent writes and runs code in a sandbox; validated artifacts come back.
@@ -102,9 +104,12 @@ def run(
         try:
             job = _job_from_flags(target, prompt, inputs, outputs)
             limits = limits_from_flags(limit, base=job.sandbox.limits, memory=memory, timeout=timeout, network=network)
+            from ..sandboxes.spec import with_packages
+
+            environment = with_packages(job.sandbox.environment, package) if package else None
             job = apply_overrides(
                 job, model=model, max_turns=max_turns, tool_choice=tool_choice, max_tokens=max_tokens,
-                temperature=temperature, backend=sandbox, limits=limits,
+                temperature=temperature, backend=sandbox, limits=limits, environment=environment,
             )
             prepare_backend(
                 job.sandbox, lambda line: console.print(Text.assemble((f"{job.sandbox.backend}:", "dim"), " ", safe(line)))

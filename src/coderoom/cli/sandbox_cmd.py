@@ -53,8 +53,10 @@ sandbox_app.command("run")(run)
 
 def _spec(values: dict[str, Any]) -> SandboxSpec:
     from ..sandboxes import SandboxSpec
+    from ..sandboxes.spec import EnvironmentSpec, with_packages
 
-    spec = SandboxSpec(backend=values["sandbox"], limits=limits_of(values))
+    environment = with_packages(EnvironmentSpec(), values["package"])
+    spec = SandboxSpec(backend=values["sandbox"], limits=limits_of(values), environment=environment)
     get_backend(spec.backend)  # an unknown or unconfined backend is a usage error
     return spec
 

@@ -28,6 +28,7 @@ from ..errors import CoderoomError
 from ..hostile.text import terminal_safe, terminal_safe_bytes
 from ..sandboxes.defaults import default_backend_name
 from ..sandboxes.limits import FLAG_HELP, Limits, limits_from_flags
+from ..sandboxes.requirements import PACKAGE_HELP
 from ..sandboxes.registry import backend_names, get_backend, prepare_backend
 from .errors import show
 
@@ -68,6 +69,7 @@ OPTIONS = (
     Option("timeout", float, None, "wall-clock seconds"),
     Option("pids", int, None, "processes and threads"),
     Option("limit", list, lambda: [], FLAG_HELP),
+    Option("package", list, lambda: [], PACKAGE_HELP),
 )
 SHORT_FORMS = ("network", "memory", "timeout", "pids")  # options that set one limit each
 COMMAND_HELP = "the command and its arguments (after --)"
@@ -133,6 +135,8 @@ def fast_exit_code(argv: list[str]) -> int | None:
     if parsed is None:
         return None
     values, command = parsed
+    if values["package"]:  # a package environment needs the full spec (pydantic)
+        return None
     try:
         spec = plain_spec(values)
         backend = get_backend(spec.backend)

@@ -232,6 +232,9 @@ class RunStart(_Event):
     notice: str | None = None
     coderoom_version: str = ""
     run_id: str | None = None  # what ties the sandbox serving the run to this record (`coderoom.recovery`); older records lack it
+    # a declared package environment: its declaration and the exact versions installed for it
+    # ({"key", "declared": [...], "installed": [{"name", "version"}]}); None when none was declared
+    environment: dict[str, Any] | None = None
 
 
 class ModelStart(_Event):

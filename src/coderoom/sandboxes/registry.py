@@ -90,6 +90,16 @@ def prepare_backend(spec: SandboxSpec, progress: Progress) -> SandboxBackend:
     return backend
 
 
+def packages_lock(spec: SandboxSpec) -> dict[str, object] | None:
+    """What the run record keeps of `spec`'s declared packages: the backend's lock (names and
+    exact versions, from the environment it built) or, from a backend that builds none on the
+    host, the declaration alone; None when no package is declared."""
+    if not spec.environment.packages:
+        return None
+    lock = getattr(get_backend(spec.backend), "packages_lock", None)
+    return lock(spec) if lock is not None else {"declared": spec.environment.packages}
+
+
 def backend_for(
     spec: SandboxSpec, given: SandboxBackend | None = None, *, unconfined_no_isolation: bool = False
 ) -> SandboxBackend:

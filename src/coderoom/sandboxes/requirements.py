@@ -20,6 +20,8 @@ _REQUIREMENT = re.compile(
 _NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
 MAX_PACKAGES = 200
 MAX_REQUIREMENTS_BYTES = 64 * 1024
+PACKAGE_FLAG = "--package"
+PACKAGE_HELP = "a Python package the sandbox needs, e.g. 'statsmodels==0.14.*' (repeatable; built once, cached)"
 HOW = "use a name with optional extras and version specifiers, e.g. 'statsmodels==0.14.*'"
 
 

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, field_validator, model_validator
 
+from ..errors import UsageError
 from . import requirements
 from .defaults import default_backend_name
 from .limits import JOB_FILE_SOURCE, Limits, parse_limits, parse_size
@@ -89,6 +90,16 @@ class EnvironmentSpec(BaseModel):
     @property
     def declared(self) -> bool:
         return bool(self.packages)
+
+
+def with_packages(environment: EnvironmentSpec, packages: list[str]) -> EnvironmentSpec:
+    """`environment` plus the packages of `--package` flags, checked by the same rule (a bad one
+    is a UsageError that names the flag and the package)."""
+    try:
+        added = requirements.normalize(packages)
+    except ValueError as exc:
+        raise UsageError(f"{requirements.PACKAGE_FLAG}: {exc}") from None
+    return environment.model_copy(update={"packages": requirements.normalize([*environment.packages, *added])})
 
 
 class SandboxSpec(BaseModel):

@@ -12,7 +12,7 @@ refuses is installed into the environment and wins: pip never removes the runtim
 outside the environment).
 
 Cache: `cache_root()/KEY`, KEY the sha256 of the declaration (sorted requirements, index,
-find-links and the files in a local find-links folder) and of the runtime (Python version,
+find-links, the files in a local find-links folder, pip's PIP_* variables) and of the runtime (Python version,
 base, site folders and its installed distributions). A build holds `KEY.lock` (flock), so
 concurrent builds of one KEY build once; it runs in `.build-KEY-*` and is renamed to `KEY` when
 complete, so a failed or killed build leaves no environment, only its log (`KEY.failed.log`,
@@ -106,6 +106,8 @@ def environment_key(env: EnvironmentSpec) -> str:
         "python": [sys.version, sys.implementation.cache_tag, os.uname().machine],
         "runtime": [str(rt.base), rt.interpreter, [[str(s), r] for s, r in rt.venv_sites], rt.system_site_packages],
         "runtime_dists": runtime_dists,
+        # pip's own configuration from the environment (an index, a wheel folder): hashed, never stored
+        "pip_environment": sorted((k, v) for k, v in os.environ.items() if k.startswith("PIP_")),
     }
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:32]
 
