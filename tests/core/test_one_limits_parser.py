@@ -128,7 +128,7 @@ def test_a_limits_object_never_holds_a_value_the_parser_would_refuse() -> None:
 # Where each entry into the limits parser may be called, by module (relative to src/coderoom):
 # anything else that reads limits from flags, a job file or a service option is a second parser.
 ALLOWED_CALLS = {
-    "parse_size": {"sandboxes/limits.py"},
+    "parse_size": {"sandboxes/limits.py", "sandboxes/spec.py"},  # spec: [sandbox.environment] max_size
     "flag_values": {"sandboxes/limits.py"},
     "parse_limits": {"sandboxes/limits.py", "sandboxes/spec.py", "export/rerun.py"},  # rerun: the record's, as data
     "limits_from_flags": {

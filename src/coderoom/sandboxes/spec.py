@@ -78,13 +78,16 @@ class EnvironmentSpec(BaseModel):
             checked.append(str(folder.resolve()))
         return checked
 
+    @field_validator("packages")
+    @classmethod
+    def _plain(cls, value: list[str]) -> list[str]:
+        return requirements.normalize(value)
+
     @model_validator(mode="after")
     def _all_packages(self) -> EnvironmentSpec:
-        listed = list(self.packages)
         if self.requirements is not None:
             self.requirements = self.requirements.expanduser().absolute()
-            listed += requirements.read_file(self.requirements)
-        self.packages = requirements.normalize(listed)
+            self.packages = requirements.normalize([*self.packages, *requirements.read_file(self.requirements)])
         return self
 
     @property

@@ -211,6 +211,7 @@ def _install(env: EnvironmentSpec, venv: Path, log: BinaryIO) -> tuple[tuple[str
     (site / _BUILD_PTH).write_text("".join(f"import site; site.addsitedir({str(s)!r})\n" for s, _ in rt.venv_sites))
     pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install"]
     pip += ["--no-input", "--disable-pip-version-check", "--no-warn-script-location", "--progress-bar", "off"]
+    pip.append("--no-compile")  # compiled below with the sandbox's paths, not the build folder's
     if env.index_url:
         pip += ["--index-url", env.index_url]
     elif env.find_links:
@@ -221,6 +222,9 @@ def _install(env: EnvironmentSpec, venv: Path, log: BinaryIO) -> tuple[tuple[str
     if code != 0:
         raise EnvironmentBuildError(f"cannot build the package environment: {_failed_package(env, Path(log.name))}")
     (site / _BUILD_PTH).unlink()
+    # bytecode now, as the sandbox cannot write it (read-only), naming the files where it sees them
+    compile_all = [str(rt.base / rt.interpreter), "-m", "compileall", "-q", "-j", "0"]
+    _run([*compile_all, "-d", f"{bwrap.VENV_MOUNT}/{rt.site_rel}", str(site)], env, deadline, log, "compiling bytecode")
     (site / _RUNTIME_PTH).write_text("".join(f"import site; site.addsitedir({s!r})\n" for s in rt.layered_sites()))
     size = _size(venv)
     if size > env.max_size:
