@@ -244,6 +244,25 @@ async def test_derived_image_runs(client: Any) -> None:
         assert result.stdout == b"1\n"
 
 
+async def test_declared_packages_from_a_wheel_folder_are_baked_into_a_derived_image(client: Any, tmp_path: Any) -> None:
+    """`[sandbox.environment]` on Docker: the same declaration, offline from its find_links
+    folder (copied into the build; pip uses no index), in an image cached by content."""
+    from support.wheels import make_wheel
+
+    from coderoom.sandboxes.docker.image import ensure_image
+
+    make_wheel(tmp_path / "wheels", "crtinydocker", "0.1.0", "VALUE = 7\n")
+    spec = SandboxSpec(backend="docker", environment={"packages": ["crtinydocker"], "find_links": [str(tmp_path / "wheels")]})
+    tag = ensure_image(spec)
+    try:
+        assert ":pkgs-" in tag and ensure_image(spec) == tag
+        async with open_session(spec) as s:
+            result = await s.exec("python3 -c 'import crtinydocker; print(crtinydocker.VALUE)'")
+        assert result.stdout == b"7\n"
+    finally:
+        client.images.remove(tag, force=True)
+
+
 def test_package_names_are_plain_requirements() -> None:
     from coderoom.sandboxes.docker.image import ImageBuildError, normalize_packages
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable
@@ -18,7 +19,8 @@ from typing import Any
 
 from ...errors import ImageBuildError
 from .. import requirements
-from ..spec import SandboxSpec
+from ..limits import shown_size
+from ..spec import EnvironmentSpec, SandboxSpec
 from .labels import DEFAULT_IMAGE
 from .options import docker_options
 
@@ -74,45 +76,99 @@ def build_image(
     return tag
 
 
-def derived_tag(client: Any, base_tag: str, packages: list[str]) -> str:
+def derived_tag(client: Any, base_tag: str, packages: list[str], sources: list[object] | None = None) -> str:
     """Content address of `base_tag` + `packages`: the base's image id (so a rebuilt base gives a
-    new tag) and the sorted package list."""
+    new tag), the sorted package list and where they come from (`_sources`)."""
     base_id = client.images.get(base_tag).id
-    digest = hashlib.sha256(json.dumps([base_id, packages]).encode()).hexdigest()[:16]
+    content: list[object] = [base_id, packages] + ([sources] if sources else [])
+    digest = hashlib.sha256(json.dumps(content).encode()).hexdigest()[:16]
     repository = base_tag.rsplit(":", 1)[0] if ":" in base_tag.rsplit("/", 1)[-1] else base_tag
     return f"{repository}:pkgs-{digest}"
 
 
 def build_with_packages(
-    client: Any, base_tag: str, packages: Iterable[str], *, progress: Progress | None = None
+    client: Any,
+    base_tag: str,
+    packages: Iterable[str],
+    *,
+    environment: EnvironmentSpec | None = None,
+    progress: Progress | None = None,
 ) -> str:
-    """The image `base_tag` plus `packages`, built once and then reused."""
+    """The image `base_tag` plus `packages`, built once and then reused. `environment` (the job's
+    `[sandbox.environment]`) says where they come from: its index, or its find-links folders,
+    copied into the build (then pip uses no index, as on the local backend)."""
     wanted = normalize_packages(packages)
     if not wanted:
         return base_tag
-    tag = derived_tag(client, base_tag, wanted)
+    sources = _sources(environment)
+    tag = derived_tag(client, base_tag, wanted, sources)
     if image_exists(client, tag):
         return tag
     with tempfile.TemporaryDirectory(prefix="coderoom-image-") as tmp:
         context = Path(tmp)
         shutil.copy(IMAGE_DIR / "Dockerfile.packages", context / "Dockerfile")
         (context / "requirements.txt").write_text("\n".join(wanted) + "\n")
+        pip_options = _pip_options(environment, context)
         _build(
             client,
             context=context,
             dockerfile="Dockerfile",
             tag=tag,
-            buildargs={"BASE_IMAGE": base_tag},
+            buildargs={"BASE_IMAGE": base_tag, "PIP_OPTIONS": pip_options},
             labels={PACKAGES_LABEL: " ".join(wanted)},
             progress=progress,
-            hint="pip needs PyPI (or a configured index) to install extra packages",
+            hint="pip needs PyPI, the [sandbox.environment] index_url or find_links to install extra packages",
         )
     return tag
 
 
+def _sources(environment: EnvironmentSpec | None) -> list[object]:
+    """Where the packages come from, for the tag: the index and each find-links entry (a local
+    folder by its files' names and sizes, so a new wheel gives a new image)."""
+    if environment is None or not (environment.index_url or environment.find_links):
+        return []
+    links: list[object] = []
+    for link in environment.find_links:
+        folder = Path(link)
+        files = [] if "://" in link else sorted((p.name, p.stat().st_size) for p in folder.iterdir() if p.is_file())
+        links.append([link, files])
+    return [environment.index_url, links]
+
+
+def _pip_options(environment: EnvironmentSpec | None, context: Path) -> str:
+    """pip's options in the build: the index, and the find-links folders copied into `context`
+    (the build sees nothing of the host but its context) within the environment's max_size."""
+    if environment is None:
+        return ""
+    options = []
+    if environment.index_url:
+        options += ["--index-url", environment.index_url]
+    elif environment.find_links:
+        options.append("--no-index")
+    copied = 0
+    for index, link in enumerate(environment.find_links):
+        if "://" in link:
+            options += ["--find-links", link]
+            continue
+        target = context / "links" / str(index)
+        target.mkdir(parents=True)
+        for item in sorted(Path(link).iterdir()):
+            if item.is_file():
+                copied += item.stat().st_size
+                if copied > environment.max_size:
+                    raise ImageBuildError(
+                        f"the find_links folders hold more than the [sandbox.environment] max_size of "
+                        f"{shown_size(environment.max_size)}; raise max_size or keep fewer files there"
+                    )
+                shutil.copyfile(item, target / item.name)
+        options += ["--find-links", f"/tmp/coderoom-build/links/{index}"]
+    return " ".join(shlex.quote(option) for option in options)
+
+
 def ensure_image(spec: SandboxSpec, progress: Progress | None = None) -> str:
     """The image a job's sandbox runs: built on first use if it is the default image, with the
-    job's extra packages baked in. Returns its tag."""
+    job's extra packages baked in (`[sandbox.docker] packages` and `[sandbox.environment]`'s).
+    Returns its tag."""
     options = docker_options(spec)
     client = docker_client()
     if not image_exists(client, options.image):
@@ -124,7 +180,8 @@ def ensure_image(spec: SandboxSpec, progress: Progress | None = None) -> str:
         if progress:
             progress(f"building the sandbox image {options.image} (first use)")
         build_image(client, tag=options.image, progress=progress)
-    return build_with_packages(client, options.image, options.packages, progress=progress)
+    wanted = [*options.packages, *spec.environment.packages]
+    return build_with_packages(client, options.image, wanted, environment=spec.environment, progress=progress)
 
 
 def _build(
