@@ -104,8 +104,13 @@ def sandbox_notes(recorded: Any, granted: SandboxSpec) -> list[str]:
     defaults = _option_defaults()
     options = {
         k: v for k, v in recorded.items()
-        if k not in ("backend", "limits") and v and (k not in defaults or defaults[k] != v)
+        if k not in ("backend", "limits", "environment") and v and (k not in defaults or defaults[k] != v)
     }
+    environment = recorded.get("environment")
+    declared = environment.get("packages") if isinstance(environment, dict) else None
+    if isinstance(declared, list) and declared:
+        shown = ", ".join(repr(str(p)[:40]) for p in declared[:5]) + (", ..." if len(declared) > 5 else "")
+        notes.append(f"the run declared packages ({shown}); a rerun installs none (a record never chooses what is installed)")
     if options:
         notes.append(f"the run's sandbox options ({', '.join(sorted(options))[:80]}) are not reused: "
                      "this rerun uses the backend's defaults")
