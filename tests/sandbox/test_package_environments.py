@@ -194,3 +194,32 @@ def test_the_record_of_a_built_environment_names_no_host_path_inside_the_sandbox
     visible = b"".join(p.read_bytes() for p in built.site.rglob("*") if p.is_file())
     assert str(cache).encode() not in visible and str(wheels).encode() not in visible
     assert json.loads((built.folder / packages.RECORD_FILE).read_text())["installed"] == [["crtiny", "1.2.3"]]
+
+
+HARNESS = r"""
+import asyncio, sys
+from coderoom.sandboxes import SandboxSpec
+from coderoom.sandboxes.session import open_session
+
+async def main():
+    spec = SandboxSpec(backend="local", environment={"packages": ["crtiny"], "find_links": [sys.argv[1]]})
+    async with open_session(spec) as session:
+        for python in ("python3", "python3 -I"):
+            done = await session.exec(f"{python} -c 'import crtiny, numpy, sys; print(crtiny.VALUE, sys.prefix)'")
+            print(done.stdout.decode().strip() or done.stderr.decode()[-1500:])
+asyncio.run(main())
+"""
+
+
+def test_a_host_python_that_is_no_venv_gets_the_environment_too(tmp_path: Path, cache: Path, wheels: Path) -> None:
+    """From a base interpreter (CI installs coderoom into one), the sandbox gets a venv skeleton
+    of its own for the environment, with the base's packages (numpy) still importable."""
+    base = Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
+    probe = subprocess.run([str(base), "-c", "import pydantic, agents, numpy"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"{base} lacks coderoom's dependencies")
+    source = str(Path(__file__).parents[2] / "src")
+    environ = {**os.environ, "PYTHONPATH": source, packages.CACHE_VARIABLE: str(cache)}
+    done = subprocess.run([str(base), "-c", HARNESS, str(wheels)], capture_output=True, text=True, timeout=600, env=environ)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == ["42 /opt/coderoom/venv", "42 /opt/coderoom/venv"], done.stdout
