@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -95,9 +96,6 @@ def cache_root() -> Path:
 def environment_key(env: EnvironmentSpec) -> str:
     """The content address of `env` over this runtime (see the module docstring)."""
     rt = bwrap.runtime()
-    runtime_dists = sorted(
-        f"{dist.metadata['Name']}=={dist.version}" for dist in importlib.metadata.distributions() if dist.metadata["Name"]
-    )
     content = {
         "format": FORMAT,
         "packages": env.packages,
@@ -105,11 +103,20 @@ def environment_key(env: EnvironmentSpec) -> str:
         "find_links": [[link, _listing(link)] for link in env.find_links],
         "python": [sys.version, sys.implementation.cache_tag, os.uname().machine],
         "runtime": [str(rt.base), rt.interpreter, [[str(s), r] for s, r in rt.venv_sites], rt.system_site_packages],
-        "runtime_dists": runtime_dists,
+        "runtime_dists": _runtime_distributions(),
         # pip's own configuration from the environment (an index, a wheel folder): hashed, never stored
         "pip_environment": sorted((k, v) for k, v in os.environ.items() if k.startswith("PIP_")),
     }
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:32]
+
+
+@functools.lru_cache(maxsize=1)
+def _runtime_distributions() -> tuple[str, ...]:
+    """The runtime's installed distributions (read once: about 0.2 s here, and the runtime
+    cannot change while this process runs, as `bwrap.runtime`)."""
+    return tuple(sorted(
+        f"{dist.metadata['Name']}=={dist.version}" for dist in importlib.metadata.distributions() if dist.metadata["Name"]
+    ))  # fmt: skip
 
 
 def _listing(link: str) -> list[list[object]]:
