@@ -49,13 +49,21 @@ def output_contract(outputs: Sequence[OutputSpec]) -> str:
     )
 
 
+def packages_note(packages: Sequence[str]) -> str:
+    """The declared packages (`[sandbox.environment]`), so the model uses them rather than
+    working around a package it believes is missing."""
+    if not packages:
+        return ""
+    return f"\n\nAlso installed in the sandbox's Python, for this job: {', '.join(packages)}."
+
+
 def build_agent(job: Job, model: ResolvedModel, notify: Notify) -> SandboxAgent[Any]:
     """`notify(event_type, **fields)` reports retries and cut replies (the run's recorder)."""
     settings = model_settings(job.model_settings, model.api, notify, model.max_retries)
     return SandboxAgent(
         name=job.name,
         base_instructions=base_instructions(model),
-        instructions=job.instructions + output_contract(job.outputs),
+        instructions=job.instructions + packages_note(job.sandbox.environment.packages) + output_contract(job.outputs),
         model=model.agent_model(notify, job.model_settings.context_size),
         model_settings=settings,
         default_manifest=Manifest(),

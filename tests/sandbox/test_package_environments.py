@@ -86,6 +86,14 @@ async def test_a_job_declaring_a_package_imports_it_in_the_sandbox_and_records_i
     assert start.environment["installed"] == [{"name": "crtiny", "version": "1.2.3"}]
 
 
+def test_the_agent_is_told_which_packages_were_declared(tmp_path: Path, wheels: Path) -> None:
+    from coderoom.agent import build_agent
+
+    job = load_job(job_folder(tmp_path, f'packages = ["crtiny>=1"]\nfind_links = ["{wheels}"]'))
+    agent = build_agent(job, scripted([assistant_message("done")]), lambda *args, **kwargs: None)
+    assert "Also installed in the sandbox's Python, for this job: crtiny>=1." in str(agent.instructions)
+
+
 def test_a_second_use_reuses_the_cached_environment(cache: Path, wheels: Path) -> None:
     env = EnvironmentSpec(packages=["crtiny"], find_links=[str(wheels)])
     said: list[str] = []
