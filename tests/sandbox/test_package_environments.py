@@ -231,3 +231,12 @@ def test_a_host_python_that_is_no_venv_gets_the_environment_too(tmp_path: Path, 
     done = subprocess.run([str(base), "-c", HARNESS, str(wheels)], capture_output=True, text=True, timeout=600, env=environ)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines() == ["42 /opt/coderoom/venv", "42 /opt/coderoom/venv"], done.stdout
+
+
+def test_an_incomplete_environment_in_the_cache_is_built_again(cache: Path, wheels: Path) -> None:
+    """A folder without its record (copied by hand, cut short) is never used: it is replaced."""
+    env = EnvironmentSpec(packages=["crtiny"], find_links=[str(wheels)])
+    leftover = cache / packages.environment_key(env)
+    (leftover / "venv").mkdir(parents=True)
+    built = packages.ensure(env)
+    assert built is not None and built.folder == leftover and (built.site / "crtiny" / "__init__.py").is_file()

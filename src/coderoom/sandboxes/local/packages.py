@@ -177,10 +177,13 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def _build(env: EnvironmentSpec, key: str, root: Path) -> BuiltEnvironment:
-    for stale in root.glob(f".build-{key}-*"):  # a build that was killed: we hold its lock now
-        shutil.rmtree(stale, ignore_errors=True)
+    for stale in [*root.glob(f".build-{key}-*"), root / key]:  # a killed build's, or an incomplete one
+        shutil.rmtree(stale, ignore_errors=True)  # (no record: see `load`); we hold the lock now
     failed_log = root / f"{key}.failed.log"
-    work = Path(tempfile.mkdtemp(prefix=f".build-{key}-", dir=root))
+    try:
+        work = Path(tempfile.mkdtemp(prefix=f".build-{key}-", dir=root))
+    except OSError as exc:
+        raise EnvironmentBuildError(f"cannot build the package environment in {root}: {exc}") from None
     log_path = work / LOG_FILE
     try:
         with open(log_path, "wb") as log:
@@ -197,6 +200,8 @@ def _build(env: EnvironmentSpec, key: str, root: Path) -> BuiltEnvironment:
         shutil.rmtree(work, ignore_errors=True)
         if isinstance(exc, EnvironmentBuildError):
             raise EnvironmentBuildError(f"{exc.message} (pip's output: {failed_log})") from None
+        if isinstance(exc, OSError):  # a full disk, a cache folder we may not write
+            raise EnvironmentBuildError(f"cannot build the package environment in {root}: {exc}") from None
         raise
     with contextlib.suppress(OSError):
         failed_log.unlink()
