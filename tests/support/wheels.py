@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -14,7 +15,7 @@ def _digest(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def make_wheel(folder: Path, name: str, version: str, source: str, *, requires: list[str] = ()) -> Path:  # type: ignore[assignment]
+def make_wheel(folder: Path, name: str, version: str, source: str, *, requires: Sequence[str] = ()) -> Path:
     """`folder/NAME-VERSION-py3-none-any.whl` holding module `name` (`source`) and its metadata."""
     dist_info = f"{name}-{version}.dist-info"
     metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
