@@ -20,7 +20,7 @@ from ..errors import JobError, RecordError
 from ..sandboxes import backend_names
 from ..sandboxes.registry import prepare_backend
 from ..sandboxes.stops import how_to_raise
-from ..sandboxes.limits import limits_from_flags
+from ..sandboxes.limits import limits_from_flags, with_allowlist
 from .application import app
 from .display import safe, safe_markdown, shown
 from .errors import reported
@@ -85,6 +85,8 @@ def run(
     timeout: Annotated[Optional[float], typer.Option(help="seconds per command")] = None,
     network: Annotated[Optional[bool], typer.Option("--network/--no-network", help="allow network in the sandbox")] = None,
     limit: Limit = [],
+    allow_host: Annotated[list[str], typer.Option("--allow-host", help="HOST[:PORT] the sandbox may reach through the host's proxy (repeatable; no port: 443 and 80)")] = [],
+    resolve: Annotated[list[str], typer.Option("--resolve", help="HOST=ADDRESS: the address the proxy uses for HOST (repeatable; the only way to reach loopback or private addresses)")] = [],
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="where to save outputs and the record")] = None,
 ) -> None:
     """Run a job: the agent writes and runs code in a sandbox; validated artifacts come back.
@@ -102,6 +104,7 @@ def run(
         try:
             job = _job_from_flags(target, prompt, inputs, outputs)
             limits = limits_from_flags(limit, base=job.sandbox.limits, memory=memory, timeout=timeout, network=network)
+            limits = with_allowlist(limits, allow_host, resolve)
             job = apply_overrides(
                 job, model=model, max_turns=max_turns, tool_choice=tool_choice, max_tokens=max_tokens,
                 temperature=temperature, backend=sandbox, limits=limits,
