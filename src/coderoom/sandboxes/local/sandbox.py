@@ -174,6 +174,7 @@ class LocalSandbox(SandboxPlan):
             max_bytes=self.limits.egress_bytes, max_connections=self.limits.egress_connections,
         )  # fmt: skip
         try:
+            (self.host_dir / host_dir.EGRESS_SOCKET).parent.mkdir(mode=0o755, exist_ok=True)  # a resumed folder
             await proxy.start()
         except OSError as exc:
             raise SandboxFailed(f"cannot start the egress proxy: {exc}") from exc
