@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from coderoom.egress.policy import parse_policy
-from coderoom.egress.proxy import Attempt, Budget, Proxy
+from coderoom.egress.proxy import MAX_OPEN, Attempt, Budget, Proxy
 
 from .upstreams import client_hello, http_upstream, tcp_recorder
 
@@ -217,3 +217,25 @@ async def test_a_socket_left_by_a_killed_proxy_is_replaced_and_close_removes_it(
     assert stale.is_socket()
     await proxy.proxy.close()
     assert not stale.exists()
+
+
+async def test_connections_open_at_once_are_bounded_and_freed_when_they_end(tmp_path: Path) -> None:
+    proxy = await running(tmp_path, {"allow": ["api.test:80"], "resolve": {"api.test": "127.0.0.1"}})
+    idle = [await asyncio.open_unix_connection(str(proxy.proxy.socket_path)) for _ in range(MAX_OPEN)]
+    refused = await proxy.send(get("http://api.test/", "api.test"))
+    assert b"403" in refused and f"{MAX_OPEN} connections are open already".encode() in refused
+    for _, writer in idle:
+        writer.close()
+    await asyncio.sleep(0.2)
+    assert proxy.proxy.budget.open == 0
+    await proxy.proxy.close()
+
+
+async def test_a_redirect_to_a_refused_host_is_the_clients_to_follow_and_is_refused_then(tmp_path: Path) -> None:
+    with http_upstream(redirect_to="http://other.test/") as seen:
+        proxy = await running(tmp_path, {"allow": [f"api.test:{seen.port}"], "resolve": {"api.test": "127.0.0.1"}})
+        first = await proxy.send(get(f"http://api.test:{seen.port}/go", f"api.test:{seen.port}"))
+        followed = await proxy.send(get("http://other.test/", "other.test"))
+        await proxy.proxy.close()
+    assert first.startswith(b"HTTP/1.1 302") and b"location: http://other.test/" in first.lower()
+    assert b"403" in followed and [path for path, _ in seen.requests] == ["/go"]

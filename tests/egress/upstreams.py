@@ -23,8 +23,9 @@ class Seen:
 
 
 @contextlib.contextmanager
-def http_upstream(body: bytes = b"hello from upstream\n") -> Iterator[Seen]:
-    """An HTTP/1.1 server on 127.0.0.1: `GET /big?n=N` answers N bytes, anything else `body`."""
+def http_upstream(body: bytes = b"hello from upstream\n", redirect_to: str | None = None) -> Iterator[Seen]:
+    """An HTTP/1.1 server on 127.0.0.1: `GET /big?n=N` answers N bytes, `GET /go` a redirect to
+    `redirect_to`, anything else `body`."""
     seen = Seen()
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -32,6 +33,12 @@ def http_upstream(body: bytes = b"hello from upstream\n") -> Iterator[Seen]:
 
         def do_GET(self) -> None:
             seen.requests.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
+            if self.path == "/go" and redirect_to:
+                self.send_response(302)
+                self.send_header("Location", redirect_to)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             payload = b"x" * int(self.path.split("n=")[1]) if self.path.startswith("/big") else body
             self.send_response(200)
             self.send_header("Content-Length", str(len(payload)))

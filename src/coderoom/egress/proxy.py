@@ -45,6 +45,7 @@ from .policy import IPAddress, Policy, _split_port, host_of, literal_ip, refused
 MAX_HEAD_BYTES = 16 * 1024  # a request or response head; a longer one is refused
 HEAD_TIMEOUT_S = 30.0  # for the sandbox to send a whole request head or ClientHello
 CONNECT_TIMEOUT_S = 30.0  # to resolve a name and connect upstream
+MAX_OPEN = 64  # connections of one sandbox at once: each holds two host descriptors
 _CHUNK = 64 * 1024
 _SHOWN_CHARS = 80
 # Never forwarded: they describe one hop, or the proxy, not the request.
@@ -83,14 +84,24 @@ class Budget:
     max_connections: int
     used_bytes: int = 0
     connections: int = 0
+    open: int = 0  # connections now, at most MAX_OPEN (`release` when one ends)
     exhausted: str | None = field(default=None)
 
     def admit(self) -> str | None:
-        """Count one more connection; why it must be refused (a limit's name), or None."""
+        """Count one more connection, or say why it must be refused (a limit's name; then
+        nothing is counted and there is nothing to `release`)."""
+        if self.exhausted:
+            return self.exhausted
         if self.connections >= self.max_connections:
             return f"the egress_connections limit of {self.max_connections} is reached"
+        if self.open >= MAX_OPEN:
+            return f"{MAX_OPEN} connections are open already"
         self.connections += 1
-        return self.exhausted
+        self.open += 1
+        return None
+
+    def release(self) -> None:
+        self.open -= 1
 
     def take(self, n: int) -> bool:
         self.used_bytes += n
@@ -153,8 +164,9 @@ class Proxy:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         started = time.monotonic()
         attempt = Attempt(host="", port=0, method="")
+        refusal = self.budget.admit()
+        admitted = refusal is None
         try:
-            refusal = self.budget.admit()
             conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
             request = await asyncio.wait_for(_next_request(reader, conn), HEAD_TIMEOUT_S)
             if request is None:
@@ -180,6 +192,8 @@ class Proxy:
             attempt.reason = attempt.reason or f"connection lost: {_shown(exc)}"
         finally:
             writer.close()
+            if admitted:
+                self.budget.release()
             attempt.duration_s = round(time.monotonic() - started, 6)
             if attempt.method:  # a connection that sent nothing is no attempt
                 with contextlib.suppress(Exception):
