@@ -2,8 +2,8 @@
 request straight to the upstream, both from inside one local sandbox, on loopback only.
 
 The upstream is an HTTP server on the host's 127.0.0.1 serving a 1-byte body (latency) and a
-50 MB body (throughput). "direct" is a second sandbox session with network = true is not
-comparable (slirp4netns, no loopback): so "direct" here is the same program run on the host, and
+50 MB body (throughput). "direct" is the same client program run on the host (a sandbox with
+network = true cannot reach the host's loopback, so it has no direct path to compare);
 "proxied" runs inside the allowlisted sandbox through 127.0.0.1:3128 -> forwarder -> Unix socket
 -> proxy -> upstream. Needs a quiet machine: `python3 benchmarks/egress_bench.py [REQUESTS]`.
 """

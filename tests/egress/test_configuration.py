@@ -95,3 +95,12 @@ def test_a_bad_network_table_in_a_job_file_names_the_table(tmp_path: Path) -> No
     run = coderoom("run", "--model", "offline", str(tmp_path), cwd=tmp_path)
     assert run.returncode == 2
     assert "coderoom.toml [sandbox.network] 'dns': not a network setting" in run.stderr + run.stdout
+
+
+def test_serve_and_mcp_take_the_allowlist_and_mcp_keeps_it_in_the_client_config(tmp_path: Path) -> None:
+    for command in ("serve", "mcp"):
+        bad = coderoom(command, "--allow-host", "api.test", "--resolve", "api.test=nope", cwd=tmp_path)
+        assert bad.returncode == 2 and "not an IP address" in bad.stderr, bad.stderr
+    config = coderoom("mcp", "--allow-host", "api.test:8080", "--resolve", "api.test=127.0.0.1", "--print-config", cwd=tmp_path)
+    assert '"--allow-host",\n        "api.test:8080"' in config.stdout
+    assert '"--resolve",\n        "api.test=127.0.0.1"' in config.stdout

@@ -26,6 +26,7 @@ from .display import safe, safe_markdown, shown
 from .errors import reported
 from .job_overrides import apply_overrides
 from .limit_option import Limit
+from . import service_options as options
 
 if TYPE_CHECKING:  # pydantic (jobs) and rich.markdown load when a command needs them
     from ..jobs import Job
@@ -85,8 +86,8 @@ def run(
     timeout: Annotated[Optional[float], typer.Option(help="seconds per command")] = None,
     network: Annotated[Optional[bool], typer.Option("--network/--no-network", help="allow network in the sandbox")] = None,
     limit: Limit = [],
-    allow_host: Annotated[list[str], typer.Option("--allow-host", help="HOST[:PORT] the sandbox may reach through the host's proxy (repeatable; no port: 443 and 80)")] = [],
-    resolve: Annotated[list[str], typer.Option("--resolve", help="HOST=ADDRESS: the address the proxy uses for HOST (repeatable; the only way to reach loopback or private addresses)")] = [],
+    allow_host: options.AllowHost = [],
+    resolve: options.Resolve = [],
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="where to save outputs and the record")] = None,
 ) -> None:
     """Run a job: the agent writes and runs code in a sandbox; validated artifacts come back.
