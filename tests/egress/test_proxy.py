@@ -239,3 +239,17 @@ async def test_a_redirect_to_a_refused_host_is_the_clients_to_follow_and_is_refu
         await proxy.proxy.close()
     assert first.startswith(b"HTTP/1.1 302") and b"location: http://other.test/" in first.lower()
     assert b"403" in followed and [path for path, _ in seen.requests] == ["/go"]
+
+
+@pytest.mark.parametrize("value", [f"{CANARY}\r\nX-Injected: 1", f"{CANARY}\x00", f"{CANARY}é"])
+async def test_a_secret_a_header_cannot_hold_is_refused_without_showing_it(tmp_path: Path, value: str) -> None:
+    with http_upstream() as seen:
+        table = {
+            "allow": [f"api.test:{seen.port}"], "resolve": {"api.test": "127.0.0.1"},
+            "secrets": [{"host": "api.test", "header": "X-Key", "env": "TOKEN"}],
+        }  # fmt: skip
+        proxy = await running(tmp_path, table, environ={"TOKEN": value})
+        answer = await proxy.send(get(f"http://api.test:{seen.port}/", f"api.test:{seen.port}"))
+        await proxy.proxy.close()
+    assert b"403" in answer and CANARY.encode() not in answer and seen.requests == []
+    assert CANARY not in repr(proxy.events[0].fields())

@@ -184,8 +184,12 @@ class Proxy:
                 await _send_refusal(writer, attempt.reason)
         except asyncio.TimeoutError:
             attempt.reason = "the request did not arrive in time"
-        except h11.ProtocolError as exc:
-            attempt.reason = f"not a valid HTTP request: {_shown(exc)}"
+        except h11.LocalProtocolError:  # what the proxy itself would send: its words may hold a secret
+            attempt.reason = "the proxy could not forward this request"
+            if not attempt.replied:
+                await _send_refusal(writer, attempt.reason, status=400)
+        except h11.RemoteProtocolError as exc:
+            attempt.reason = f"not valid HTTP: {_shown(exc)}"
             if not attempt.replied:
                 await _send_refusal(writer, attempt.reason, status=400)
         except (ConnectionError, OSError) as exc:
@@ -335,6 +339,8 @@ class Proxy:
             value = secret.value(self._environ)
             if value is None:
                 raise Refused(f"{host}: its secret's environment variable {secret.env} is not set on the host")
+            if not value.isprintable() or not value.isascii():
+                raise Refused(f"{host}: its secret's environment variable {secret.env} holds characters a header cannot")
             headers = [(n, v) for n, v in headers if n != secret.header.lower().encode()]
             headers.append((secret.header.encode(), value.encode()))
         headers = [(b"Host", (host if port == 80 else f"{host}:{port}").encode()), *headers, (b"Connection", b"close")]
