@@ -188,6 +188,8 @@ def execute(
         result = asyncio.run(run_interruptible(once))
         _write(sys.stdout.buffer, result.stdout)
         _write(sys.stderr.buffer, result.stderr)
+        for line in result.egress_refused:  # what the sandbox asked for came from it: hostile text
+            sys.stderr.write(terminal_safe(f"coderoom: {line}") + "\n")
         if result.copied_out is not None:
             from ..hostile.exits import OVERRIDABLE
 

@@ -19,11 +19,10 @@ import ipaddress
 import re
 import socket
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 
 from ..errors import UsageError
+from .rules import Policy, Rule, Secret
 
-DEFAULT_PORTS = (443, 80)  # a rule without a port: HTTPS and plain HTTP
 MAX_RULES = 256
 MAX_HOST_CHARS = 253
 _SHOWN_CHARS = 60
@@ -89,77 +88,12 @@ def refused_address(address: IPAddress) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class Rule:
-    """One allowlist entry: an exact host or `*.suffix` (its subdomains, not itself), on one
-    port or on DEFAULT_PORTS."""
-
-    host: str
-    port: int | None = None
-    wildcard: bool = False
-
-    def matches(self, host: str, port: int) -> bool:
-        if port != self.port if self.port is not None else port not in DEFAULT_PORTS:
-            return False
-        return host.endswith("." + self.host) if self.wildcard else host == self.host
-
-    def ports(self) -> tuple[int, ...]:
-        return DEFAULT_PORTS if self.port is None else (self.port,)
-
-    def __str__(self) -> str:
-        host = f"*.{self.host}" if self.wildcard else self.host
-        return host if self.port is None else f"{host}:{self.port}"
-
-
-@dataclass(frozen=True)
-class Secret:
-    """A header the proxy adds for `host`: `format` with the value of the host's environment
-    variable `env` (read by the proxy when it sends; never given to the sandbox)."""
-
-    host: str
-    header: str
-    env: str
-    format: str = "{}"
-
-    def value(self, environ: Mapping[str, str]) -> str | None:
-        raw = environ.get(self.env)
-        return None if raw is None else self.format.replace("{}", raw)
-
-
-@dataclass(frozen=True)
-class Policy:
-    """An allowlist: every connection the sandbox makes goes to a host a rule matches."""
-
-    allow: tuple[Rule, ...]
-    resolve: tuple[tuple[str, str], ...] = ()  # (name, address) the user mapped
-    secrets: tuple[Secret, ...] = field(default=())
-
-    def rule_for(self, host: str, port: int) -> Rule | None:
-        return next((rule for rule in self.allow if rule.matches(host, port)), None)
-
-    def address_for(self, host: str) -> str | None:
-        return dict(self.resolve).get(host)
-
-    def secret_for(self, host: str) -> Secret | None:
-        return next((secret for secret in self.secrets if secret.host == host), None)
-
-    def table(self) -> dict[str, object]:
-        """The job-file form, which `parse_policy` reads back (records, session states)."""
-        return {
-            "allow": [str(rule) for rule in self.allow],
-            "resolve": dict(self.resolve),
-            "secrets": [
-                {"host": s.host, "header": s.header, "env": s.env, "format": s.format} for s in self.secrets
-            ],
-        }
-
-
 def parse_rule(text: object) -> Rule:
     """`host`, `host:port`, `*.suffix[:port]`, `1.2.3.4[:port]` or `[::1][:port]`; ValueError."""
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"{_shown(text)} is not HOST or HOST:PORT")
     text = text.strip()
-    host, port = _split_port(text)
+    host, port = split_port(text)
     wildcard = host.startswith("*.")
     if wildcard:
         host = host[2:]
@@ -171,7 +105,8 @@ def parse_rule(text: object) -> Rule:
     return Rule(name, port, wildcard)
 
 
-def _split_port(text: str) -> tuple[str, int | None]:
+def split_port(text: str) -> tuple[str, int | None]:
+    """`host` and its port (None when not given) of `host`, `host:port` or `[v6]:port`; ValueError."""
     if text.startswith("["):
         host, _, rest = text.partition("]")
         host += "]"

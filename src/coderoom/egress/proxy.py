@@ -40,7 +40,8 @@ from urllib.parse import urlsplit
 import h11
 
 from . import tls
-from .policy import IPAddress, Policy, _split_port, host_of, literal_ip, refused_address
+from .policy import IPAddress, host_of, literal_ip, refused_address, split_port
+from .rules import Policy
 
 MAX_HEAD_BYTES = 16 * 1024  # a request or response head; a longer one is refused
 HEAD_TIMEOUT_S = 30.0  # for the sandbox to send a whole request head or ClientHello
@@ -442,7 +443,7 @@ def _authority(value: bytes, *, default_port: int | None) -> tuple[str, int]:
     """(host, port) of a CONNECT target or a Host header; Refused when it is not one."""
     try:
         text = value.decode("ascii")
-        host, port = _split_port(text)
+        host, port = split_port(text)
         name = host_of(host)
     except (UnicodeDecodeError, ValueError):
         raise Refused(f"{_shown(value)} is not HOST:PORT") from None

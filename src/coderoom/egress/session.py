@@ -12,12 +12,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from importlib.resources import files
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
-from .policy import Policy
+from .rules import Policy
 from .proxy import Attempt, Budget, Proxy
 
 FORWARDER_PORT = 3128  # inside the sandbox's own network namespace: no other program's port
 EgressListener = Callable[[dict[str, object]], None]
+
+
+@runtime_checkable
+class ReportsEgress(Protocol):
+    """A sandbox (or a backend's SDK session) that may run an egress proxy: `watch_egress` hands
+    each later attempt to a listener (nothing without an allowlist)."""
+
+    def watch_egress(self, listener: EgressListener) -> None: ...
 
 
 def sandbox_env(port: int = FORWARDER_PORT) -> dict[str, str]:

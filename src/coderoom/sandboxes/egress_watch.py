@@ -4,19 +4,10 @@ backend that has none yet, reports nothing."""
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
-
 from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
 
-from ..egress.session import EgressListener
+from ..egress.session import EgressListener, ReportsEgress
 from .sdk_session_adapter import backend_session
-
-
-@runtime_checkable
-class ReportsEgress(Protocol):
-    """A backend session whose sandbox may run an egress proxy."""
-
-    def watch_egress(self, listener: EgressListener) -> None: ...
 
 
 def watch_egress(session: BaseSandboxSession, listener: EgressListener) -> None:

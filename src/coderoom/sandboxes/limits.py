@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from ..egress.policy import Policy, parse_policy, policy_from_flags
+from ..egress.rules import Policy  # data only: the parser (`egress.policy`) loads when an allowlist is given
 from ..errors import UsageError
 
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
@@ -132,10 +132,14 @@ def _positive(value: object) -> float:
 
 
 def _policy(value: object) -> Policy | None:
-    if value is None or isinstance(value, Policy):
+    if value is None:
+        return None
+    if isinstance(value, Policy):
         return value
     if isinstance(value, str):  # a --limit flag: the allowlist has flags of its own
         raise ValueError("set with --allow-host and --resolve, or [sandbox.network] in a job file")
+    from ..egress.policy import parse_policy
+
     try:
         return parse_policy(value, source="egress")
     except UsageError as exc:
@@ -266,6 +270,11 @@ def limits_from_flags(items: Iterable[str], *, base: Limits | None = None, **sho
 def with_allowlist(limits: Limits, allow_hosts: Iterable[str], resolves: Iterable[str]) -> Limits:
     """`limits` with `--allow-host` and `--resolve` added to its allowlist (a job's, if any):
     every command that takes those flags ends here."""
+    allow_hosts, resolves = list(allow_hosts), list(resolves)
+    if not allow_hosts and not resolves:
+        return limits
+    from ..egress.policy import policy_from_flags
+
     policy = policy_from_flags(allow_hosts, resolves, base=limits.egress)
     if policy is limits.egress:
         return limits
