@@ -201,3 +201,22 @@ async def test_pip_installs_from_a_loopback_index_with_only_that_host_allowed(tm
         server.wait()
     assert result.exit_code == 0, result.stderr[-2000:]
     assert result.stdout.strip().endswith("42")
+
+
+@pytest.mark.slow
+def test_sandbox_run_reaches_the_allowed_host_and_says_what_was_refused(tmp_path: Path) -> None:
+    fetch = (
+        "import sys, urllib.request as u\n"
+        "print(u.urlopen(f'http://api.test:{sys.argv[1]}/', timeout=20).status)\n"
+        "try: u.urlopen(f'http://other.test:{sys.argv[1]}/', timeout=20)\n"
+        "except Exception as e: print(e)\n"
+    )
+    with http_upstream() as seen:
+        done = subprocess.run(
+            [sys.executable, "-m", "coderoom", "sandbox", "run", "--allow-host", f"api.test:{seen.port}",
+             "--resolve", "api.test=127.0.0.1", "--", "python3", "-c", fetch, str(seen.port)],
+            capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["200", "HTTP Error 403: Forbidden"]
+    assert f"coderoom: egress GET other.test:{seen.port} refused: other.test:{seen.port}: this host" in done.stderr
