@@ -44,6 +44,7 @@ from .record import Listener, Recorder, bounded
 from .record.events import Event, ModelCall
 from .record.hooks import MAX_MESSAGE_CHARS
 from .sandboxes.base import SandboxBackend
+from .sandboxes.egress_watch import watch_egress
 from .sandboxes.orphans import record_run
 from .sandboxes.registry import packages_lock
 from .sandboxes.sdk_session_adapter import limits_hit
@@ -166,7 +167,12 @@ class RunLifecycle:
             self.pooled = held is not None
             self._sandbox = held or await HeldSession.start(self.job.sandbox, backend)
         record_run(self._sandbox.session, self.run_dir, self.run_id)
+        watch_egress(self._sandbox.session, self._record_egress)
         return self._sandbox.session
+
+    def _record_egress(self, fields: dict[str, object]) -> None:
+        """One connection attempt of the sandbox through its allowlist's proxy, into the record."""
+        self.recorder.emit("egress", **fields)
 
     async def stage(self, staging: Awaitable[T]) -> T:
         """Await the surface's copying of its inputs into the started sandbox."""

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..errors import UsageError
-from ..sandboxes.limits import limits_from_flags
+from ..sandboxes.limits import limits_from_flags, with_allowlist
 from ..sandboxes import backend_names, get_backend
 from ..sandboxes.defaults import default_backend_name
 from ..serving.backends import prepare_backends
@@ -44,6 +44,8 @@ def mcp(
     memory: options.Memory = None,
     timeout: options.Timeout = None,
     limit: Limit = [],
+    allow_host: options.AllowHost = [],
+    resolve: options.Resolve = [],
     max_sessions: Annotated[int, typer.Option(help="live sessions at once")] = 8,
     idle_timeout: options.IdleTimeout = options.IDLE_TIMEOUT_DEFAULT_S,
     pool: options.Pool = 0,
@@ -60,7 +62,7 @@ def mcp(
         from ..mcp_server.client_config import render, server_args
 
         typer.echo(render(server_args(allow_read=allow_read, runs=runs, model=model, sandbox=sandbox, memory=memory,
-                                      timeout=timeout, limits=limit)))
+                                      timeout=timeout, limits=limit, allow_hosts=allow_host, resolves=resolve)))
         return
     from ..interrupts import Interrupted, exit_now, raising_on_signals, run_interruptible
 
@@ -75,7 +77,7 @@ def mcp(
         backend = sandbox or default_backend_name()
         if backend not in backend_names():
             raise UsageError(f"--sandbox {backend!r}: choose one of {', '.join(backend_names())}")
-        limits = limits_from_flags(limit, memory=memory, timeout=timeout)
+        limits = with_allowlist(limits_from_flags(limit, memory=memory, timeout=timeout), allow_host, resolve)
         options.check_pool(pool, pool_max_idle, idle_timeout)
         spec = SandboxSpec(backend=backend, limits=limits)
         reason = get_backend(backend).unavailable_reason(spec)

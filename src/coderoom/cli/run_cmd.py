@@ -20,13 +20,14 @@ from ..errors import JobError, RecordError
 from ..sandboxes import backend_names
 from ..sandboxes.registry import prepare_backend
 from ..sandboxes.stops import how_to_raise
-from ..sandboxes.limits import limits_from_flags
+from ..sandboxes.limits import limits_from_flags, with_allowlist
 from ..sandboxes.requirements import PACKAGE_HELP
 from .application import app
 from .display import safe, safe_markdown, shown
 from .errors import reported
 from .job_overrides import apply_overrides
 from .limit_option import Limit
+from . import service_options as options
 
 if TYPE_CHECKING:  # pydantic (jobs) and rich.markdown load when a command needs them
     from ..jobs import Job
@@ -87,6 +88,8 @@ def run(
     network: Annotated[Optional[bool], typer.Option("--network/--no-network", help="allow network in the sandbox")] = None,
     limit: Limit = [],
     package: Annotated[list[str], typer.Option("--package", help=PACKAGE_HELP)] = [],
+    allow_host: options.AllowHost = [],
+    resolve: options.Resolve = [],
     out_dir: Annotated[Optional[Path], typer.Option("--out", help="where to save outputs and the record")] = None,
 ) -> None:
     """Run a job: the agent writes and runs code in a sandbox; validated artifacts come back.
@@ -107,6 +110,7 @@ def run(
             from ..sandboxes.spec import with_packages
 
             environment = with_packages(job.sandbox.environment, package) if package else None
+            limits = with_allowlist(limits, allow_host, resolve)
             job = apply_overrides(
                 job, model=model, max_turns=max_turns, tool_choice=tool_choice, max_tokens=max_tokens,
                 temperature=temperature, backend=sandbox, limits=limits, environment=environment,

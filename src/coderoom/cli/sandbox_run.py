@@ -27,7 +27,7 @@ from .. import signal_masks
 from ..errors import CoderoomError
 from ..hostile.text import terminal_safe, terminal_safe_bytes
 from ..sandboxes.defaults import default_backend_name
-from ..sandboxes.limits import FLAG_HELP, Limits, limits_from_flags
+from ..sandboxes.limits import FLAG_HELP, Limits, limits_from_flags, with_allowlist
 from ..sandboxes.requirements import PACKAGE_HELP
 from ..sandboxes.registry import backend_names, get_backend, prepare_backend
 from .errors import show
@@ -70,6 +70,8 @@ OPTIONS = (
     Option("pids", int, None, "processes and threads"),
     Option("limit", list, lambda: [], FLAG_HELP),
     Option("package", list, lambda: [], PACKAGE_HELP),
+    Option("allow_host", list, lambda: [], "HOST[:PORT] the sandbox may reach through the host's proxy (repeatable)"),
+    Option("resolve", list, lambda: [], "HOST=ADDRESS: the address the proxy uses for HOST (repeatable)"),
 )
 SHORT_FORMS = ("network", "memory", "timeout", "pids")  # options that set one limit each
 COMMAND_HELP = "the command and its arguments (after --)"
@@ -118,7 +120,8 @@ def parse_plain(argv: list[str]) -> tuple[dict[str, Any], list[str]] | None:
 
 def limits_of(values: dict[str, Any]) -> Limits:
     """The limits `sandbox run`'s options ask for, on both paths (a bad one: UsageError)."""
-    return limits_from_flags(values["limit"], **{name: values[name] for name in SHORT_FORMS})
+    limits = limits_from_flags(values["limit"], **{name: values[name] for name in SHORT_FORMS})
+    return with_allowlist(limits, values["allow_host"], values["resolve"])
 
 
 def plain_spec(values: dict[str, Any]) -> SimpleNamespace:
@@ -189,6 +192,8 @@ def execute(
         result = asyncio.run(run_interruptible(once))
         _write(sys.stdout.buffer, result.stdout)
         _write(sys.stderr.buffer, result.stderr)
+        for line in result.egress_refused:  # what the sandbox asked for came from it: hostile text
+            sys.stderr.write(terminal_safe(f"coderoom: {line}") + "\n")
         if result.copied_out is not None:
             from ..hostile.exits import OVERRIDABLE
 

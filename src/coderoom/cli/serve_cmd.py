@@ -20,7 +20,7 @@ import typer
 from rich.console import Console
 
 from ..errors import UsageError
-from ..sandboxes.limits import limits_from_flags
+from ..sandboxes.limits import limits_from_flags, with_allowlist
 from ..serving.backends import prepare_backends
 from ..serving.bind import bind, host_headers, shown_host
 from . import service_options as options
@@ -47,6 +47,8 @@ def serve(
     memory: options.Memory = None,
     timeout: options.Timeout = None,
     limit: Limit = [],
+    allow_host: options.AllowHost = [],
+    resolve: options.Resolve = [],
     idle_timeout: options.IdleTimeout = options.IDLE_TIMEOUT_DEFAULT_S,
     pool: Annotated[int, typer.Option(help="warm sandboxes of the default sandbox kept ready (0: none)")] = 0,
     pool_max_idle: options.PoolMaxIdle = options.POOL_MAX_IDLE_DEFAULT_S,
@@ -57,7 +59,7 @@ def serve(
     with raising_on_signals(), reported():
         if max_sessions < 1:
             raise UsageError(f"--max-sessions {max_sessions}: at least 1")
-        limits = limits_from_flags(limit, memory=memory, timeout=timeout)
+        limits = with_allowlist(limits_from_flags(limit, memory=memory, timeout=timeout), allow_host, resolve)
         options.check_pool(pool, pool_max_idle, idle_timeout)
         choices = _choices(model or [], sandbox or [])
         sock = bind(host, port, allow_remote)

@@ -1,7 +1,8 @@
 """What `coderoom serve` and `coderoom mcp` both take about their sessions: the sandbox limits
 every session gets (no client chooses them; `--limit` is `limit_option`'s, read by
-`sandboxes.limits.limits_from_flags`) and the warm pool. One definition, so the two servers
-cannot drift apart in names, defaults or validation."""
+`sandboxes.limits.limits_from_flags`), the allowlist (`--allow-host`, `--resolve`, which `run`
+takes too, read by `sandboxes.limits.with_allowlist`) and the warm pool. One definition, so the
+servers cannot drift apart in names, defaults or validation."""
 
 from __future__ import annotations
 
@@ -13,6 +14,14 @@ from ..errors import UsageError
 
 Memory = Annotated[Optional[str], typer.Option(help="sandbox memory of every session, e.g. 2G")]
 Timeout = Annotated[Optional[float], typer.Option(help="seconds per command or cell")]
+AllowHost = Annotated[
+    list[str],
+    typer.Option("--allow-host", metavar="HOST[:PORT]", help="HOST[:PORT] the sandbox may reach through the host's proxy (repeatable; no port: 443 and 80)"),
+]
+Resolve = Annotated[
+    list[str],
+    typer.Option("--resolve", metavar="HOST=ADDRESS", help="HOST=ADDRESS: the address the proxy uses for HOST (repeatable; the only way to reach loopback or private addresses)"),
+]
 IdleTimeout = Annotated[float, typer.Option(help="seconds before an unused session is closed")]
 Pool = Annotated[int, typer.Option(help="warm sandboxes kept ready (0: none)")]
 PoolMaxIdle = Annotated[float, typer.Option(help="seconds before an unclaimed warm sandbox is recycled")]

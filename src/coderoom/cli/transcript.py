@@ -10,10 +10,10 @@ from rich.panel import Panel
 from rich.text import Text
 
 from ..record.events import (
-    RECOVERED, AskEnd, AskStart, ContextTrimmed, Event, FileWritten, MessageItem, ModelCall, ModelReplyCut, Nudge,
-    RunEnd, RunStart, ToolResult,
+    RECOVERED, AskEnd, AskStart, ContextTrimmed, Egress, Event, FileWritten, MessageItem, ModelCall, ModelReplyCut,
+    Nudge, RunEnd, RunStart, ToolResult,
 )
-from ..record.notes import run_notes, trim_line
+from ..record.notes import egress_line, run_notes, trim_line
 from ..record.reader import Record
 from .display import safe, safe_markdown, shown
 
@@ -77,6 +77,8 @@ def _show_event(event: Event) -> None:
     elif isinstance(event, ModelReplyCut):
         then = "; asked to finish" if event.retried else "; marked as cut"
         out.print(Text.assemble(stamp, (f" reply cut at max_tokens={event.max_tokens}{then}", "yellow")))
+    elif isinstance(event, Egress):
+        out.print(Text.assemble(stamp, " ", safe(egress_line(event), "dim" if event.allowed and not event.reason else "yellow")))
     elif isinstance(event, Nudge):
         reasons = "; ".join(f"{m.path} ({m.reason})" for m in event.missing)
         out.print(Text.assemble(stamp, (" nudge: ", "yellow"), safe(reasons)))

@@ -32,7 +32,8 @@ def installed_command() -> list[str]:
 
 
 def server_args(*, allow_read: Sequence[Path], runs: Path, model: str | None, sandbox: str | None,
-                memory: str | None, timeout: float | None, limits: Sequence[str]) -> list[str]:
+                memory: str | None, timeout: float | None, limits: Sequence[str],
+                allow_hosts: Sequence[str] = (), resolves: Sequence[str] = ()) -> list[str]:
     """`mcp` and the options given with --print-config, host paths made absolute."""
     args = ["mcp"]
     for folder in allow_read:
@@ -44,6 +45,10 @@ def server_args(*, allow_read: Sequence[Path], runs: Path, model: str | None, sa
     args += ["--timeout", f"{timeout:g}"] if timeout is not None else []
     for limit in limits:
         args += ["--limit", limit]
+    for host in allow_hosts:
+        args += ["--allow-host", host]
+    for item in resolves:
+        args += ["--resolve", item]
     return args
 
 

@@ -274,6 +274,23 @@ class ExtractRefused(_Event):
     detail: str
 
 
+class Egress(_Event):
+    """One connection an allowlisted sandbox made through the host proxy (`coderoom.egress`):
+    allowed or refused and why, bytes each way. Host and reason come from the sandbox's request
+    (the proxy checked and bounded them): hostile text, shown escaped."""
+
+    type: Literal["egress"] = "egress"
+    host: str = Field(default="", max_length=300)
+    port: int = 0
+    method: str = Field(default="", max_length=100)
+    allowed: bool = False
+    reason: str = Field(default="", max_length=1000)
+    address: str = Field(default="", max_length=100)
+    bytes_up: int = 0
+    bytes_down: int = 0
+    duration_s: float = 0.0
+
+
 class ModelRetry(_Event):
     """The model server failed in a way worth another try; coderoom waits `wait_s` first."""
 
@@ -390,7 +407,7 @@ class RunEnd(_Event):
 
 Event = Union[
     RunStart, ModelStart, ModelCall, ModelRetry, ModelReplyCut, ContextTrimmed, ToolStart, ToolResult, Nudge,
-    ExtractRefused, SessionOpen, AskStart, AskEnd, FileWritten, FileRead, FilesListed, EventsLost, RunEnd,
+    ExtractRefused, SessionOpen, AskStart, AskEnd, FileWritten, FileRead, FilesListed, EventsLost, Egress, RunEnd,
 ]
 Listener = Callable[[Event], None]
 
@@ -398,6 +415,6 @@ EVENT_TYPES: dict[str, type[_Event]] = {
     model.model_fields["type"].default: model
     for model in (RunStart, ModelStart, ModelCall, ModelRetry, ModelReplyCut, ContextTrimmed, ToolStart,
                   ToolResult, Nudge, ExtractRefused, SessionOpen, AskStart, AskEnd, FileWritten, FileRead,
-                  FilesListed, EventsLost, RunEnd)
+                  FilesListed, EventsLost, Egress, RunEnd)
 }
 """Each event type by its `type` value. A new event type is a model here, and nothing more."""

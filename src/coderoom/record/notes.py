@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .events import ContextTrimmed, Event, ModelCall, ModelReplyCut, ToolStart
+from .events import ContextTrimmed, Egress, Event, ModelCall, ModelReplyCut, ToolStart
 
 
 def run_notes(events: Iterable[Event]) -> list[str]:
@@ -48,6 +48,16 @@ def trim_line(event: ContextTrimmed) -> str:
         f"{event.outputs_trimmed} tool outputs trimmed, {event.items_dropped} items left out "
         f"({event.chars_removed:,} chars) to ~{event.tokens_after:,}"
     )
+
+
+def egress_line(event: Egress) -> str:
+    """One egress event as a line (`show`): what the sandbox asked for, what the proxy did."""
+    what = f"egress {event.method} {event.host}:{event.port}"
+    if not event.allowed:
+        return f"{what} refused: {event.reason}"
+    moved = f"{event.bytes_up:,} bytes up, {event.bytes_down:,} down in {event.duration_s:.3f}s"
+    cut = f"; cut: {event.reason}" if event.reason else ""
+    return f"{what} via {event.address}: {moved}{cut}"
 
 
 def _count(n: int, one: str, many: str) -> str:

@@ -13,9 +13,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+from ..egress.rules import Policy  # data only: the parser (`egress.policy`) loads when an allowlist is given
 from ..errors import UsageError
 
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
@@ -31,6 +32,7 @@ MINIMUM_SIZES = {
     "tmp_size": 1024**2,
     "file_size": 64 * 1024,
     "output_bytes": 256,
+    "egress_bytes": 1024,
 }
 # RLIMIT_CPU's hard limit is this much over the soft one: at the soft limit the kernel sends
 # SIGXCPU, which names the cpu_time limit (see `stops`); with soft = hard it sends SIGKILL,
@@ -42,6 +44,13 @@ MINIMUM_TOOL_OUTPUT_CHARS = 1000
 FLAG_SOURCE = "--limit"
 # How a job file names it (and anything else read through `spec.LimitsField`).
 JOB_FILE_SOURCE = "coderoom.toml [sandbox.limits]"
+# Where a job file writes the allowlist (`egress`), and the flags that add to it.
+NETWORK_SOURCE = "coderoom.toml [sandbox.network]"
+NETWORK_FLAGS_HELP = (
+    "--allow-host HOST[:PORT] (repeatable; *.domain for its subdomains; no port: 443 and 80) lets the "
+    "sandbox reach only the hosts listed, through a proxy on this host; --resolve HOST=ADDRESS (repeatable) "
+    "maps a name to an address, the only way a loopback or private address can be reached"
+)
 
 
 def _shown(value: object) -> str:
@@ -122,6 +131,21 @@ def _positive(value: object) -> float:
     return number
 
 
+def _policy(value: object) -> Policy | None:
+    if value is None:
+        return None
+    if isinstance(value, Policy):
+        return value
+    if isinstance(value, str):  # a --limit flag: the allowlist has flags of its own
+        raise ValueError("set with --allow-host and --resolve, or [sandbox.network] in a job file")
+    from ..egress.policy import parse_policy
+
+    try:
+        return parse_policy(value, source="egress")
+    except UsageError as exc:
+        raise ValueError(exc.message.replace("\n", "; ")) from None
+
+
 def _switch(value: object) -> bool:
     if isinstance(value, bool):
         return value
@@ -146,6 +170,9 @@ _CHECKS: dict[str, Callable[[object], object]] = {
     "output_bytes": _size("output_bytes"),
     "tool_output_chars": _whole(MINIMUM_TOOL_OUTPUT_CHARS),
     "network": _switch,
+    "egress": _policy,
+    "egress_bytes": _size("egress_bytes"),
+    "egress_connections": _whole(1),
 }
 
 
@@ -166,7 +193,10 @@ class Limits:
     tmp_size: int = 256 * 1024**2  # private /tmp tmpfs size
     output_bytes: int = 1024**2  # captured stdout/stderr per stream
     tool_output_chars: int = 16_000  # of one tool result the model reads (the rest: in the workspace)
-    network: bool = False  # network access from the sandbox
+    network: bool = False  # unrestricted network access from the sandbox
+    egress: Policy | None = None  # only the hosts this allowlist names, through the host proxy (`egress`)
+    egress_bytes: int = 1024**3  # with an allowlist: bytes both ways, all connections of the sandbox
+    egress_connections: int = 10_000  # with an allowlist: connections the sandbox may open
 
     def __post_init__(self) -> None:
         for name, check in _CHECKS.items():
@@ -174,9 +204,21 @@ class Limits:
                 object.__setattr__(self, name, check(getattr(self, name)))
             except ValueError as exc:
                 raise ValueError(f"{name}: {exc}") from None
+        if self.network and self.egress is not None:
+            raise ValueError(
+                "network = true means unrestricted network, and an allowlist (--allow-host, "
+                "[sandbox.network] allow) restricts it: give one or the other"
+            )
 
 
 LIMIT_NAMES = tuple(field.name for field in fields(Limits))
+
+
+def limits_table(limits: Limits) -> dict[str, object]:
+    """`limits` as plain data that `parse_limits` reads back (session states, records)."""
+    table = asdict(limits)
+    table["egress"] = None if limits.egress is None else limits.egress.table()
+    return table
 FLAG_HELP = f"a sandbox limit, NAME=VALUE (repeatable): {', '.join(LIMIT_NAMES)}"
 
 
@@ -200,7 +242,10 @@ def parse_limits(values: Mapping[str, object], *, source: str, base: Limits | No
             problems.append(f"{source} {name}: {exc}")
     if problems:
         raise UsageError("\n".join(problems))
-    return replace(base or Limits(), **checked)
+    try:
+        return replace(base or Limits(), **checked)
+    except ValueError as exc:  # a rule across limits (`Limits.__post_init__`)
+        raise UsageError(f"{source}: {exc}") from None
 
 
 def flag_values(items: Iterable[str]) -> dict[str, str]:
@@ -220,3 +265,17 @@ def limits_from_flags(items: Iterable[str], *, base: Limits | None = None, **sho
     values: dict[str, object] = dict(flag_values(items))
     values.update({name: value for name, value in short_forms.items() if value is not None})
     return parse_limits(values, source=FLAG_SOURCE, base=base)
+
+
+def with_allowlist(limits: Limits, allow_hosts: Iterable[str], resolves: Iterable[str]) -> Limits:
+    """`limits` with `--allow-host` and `--resolve` added to its allowlist (a job's, if any):
+    every command that takes those flags ends here."""
+    allow_hosts, resolves = list(allow_hosts), list(resolves)
+    if not allow_hosts and not resolves:
+        return limits
+    from ..egress.policy import policy_from_flags
+
+    policy = policy_from_flags(allow_hosts, resolves, base=limits.egress)
+    if policy is limits.egress:
+        return limits
+    return parse_limits({"egress": policy}, source="--allow-host", base=limits)

@@ -15,7 +15,7 @@ and hooks (`.git/`, `.envrc`, shell start-up files...) are not copied back unles
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,6 +38,7 @@ class OneShotResult:
     stdout: bytes
     stderr: bytes
     copied_out: ExtractReport | None = None
+    egress_refused: list[str] = field(default_factory=list)  # with an allowlist: what the proxy refused or cut
 
     @property
     def timed_out(self) -> bool:
@@ -63,6 +64,12 @@ async def run_once(
         from ..hostile.exits import extract_leaving_out
     limit = spec.limits.workspace_size
     sandbox = await (start() if start is not None else backend.start(spec))
+    refused: list[str] = []
+    if spec.limits.egress is not None:
+        from ..egress.session import ReportsEgress
+
+        if isinstance(sandbox, ReportsEgress):
+            sandbox.watch_egress(lambda fields: refused.append(_refusal(fields)) if fields.get("reason") else None)
     try:
         if workspace is not None:
             with await asyncio.to_thread(archive, workspace, skip=set(), max_bytes=limit) as tar:
@@ -76,4 +83,12 @@ async def run_once(
                 )
     finally:
         await finish_uncancelled(sandbox.close())  # a signal's cancel never cuts the cleanup short
-    return OneShotResult(result.exit_code, result.stdout, result.stderr, report)
+    return OneShotResult(result.exit_code, result.stdout, result.stderr, report, refused[:MAX_REFUSALS_SHOWN])
+
+
+MAX_REFUSALS_SHOWN = 20
+
+
+def _refusal(fields: dict[str, object]) -> str:
+    what = "cut" if fields.get("allowed") else "refused"
+    return f"egress {fields.get('method')} {fields.get('host')}:{fields.get('port')} {what}: {fields.get('reason')}"

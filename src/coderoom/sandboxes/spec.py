@@ -3,21 +3,23 @@
 
 Backend-specific settings live in a table named for the backend (`[sandbox.docker]` in a job
 file, `SandboxSpec(docker={...})` in code), validated by that backend's `options_model`: the
-spec itself knows no backend.
+spec itself knows no backend. `[sandbox.network]` (the allowlist: allow, resolve, secrets) is
+no backend's: it becomes the `egress` limit, so every surface reads it from `limits`.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, field_validator, model_validator
 
+from ..egress.policy import parse_policy
 from ..errors import UsageError
 from . import requirements
 from .defaults import default_backend_name
-from .limits import JOB_FILE_SOURCE, Limits, parse_limits, parse_size
+from .limits import JOB_FILE_SOURCE, NETWORK_SOURCE, Limits, limits_table, parse_limits, parse_size
 
 
 def _limits(value: object) -> Limits:
@@ -27,7 +29,7 @@ def _limits(value: object) -> Limits:
 
 
 # `Limits` as a field of a pydantic model: validated by `parse_limits`, dumped as a plain table.
-LimitsField = Annotated[Limits, PlainValidator(_limits), PlainSerializer(asdict)]
+LimitsField = Annotated[Limits, PlainValidator(_limits), PlainSerializer(limits_table)]
 
 
 # A build that takes longer, or an environment that grows larger, is refused (named in the error).
@@ -113,6 +115,21 @@ class SandboxSpec(BaseModel):
     backend: str = Field(default_factory=default_backend_name)
     limits: LimitsField = Field(default_factory=Limits)
     environment: EnvironmentSpec = Field(default_factory=EnvironmentSpec)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _network_table(cls, data: Any) -> Any:
+        """`[sandbox.network]` into `limits.egress` (a UsageError naming the table if it is bad)."""
+        if not isinstance(data, Mapping) or "network" not in data:
+            return data
+        data = dict(data)
+        policy = parse_policy(data.pop("network"), source=NETWORK_SOURCE)
+        limits = data.get("limits", {})
+        if isinstance(limits, Limits):
+            data["limits"] = parse_limits({"egress": policy}, source=NETWORK_SOURCE, base=limits)
+        elif isinstance(limits, Mapping):
+            data["limits"] = {**limits, "egress": policy}
+        return data
 
     def options_for(self, backend: str) -> dict[str, Any]:
         """The raw `[sandbox.<backend>]` table (empty when the job has none)."""

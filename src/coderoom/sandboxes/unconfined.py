@@ -18,6 +18,8 @@ class UnconfinedBackend:
     summary = "NO ISOLATION: the SDK's unix_local runs code on the host, for comparison only"
 
     def unavailable_reason(self, spec: SandboxSpec) -> str | None:
+        if spec.limits.egress is not None:
+            return "the unconfined backend isolates nothing, so an allowlist could not hold; use --sandbox local"
         return None
 
     def client(self, spec: SandboxSpec) -> tuple[UnixLocalSandboxClient, Any]:

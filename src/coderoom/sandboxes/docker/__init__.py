@@ -35,6 +35,11 @@ class DockerBackend:
     summary = "a hardened container (non-root, read-only, no capabilities, no network); needs a Docker engine"
 
     def unavailable_reason(self, spec: SandboxSpec) -> str | None:
+        if spec.limits.egress is not None:
+            return (
+                "an allowlist (--allow-host, [sandbox.network] allow) runs on the local backend only in this "
+                "version; use --sandbox local, or network = true for an unrestricted container"
+            )
         try:
             import docker
         except ImportError:
@@ -78,6 +83,8 @@ class DockerBackend:
         the CLI's fast path); None when the full path must run it (nothing was made)."""
         from .plain import run_plain
 
+        if spec.limits.egress is not None:
+            return None  # the full path refuses it with `unavailable_reason`
         return run_plain(spec.limits, argv)
 
     def client(self, spec: SandboxSpec) -> tuple[Any, Any]:

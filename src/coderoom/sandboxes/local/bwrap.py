@@ -30,6 +30,7 @@ VENV_MOUNT = f"{OWN_DIR}/venv"
 # With a declared package environment (`packages`), the host venv's site-packages move here and
 # the environment takes their place in the sandbox venv (see `Runtime.binds`).
 LAYERED_MOUNT = f"{OWN_DIR}/runtime"
+EGRESS_DIR = f"{OWN_DIR}/egress"  # with an allowlist: the proxy's socket (`egress.proxy`), read-only
 # bwrap must have these; a build without them is refused rather than run with less isolation.
 # (--disable-userns came with --size, in 0.8: required, it is always passed, never cached as a choice.)
 _REQUIRED = (
@@ -69,7 +70,8 @@ class Mounts:
     root: str  # the workspace inside the sandbox, checked by `root_problem`; the commands' cwd
     python: list[tuple[Path, str]]  # read-only binds of the Python runtime (see Runtime, views_namespace)
     tmp_size: int
-    network: bool
+    tls: bool  # the host's CA certificates (network or an allowlist)
+    egress_dir: Path | None = None  # with an allowlist: the folder of the proxy's socket, at EGRESS_DIR
 
 
 def _candidates() -> list[str]:
@@ -394,8 +396,10 @@ def build_args(bw: Bwrap, mounts: Mounts, env: dict[str, str]) -> list[str]:
     args += ["--hostname", "sandbox"]
     args += _system_binds()
     args += ["--ro-bind", str(mounts.etc_dir), "/etc"]
-    for name in host_etc_binds(mounts.network):
+    for name in host_etc_binds(mounts.tls):
         args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    if mounts.egress_dir is not None:  # a socket in a read-only bind can still be connected to
+        args += ["--ro-bind", str(mounts.egress_dir), EGRESS_DIR]
     for source, dest in mounts.python:
         args += ["--ro-bind", str(source), dest]
     args += ["--proc", "/proc", "--dev", "/dev"]
@@ -432,14 +436,15 @@ def root_problem(root: str) -> str | None:
     return None
 
 
-def host_etc_binds(network: bool) -> list[str]:
-    """Host /etc entries the runtime needs: the loader cache and fonts; TLS with network."""
-    names = ["ld.so.cache", "fonts"] + (["ssl", "ca-certificates"] if network else [])
+def host_etc_binds(tls: bool) -> list[str]:
+    """Host /etc entries the runtime needs: the loader cache and fonts; TLS's with network."""
+    names = ["ld.so.cache", "fonts"] + (["ssl", "ca-certificates"] if tls else [])
     return [name for name in names if Path("/etc", name).exists()]
 
 
-def write_etc(etc_dir: Path, network: bool) -> None:
-    """A synthetic /etc: a sandbox user, hostname `sandbox`, slirp4netns's resolver only with network."""
+def write_etc(etc_dir: Path, network: bool, *, tls: bool) -> None:
+    """A synthetic /etc: a sandbox user, hostname `sandbox`, slirp4netns's resolver only with
+    network (an allowlisted sandbox has none: its proxy resolves names), CA certificates with `tls`."""
     etc_dir.mkdir(mode=0o755)
     files = {
         "passwd": f"root:x:0:0:root:/root:/bin/sh\nsandbox:x:{SANDBOX_UID}:{SANDBOX_UID}:"
@@ -454,7 +459,7 @@ def write_etc(etc_dir: Path, network: bool) -> None:
     for name, text in files.items():
         (etc_dir / name).write_text(text)
     # mount points for host files bound over the read-only /etc (bwrap cannot create them)
-    for name in host_etc_binds(network):
+    for name in host_etc_binds(tls):
         placeholder = etc_dir / name
         if Path("/etc", name).is_dir():
             placeholder.mkdir()

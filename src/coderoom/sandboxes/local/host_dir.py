@@ -33,20 +33,25 @@ from . import bwrap, cgroup, leases
 PREFIX = "coderoom-local-"
 CGROUP_FILE = "cgroup"  # the session's memory cgroup, for `prune` (see `cgroup.remove_recorded`)
 BWRAP_FILE = "bwrap"  # the pid of the session's latest bwrap, its process group: for `prune` (`leases.kill_users`)
+EGRESS_SOCKET = "egress/proxy.sock"  # with an allowlist: the host proxy's socket, bound read-only at bwrap.EGRESS_DIR
 SESSION_FILE = "session"  # the SDK session id the folder belongs to (see `bind`)
 RUN_FILE = "run"  # the run folder and run id the workspace belongs to (see `bind_run`)
 MAX_RUN_RECORD = 8192
 SHARED_MODE = 0o710  # as root: searchable by bwrap's uid's group, writable by us alone
 
 
-def make(network: bool, packages: Path | None = None) -> Path:
+def make(network: bool, packages: Path | None = None, *, egress: bool = False) -> Path:
     """A new session folder with its workspace, /etc and venv skeleton; the workspace is bwrap's
-    uid's. `packages`: a package environment's site-packages the sandbox will bind (see `bwrap.Runtime.binds`)."""
+    uid's. `packages`: a package environment's site-packages the sandbox will bind (see
+    `bwrap.Runtime.binds`). With `egress` (an allowlist), `egress/` for the proxy's socket
+    (`EGRESS_SOCKET`)."""
     host_dir = Path(tempfile.mkdtemp(prefix=PREFIX, dir=parent()))  # ours, mode 0700
     try:
         leases.claim(host_dir)  # `prune` reclaims the folder once this process is gone
         (host_dir / "workspace").mkdir(mode=0o700)
-        bwrap.write_etc(host_dir / "etc", network)
+        bwrap.write_etc(host_dir / "etc", network, tls=network or egress)
+        if egress:
+            (host_dir / EGRESS_SOCKET).parent.mkdir(mode=0o755)  # bwrap's uid connects to the socket in it
         rt = bwrap.runtime()
         if rt.venv_sites or packages is not None:
             bwrap.write_venv(host_dir / "venv", rt, packages=packages is not None)

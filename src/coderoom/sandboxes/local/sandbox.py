@@ -49,7 +49,10 @@ Limits (see `Limits`):
   refused. The overshoot is what one command can write in 0.25 s; also capped: 100 000 entries
   and 256 levels of directories.
 * network: off, only lo; on, a namespace of its own through slirp4netns (`network`), never
-  the host's.
+  the host's. With an allowlist (`egress`), only lo too: the session's host proxy
+  (`coderoom.egress.proxy`) listens on a Unix socket bound read-only into the sandbox, a
+  forwarder started with each launcher (`egress/inside/forwarder`) relays 127.0.0.1:3128 to it,
+  and every command's environment names it (HTTP_PROXY, ...). No resolver: DNS fails inside.
 * output_bytes: per stream, head and tail kept, the middle replaced by a truncation marker.
 * MAX_LIVE_PROCESSES long-lived processes at once; MAX_OPEN_FILES descriptors per process.
 * a long-lived process has the same limits, timeout included (from its start), unless it is the
@@ -66,6 +69,7 @@ from collections.abc import Mapping, Sequence, Set
 from pathlib import Path, PurePosixPath
 from typing import IO, TYPE_CHECKING
 
+from ...egress import session as egress_session
 from ...errors import SandboxFailed
 from ...hostile import tree
 from ...hostile.names import safe_relative_path
@@ -113,6 +117,11 @@ class LocalSandbox(SandboxPlan):
         self._archiving = False
         self._quiet = asyncio.Condition()
         self._egress: network.Egress | None = None  # with network on, stopped with the launcher
+        self._proxy: egress_session.EgressSession | None = None  # with an allowlist, stopped by `close`
+        self._forwarder: list[asyncio.Future[None]] = []  # its output pumps, with the launcher
+        self._command_env = with_library_path(BASE_ENV)
+        if limits.egress is not None:
+            self._command_env.update(egress_session.sandbox_env())
         self._launcher: Launcher | None = None
         self._launcher_lock = asyncio.Lock()
         self._processes: list[LongLived] = []
@@ -121,7 +130,7 @@ class LocalSandbox(SandboxPlan):
     @classmethod
     async def create(cls, limits: Limits, bw: bwrap.Bwrap, packages: Path | None = None) -> LocalSandbox:
         """A sandbox in a new host folder; not started (see `start`)."""
-        folder = await asyncio.to_thread(host_dir.make, limits.network, packages)
+        folder = await asyncio.to_thread(host_dir.make, limits.network, packages, egress=limits.egress is not None)
         return cls(limits, bw, folder, packages=packages)
 
     @classmethod
@@ -147,13 +156,73 @@ class LocalSandbox(SandboxPlan):
                 if self._launcher is not None:
                     await self._launcher.close()
                 self._launcher = None
+                if self.limits.egress is not None and self._proxy is None:
+                    await self._start_proxy()
                 try:
                     self._launcher = Launcher.adopt(self._spawn())
                 except OSError as exc:
                     raise SandboxFailed(f"cannot start bubblewrap: {exc}") from exc
                 if self.limits.network:
                     await self._attach_network(self._launcher)
+                elif self.limits.egress is not None:
+                    await self._start_forwarder(self._launcher)
             return self._launcher
+
+    async def _start_proxy(self) -> None:
+        """The session's egress proxy on its socket in the session folder (see `egress.session`)."""
+        assert self.limits.egress is not None
+        proxy = egress_session.EgressSession(
+            self.limits.egress, self.host_dir / host_dir.EGRESS_SOCKET,
+            max_bytes=self.limits.egress_bytes, max_connections=self.limits.egress_connections,
+        )  # fmt: skip
+        try:
+            (self.host_dir / host_dir.EGRESS_SOCKET).parent.mkdir(mode=0o755, exist_ok=True)  # a resumed folder
+            await proxy.start()
+        except OSError as exc:
+            raise SandboxFailed(f"cannot start the egress proxy: {exc}") from exc
+        self._proxy = proxy
+
+    def watch_egress(self, listener: egress_session.EgressListener) -> None:
+        """Hand each connection attempt through the proxy to `listener` (nothing without an allowlist)."""
+        if self._proxy is not None:
+            self._proxy.watch(listener)
+
+    async def _start_forwarder(self, launcher: Launcher) -> None:
+        """Start the in-sandbox forwarder on the new launcher and wait until it listens, within
+        START_TIMEOUT_S; on any failure, or a cancel, the launcher is killed again."""
+        for task in self._forwarder:
+            task.cancel()
+        out, err = CappedBuffer(4096), CappedBuffer(4096)
+        ready = asyncio.Event()
+
+        def seen(data: bytes) -> None:
+            out.feed(data)
+            if b"ready\n" in out.value():
+                ready.set()
+
+        try:
+            async with asyncio.timeout(START_TIMEOUT_S):
+                if not await launcher.wait_ready():
+                    raise SandboxFailed(launcher.failure())
+                argv = egress_session.forwarder_command(
+                    bwrap.runtime().sandbox_interpreter, f"{bwrap.EGRESS_DIR}/{PurePosixPath(host_dir.EGRESS_SOCKET).name}"
+                )
+                job = launcher.start_job(argv, self._command_env, stdin=False)
+                self._forwarder = [asyncio.ensure_future(pump(job.stdout, seen)), asyncio.ensure_future(pump(job.stderr, err.feed))]
+                waiting = asyncio.ensure_future(ready.wait())
+                either: list[asyncio.Future[object]] = [waiting, job.exited]  # type: ignore[list-item]
+                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+                waiting.cancel()
+                if not ready.is_set():
+                    detail = err.value()[-1000:].decode(errors="replace").strip()
+                    raise SandboxFailed(f"the sandbox's egress forwarder did not start: {detail or 'no reason given'}")
+        except BaseException as exc:
+            await asyncio.shield(launcher.close())
+            if isinstance(exc, TimeoutError):
+                raise SandboxFailed(f"the egress forwarder did not start within START_TIMEOUT_S = {START_TIMEOUT_S:g} s") from exc
+            if isinstance(exc, LauncherError):
+                raise SandboxFailed(str(exc)) from exc
+            raise
 
     async def _attach_network(self, launcher: Launcher) -> None:
         """Give the new launcher's namespace its slirp4netns (see `network`) within
@@ -190,8 +259,14 @@ class LocalSandbox(SandboxPlan):
         await asyncio.to_thread(self._release_launch)
 
     async def close(self) -> None:
-        """Stop everything and delete the host folder (only one `host_dir` made). Idempotent."""
+        """Stop everything (the egress proxy too) and delete the host folder (only one
+        `host_dir` made). Idempotent."""
         await self.stop()
+        for task in self._forwarder:
+            task.cancel()
+        if self._proxy is not None:
+            await self._proxy.close()
+            self._proxy = None
         if host_dir.owned(self.host_dir):
             await asyncio.to_thread(tree.remove_tree, self.host_dir)
 
@@ -272,7 +347,7 @@ class LocalSandbox(SandboxPlan):
             await launcher.close()  # reaps bwrap and collects its stderr
             raise SandboxFailed(launcher.failure())
         try:
-            return launcher.start_job(argv, {**with_library_path(BASE_ENV), **(env or {})}, stdin=stdin, tty=tty)
+            return launcher.start_job(argv, {**self._command_env, **(env or {})}, stdin=stdin, tty=tty)
         except LauncherError as exc:
             await launcher.close()
             raise SandboxFailed(str(exc)) from exc

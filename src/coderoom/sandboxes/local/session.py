@@ -33,6 +33,7 @@ from agents.sandbox.snapshot import SnapshotBase, SnapshotSpec, resolve_snapshot
 from agents.sandbox.types import ExecResult, User
 from pydantic import Field
 
+from ...egress.session import EgressListener
 from ..limits import Limits
 from ..live import LiveProcess
 from ..one_user import plain_shell
@@ -70,6 +71,9 @@ class LocalSandboxSession(PtySessions):
     @property
     def host_dir(self) -> Path:
         return self.sandbox.host_dir
+
+    def watch_egress(self, listener: EgressListener) -> None:
+        self.sandbox.watch_egress(listener)
 
     def bind_run(self, run_dir: Path, owner: str) -> None:
         """Record the run folder this workspace is saved into if its owner dies (see `orphans`)."""
@@ -272,7 +276,7 @@ class LocalSandboxClient(BaseSandboxClient[LocalSandboxClientOptions | None]):
         return self._wrap_session(inner)
 
     def _new_folder(self, session_id: uuid.UUID) -> Path:
-        folder = host_dir.make(self._limits.network, self._packages)
+        folder = host_dir.make(self._limits.network, self._packages, egress=self._limits.egress is not None)
         host_dir.bind(folder, session_id.hex)
         return folder
 

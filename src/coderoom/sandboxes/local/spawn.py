@@ -159,7 +159,8 @@ class SandboxPlan:
             root=self.root,
             python=self._python,
             tmp_size=self.limits.tmp_size,
-            network=self.limits.network,
+            tls=self.limits.network or self.limits.egress is not None,
+            egress_dir=None if self.limits.egress is None else (self.host_dir / host_dir.EGRESS_SOCKET).parent,
         )
         launcher_env = with_library_path({"PATH": BASE_ENV["PATH"], "LANG": "C.UTF-8"})
         return bwrap.build_args(self._bwrap, mounts, launcher_env)
@@ -196,7 +197,7 @@ def prestart(limits: Limits, packages: Path | None = None) -> tuple[SandboxPlan,
     (10 s a program); nothing is made yet, and their answers are kept for `_launch`."""
     with signal_masks.let_through():
         bw, _ = bwrap.probe()
-        if bw is None or limits.network:
+        if bw is None or limits.network or limits.egress is not None:
             return None
         if bwrap.host_id() is not None:
             bwrap.nsenter()

@@ -1,0 +1,470 @@
+"""The one enforcement point of an allowlisted sandbox: an HTTP proxy on a Unix socket on the host.
+
+The sandbox has no network of its own (only lo); its forwarder (`inside/forwarder`) hands each
+TCP connection to this socket. Everything read from it is hostile, so a request head is parsed
+by h11 with its size bound (MAX_HEAD_BYTES) and a deadline (HEAD_TIMEOUT_S), and every name goes
+through `policy.host_of` before it is looked at. For each connection:
+
+* `CONNECT host:port` (HTTPS): the allowlist is checked, the name resolved here (the user's
+  `resolve` first, else getaddrinfo; a name that resolves only to loopback, private, link-local,
+  metadata or multicast addresses is refused), then the ClientHello is read: its SNI must be the
+  CONNECT host (a missing or other SNI is refused, so is anything that is not TLS: no chained
+  CONNECT or other protocol through the tunnel). Only then does the proxy connect, to the address
+  it resolved (no second lookup a rebinding DNS could answer differently), and relay bytes.
+  A host with a secret is refused over CONNECT: adding a header inside TLS needs TLS
+  termination, which this version does not do (docs/security.md).
+* absolute-form `GET http://host[:port]/path` (plain HTTP): the Host header must name the same
+  host and port; the request is sent upstream in origin form with hop-by-hop and proxy headers
+  dropped, the secret's header (if the host has one) set from the host's environment, and
+  `Connection: close` both ways (one request per connection: a later request on the same
+  connection cannot name another host).
+
+Every attempt becomes an `Attempt` handed to `on_event` when it ends. A `Budget` shared by the
+run's connections counts bytes both ways and connections; past either, the connection is cut or
+refused with the limit's name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import os
+import socket
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import h11
+
+from . import tls
+from .policy import IPAddress, host_of, literal_ip, refused_address, split_port
+from .rules import Policy
+
+MAX_HEAD_BYTES = 16 * 1024  # a request or response head; a longer one is refused
+HEAD_TIMEOUT_S = 30.0  # for the sandbox to send a whole request head or ClientHello
+CONNECT_TIMEOUT_S = 30.0  # to resolve a name and connect upstream
+MAX_OPEN = 64  # connections of one sandbox at once: each holds two host descriptors
+_CHUNK = 64 * 1024
+_SHOWN_CHARS = 80
+# Never forwarded: they describe one hop, or the proxy, not the request.
+_HOP_HEADERS = {
+    b"connection", b"keep-alive", b"proxy-connection", b"proxy-authorization", b"proxy-authenticate",
+    b"te", b"trailer", b"upgrade", b"host",
+}  # fmt: skip  (transfer-encoding stays: h11 frames the body again from it)
+
+
+@dataclass
+class Attempt:
+    """One connection the sandbox made to the proxy, as the record keeps it."""
+
+    host: str
+    port: int
+    method: str
+    allowed: bool = False
+    reason: str = ""  # why it was refused or cut ("" when it ran to its end)
+    address: str = ""  # what the proxy connected to
+    bytes_up: int = 0  # sandbox -> upstream
+    bytes_down: int = 0  # upstream -> sandbox
+    duration_s: float = 0.0
+    replied: bool = field(default=False, repr=False)  # an answer went back: a refusal only closes
+
+    def fields(self) -> dict[str, object]:
+        kept = asdict(self)
+        del kept["replied"]
+        return kept
+
+
+@dataclass
+class Budget:
+    """A run's egress limits, shared by its connections: bytes both ways, and connections."""
+
+    max_bytes: int
+    max_connections: int
+    used_bytes: int = 0
+    connections: int = 0
+    open: int = 0  # connections now, at most MAX_OPEN (`release` when one ends)
+    exhausted: str | None = field(default=None)
+
+    def admit(self) -> str | None:
+        """Count one more connection, or say why it must be refused (a limit's name; then
+        nothing is counted and there is nothing to `release`)."""
+        if self.exhausted:
+            return self.exhausted
+        if self.connections >= self.max_connections:
+            return f"the egress_connections limit of {self.max_connections} is reached"
+        if self.open >= MAX_OPEN:
+            return f"{MAX_OPEN} connections are open already"
+        self.connections += 1
+        self.open += 1
+        return None
+
+    def release(self) -> None:
+        self.open -= 1
+
+    def take(self, n: int) -> bool:
+        self.used_bytes += n
+        if self.used_bytes > self.max_bytes:
+            self.exhausted = f"the egress_bytes budget of {self.max_bytes} bytes is used up"
+        return self.exhausted is None
+
+
+class Refused(Exception):
+    """A connection the policy does not allow; the message is the reason recorded and sent back."""
+
+
+def _shown(value: object) -> str:
+    text = value.decode("ascii", "replace") if isinstance(value, bytes) else str(value)
+    text = "".join(c if c.isprintable() else "?" for c in text)
+    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
+
+
+class Proxy:
+    """The proxy of one sandbox session, on `socket_path` until `close`."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        socket_path: Path,
+        budget: Budget,
+        on_event: Callable[[Attempt], None],
+        *,
+        environ: Mapping[str, str] = os.environ,
+    ) -> None:
+        self.policy, self.socket_path, self.budget = policy, socket_path, budget
+        self._on_event, self._environ = on_event, environ
+        self._server: asyncio.AbstractServer | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        """Listen on `socket_path` (a stale socket a killed process left there is replaced)."""
+        with contextlib.suppress(FileNotFoundError):
+            self.socket_path.unlink()
+        self._server = await asyncio.start_unix_server(self._accept, path=str(self.socket_path), limit=_CHUNK)
+        os.chmod(self.socket_path, 0o666)  # the sandbox's uid may differ (root host); the folder guards it
+
+    async def close(self) -> None:
+        """Stop listening, cut every connection, remove the socket. Idempotent."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        with contextlib.suppress(FileNotFoundError):
+            self.socket_path.unlink()
+
+    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.ensure_future(self._serve(reader, writer))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        started = time.monotonic()
+        attempt = Attempt(host="", port=0, method="")
+        refusal = self.budget.admit()
+        admitted = refusal is None
+        try:
+            conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+            request = await asyncio.wait_for(_next_request(reader, conn), HEAD_TIMEOUT_S)
+            if request is None:
+                return
+            attempt.method = _shown(request.method)
+            if refusal:
+                raise Refused(refusal)
+            if request.method == b"CONNECT":
+                await self._tunnel(request, conn, reader, writer, attempt)
+            else:
+                await self._forward(request, conn, reader, writer, attempt)
+        except Refused as exc:
+            attempt.reason = str(exc)
+            if not attempt.replied:
+                await _send_refusal(writer, attempt.reason)
+        except asyncio.TimeoutError:
+            attempt.reason = "the request did not arrive in time"
+        except h11.LocalProtocolError:  # what the proxy itself would send: its words may hold a secret
+            attempt.reason = "the proxy could not forward this request"
+            if not attempt.replied:
+                await _send_refusal(writer, attempt.reason, status=400)
+        except h11.RemoteProtocolError as exc:
+            attempt.reason = f"not valid HTTP: {_shown(exc)}"
+            if not attempt.replied:
+                await _send_refusal(writer, attempt.reason, status=400)
+        except (ConnectionError, OSError) as exc:
+            attempt.reason = attempt.reason or f"connection lost: {_shown(exc)}"
+        finally:
+            writer.close()
+            if admitted:
+                self.budget.release()
+            attempt.duration_s = round(time.monotonic() - started, 6)
+            if attempt.method:  # a connection that sent nothing is no attempt
+                with contextlib.suppress(Exception):
+                    self._on_event(attempt)
+
+    # ------------------------------------------------------------------ checks
+
+    async def _check(self, host: str, port: int, attempt: Attempt) -> list[IPAddress]:
+        """The addresses `host:port` may be reached at, or Refused with why."""
+        attempt.host, attempt.port = host, port
+        if self.policy.rule_for(host, port) is None:
+            what = "raw IP address" if literal_ip(host) is not None else "host"
+            raise Refused(f"{host}:{port}: this {what} and port are not in the allowlist")
+        literal = literal_ip(host)
+        if literal is not None:
+            return [literal]  # listed literally: the user named this address
+        mapped = self.policy.address_for(host)
+        if mapped is not None:
+            return [ipaddress.ip_address(mapped)]
+        loop = asyncio.get_running_loop()
+        try:
+            infos = await asyncio.wait_for(
+                loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), CONNECT_TIMEOUT_S
+            )
+        except (OSError, asyncio.TimeoutError) as exc:
+            raise Refused(f"{host}: the name does not resolve ({_shown(exc)})") from None
+        found = [ipaddress.ip_address(str(info[4][0]).partition("%")[0]) for info in infos]
+        usable = [address for address in found if refused_address(address) is None]
+        if not usable:
+            why = refused_address(found[0]) if found else "no address"
+            raise Refused(f"{host} resolves to {found[0] if found else '-'}, {why}; only `resolve` can name such an address")
+        return usable
+
+    async def _connect(self, addresses: list[IPAddress], port: int, attempt: Attempt) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        last: Exception | None = None
+        for address in addresses:
+            try:
+                pair = await asyncio.wait_for(asyncio.open_connection(str(address), port, limit=_CHUNK), CONNECT_TIMEOUT_S)
+            except (OSError, asyncio.TimeoutError) as exc:
+                last = exc
+                continue
+            attempt.address = str(address)
+            return pair
+        raise Refused(f"cannot connect to {attempt.host}:{port}: {_shown(last)}")
+
+    # ------------------------------------------------------------------ CONNECT
+
+    async def _tunnel(
+        self, request: h11.Request, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, attempt: Attempt
+    ) -> None:
+        host, port = _authority(request.target, default_port=None)
+        addresses = await self._check(host, port, attempt)
+        if self.policy.secret_for(host) is not None:
+            raise Refused(
+                f"{host} has a secret, which is added on plain HTTP only in this version (no TLS "
+                "termination yet): the request would go out without it"
+            )
+        for _ in range(2):  # EndOfMessage, then PAUSED: h11 leaves the tunnel's bytes to us
+            event = conn.next_event()
+            if event is h11.PAUSED:
+                break
+            if not isinstance(event, h11.EndOfMessage):
+                raise Refused("a CONNECT request has no body")
+        else:
+            raise Refused("a CONNECT request has no body")
+        early, _ = conn.trailing_data
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        attempt.replied = True
+        hello = await asyncio.wait_for(_client_hello(reader, early), HEAD_TIMEOUT_S)
+        try:
+            name = tls.server_name(hello)
+        except tls.NotClientHello as exc:
+            raise Refused(f"the tunnel to {host} does not start with a TLS ClientHello ({exc})") from None
+        expected = None if literal_ip(host) is not None else host
+        if (name and _same_name(name)) != expected:
+            raise Refused(f"the TLS server name {_shown(name)!r} is not the CONNECT host {host}")
+        up_reader, up_writer = await self._connect(addresses, port, attempt)
+        attempt.allowed = True
+        try:
+            if not self.budget.take(len(hello)):
+                raise Refused(self.budget.exhausted or "")
+            attempt.bytes_up += len(hello)
+            up_writer.write(hello)
+            await self._relay(reader, writer, up_reader, up_writer, attempt)
+        finally:
+            up_writer.close()
+
+    async def _relay(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+        up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter, attempt: Attempt,
+    ) -> None:  # fmt: skip
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter, up: bool) -> None:
+            while data := await source.read(_CHUNK):
+                if not self.budget.take(len(data)):
+                    raise Refused(self.budget.exhausted or "")
+                if up:
+                    attempt.bytes_up += len(data)
+                else:
+                    attempt.bytes_down += len(data)
+                sink.write(data)
+                await sink.drain()
+            with contextlib.suppress(OSError):
+                if sink.can_write_eof():
+                    sink.write_eof()
+
+        tasks = [asyncio.ensure_future(pipe(reader, up_writer, True)), asyncio.ensure_future(pipe(up_reader, writer, False))]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                error = task.exception()
+                if error is not None:
+                    raise error
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # ------------------------------------------------------------------ plain HTTP
+
+    async def _forward(
+        self, request: h11.Request, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, attempt: Attempt
+    ) -> None:
+        target = request.target.decode("ascii", "replace")
+        parts = urlsplit(target)
+        if parts.scheme.lower() != "http" or not parts.netloc:
+            raise Refused(f"{_shown(target)}: only absolute http:// requests, or CONNECT for HTTPS")
+        if "@" in parts.netloc:
+            raise Refused(f"{_shown(target)}: credentials in the URL are refused")
+        host, port = _authority(parts.netloc.encode(), default_port=80)
+        attempt.host, attempt.port = host, port
+        named = [value for name, value in request.headers if name == b"host"]
+        if len(named) != 1 or _authority(named[0], default_port=80) != (host, port):
+            shown = _shown(named[0]) if named else "none"
+            raise Refused(f"the Host header ({shown}) does not name the request's host {host}:{port}")
+        addresses = await self._check(host, port, attempt)
+        secret = self.policy.secret_for(host)
+        headers = [(name, value) for name, value in request.headers if name not in _HOP_HEADERS]
+        if secret is not None:
+            value = secret.value(self._environ)
+            if value is None:
+                raise Refused(f"{host}: its secret's environment variable {secret.env} is not set on the host")
+            if not value.isprintable() or not value.isascii():
+                raise Refused(f"{host}: its secret's environment variable {secret.env} holds characters a header cannot")
+            headers = [(n, v) for n, v in headers if n != secret.header.lower().encode()]
+            headers.append((secret.header.encode(), value.encode()))
+        headers = [(b"Host", (host if port == 80 else f"{host}:{port}").encode()), *headers, (b"Connection", b"close")]
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        up_reader, up_writer = await self._connect(addresses, port, attempt)
+        attempt.allowed = True
+        try:
+            await self._exchange(request.method, path, headers, conn, reader, writer, up_reader, up_writer, attempt)
+        finally:
+            up_writer.close()
+
+    async def _exchange(
+        self, method: bytes, path: str, headers: list[tuple[bytes, bytes]], conn: h11.Connection,
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+        up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter, attempt: Attempt,
+    ) -> None:  # fmt: skip
+        """Send the request and its body upstream, then the response back, through h11 both ways."""
+        upstream = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
+
+        def count(data: bytes, up: bool) -> bytes:
+            if not self.budget.take(len(data)):
+                raise Refused(self.budget.exhausted or "")
+            if up:
+                attempt.bytes_up += len(data)
+            else:
+                attempt.bytes_down += len(data)
+            return data
+
+        up_writer.write(count(upstream.send(h11.Request(method=method, target=path, headers=headers)) or b"", True))
+        while True:
+            event = await _next(reader, conn)
+            if isinstance(event, h11.Data):
+                up_writer.write(count(upstream.send(event) or b"", True))
+                await up_writer.drain()
+            elif isinstance(event, h11.EndOfMessage):
+                up_writer.write(count(upstream.send(h11.EndOfMessage()) or b"", True))
+                break
+            else:
+                raise Refused("the request body ended early")
+        await up_writer.drain()
+        while True:
+            event = await _next(up_reader, upstream, count=lambda data: count(data, False))
+            if isinstance(event, h11.Response):
+                kept = [(n, v) for n, v in event.headers if n not in _HOP_HEADERS]
+                response = h11.Response(status_code=event.status_code, headers=[*kept, (b"Connection", b"close")], reason=event.reason)
+                writer.write(conn.send(response) or b"")
+                attempt.replied = True
+            elif isinstance(event, h11.Data):
+                writer.write(conn.send(event) or b"")
+                await writer.drain()
+            elif isinstance(event, h11.EndOfMessage):
+                writer.write(conn.send(h11.EndOfMessage()) or b"")
+                await writer.drain()
+                return
+            elif isinstance(event, h11.InformationalResponse):
+                continue
+            else:
+                raise Refused("the upstream closed before its response ended")
+
+
+async def _next(
+    reader: asyncio.StreamReader, conn: h11.Connection, count: Callable[[bytes], bytes] | None = None
+) -> object:
+    """The next h11 event of `conn`, reading from `reader` as needed (h11 bounds the head)."""
+    while True:
+        event = conn.next_event()
+        if event is not h11.NEED_DATA:
+            return event
+        data = await reader.read(_CHUNK)
+        conn.receive_data(count(data) if count and data else data)
+
+
+async def _next_request(reader: asyncio.StreamReader, conn: h11.Connection) -> h11.Request | None:
+    event = await _next(reader, conn)
+    if isinstance(event, h11.ConnectionClosed):
+        return None
+    if not isinstance(event, h11.Request):
+        raise h11.RemoteProtocolError("expected a request")
+    return event
+
+
+async def _client_hello(reader: asyncio.StreamReader, early: bytes) -> bytes:
+    """The TLS records of a whole ClientHello: `early` (read with the CONNECT) and what follows."""
+    data = early
+    while True:
+        try:
+            _, whole = tls.handshake_bytes(data)
+        except tls.NotClientHello:
+            return data  # `server_name` says why
+        if whole or len(data) > tls.MAX_HELLO_BYTES:
+            return data
+        chunk = await reader.read(_CHUNK)
+        if not chunk:
+            return data
+        data += chunk
+
+
+def _authority(value: bytes, *, default_port: int | None) -> tuple[str, int]:
+    """(host, port) of a CONNECT target or a Host header; Refused when it is not one."""
+    try:
+        text = value.decode("ascii")
+        host, port = split_port(text)
+        name = host_of(host)
+    except (UnicodeDecodeError, ValueError):
+        raise Refused(f"{_shown(value)} is not HOST:PORT") from None
+    if port is None:
+        if default_port is None:
+            raise Refused(f"{_shown(value)}: CONNECT needs HOST:PORT")
+        port = default_port
+    return name, port
+
+
+def _same_name(name: str) -> str | None:
+    try:
+        return host_of(name)
+    except ValueError:
+        return None
+
+
+async def _send_refusal(writer: asyncio.StreamWriter, reason: str, status: int = 403) -> None:
+    body = f"coderoom egress: refused: {reason}\n".encode("utf-8", "replace")
+    head = f"HTTP/1.1 {status} {'Forbidden' if status == 403 else 'Bad Request'}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    head += f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    with contextlib.suppress(OSError, ConnectionError):
+        writer.write(head.encode() + body)
+        await asyncio.wait_for(writer.drain(), 5)

@@ -1,0 +1,67 @@
+"""What a backend needs to give one sandbox session its allowlist: the proxy, the forwarder's
+command line and the environment that points programs at it.
+
+The proxy (`proxy.Proxy`) runs in the host process, in the session's event loop, for as long as
+the session: the backend starts it before the sandbox and stops it on close. A host process that
+is killed takes it along; the socket file it leaves in the session folder is replaced by the
+next start (`Proxy.start`) or removed with the folder (`sandbox prune`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from importlib.resources import files
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from .rules import Policy
+from .proxy import Attempt, Budget, Proxy
+
+FORWARDER_PORT = 3128  # inside the sandbox's own network namespace: no other program's port
+EgressListener = Callable[[dict[str, object]], None]
+
+
+@runtime_checkable
+class ReportsEgress(Protocol):
+    """A sandbox (or a backend's SDK session) that may run an egress proxy: `watch_egress` hands
+    each later attempt to a listener (nothing without an allowlist)."""
+
+    def watch_egress(self, listener: EgressListener) -> None: ...
+
+
+def sandbox_env(port: int = FORWARDER_PORT) -> dict[str, str]:
+    """The environment every command of an allowlisted sandbox gets: the proxy for every
+    protocol and tool that reads one (curl, requests, pip, urllib, git), loopback left direct."""
+    url = f"http://127.0.0.1:{port}"
+    direct = "localhost,127.0.0.1,::1"
+    env = {name: url for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")}
+    return {**env, "NO_PROXY": direct, "no_proxy": direct, "PIP_PROXY": url}
+
+
+def forwarder_command(python: str, socket_path: str, port: int = FORWARDER_PORT) -> list[str]:
+    """The forwarder (`inside/forwarder.py`) as a command for the sandbox's `python`."""
+    source = files("coderoom.egress.inside").joinpath("forwarder.py").read_text(encoding="utf-8")
+    return [python, "-I", "-c", source, socket_path, str(port)]
+
+
+class EgressSession:
+    """The proxy of one sandbox session, with its budget and whoever listens to its events."""
+
+    def __init__(self, policy: Policy, socket_path: Path, *, max_bytes: int, max_connections: int) -> None:
+        self._listeners: list[EgressListener] = []
+        self.proxy = Proxy(policy, socket_path, Budget(max_bytes, max_connections), self._report)
+
+    def watch(self, listener: EgressListener) -> None:
+        """Hand every later attempt to `listener` (a run's record: `lifecycle`)."""
+        self._listeners.append(listener)
+
+    def _report(self, attempt: Attempt) -> None:
+        fields = attempt.fields()
+        for listener in list(self._listeners):
+            listener(fields)
+
+    async def start(self) -> None:
+        await self.proxy.start()
+
+    async def close(self) -> None:
+        await self.proxy.close()

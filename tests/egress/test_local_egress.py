@@ -1,0 +1,222 @@
+"""Egress by allowlist on the local backend: real sandboxes, the real proxy, upstream servers on
+the host's 127.0.0.1 reached only through `resolve` names (`api.test`, `pypi.test`). Nothing
+else is contacted: the probes that name other addresses are refused by the proxy (which never
+connects for them) or fail inside the sandbox's own network namespace (only lo)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import zipfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from backends import require_backend
+
+from coderoom.egress.policy import parse_policy
+from coderoom.record.events import Egress
+from coderoom.record.reader import read_record
+from coderoom.sandboxes import Limits
+from coderoom.service.session import Session
+
+from .probes import PROBES
+from .upstreams import http_upstream
+
+CANARY = "canary-egress-7d41b0e9c3"
+
+
+@pytest.fixture(autouse=True)
+def _local() -> None:
+    require_backend("local")
+
+
+def allowlist(port: int, **extra: object) -> Limits:
+    table = {"allow": [f"api.test:{port}"], "resolve": {"api.test": "127.0.0.1", "other.test": "127.0.0.1"}, **extra}
+    return Limits(egress=parse_policy(table, source="test"))
+
+
+def outcome(stdout: str) -> dict[str, str]:
+    return dict(line.split(" ", 1) for line in stdout.splitlines())
+
+
+@pytest.mark.slow
+async def test_only_the_allowed_host_is_reached_and_every_other_way_out_is_refused(tmp_path: Path) -> None:
+    with http_upstream() as seen:
+        session = await Session.open(model="offline", sandbox="local", limits=allowlist(seen.port), runs_dir=tmp_path)
+        try:
+            await session.write_file("probes.py", PROBES.encode())
+            result = await session.exec(f"python3 probes.py {seen.port}", timeout=110)
+        finally:
+            run_dir = await session.close()
+    got = outcome(result.stdout)
+    assert got.pop("allowed") == "200", result.stderr
+    for name in ("other_host", "raw_ip", "ipv6_literal", "decimal_ip"):
+        assert got.pop(name).startswith("ERROR HTTPError HTTP Error 403"), name
+    assert " 403 " in got.pop("connect_unlisted")
+    assert got.pop("sni_differs").startswith("CLOSED")
+    assert " 403 " in got.pop("host_differs")
+    assert got.pop("dns").startswith("ERROR gaierror")
+    assert got.pop("direct_connect").startswith("ERROR ConnectionRefusedError")  # the sandbox's own lo
+    assert got.pop("udp_dns").startswith("ERROR OSError")  # no route: only lo (nothing is sent)
+    assert got == {}
+    assert [path for path, _ in seen.requests] == ["/ok"]  # the one allowed request, nothing else
+    events = [e for e in read_record(run_dir).events if e.type == "egress"]
+    assert [(e.host, e.allowed) for e in events if e.allowed] == [("api.test", True)]
+    reasons = " | ".join(e.reason for e in events if not e.allowed)
+    for why in ("other.test:", "raw IP address", "is not the CONNECT host", "Host header"):
+        assert why in reasons
+    shown = subprocess.run(
+        [sys.executable, "-m", "coderoom", "show", str(run_dir)], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "COLUMNS": "300"},
+    )  # fmt: skip
+    assert "egress GET api.test" in shown.stdout and "refused" in shown.stdout, shown.stderr
+
+
+@pytest.mark.slow
+async def test_the_secret_reaches_the_bound_host_only_and_never_the_sandbox_or_the_run_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EGRESS_TEST_TOKEN", CANARY)
+    with http_upstream() as seen:
+        secret = {"host": "api.test", "header": "Authorization", "env": "EGRESS_TEST_TOKEN", "format": "Bearer {}"}
+        limits = allowlist(seen.port, allow=[f"api.test:{seen.port}", f"other.test:{seen.port}"], secrets=[secret])
+        session = await Session.open(model="offline", sandbox="local", limits=limits, runs_dir=tmp_path)
+        try:
+            fetch = (
+                f"python3 -c \"import urllib.request as u; [print(u.urlopen(f'http://{{h}}:{seen.port}/', timeout=20).status)"
+                " for h in ('api.test', 'other.test')]\" > fetched.txt; env > env.txt; cat /proc/self/environ >> env.txt"
+            )
+            done = await session.exec(fetch, timeout=110)
+            pattern = CANARY[:-1] + f"[{CANARY[-1]}]"  # a regex: grep's own command line does not match it
+            searched = await session.exec(
+                f"grep -r -l -e '{pattern}' /workspace /tmp /etc /opt/coderoom/egress /proc/self/environ; echo searched",
+                timeout=110,
+            )
+        finally:
+            run_dir = await session.close()
+    assert done.exit_code == 0, done.stderr
+    assert [headers.get("authorization") for _, headers in seen.requests] == [f"Bearer {CANARY}", None]
+    assert searched.stdout.strip() == "searched", searched.stdout  # not in the env (env.txt), files or /etc
+    leaked = [p for p in run_dir.rglob("*") if p.is_file() and CANARY.encode() in p.read_bytes()]
+    assert leaked == []
+
+
+FETCH_EACH = """
+import sys, urllib.request as u
+for path in sys.argv[2:]:
+    try:
+        print(len(u.urlopen(f"http://api.test:{sys.argv[1]}{path}", timeout=20).read()))
+    except Exception as e:
+        print(type(e).__name__, str(e)[:100])
+"""
+
+
+async def fetched_each(tmp_path: Path, limits: Limits, port: int, *paths: str) -> tuple[list[str], list[Egress]]:
+    """What the sandbox printed for each path it fetched from api.test, and the record's egress events."""
+    session = await Session.open(model="offline", sandbox="local", limits=limits, runs_dir=tmp_path)
+    try:
+        await session.write_file("fetch.py", FETCH_EACH.encode())
+        result = await session.exec(f"python3 fetch.py {port} {' '.join(paths)}", timeout=110)
+    finally:
+        run_dir = await session.close()
+    events = [e for e in read_record(run_dir).events if isinstance(e, Egress)]
+    return result.stdout.splitlines(), events
+
+
+@pytest.mark.slow
+async def test_the_byte_budget_cuts_the_download_and_refuses_what_follows_by_name(tmp_path: Path) -> None:
+    with http_upstream() as seen:
+        limits = replace(allowlist(seen.port), egress_bytes=200_000)
+        lines, events = await fetched_each(tmp_path, limits, seen.port, "/big?n=1000000", "/ok")
+    assert not lines[0].isdigit() and lines[1].startswith("HTTPError HTTP Error 403")
+    assert events[0].allowed and "egress_bytes budget of 200000 bytes is used up" in events[0].reason
+    assert not events[1].allowed and "egress_bytes budget" in events[1].reason
+
+
+@pytest.mark.slow
+async def test_the_connection_limit_refuses_the_next_connection_by_name(tmp_path: Path) -> None:
+    with http_upstream() as seen:
+        limits = replace(allowlist(seen.port), egress_connections=2)
+        lines, events = await fetched_each(tmp_path, limits, seen.port, "/ok", "/ok", "/ok")
+    assert lines[:2] == ["20", "20"] and lines[2].startswith("HTTPError HTTP Error 403")
+    assert "egress_connections limit of 2 is reached" in events[2].reason
+    assert len(seen.requests) == 2
+
+
+def build_wheel(into: Path) -> Path:
+    """A tiny pure-Python wheel, written by hand (a wheel is a zip with a dist-info)."""
+    name, version = "egress_probe", "1.0"
+    wheel = into / f"{name}-{version}-py3-none-any.whl"
+    dist = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": "ANSWER = 42\n",
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    import base64
+    import hashlib
+
+    rows = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        rows.append(f"{path},sha256={digest},{len(text.encode())}")
+    rows.append(f"{dist}/RECORD,,")
+    files[f"{dist}/RECORD"] = "\n".join(rows) + "\n"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, text in files.items():
+            archive.writestr(path, text)
+    return wheel
+
+
+@pytest.mark.slow
+async def test_pip_installs_from_a_loopback_index_with_only_that_host_allowed(tmp_path: Path) -> None:
+    index = tmp_path / "index"
+    (index / "simple" / "egress-probe").mkdir(parents=True)
+    wheel = build_wheel(index)
+    (index / "simple" / "egress-probe" / "index.html").write_text(f'<a href="/{wheel.name}">{wheel.name}</a>\n')
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory", str(index)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        assert server.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(server.stdout.readline), 30)
+        port = int(line.split("port ")[1].split()[0])
+        limits = Limits(egress=parse_policy({"allow": [f"pypi.test:{port}"], "resolve": {"pypi.test": "127.0.0.1"}}, source="test"))
+        session = await Session.open(model="offline", sandbox="local", limits=limits, runs_dir=tmp_path / "runs")
+        try:
+            result = await session.exec(
+                f"python3 -m pip install --disable-pip-version-check --no-cache-dir --target deps "
+                f"--index-url http://pypi.test:{port}/simple --trusted-host pypi.test egress-probe "
+                "&& PYTHONPATH=deps python3 -c 'import egress_probe; print(egress_probe.ANSWER)'",
+                timeout=110,
+            )
+        finally:
+            await session.close()
+    finally:
+        server.kill()
+        server.wait()
+    assert result.exit_code == 0, result.stderr[-2000:]
+    assert result.stdout.strip().endswith("42")
+
+
+@pytest.mark.slow
+def test_sandbox_run_reaches_the_allowed_host_and_says_what_was_refused(tmp_path: Path) -> None:
+    fetch = (
+        "import sys, urllib.request as u\n"
+        "print(u.urlopen(f'http://api.test:{sys.argv[1]}/', timeout=20).status)\n"
+        "try: u.urlopen(f'http://other.test:{sys.argv[1]}/', timeout=20)\n"
+        "except Exception as e: print(e)\n"
+    )
+    with http_upstream() as seen:
+        done = subprocess.run(
+            [sys.executable, "-m", "coderoom", "sandbox", "run", "--allow-host", f"api.test:{seen.port}",
+             "--resolve", "api.test=127.0.0.1", "--", "python3", "-c", fetch, str(seen.port)],
+            capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["200", "HTTP Error 403: Forbidden"]
+    assert f"coderoom: egress GET other.test:{seen.port} refused: other.test:{seen.port}: this host" in done.stderr
