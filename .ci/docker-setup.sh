@@ -81,10 +81,29 @@ else
   echo "imported from $tarball ($(du -h "$tarball" | cut -f1))"
 fi
 
+step "wheels for the sandbox image"
+# What the Debian base lacks of the default analysis environment (pyarrow is not in bookworm;
+# openpyxl comes the same way): wheels for the base's own Python and platforms (the tags its pip
+# accepts), downloaded here from PyPI so the image build itself needs no network. pyarrow < 26:
+# 26 needs NumPy 2 and pandas 2.2.2, bookworm has NumPy 1.24 and pandas 1.5 (apache/arrow#48473).
+read -r py_version platforms < <(docker run --rm --network none "$BASE_IMAGE" python3 -c '
+import sys
+from pip._vendor.packaging import tags
+platforms = dict.fromkeys(t.platform for t in tags.sys_tags() if t.platform != "any")
+print(f"{sys.version_info[0]}.{sys.version_info[1]}", *platforms)') || die "cannot read $BASE_IMAGE's Python tags"
+wheels="$CACHE_DIR/wheels-py$py_version-$(uname -m)"
+mkdir -p "$wheels"
+platform_args=()
+for platform in $platforms; do platform_args+=(--platform "$platform"); done
+python3 -m pip download -q --disable-pip-version-check --only-binary=:all: -d "$wheels" \
+  --python-version "$py_version" --implementation cp "${platform_args[@]}" openpyxl 'pyarrow<26' \
+  || die "pip download of openpyxl and pyarrow for Python $py_version failed"
+ls "$wheels"
+
 step "sandbox image"
 # Always run: Docker's layer cache makes an unchanged rebuild take about a second, and a changed
 # Dockerfile in this checkout must not be tested against a stale image.
 command -v coderoom >/dev/null || die "coderoom is not installed (pip install -e '.[dev]' first)"
-coderoom image build --base-image "$BASE_IMAGE"
+coderoom image build --base-image "$BASE_IMAGE" --find-links "$wheels"
 
 step "done"

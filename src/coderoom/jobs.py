@@ -22,7 +22,8 @@ JOB_FILE = "coderoom.toml"
 DEFAULT_INSTRUCTIONS = (
     "You are a practical data analyst. Use the sandbox workspace to inspect files, write and run "
     "code when useful, and save clear artifacts. Keep conclusions grounded in computed evidence. "
-    "The sandbox has Python with numpy, scipy, pandas, and matplotlib available."
+    "The sandbox has Python with numpy, scipy, pandas, matplotlib, openpyxl (Excel) and pyarrow "
+    "(parquet) available."
 )
 
 

@@ -24,8 +24,19 @@ def build(
         list[str] | None,
         typer.Option("--package", help="extra pip package baked into a derived image (repeatable)"),
     ] = None,
+    find_links: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--find-links",
+            help="folder of wheels for what the base image lacks (and --package): pip then uses no "
+            "index, so the build needs no network (repeatable)",
+        ),
+    ] = None,
 ) -> None:
     """Build the sandbox image (and, with --package, the derived image a job with those packages uses)."""
+    from pydantic import ValidationError
+
+    from ..spec import EnvironmentSpec
     from .image import (
         ImageBuildError,
         build_image,
@@ -34,6 +45,12 @@ def build(
     )
 
     console = Console(stderr=True)
+    try:
+        environment = EnvironmentSpec(find_links=find_links or [])
+    except ValidationError as e:
+        reason = str(e.errors()[0]["msg"]).removeprefix("Value error, ")
+        console.print(f"--find-links: {reason}", style="red", highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(2) from None
     try:
         client = docker_client()
         client.ping()
@@ -50,9 +67,9 @@ def build(
             status.update(f"building {tag}: {first[:70]}")
 
         try:
-            built = build_image(client, tag=tag, base_image=base_image, progress=progress)
+            built = build_image(client, tag=tag, base_image=base_image, environment=environment, progress=progress)
             if package:
-                built = build_with_packages(client, built, package, progress=progress)
+                built = build_with_packages(client, built, package, environment=environment, progress=progress)
         except ImageBuildError as e:
             console.print(f"[red]{e}[/]", highlight=False)
             raise typer.Exit(1) from None

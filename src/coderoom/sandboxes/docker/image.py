@@ -59,20 +59,29 @@ def build_image(
     *,
     tag: str = DEFAULT_IMAGE,
     base_image: str = DEFAULT_BASE_IMAGE,
+    environment: EnvironmentSpec | None = None,
     progress: Progress | None = None,
 ) -> str:
-    """Build the sandbox image from the shipped Dockerfile on top of `base_image`."""
-    _build(
-        client,
-        context=IMAGE_DIR,
-        dockerfile="Dockerfile",
-        tag=tag,
-        buildargs={"BASE_IMAGE": base_image},
-        labels={},
-        progress=progress,
-        hint="if no registry is reachable, pass --base-image with a local image that has Python 3 "
-        "(see .ci/docker-setup.sh for one built offline)",
-    )
+    """Build the sandbox image from the shipped Dockerfile on top of `base_image`. What the base
+    lacks of the default analysis environment comes from pip: its index, or `environment`'s
+    (`--find-links` folders are copied into the build, so it needs no network, as in CI)."""
+    with tempfile.TemporaryDirectory(prefix="coderoom-image-") as tmp:
+        context = Path(tmp)
+        for item in IMAGE_DIR.iterdir():
+            if item.is_file():
+                shutil.copyfile(item, context / item.name)
+        (context / "links").mkdir()  # the Dockerfile copies it, wheels or none
+        _build(
+            client,
+            context=context,
+            dockerfile="Dockerfile",
+            tag=tag,
+            buildargs={"BASE_IMAGE": base_image, "PIP_OPTIONS": _pip_options(environment, context)},
+            labels={},
+            progress=progress,
+            hint="if no registry is reachable, pass --base-image with a local image that has Python 3 "
+            "and --find-links with wheels of what it lacks (see .ci/docker-setup.sh for both, built offline)",
+        )
     return tag
 
 
