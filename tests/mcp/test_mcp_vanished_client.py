@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,10 +18,10 @@ import pytest
 
 from coderoom.record import read_record
 from coderoom.service.session import CANCELLED
-from mcp_process import HttpServer, server_env
+import mcp_process
+from mcp_process import HttpServer
 from test_mcp import text_of
 
-CLIENT = Path(__file__).with_name("vanishing_client.py")
 DEADLINE_S = 90.0  # generous: CI runs on two busy cores
 GRACE_S = 2.0
 SLOW = "x = 41\nopen('output/before.txt', 'w').write('kept')\nwhile True: pass"
@@ -30,11 +29,7 @@ SLOW = "x = 41\nopen('output/before.txt', 'w').write('kept')\nwhile True: pass"
 
 def start_client(server: HttpServer, mode: str, tool: str, argument: str) -> tuple[subprocess.Popen[str], str]:
     """The client process, once it has opened its session and sent the call; and the session id."""
-    process = subprocess.Popen([sys.executable, str(CLIENT), server.url, server.token, mode, tool, argument],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=server_env())
-    line = process.stdout.readline()
-    assert line.startswith("session "), process.stderr.read()
-    return process, line.split()[1]
+    return mcp_process.start_client(server, mode, tool, json.dumps({"code" if tool == "run_python" else "command": argument}))
 
 
 def events(runs: Path) -> list[dict]:
