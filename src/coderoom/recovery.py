@@ -78,11 +78,13 @@ async def recover(
     done = []
     for backend in [backend] if backend is not None else [get_backend(name) for name in backend_names()]:
         own = SandboxSpec(backend=backend.name, limits=spec.limits)
-        if not isinstance(backend, FindsOrphans) or backend.unavailable_reason(own) is not None:
+        if not isinstance(backend, FindsOrphans):
             continue
-        for orphan in backend.abandoned_runs(own):
-            if where is None or orphan.run_dir.parent == where:
-                done.append(await _recover(orphan, spec.limits.workspace_size, remove_unsaved))
+        found = [orphan for orphan in backend.abandoned_runs(own) if where is None or orphan.run_dir.parent == where]
+        if not found or backend.unavailable_reason(own) is not None:  # asked only when needed: a ping
+            continue
+        for orphan in found:
+            done.append(await _recover(orphan, spec.limits.workspace_size, remove_unsaved))
     return done
 
 
