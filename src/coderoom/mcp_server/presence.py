@@ -15,8 +15,8 @@ The rules, for `coderoom mcp --http`:
   keeps its variables (the session's next cell says how it ended), a command is stopped, an open
   or a run_job is undone or ends as an interrupted run does.
 * Its client is then taken as gone, as it is when its event stream (GET) drops or it ends its MCP
-  session (DELETE): every session that MCP session used last (and the one the dropped call named)
-  is closed and saved as at the idle timeout once `grace_s` (`--client-grace`,
+  session (DELETE): every session that MCP session used last (and the one the dropped call named
+  or opened) is closed and saved as at the idle timeout once `grace_s` (`--client-grace`,
   RECONNECT_GRACE_S by default) has passed, unless, within it, any request comes from that MCP
   session or any call names the session (a client that reconnected, or another one that knows
   the id): then it lives on under the idle timeout as before.
@@ -28,7 +28,7 @@ byte of its answer was sent (`Watch`, the outermost part of the MCP app inside t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -54,6 +54,7 @@ class ClientRequest:
     mcp_session: str | None
     method: str
     dropped: anyio.Event = field(default_factory=anyio.Event)
+    sessions: set[str] = field(default_factory=set)  # the live sessions its call named or opened
     answered: bool = False
     status: int | None = None
 
@@ -69,23 +70,31 @@ class Presence:
         self._users: dict[str, str] = {}  # live session id -> the MCP session that used it last
 
     def used(self, session_id: str, request: ClientRequest | None) -> None:
-        """A call names `session_id`: it is kept (a released one too), and is that MCP session's."""
+        """A call names (or opened) `session_id`: it is kept (a released one too), and is that
+        MCP session's."""
         self.manager.keep(session_id)
+        if request is not None:
+            request.sessions.add(session_id)
         if request is not None and request.mcp_session is not None:
             self._users[session_id] = request.mcp_session
+            if len(self._users) > 2 * len(self.manager.live) + 16:  # closed sessions, forgotten
+                self._forget_closed()
 
     def came(self, mcp_session: str) -> None:
         """A request from `mcp_session`: its client is here, its sessions are kept."""
         for session_id in self._sessions_of(mcp_session):
             self.manager.keep(session_id)
 
-    def went(self, mcp_session: str | None, session_id: str | None = None) -> None:
-        """The client of `mcp_session` went away: its sessions (and `session_id`) are released."""
+    def went(self, mcp_session: str | None, sessions: Iterable[str] = ()) -> None:
+        """The client of `mcp_session` went away: its sessions (and `sessions`) are released."""
+        self._forget_closed()
+        chosen = set(self._sessions_of(mcp_session)) if mcp_session is not None else set()
+        for sid in chosen | set(sessions):
+            self.manager.release_soon(sid, self.grace_s)
+
+    def _forget_closed(self) -> None:
         live = {s.id for s in self.manager.live}
         self._users = {sid: user for sid, user in self._users.items() if sid in live}
-        chosen = set(self._sessions_of(mcp_session)) if mcp_session is not None else set()
-        for sid in chosen | ({session_id} if session_id is not None else set()):
-            self.manager.release_soon(sid, self.grace_s)
 
     def _sessions_of(self, mcp_session: str) -> list[str]:
         return [sid for sid, user in self._users.items() if user == mcp_session]
@@ -105,7 +114,7 @@ class Presence:
                 return await work()
             finally:
                 if request.dropped.is_set():
-                    self.went(request.mcp_session)
+                    self.went(request.mcp_session, request.sessions)
         try:
             with anyio.CancelScope() as scope:
                 watch = asyncio.ensure_future(_cancel_on(request.dropped, scope))
@@ -118,7 +127,7 @@ class Presence:
             return result
         finally:
             if request.dropped.is_set():
-                self.went(request.mcp_session, session_id)
+                self.went(request.mcp_session, request.sessions)
 
 
 class ClientGone(Exception):

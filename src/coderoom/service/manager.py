@@ -169,8 +169,11 @@ class SessionManager:
         while True:
             graces = [grace for grace, _ in self._released.values()]
             interval = max(REAP_INTERVAL_MIN_S, min(REAP_INTERVAL_MAX_S, self.idle_timeout_s / 4, *(g / 4 for g in graces)))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), interval)
+            woken = asyncio.ensure_future(self._wake.wait())
+            try:  # not wait_for: on 3.11 it can swallow a cancel that meets the wake (close_all waits)
+                await asyncio.wait({woken}, timeout=interval)
+            finally:
+                woken.cancel()
             self._wake.clear()
             now = time.monotonic()
             for session in list(self._sessions.values()):
