@@ -66,3 +66,18 @@ def start_http(*args: str, cwd: Path, command: tuple[str, ...] = COMMAND) -> Htt
         process.kill()
         raise AssertionError("coderoom mcp did not start: " + "".join(lines))
     return HttpServer(process, url, token, lines)
+
+
+CLIENT = Path(__file__).with_name("vanishing_client.py")
+
+
+def start_client(server: HttpServer, mode: str, *calls: str) -> tuple[subprocess.Popen[str], str]:
+    """A client process (`vanishing_client.py`: MODE, then TOOL JSON pairs) once it has opened its
+    session; and the session id. It prints `answered TOOL` after each call, then idles until killed."""
+    process = subprocess.Popen([sys.executable, str(CLIENT), server.url, server.token, mode, *calls],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=server_env())
+    line = process.stdout.readline()
+    if not line.startswith("session "):
+        process.kill()
+        raise AssertionError("the client opened no session: " + process.stderr.read())
+    return process, line.split()[1]

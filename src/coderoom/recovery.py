@@ -12,29 +12,35 @@ folder it names is still checked before anything is written there (`_open_record
 path to a real directory of this user's that nobody else can write, holding a run.jsonl of
 this user's (one link, not a link) whose first line is the run_start of that run (its `run_id`)
 and whose end is no run_end. A workspace that fails any of this, or whose save fails, is not recovered and
-says why; `serve` leaves it in place, `prune` then removes it as before.
+says why; `serve` leaves it in place, `prune` then removes it as before. A workspace its backend
+says is gone for good (`WorkspaceLost`: a Docker container's, see `sandboxes.docker.bindings`)
+ends its run at once, `error` naming what was lost, on a restart and in `prune` alike, unless
+the owner's own save had completed (a kill while closing): then it is `recovered` with what the
+run folder holds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .artifacts import WORKSPACE_ARCHIVE, SaveReport, save_workspace
+from .artifacts import OUTPUT_DIR, PARTIAL_SUFFIX, WORKSPACE_ARCHIVE, SaveReport, save_workspace
 from .hostile.names import shown
 from .record.events import RECORD_FILE, RECOVERED, Event, ExtractRefused, RunEnd
 from .record.writer import encode
 from .sandboxes import backend_names, get_backend
 from .sandboxes.base import SandboxBackend
-from .sandboxes.orphans import FindsOrphans, Orphan
+from .sandboxes.orphans import FindsOrphans, Orphan, WorkspaceLost
 from .sandboxes.records import trusted_folder
 from .sandboxes.spec import SandboxSpec
 
 HEAD_BYTES = 1024**2  # of run.jsonl read for its run_start (the first line, with the job)
 TAIL_BYTES = 64 * 1024  # of run.jsonl read for a run_end
+MAX_LISTED_SAVED = 1000  # files of a run folder's output/ a recovery lists as saved
 CAUSE = "its owner process ended without closing the session (killed: kill -9, an OOM kill or a power loss)"
 
 
@@ -50,8 +56,11 @@ class Recovery:
     run_dir: Path
     saved: list[str] = field(default_factory=list)
     problem: str | None = None
+    lost: bool = False  # the workspace is gone for good (WorkspaceLost): the run ended saying so
 
     def describe(self) -> str:
+        if self.lost:
+            return f"lost {shown(self.where, 200)} (run folder {shown(self.run_dir, 300)}, ended 'error'): {shown(self.problem or '', 400)}"
         if self.problem is None:
             return f"recovered {shown(self.where, 200)} into {shown(self.run_dir, 300)} ({', '.join(self.saved) or 'nothing saved'})"
         return f"not recovered {shown(self.where, 200)} (run folder {shown(self.run_dir, 300)}): {shown(self.problem, 300)}"
@@ -69,11 +78,13 @@ async def recover(
     done = []
     for backend in [backend] if backend is not None else [get_backend(name) for name in backend_names()]:
         own = SandboxSpec(backend=backend.name, limits=spec.limits)
-        if not isinstance(backend, FindsOrphans) or backend.unavailable_reason(own) is not None:
+        if not isinstance(backend, FindsOrphans):
             continue
-        for orphan in backend.abandoned_runs(own):
-            if where is None or orphan.run_dir.parent == where:
-                done.append(await _recover(orphan, spec.limits.workspace_size, remove_unsaved))
+        found = [orphan for orphan in backend.abandoned_runs(own) if where is None or orphan.run_dir.parent == where]
+        if not found or backend.unavailable_reason(own) is not None:  # asked only when needed: a ping
+            continue
+        for orphan in found:
+            done.append(await _recover(orphan, spec.limits.workspace_size, remove_unsaved))
     return done
 
 
@@ -93,10 +104,15 @@ async def _recover(orphan: Orphan, limit: int, remove_unsaved: bool) -> Recovery
                     raise NotRecoverable(report.refused.get(WORKSPACE_ARCHIVE) or report.incomplete or "not archived")
         except NotRecoverable as exc:
             outcome.problem = f"the workspace was not saved: {exc}"
+        except WorkspaceLost as exc:
+            if _saved_before(orphan.run_dir, report):  # killed after its save: nothing was lost
+                outcome.problem = None
+            else:
+                outcome.problem, outcome.lost = f"the workspace was lost: {exc}", True
         except Exception as exc:  # noqa: BLE001 - this workspace's failure alone, said in its outcome
             outcome.problem = f"the workspace was not saved: {type(exc).__name__}: {exc}"
         outcome.saved = list(report.saved)
-        if outcome.problem is None or remove_unsaved:  # else it stays unfinished, to retry later
+        if outcome.problem is None or outcome.lost or remove_unsaved:  # else it stays unfinished, to retry later
             _end_record(record, report, outcome.problem)
     finally:
         os.close(record)
@@ -134,6 +150,30 @@ def _open_record(run_dir: Path, owner: str) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def _saved_before(run_dir: Path, report: SaveReport) -> bool:
+    """Whether the owner's own save had completed before it died (its workspace.tar is only ever
+    renamed into place whole): then `report` lists what is in the run folder, and a partial
+    archive left beside it by the kill is removed."""
+    with contextlib.suppress(FileNotFoundError):
+        partial = run_dir / (WORKSPACE_ARCHIVE + PARTIAL_SUFFIX)
+        if stat.S_ISREG(os.lstat(partial).st_mode):
+            partial.unlink()
+    try:
+        if not stat.S_ISREG(os.lstat(run_dir / WORKSPACE_ARCHIVE).st_mode):
+            return False
+    except OSError:
+        return False
+    report.saved.append(WORKSPACE_ARCHIVE)
+    output = run_dir / OUTPUT_DIR
+    if not output.is_symlink() and output.is_dir():
+        for top, dirs, files in os.walk(output):  # links are not followed
+            for name in sorted(files):
+                if len(report.saved) > MAX_LISTED_SAVED:
+                    return True
+                report.saved.append(str((Path(top) / name).relative_to(run_dir)))
+    return True
 
 
 def _starts_run(line: bytes, owner: str) -> bool:

@@ -46,6 +46,22 @@ async def test_an_idle_session_is_closed_and_its_record_kept(fake_backend: Any, 
         assert read_record(idle.run_dir).events[-1].status == "ok"
 
 
+async def test_a_released_session_is_closed_after_its_grace_unless_kept(fake_backend: Any, tmp_path: Path) -> None:
+    async with SessionManager(idle_timeout_s=3600, model="offline", runs_dir=tmp_path, sandbox="fake", backend=fake_backend) as manager:
+        gone, back, busy = await manager.open(), await manager.open(), await manager.open()
+        for session in (gone, back, busy):
+            manager.release_soon(session.id, 0.5)
+        manager.keep(back.id)  # its client came back
+        cell = asyncio.ensure_future(busy.exec("sleep 2"))  # a request in flight holds it past the grace
+        await asyncio.sleep(1.5)
+        assert gone.closed and not back.closed and not busy.closed
+        assert manager.released(back.id) is None and manager.released(busy.id) == 0.0
+        await cell
+        await asyncio.sleep(1.0)
+        assert busy.closed and not back.closed
+        assert read_record(gone.run_dir).events[-1].status == "ok"
+
+
 async def test_a_slow_subscriber_loses_the_oldest_events_and_is_told_how_many() -> None:
     hub = EventHub()
     stream = hub.subscribe()

@@ -26,6 +26,7 @@ from . import service_options as options
 from .application import app
 from .errors import reported
 from .limit_option import Limit
+from ..mcp_server.presence import RECONNECT_GRACE_S
 
 console = Console(stderr=True)
 
@@ -48,6 +49,7 @@ def mcp(
     resolve: options.Resolve = [],
     max_sessions: Annotated[int, typer.Option(help="live sessions at once")] = 8,
     idle_timeout: options.IdleTimeout = options.IDLE_TIMEOUT_DEFAULT_S,
+    client_grace: Annotated[float, typer.Option(help="--http: seconds the sessions of a client that went away (dropped call, event stream or MCP session) wait for it to come back before they are closed and saved")] = RECONNECT_GRACE_S,
     pool: options.Pool = 0,
     pool_max_idle: options.PoolMaxIdle = options.POOL_MAX_IDLE_DEFAULT_S,
     runs: Annotated[Path, typer.Option(help="where session and job run folders go")] = Path("runs"),
@@ -68,6 +70,7 @@ def mcp(
 
     with raising_on_signals(), reported():
         from ..mcp_server.policy import ReadPolicy
+        from ..mcp_server.presence import Presence
         from ..mcp_server.serve import serve_http, serve_stdio
         from ..mcp_server.tools import ServerSettings, build_server
         from ..models import resolve_model
@@ -79,6 +82,8 @@ def mcp(
             raise UsageError(f"--sandbox {backend!r}: choose one of {', '.join(backend_names())}")
         limits = with_allowlist(limits_from_flags(limit, memory=memory, timeout=timeout), allow_host, resolve)
         options.check_pool(pool, pool_max_idle, idle_timeout)
+        if not client_grace >= 0:
+            raise UsageError(f"--client-grace {client_grace:g}: give 0 or more seconds")
         spec = SandboxSpec(backend=backend, limits=limits)
         reason = get_backend(backend).unavailable_reason(spec)
         if reason is not None:
@@ -92,7 +97,7 @@ def mcp(
             warm = WarmPool(pool, pool_max_idle, spec) if pool > 0 else None
             manager = SessionManager(max_sessions=max_sessions, idle_timeout_s=idle_timeout, limits=limits,
                                      sandbox=backend, model=model, runs_dir=runs, pool=warm)
-            server = build_server(manager, ServerSettings(model, backend, limits, runs, policy))
+            server = build_server(manager, ServerSettings(model, backend, limits, runs, policy), Presence(manager, client_grace))
             try:
                 if sock is not None:
                     token = new_token()

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError
 from mcp.types import CallToolResult, ContentBlock, Resource, ResourceLink
 
@@ -39,6 +39,7 @@ from ..sandboxes.limits import Limits
 from ..service import SessionManager
 from . import content
 from .policy import ReadPolicy
+from .presence import ClientGone, Presence, client_request
 from .results import (CellRun, ClosedSession, CommandRun, FileList, JobRun, ListedFile, OpenedSession, OutputStatus,
                       ReadFile, SessionLimits, WrittenFile, answer)
 
@@ -75,11 +76,17 @@ def _error(message: str) -> CallToolResult:
     return CallToolResult(content=[content.text(message)], is_error=True)
 
 
-async def _guarded(work: Callable[[], Awaitable[CallToolResult]]) -> CallToolResult:
+async def _guarded(presence: Presence, ctx: Context, work: Callable[[], Awaitable[CallToolResult]],
+                   session_id: str | None = None, *, cancellable: bool = True) -> CallToolResult:
+    """One tool call: coderoom's refusals as tool errors; cancelled if its HTTP client drops it
+    (`presence`, which also hears which session the call names), unless not `cancellable` (a
+    close asked for is finished: a cut one would end its record unsaved)."""
     try:
-        return await work()
+        return await presence.call(ctx, work, session_id, cancellable=cancellable)
     except CoderoomError as exc:
         return _error(exc.message)
+    except ClientGone as exc:  # nobody reads it; said for the SDK's log of an unanswered call
+        return _error(str(exc))
 
 
 def decode_upload(name: str, data: str) -> bytes:
@@ -116,11 +123,14 @@ async def gather_files(policy: ReadPolicy, files: dict[str, str] | None, uploads
     return gathered
 
 
-def build_server(manager: SessionManager, settings: ServerSettings) -> MCPServer:
-    server = _CoderoomServer(manager, settings, name="coderoom", instructions=INSTRUCTIONS)
+def build_server(manager: SessionManager, settings: ServerSettings, presence: Presence | None = None) -> CoderoomServer:
+    """The server's tools on `manager`; `presence` (default: its own, RECONNECT_GRACE_S) says
+    what a vanished HTTP client's calls and sessions become (`serve.http_app` watches for it)."""
+    presence = presence or Presence(manager)
+    server = CoderoomServer(manager, settings, presence, name="coderoom", instructions=INSTRUCTIONS)
 
     @server.tool()
-    async def open_session(files: dict[str, str] | None = None,
+    async def open_session(ctx: Context, files: dict[str, str] | None = None,
                            uploads: dict[str, str] | None = None) -> Annotated[CallToolResult, OpenedSession]:
         """Open a sandbox session. `files`: workspace path -> host path under a folder the server
         may read; `uploads`: workspace path -> base64 content. Returns the session id."""
@@ -129,16 +139,17 @@ def build_server(manager: SessionManager, settings: ServerSettings) -> MCPServer
                 return {"files": await gather_files(settings.policy, files, uploads)}
 
             session = await manager.open(prepare=prepare)
+            presence.used(session.id, client_request(ctx))
             names = sorted({**(files or {}), **(uploads or {})})
             opened = OpenedSession(session_id=session.id, files=[content.safe(n) for n in names], workspace="/workspace",
                                    output_dir="output/", limits=_limits(session.limits))
             return answer(opened, content.text(
                 f"session_id: {session.id}\nfiles: {', '.join(names) or 'none'}\nworkspace: /workspace "
                 f"(the working directory; results go in output/)\nlimits: {_limits_text(opened.limits)}"))
-        return await _guarded(work)
+        return await _guarded(presence, ctx, work)
 
     @server.tool()
-    async def run_python(session_id: str, code: str) -> Annotated[CallToolResult, CellRun]:
+    async def run_python(ctx: Context, session_id: str, code: str) -> Annotated[CallToolResult, CellRun]:
         """Run Python in the session's persistent kernel (variables persist between calls).
         Returns stdout, stderr, the last value and the traceback; figures as images. A cell that
         did not end "ok" (an exception, a timeout, an interrupt) is an error result."""
@@ -148,10 +159,10 @@ def build_server(manager: SessionManager, settings: ServerSettings) -> MCPServer
             ran = CellRun(session_id=session_id, status=cell.status, cell=cell.cell.number if cell.cell else None,
                           text=content.safe(cell.text), figures=len(images))
             return answer(ran, content.text(cell.text), *images, is_error=cell.status != "ok")
-        return await _guarded(work)
+        return await _guarded(presence, ctx, work, session_id)
 
     @server.tool(name="exec")
-    async def exec_(session_id: str, command: str, timeout: float | None = None) -> Annotated[CallToolResult, CommandRun]:
+    async def exec_(ctx: Context, session_id: str, command: str, timeout: float | None = None) -> Annotated[CallToolResult, CommandRun]:
         """Run a shell command (sh -c) in the session's workspace; exit code, stdout, stderr. A
         non-zero exit code (124: the timeout) is an error result."""
         async def work() -> CallToolResult:
@@ -160,10 +171,10 @@ def build_server(manager: SessionManager, settings: ServerSettings) -> MCPServer
                              stdout=content.safe(done.stdout), stderr=content.safe(done.stderr))
             return answer(ran, content.text(f"exit code: {done.exit_code}\n[stdout]\n{done.stdout}\n[stderr]\n{done.stderr}"),
                           is_error=done.exit_code != 0)
-        return await _guarded(work)
+        return await _guarded(presence, ctx, work, session_id)
 
     @server.tool()
-    async def write_file(session_id: str, path: str, text: str | None = None,
+    async def write_file(ctx: Context, session_id: str, path: str, text: str | None = None,
                          base64_content: str | None = None) -> Annotated[CallToolResult, WrittenFile]:
         """Write a workspace file from `text` (UTF-8) or `base64_content`."""
         async def work() -> CallToolResult:
@@ -175,20 +186,20 @@ def build_server(manager: SessionManager, settings: ServerSettings) -> MCPServer
             await manager.get(session_id).write_file(path, data)
             written = WrittenFile(session_id=session_id, path=content.safe(path), size=len(data))
             return answer(written, content.text(f"wrote {len(data)} bytes to {path}"))
-        return await _guarded(work)
+        return await _guarded(presence, ctx, work, session_id)
 
     @server.tool()
-    async def read_file(session_id: str, path: str) -> Annotated[CallToolResult, ReadFile]:
+    async def read_file(ctx: Context, session_id: str, path: str) -> Annotated[CallToolResult, ReadFile]:
         """Read a workspace file: an image as image content, text as text, else base64."""
         async def work() -> CallToolResult:
             data = await read_session_file(manager.get(session_id), path)
             uri = session_uri(session_id, path)
             found = ReadFile(session_id=session_id, path=content.safe(path), size=len(data), uri=content.safe(uri))
             return answer(found, content.file_content(uri, data))
-        return await _guarded(work)
+        return await _guarded(presence, ctx, work, session_id)
 
     @server.tool()
-    async def list_files(session_id: str) -> Annotated[CallToolResult, FileList]:
+    async def list_files(ctx: Context, session_id: str) -> Annotated[CallToolResult, FileList]:
         """The session's workspace files: kind, size in bytes, path, and why the exit policy
         keeps one in (read_file refuses it)."""
         async def work() -> CallToolResult:
@@ -200,19 +211,19 @@ def build_server(manager: SessionManager, settings: ServerSettings) -> MCPServer
             lines = [f"{e.kind}\t{e.size}\t{e.path}" + (f"\tleft out: {e.left_out}" if e.left_out else "")
                      for e in listed] or ["(empty)"]  # fmt: skip
             return answer(FileList(session_id=session_id, files=listed), content.text("\n".join(lines)))
-        return await _guarded(work)
+        return await _guarded(presence, ctx, work, session_id)
 
     @server.tool()
-    async def close_session(session_id: str) -> Annotated[CallToolResult, ClosedSession]:
+    async def close_session(ctx: Context, session_id: str) -> Annotated[CallToolResult, ClosedSession]:
         """Close the session: its workspace and record are saved as a run folder."""
         async def work() -> CallToolResult:
             run_dir = await manager.close(session_id)
             closed = ClosedSession(session_id=session_id, run_folder=str(run_dir))
             return answer(closed, content.text(f"closed; run folder: {run_dir}"))
-        return await _guarded(work)
+        return await _guarded(presence, ctx, work, session_id, cancellable=False)
 
     @server.tool()
-    async def run_job(request: str, outputs: list[str] | None = None, files: dict[str, str] | None = None,
+    async def run_job(ctx: Context, request: str, outputs: list[str] | None = None, files: dict[str, str] | None = None,
                       uploads: dict[str, str] | None = None) -> Annotated[CallToolResult, JobRun]:
         """Run a whole coderoom agent (the server's model) on `request` with these input files;
         `outputs` are required files under output/ (`PATH:allow-empty`: an empty result, such as
@@ -220,7 +231,7 @@ def build_server(manager: SessionManager, settings: ServerSettings) -> MCPServer
         async def work() -> CallToolResult:
             async with manager.slot():  # a whole run is a sandbox too: it counts against max_sessions
                 return await _run_job(settings, request, outputs or [], files, uploads)
-        return await _guarded(work)
+        return await _guarded(presence, ctx, work)
 
     @server.resource("coderoom://session/{session_id}/{+path}", mime_type="application/octet-stream")
     async def session_file(session_id: str, path: str) -> bytes:
@@ -241,12 +252,14 @@ def build_server(manager: SessionManager, settings: ServerSettings) -> MCPServer
     return server
 
 
-class _CoderoomServer(MCPServer):
-    """Lists each live session's output files as resources, beside the templates."""
+class CoderoomServer(MCPServer):
+    """Lists each live session's output files as resources, beside the templates; `presence`
+    is what its HTTP app watches clients with."""
 
-    def __init__(self, manager: SessionManager, settings: ServerSettings, **kw: Any) -> None:
+    def __init__(self, manager: SessionManager, settings: ServerSettings, presence: Presence, **kw: Any) -> None:
         super().__init__(**kw)
         self._manager = manager
+        self.presence = presence
 
     async def list_resources(self) -> list[Resource]:
         """Quiet listings: a client's resources/list is no use of the sessions (their idle timeout

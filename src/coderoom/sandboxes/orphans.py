@@ -35,9 +35,16 @@ class Orphan:
     reopen: Callable[..., AbstractAsyncContextManager[Any]]
 
 
+class WorkspaceLost(Exception):
+    """Raised by an Orphan's `reopen` when its workspace is gone for good (a Docker container's
+    tmpfs, which ends with its owner): what was lost, for the record's run_end. Final: recovery
+    ends the run at once rather than leaving it to retry."""
+
+
 @runtime_checkable
 class FindsOrphans(Protocol):
-    """A backend that can find and reopen dead owners' workspaces (local so far)."""
+    """A backend that can find dead owners' workspaces and reopen them (local), or name their
+    loss (docker: `WorkspaceLost`)."""
 
     def abandoned_runs(self, spec: SandboxSpec) -> list[Orphan]: ...
 

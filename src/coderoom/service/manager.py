@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from .session import Session
 MAX_SESSIONS = 8  # live sessions at once, by default
 IDLE_TIMEOUT_S = 900.0  # a session nobody used for this long is closed (its record kept)
 REAP_INTERVAL_MAX_S = 5.0  # how often, at most this far apart, idle sessions are looked for
+REAP_INTERVAL_MIN_S = 0.1  # and at least this far apart
 MAX_CONCURRENT_OPENS = 2
 """Sessions being opened at once (their files read, sandboxes started); more wait their turn,
 each already holding its slot, so a burst of opens costs at most this many uploads in memory."""
@@ -60,6 +62,8 @@ class SessionManager:
         self._opening = 0
         self._open_turns = asyncio.Semaphore(MAX_CONCURRENT_OPENS)
         self._reaper: asyncio.Task[None] | None = None
+        self._released: dict[str, tuple[float, float]] = {}  # session id -> (grace, monotonic deadline)
+        self._wake = asyncio.Event()  # a release: the reaper looks again at once, at its grace's pace
 
     @property
     def live(self) -> list[Session]:
@@ -113,6 +117,24 @@ class SessionManager:
             if session.closed:
                 self._sessions.pop(session_id, None)
 
+    def release_soon(self, session_id: str, grace_s: float) -> None:
+        """Its client is gone (the MCP server's `presence`): the session is closed and saved as
+        at the idle timeout once `grace_s` has passed, unless `keep` is called first (a client
+        that came back). A session that is busy then is closed when its request ends."""
+        if session_id in self._sessions and grace_s >= 0:
+            self._released[session_id] = (grace_s, time.monotonic() + grace_s)
+            self._wake.set()
+            self._start_reaper()
+
+    def keep(self, session_id: str) -> None:
+        """Its client is back (or another one uses it): the session lives on under the idle timeout."""
+        self._released.pop(session_id, None)
+
+    def released(self, session_id: str) -> float | None:
+        """Seconds left before a released session is closed (None: not released)."""
+        found = self._released.get(session_id)
+        return None if found is None else max(0.0, found[1] - time.monotonic())
+
     async def close_all(self) -> None:
         """Shutdown: the reaper stops, every session is closed and saved, and the pool too."""
         if self._reaper is not None:
@@ -144,10 +166,23 @@ class SessionManager:
             self._reaper = asyncio.create_task(self._reap(), name="coderoom-session-reaper")
 
     async def _reap(self) -> None:
-        interval = min(REAP_INTERVAL_MAX_S, self.idle_timeout_s / 4)
         while True:
-            await asyncio.sleep(interval)
+            graces = [grace for grace, _ in self._released.values()]
+            interval = max(REAP_INTERVAL_MIN_S, min(REAP_INTERVAL_MAX_S, self.idle_timeout_s / 4, *(g / 4 for g in graces)))
+            woken = asyncio.ensure_future(self._wake.wait())
+            try:  # not wait_for: on 3.11 it can swallow a cancel that meets the wake (close_all waits)
+                await asyncio.wait({woken}, timeout=interval)
+            finally:
+                woken.cancel()
+            self._wake.clear()
+            now = time.monotonic()
             for session in list(self._sessions.values()):
-                if session.idle_for() > self.idle_timeout_s:
+                left = self._released.get(session.id)
+                gone = left is not None and now >= left[1] and not session.busy
+                if gone or session.idle_for() > self.idle_timeout_s:
                     with contextlib.suppress(Exception):
                         await self.close(session.id)
+                    if left is not None and gone and session.closed:
+                        print(f"coderoom: session {session.id} closed and saved {left[0]:g} s after its client went away: "
+                              f"{session.run_dir}", file=sys.stderr, flush=True)
+            self._released = {sid: left for sid, left in self._released.items() if sid in self._sessions}

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # pydantic is not imported for --help
     from pydantic import BaseModel
 
     from ..core import CommandResult
+    from ..orphans import Orphan
     from ..spec import SandboxSpec
 
 if TYPE_CHECKING:
@@ -102,7 +103,17 @@ class DockerBackend:
         return CoderoomDockerClient(docker_client(), limits=spec.limits, image=image), options
 
     def prune(self, skipped: list[str] | None = None) -> int:
+        from .bindings import prune as prune_bindings
+
+        prune_bindings()  # records only: a dead owner's loss was named by recovery just before
         return prune(skipped=skipped)
+
+    def abandoned_runs(self, spec: SandboxSpec) -> list[Orphan]:
+        """`orphans.FindsOrphans`: the runs whose container died with its owner; each one's
+        `reopen` names the loss (`bindings`: a Docker workspace cannot outlive its owner)."""
+        from .bindings import abandoned_runs
+
+        return abandoned_runs()
 
     def info(self) -> str:
         return (

@@ -57,6 +57,7 @@ from .helpers import (
 from .labels import LABEL, SESSION_LABEL
 from .live import DockerLive
 from .network import network_name
+from . import bindings
 from .request import RESOLV_CONF_BIND, create_request
 
 
@@ -65,6 +66,7 @@ class CoderoomDockerSession(PtySessions, DockerSandboxSession):
 
     _limits: Limits
     _core: DockerSandbox
+    _binding: Path | None = None  # the run it serves, kept on the host (`bindings`)
     limits_hit: list[str]  # see sdk_session_adapter.limits_hit
 
     def _adopt(self, limits: Limits) -> None:
@@ -267,8 +269,17 @@ class CoderoomDockerSession(PtySessions, DockerSandboxSession):
         """Checked before the workspace is cleared (`sdk_snapshots`)."""
         await restore_on_resume(self, self._core, self._limits.workspace_size)
 
+    def bind_run(self, run_dir: Path, owner: str) -> None:
+        """`orphans.KeepsRunRecord`: which run folder and run this container serves, so a
+        restart or `prune` after its owner died names the lost workspace (`bindings`)."""
+        self._binding = bindings.bind(self._binding, self._core.container_id, run_dir, owner)
+
     async def _shutdown_backend(self) -> None:
-        await self._core.close()
+        try:
+            await self._core.close()
+        finally:
+            bindings.unbind(self._binding)
+            self._binding = None
 
 
 class CoderoomDockerClient(DockerSandboxClient):

@@ -1,0 +1,94 @@
+"""A Docker run's binding (`sandboxes.docker.bindings`) and what recovery makes of it once its
+owner is dead: the loss named (run_end `error`, the binding removed), or, when the owner's own
+save had finished (a kill while closing), `recovered` with what the run folder holds and the
+partial archive removed; a living owner's binding is left alone. No engine is needed: a dead
+owner's container is gone by construction, and the backend here only hands recovery the bindings."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from coderoom.record import read_record
+from coderoom.recovery import CAUSE, recover
+from coderoom.sandboxes import records
+from coderoom.sandboxes.docker import bindings
+from coderoom.sandboxes.leases import Owner
+from coderoom.sandboxes.orphans import Orphan
+from coderoom.sandboxes.spec import SandboxSpec
+
+CONTAINER = "0123456789abcdef" * 4
+
+
+class BindingsOnly:
+    """The Docker backend's `abandoned_runs`, without asking an engine whether it runs."""
+
+    name = "docker"
+
+    def unavailable_reason(self, spec: SandboxSpec) -> str | None:
+        return None
+
+    def abandoned_runs(self, spec: SandboxSpec) -> list[Orphan]:
+        return bindings.abandoned_runs()
+
+
+@pytest.fixture(autouse=True)
+def own_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    monkeypatch.setattr("tempfile.tempdir", None)  # read TMPDIR again
+
+
+def run_folder(tmp_path: Path) -> Path:
+    run_dir = tmp_path / "runs" / "session-1"
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.jsonl").write_text(json.dumps({"type": "run_start", "run_id": "r1", "job": {}}) + "\n")
+    return run_dir
+
+
+def bound_to_a_dead_owner(run_dir: Path) -> Path:
+    folder = bindings.bind(None, CONTAINER, run_dir, "r1")
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    me = Owner.me()
+    lease = {"boot": me.boot, "pid": gone.pid, "start": 1, "pidns": me.pidns}
+    records.write(folder, "lease", json.dumps(lease).encode(), replace=True)
+    return folder
+
+
+async def test_a_dead_owners_docker_workspace_is_named_lost(tmp_path: Path) -> None:
+    run_dir = run_folder(tmp_path)
+    folder = bound_to_a_dead_owner(run_dir)
+    [outcome] = await recover(SandboxSpec(), run_dir.parent, backend=BindingsOnly())  # type: ignore[arg-type]
+    assert outcome.lost and outcome.describe().startswith("lost ")
+    end = read_record(run_dir).events[-1]
+    assert (end.type, end.status, end.cause, end.saved) == ("run_end", "error", CAUSE, [])
+    assert end.error and "tmpfs in Docker container '0123456789ab'" in end.error
+    assert not folder.exists()
+    assert await recover(SandboxSpec(), run_dir.parent, backend=BindingsOnly()) == []  # type: ignore[arg-type]  # ended once, not again
+
+
+async def test_a_save_finished_before_the_kill_is_recovered_and_its_partial_removed(tmp_path: Path) -> None:
+    run_dir = run_folder(tmp_path)
+    (run_dir / "workspace.tar").write_bytes(b"whole")
+    (run_dir / "workspace.tar.partial").write_bytes(b"cut")
+    (run_dir / "output").mkdir()
+    (run_dir / "output" / "k.txt").write_text("k")
+    bound_to_a_dead_owner(run_dir)
+    [outcome] = await recover(SandboxSpec(), run_dir.parent, backend=BindingsOnly())  # type: ignore[arg-type]
+    assert not outcome.lost and outcome.problem is None
+    end = read_record(run_dir).events[-1]
+    assert (end.status, end.error, end.saved) == ("recovered", None, ["workspace.tar", "output/k.txt"])
+    assert not (run_dir / "workspace.tar.partial").exists()
+
+
+async def test_a_living_owners_binding_is_left_alone_until_unbound(tmp_path: Path) -> None:
+    run_dir = run_folder(tmp_path)
+    folder = bindings.bind(None, CONTAINER, run_dir, "r1")  # this process: alive
+    assert await recover(SandboxSpec(), run_dir.parent, backend=BindingsOnly()) == []  # type: ignore[arg-type]
+    assert bindings.prune() == 0 and folder.exists()
+    bindings.unbind(folder)
+    assert not folder.exists()
