@@ -18,7 +18,6 @@ one whose owner is gone is what `abandoned_runs` reports (then it is removed).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -34,8 +33,6 @@ from ..leases import read_lease, write_lease
 from ..orphans import Orphan, WorkspaceLost
 
 PREFIX = "coderoom-docker-"
-RUN_FILE = "run"
-MAX_RUN_RECORD = 8192
 
 
 def bind(folder: Path | None, container: str, run_dir: Path, owner: str) -> Path:
@@ -48,8 +45,7 @@ def bind(folder: Path | None, container: str, run_dir: Path, owner: str) -> Path
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             raise
-    data = {"run_dir": str(run_dir), "owner": owner, "container": container}
-    records.write(folder, RUN_FILE, json.dumps(data).encode(), replace=True)
+    records.bind_run(folder, run_dir, owner, container=container)
     return folder
 
 
@@ -84,17 +80,8 @@ def prune() -> int:
 
 
 def _bound(folder: Path) -> tuple[Path, str, str] | None:
-    data = records.read(folder, RUN_FILE, MAX_RUN_RECORD)
-    try:
-        value = json.loads(data) if data is not None and len(data) < MAX_RUN_RECORD else None
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(value, dict):
-        return None
-    run_dir, owner, container = value.get("run_dir"), value.get("owner"), value.get("container")
-    if not (isinstance(run_dir, str) and isinstance(owner, str) and isinstance(container, str) and os.path.isabs(run_dir)):
-        return None
-    return Path(run_dir), owner, container
+    bound = records.bound_run(folder, "container")
+    return None if bound is None else (bound[0], bound[1], bound[2]["container"])
 
 
 @asynccontextmanager

@@ -17,7 +17,6 @@ feet (issue 19, docs/security.md).
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import tempfile
@@ -35,8 +34,6 @@ CGROUP_FILE = "cgroup"  # the session's memory cgroup, for `prune` (see `cgroup.
 BWRAP_FILE = "bwrap"  # the pid of the session's latest bwrap, its process group: for `prune` (`leases.kill_users`)
 EGRESS_SOCKET = "egress/proxy.sock"  # with an allowlist: the host proxy's socket, bound read-only at bwrap.EGRESS_DIR
 SESSION_FILE = "session"  # the SDK session id the folder belongs to (see `bind`)
-RUN_FILE = "run"  # the run folder and run id the workspace belongs to (see `bind_run`)
-MAX_RUN_RECORD = 8192
 SHARED_MODE = 0o710  # as root: searchable by bwrap's uid's group, writable by us alone
 
 
@@ -153,25 +150,14 @@ def bind(folder: Path, session_id: str) -> None:
 
 def bind_run(folder: Path, run_dir: Path, owner: str) -> None:
     """Record that `folder`'s workspace belongs to the run folder `run_dir` (absolute) of the run
-    `owner` (its run_start's run_id), so a recovery after its owner process died knows where to
-    save it (`bound_run`)."""
-    records.write(folder, RUN_FILE, json.dumps({"run_dir": str(run_dir), "owner": owner}).encode(), replace=True)
+    `owner`, so a recovery after its owner process died knows where to save it (`bound_run`)."""
+    records.bind_run(folder, run_dir, owner)
 
 
 def bound_run(folder: Path) -> tuple[Path, str] | None:
-    """The (run folder, run id) `bind_run` recorded, or None: no trusted record, or not
-    one `bind_run` wrote. A claim only: the caller verifies the run folder before writing there."""
-    data = records.read(folder, RUN_FILE, MAX_RUN_RECORD)
-    try:
-        value = json.loads(data) if data is not None and len(data) < MAX_RUN_RECORD else None
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(value, dict):
-        return None
-    run_dir, owner = value.get("run_dir"), value.get("owner")
-    if not (isinstance(run_dir, str) and isinstance(owner, str) and os.path.isabs(run_dir)):
-        return None
-    return Path(run_dir), owner
+    """The (run folder, run id) `bind_run` recorded, or None (see `records.bound_run`)."""
+    bound = records.bound_run(folder)
+    return None if bound is None else bound[:2]
 
 
 def bound_session(folder: Path) -> str | None:
