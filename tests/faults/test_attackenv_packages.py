@@ -141,3 +141,35 @@ def test_an_index_url_without_credentials_is_kept() -> None:
     spec = EnvironmentSpec(packages=["crtiny"], index_url="https://pypi.example.invalid/simple",
                            find_links=["https://wheels.example.invalid/"])  # fmt: skip
     assert (spec.index_url, spec.find_links) == ("https://pypi.example.invalid/simple", ["https://wheels.example.invalid/"])
+
+
+@pytest.mark.parametrize("how", ["writable by others", "owned by another user"])
+def test_a_cache_that_another_user_can_write_is_refused(cache: Path, wheels: Path, how: str) -> None:
+    """P4: a planted KEY folder (the key is computable from the declaration and the runtime) in a
+    cache another user can write, say CODEROOM_ENV_CACHE=/tmp/envs made by them first, would be
+    bound into every sandbox that declares those packages."""
+    from coderoom.errors import EnvironmentBuildError
+
+    spec = EnvironmentSpec(packages=["crtiny"], find_links=[str(wheels)])
+    built = packages.ensure(spec)
+    assert built is not None
+    if how == "writable by others":
+        cache.chmod(0o777)
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("needs root to give the folder away")
+        os.chown(cache, 65534, 65534)
+    with pytest.raises(EnvironmentBuildError, match="owned by another user or writable by others"):
+        packages.ensure(spec)
+    cache.chmod(0o755)
+    os.chown(cache, os.geteuid(), os.getegid())
+    assert packages.ensure(spec) == built
+
+
+def test_a_cache_writable_by_the_users_own_group_is_kept(cache: Path, wheels: Path) -> None:
+    """A umask of 002 (a user private group) makes the cache group-writable by that group only."""
+    spec = EnvironmentSpec(packages=["crtiny"], find_links=[str(wheels)])
+    built = packages.ensure(spec)
+    os.chown(cache, os.geteuid(), os.getegid())
+    cache.chmod(0o775)
+    assert packages.ensure(spec) == built
