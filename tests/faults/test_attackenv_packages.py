@@ -173,3 +173,44 @@ def test_a_cache_writable_by_the_users_own_group_is_kept(cache: Path, wheels: Pa
     os.chown(cache, os.geteuid(), os.getegid())
     cache.chmod(0o775)
     assert packages.ensure(spec) == built
+
+
+SMUGGLED = [
+    "--index-url=https://evil.invalid/simple", "-r/etc/passwd", "-c constraints.txt", "-e .", "crtiny --pre",
+    "crtiny @ https://evil.invalid/x.whl", "crtiny@file:///tmp/x", "crtiny; python_version>'3'", "./crtiny",
+    "../wheels/crtiny", "/tmp/crtiny", "${HOME}", "$HOME", "crtiny==1.0 --hash=sha256:00", "https://evil.invalid/x",
+    "crtiny==1.0\n--extra-index-url=https://evil.invalid", "crtiny\x00", "~/.ssh",
+]
+
+
+@pytest.mark.parametrize("spec", SMUGGLED)
+def test_a_spec_string_carries_no_pip_option_url_path_marker_or_variable(spec: str) -> None:
+    """P5: what a package string may hold (held)."""
+    with pytest.raises(ValueError, match="not a plain pip requirement"):
+        requirements.normalize([spec])
+
+
+def test_a_requirements_file_line_that_is_an_option_is_refused(tmp_path: Path) -> None:
+    listed = tmp_path / "requirements.txt"
+    listed.write_text("crtiny\n-r other.txt\n")
+    with pytest.raises(ValueError, match=":2: .* not a plain pip requirement"):
+        requirements.read_file(listed)
+
+
+def test_a_wheel_whose_files_climb_out_of_the_environment_is_not_installed(tmp_path: Path, cache: Path) -> None:
+    """P7: a wheel in the find-links folder naming `../../../../CANARY` among its files: pip
+    refuses it, so nothing is written outside the build folder and no environment is made."""
+    import zipfile
+
+    from coderoom.errors import EnvironmentBuildError
+
+    folder = tmp_path / "wheels"
+    wheel = make_wheel(folder, "crclimb", "1.0", "VALUE = 1\n")
+    canary = tmp_path / f"CANARY-{os.getpid()}"
+    depth = "../" * 12
+    with zipfile.ZipFile(wheel, "a") as archive:
+        archive.writestr(f"{depth}{str(canary).lstrip('/')}", b"planted")
+    with pytest.raises(EnvironmentBuildError):
+        packages.ensure(EnvironmentSpec(packages=["crclimb"], find_links=[str(folder)]))
+    assert not canary.exists()
+    assert [p.name for p in cache.iterdir() if not p.name.endswith((".lock", ".failed.log"))] == []
