@@ -86,34 +86,51 @@ def count_entries(root: Path, *, max_entries: int = MAX_ENTRIES, max_depth: int 
     filesystem leaves its type unknown: for 100,000 files about 30 ms where `usage` takes 400, so a
     watchdog can look for a file-creating loop every poll and keep the full walk for sizes."""
     count = 0
-    stack = [(os.open(root, _DIR_FLAGS), 0)]
+    # one open listing per level being walked (as `walk`), never one per directory seen: a
+    # folder of a few thousand empty directories would otherwise exhaust RLIMIT_NOFILE (EMFILE)
+    stack: list[tuple[int, Iterator[os.DirEntry[str]]]] = []
+    _enter(stack, os.open(root, _DIR_FLAGS))
     try:
         while stack:
-            dir_fd, depth = stack.pop()
+            dir_fd, listing = stack[-1]
+            item = next(listing, None)
+            if item is None:
+                _leave(stack.pop())
+                continue
+            count += 1
+            if count > max_entries:
+                raise WorkspaceLimitError(f"more than {max_entries} entries")
             try:
-                with os.scandir(dir_fd) as listing:
-                    for item in listing:
-                        count += 1
-                        if count > max_entries:
-                            raise WorkspaceLimitError(f"more than {max_entries} entries")
-                        try:
-                            if not item.is_dir(follow_symlinks=False):
-                                continue
-                            child = os.open(item.name, _DIR_FLAGS, dir_fd=dir_fd)
-                        except OSError as exc:
-                            if exc.errno in GONE:
-                                continue
-                            raise
-                        if depth + 1 >= max_depth:
-                            os.close(child)
-                            raise WorkspaceLimitError(f"deeper than {max_depth} levels")
-                        stack.append((child, depth + 1))
-            finally:
-                os.close(dir_fd)
+                if not item.is_dir(follow_symlinks=False):
+                    continue
+                child = os.open(item.name, _DIR_FLAGS, dir_fd=dir_fd)
+            except OSError as exc:
+                if exc.errno in GONE:
+                    continue
+                raise
+            if len(stack) >= max_depth:
+                os.close(child)
+                raise WorkspaceLimitError(f"deeper than {max_depth} levels")
+            _enter(stack, child)
     finally:
-        for dir_fd, _ in stack:
-            os.close(dir_fd)
+        for level in stack:
+            _leave(level)
     return count
+
+
+def _enter(stack: list[tuple[int, Iterator[os.DirEntry[str]]]], dir_fd: int) -> None:
+    """Push `dir_fd` (owned from now on) with its listing."""
+    try:
+        stack.append((dir_fd, os.scandir(dir_fd)))
+    except BaseException:
+        os.close(dir_fd)
+        raise
+
+
+def _leave(level: tuple[int, Iterator[os.DirEntry[str]]]) -> None:
+    dir_fd, listing = level
+    listing.close()  # type: ignore[attr-defined]
+    os.close(dir_fd)
 
 
 def usage(root: Path, *, max_entries: int = MAX_ENTRIES) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, field_validator, model_validator
 
@@ -36,6 +37,21 @@ LimitsField = Annotated[Limits, PlainValidator(_limits), PlainSerializer(limits_
 BUILD_TIMEOUT_S = 600.0
 MAX_ENVIRONMENT_BYTES = 2 * 1024**3
 _URL_SCHEMES = ("https://", "http://", "file://")
+
+
+def _without_credentials(url: str) -> str:
+    """`url` unless it holds credentials (user:token@host): the job is written to the run record
+    as it is, and a Docker build's arguments show in the image's history. Named without echoing it."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        raise ValueError(f"{url[:80]!r} is not a URL") from None
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(
+            "a package index URL holds credentials (user:token@host), which the run record would keep; "
+            "give them to pip in PIP_INDEX_URL or PIP_FIND_LINKS, ~/.netrc or a keyring instead"
+        )
+    return url
 
 
 class EnvironmentSpec(BaseModel):
@@ -63,7 +79,7 @@ class EnvironmentSpec(BaseModel):
     def _index(cls, value: str | None) -> str | None:
         if value is not None and not value.startswith(_URL_SCHEMES):
             raise ValueError(f"{value[:80]!r} is not an index URL (https://, http:// or file://)")
-        return value
+        return value if value is None else _without_credentials(value)
 
     @field_validator("find_links")
     @classmethod
@@ -72,7 +88,7 @@ class EnvironmentSpec(BaseModel):
         checked = []
         for item in value:
             if item.startswith(_URL_SCHEMES):
-                checked.append(item)
+                checked.append(_without_credentials(item))
                 continue
             folder = Path(item).expanduser()
             if not folder.is_dir():

@@ -218,7 +218,8 @@ async def zipped(source: FileSource, name: str) -> Response:
     file, compressed in a worker thread (the server keeps answering meanwhile). The zip goes to a
     user's machine, so each name is `portable_path`'s (no `..\\x`, `C:` or device name for a
     Windows unzip to act on); a file whose portable name another already has is left out, as is
-    what the exit policy keeps in, and LEFT_OUT_NOTE in the zip says which and why."""
+    what the exit policy keeps in under either name (`ipython:config.py` is written as
+    `ipython_config.py`), and LEFT_OUT_NOTE in the zip says which and why."""
     policy, files = await exit_view(source)
     if len(files) > MAX_ZIP_FILES:
         raise FileTooLarge(f"more than {MAX_ZIP_FILES} files (MAX_ZIP_FILES)")
@@ -234,6 +235,9 @@ async def zipped(source: FileSource, name: str) -> Response:
                 member = portable_path(path)
                 if str(member) == LEFT_OUT_NOTE:  # the run folder's own list: it goes into the zip's
                     own_note = await source.read(path, MAX_PREVIEW_BYTES)
+                    continue
+                if (reason := policy.refusal(member)) is not None:  # judged as it is written: `?fossil_` is `_fossil_`
+                    left_out.append((str(path), reason))
                     continue
                 if str(member).lower() in named:
                     left_out.append((str(path), "another file has the same name on Windows"))

@@ -16,7 +16,8 @@ find-links, the files in a local find-links folder, pip's PIP_* variables) and o
 base, site folders and its installed distributions). A build holds `KEY.lock` (flock), so
 concurrent builds of one KEY build once; it runs in `.build-KEY-*` and is renamed to `KEY` when
 complete, so a failed or killed build leaves no environment, only its log (`KEY.failed.log`,
-named in the error). In the sandbox, the environment's site-packages is the sandbox venv's own,
+named in the error). A cache folder another user owns or may write is refused (`_owned`): the
+key is computable, so a planted complete-looking KEY folder would be used. In the sandbox, the environment's site-packages is the sandbox venv's own,
 read-only (`bwrap.Runtime.binds`); the record (`environment.json`) and the log stay outside it.
 """
 
@@ -138,13 +139,14 @@ def ensure(env: EnvironmentSpec, progress: Progress | None = None) -> BuiltEnvir
         return None
     key = environment_key(env)
     root = cache_root()
-    found = load(root / key)
+    found = load(root / key) if _owned(root) else None
     if found is not None:
         return found
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise EnvironmentBuildError(f"cannot make the package environment cache {root}: {exc.strerror}") from None
+    _check_private(root)
     with _locked(root / f"{key}.lock"):
         found = load(root / key)  # another process built it while this one waited
         if found is not None:
@@ -152,6 +154,26 @@ def ensure(env: EnvironmentSpec, progress: Progress | None = None) -> BuiltEnvir
         if progress is not None:
             progress(f"building a package environment for {', '.join(env.packages)} (once; cached in {root / key})")
         return _build(env, key, root)
+
+
+def _owned(root: Path) -> bool:
+    """`root` is ours alone: owned by this user and writable by no one else. Anyone who could
+    write there could plant a complete-looking KEY folder (the key is computable), and every
+    sandbox that declares those packages would import what they put in it."""
+    try:
+        st = os.stat(root)
+    except OSError:
+        return False
+    others = st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid != os.getegid())  # a umask of 002 is ours
+    return st.st_uid == os.geteuid() and not others
+
+
+def _check_private(root: Path) -> None:
+    if not _owned(root):
+        raise EnvironmentBuildError(
+            f"the package environment cache {root} is owned by another user or writable by others; "
+            f"use a folder of your own ({CACHE_VARIABLE})"
+        )
 
 
 def load(folder: Path) -> BuiltEnvironment | None:

@@ -424,15 +424,18 @@ class LocalSandbox(SandboxPlan):
             while any(entry.alive for entry in self._processes):
                 now = await asyncio.to_thread(disk.activity, self._launcher.pid if self._launcher else None)
                 reason = None
-                if walk is not None and walk.done():
-                    reason, walk = walk.result(), None
-                    next_walk = loop.time() + (loop.time() - walked)
-                if not reason and (now != seen or loop.time() - walked > PROCESS_WALK_AT_LEAST_S):
-                    if walk is None and loop.time() >= next_walk:  # activity is seen once a walk looks
-                        seen, walked = now, loop.time()
-                        walk = asyncio.ensure_future(asyncio.to_thread(self._workspace_over_limit))
-                    else:
-                        reason = await asyncio.to_thread(disk.too_many_entries, self.workspace_dir)
+                try:  # a walk that fails (EMFILE, EACCES) stops the processes: never an unwatched kernel
+                    if walk is not None and walk.done():
+                        reason, walk = walk.result(), None
+                        next_walk = loop.time() + (loop.time() - walked)
+                    if not reason and (now != seen or loop.time() - walked > PROCESS_WALK_AT_LEAST_S):
+                        if walk is None and loop.time() >= next_walk:  # activity is seen once a walk looks
+                            seen, walked = now, loop.time()
+                            walk = asyncio.ensure_future(asyncio.to_thread(self._workspace_over_limit))
+                        else:
+                            reason = await asyncio.to_thread(disk.too_many_entries, self.workspace_dir)
+                except OSError as exc:
+                    reason = f"the workspace could not be checked ({exc.strerror or exc}); command stopped"
                 if reason:
                     entries = list(self._processes)
                     await asyncio.gather(*(e.kill(reason, exit_code=1) for e in entries), return_exceptions=True)
