@@ -41,6 +41,7 @@ FIRST = (
     "df.groupby(df.index.hour).mean()"
 )
 CELL = "df.groupby(df.index.hour).mean()"
+FIRST_CELL_TARGET_S = 0.5  # issue 25: a session's first cell without the pool
 FILES = {"input/building_energy.csv": DATA.read_bytes()}
 
 
@@ -162,7 +163,21 @@ async def concurrent_jupyter(jupyter: Jupyter, count: int, cells_each: int) -> l
     return [sample for samples in per_kernel for sample in samples]
 
 
+def _target(label: str, ours: list[float], anchor_label: str, anchor: list[float], limit_s: float | None,
+            ratio_target: float | None = None) -> str:
+    """One row of the targets table: ours beside its anchor, the ratio, and whether it is met."""
+    p50, base = statistics.median(ours), statistics.median(anchor)
+    if limit_s is not None:
+        goal, met = f"<= {limit_s * 1000:.0f} ms", p50 <= limit_s
+    else:
+        assert ratio_target is not None
+        goal, met = f"ratio <= {ratio_target:g}", p50 / base <= ratio_target
+    return (f"| {label} | {p50 * 1000:.0f} | {anchor_label} | {base * 1000:.0f} | {p50 / base:.2f} | {goal} | "
+            f"{'met' if met else 'MISSED'} |")  # fmt: skip
+
+
 async def measure(trials: int, warm_runs: int, sessions: int, concurrent: int, concurrent_runs: int) -> str:
+    load_before = os.getloadavg()[0]
     work = Path(tempfile.mkdtemp(prefix="coderoom-session-bench-"))
     runs = work / "runs"
     jupyter = Jupyter(work / "jupyter")
@@ -245,6 +260,14 @@ async def measure(trials: int, warm_runs: int, sessions: int, concurrent: int, c
         f"warm cell session / Jupyter {statistics.median(warm_pooled) / statistics.median(warm_jupyter):.2f} "
         f"(without the pool {statistics.median(warm_cold) / statistics.median(warm_jupyter):.2f}); "
         f"{concurrent} at once, p50 {statistics.median(together) / statistics.median(together_jupyter):.2f}.",
+        "",
+        "| target (issue 25) | p50 ms | anchor | anchor p50 ms | ratio | target | |",
+        "|---|---|---|---|---|---|---|",
+        _target("first cell, new session without the pool", cold, "first cell, fresh Jupyter kernel", fresh, FIRST_CELL_TARGET_S),
+        _target("warm cell, session (from the pool)", warm_pooled, "warm cell, Jupyter kernel", warm_jupyter, None,
+                ratio_target=1.0),
+        "",
+        f"Load average (1 min) {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end.",
     ]
     return "\n".join(rows)
 
