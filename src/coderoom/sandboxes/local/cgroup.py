@@ -19,9 +19,9 @@ Where it comes from, first that works (`Mode`):
   refused by seccomp (`seccomp.NO_CGROUP_DENIED`), and `coderoom sandbox info` says that several
   processes can each take the limit.
 
-How a sandbox gets into it: on cgroup v1, bwrap is born in it (`spawn_inside`): a short-lived
-thread of this process moves itself alone into the cgroup and starts bwrap, which inherits the
-thread's cgroup, then moves back. Moving a process by pid takes the kernel's global
+How a sandbox gets into it: on cgroup v1, bwrap is born in it (`spawn_inside`): a thread of
+this process kept for spawning (`_Spawner`) moves itself alone into the cgroup and starts bwrap,
+which inherits the thread's cgroup, then moves back. Moving a process by pid takes the kernel's global
 cgroup_threadgroup_rwsem and waits for an RCU grace period (7-18 ms here, measured); a thread
 writing "0" to `tasks` moves only itself and skips that lock (kernel/cgroup/cgroup.c,
 `cgroup_procs_write_start`), 0.1 ms. v1 charges memory to the cgroup of a process's leader, so
