@@ -3,6 +3,10 @@
 without it, and in a fresh Jupyter kernel; a warm cell in each, alone and with 8 sessions (and 8
 kernels) running cells at once; and memory per session.
 
+A session without the pool starts its kernel and imports in the background at once; so its first
+cell is also timed alone when asked `--think` seconds after the open, as a model's first call
+comes. A last table puts issue 25's targets beside their anchors (Jupyter), with the load average.
+
 Every trial measures the three one after another, with the pool refilled (and idle) before the
 next measurement, so they share the machine's load. The cell is the same everywhere: import
 pandas, read the showcase CSV, an hourly groupby. "First cell" is timed from asking for a new
@@ -14,7 +18,7 @@ Concurrent: `--concurrent` sessions (without the pool) each hold the frame, then
 `--concurrent-runs` warm cells at once; the same with as many Jupyter kernels, one thread each.
 
     PYTHONPATH=src python benchmarks/session_bench.py [--trials 5] [--warm-runs 30] [--sessions 4]
-        [--concurrent 8] [--concurrent-runs 20] [--write-docs]
+        [--concurrent 8] [--concurrent-runs 20] [--think 3] [--write-docs]
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ FIRST = (
     "df.groupby(df.index.hour).mean()"
 )
 CELL = "df.groupby(df.index.hour).mean()"
+FIRST_CELL_TARGET_S = 0.5  # issue 25: a session's first cell without the pool
 FILES = {"input/building_energy.csv": DATA.read_bytes()}
 
 
@@ -117,6 +122,21 @@ async def first_cell(pool: WarmPool | None, runs: Path, cells: list[float] | Non
     return done - started, session
 
 
+async def cell_after_thinking(runs: Path, think_s: float) -> float:
+    """The first cell alone, asked `think_s` after a session without the pool opened (as a model
+    thinks before its first call): what is left of the kernel's start and imports then."""
+    session = await Session.open(model="offline", files=FILES, runs_dir=runs)
+    try:
+        await asyncio.sleep(think_s)
+        started = time.perf_counter()
+        result = await session.run_python(FIRST)
+        took = time.perf_counter() - started
+        assert result.status == "ok" and "DataFrame: 24 rows" in result.text, result.text
+    finally:
+        await session.close()
+    return took
+
+
 async def warm_cells(session: Session, n: int) -> list[float]:
     samples = []
     for _ in range(n):
@@ -162,7 +182,22 @@ async def concurrent_jupyter(jupyter: Jupyter, count: int, cells_each: int) -> l
     return [sample for samples in per_kernel for sample in samples]
 
 
-async def measure(trials: int, warm_runs: int, sessions: int, concurrent: int, concurrent_runs: int) -> str:
+def _target(label: str, ours: list[float], anchor_label: str, anchor: list[float], limit_s: float | None,
+            ratio_target: float | None = None) -> str:
+    """One row of the targets table: ours beside its anchor, the ratio, and whether it is met."""
+    p50, base = statistics.median(ours), statistics.median(anchor)
+    if limit_s is not None:
+        goal, met = f"<= {limit_s * 1000:.0f} ms", p50 <= limit_s
+    else:
+        assert ratio_target is not None
+        goal, met = f"ratio <= {ratio_target:g}", p50 / base <= ratio_target
+    return (f"| {label} | {p50 * 1000:.0f} | {anchor_label} | {base * 1000:.0f} | {p50 / base:.2f} | {goal} | "
+            f"{'met' if met else 'MISSED'} |")  # fmt: skip
+
+
+async def measure(trials: int, warm_runs: int, sessions: int, concurrent: int, concurrent_runs: int,
+                  think_s: float = 3.0) -> str:
+    load_before = os.getloadavg()[0]
     work = Path(tempfile.mkdtemp(prefix="coderoom-session-bench-"))
     runs = work / "runs"
     jupyter = Jupyter(work / "jupyter")
@@ -171,6 +206,7 @@ async def measure(trials: int, warm_runs: int, sessions: int, concurrent: int, c
     pooled, cold, fresh = [], [], []
     pooled_cell: list[float] = []
     cold_cell: list[float] = []
+    thought: list[float] = []  # the first cell alone, asked `think_s` after the open
     warm_pooled, warm_cold, warm_jupyter = [], [], []
     try:
         for _ in range(trials):
@@ -188,6 +224,8 @@ async def measure(trials: int, warm_runs: int, sessions: int, concurrent: int, c
             cold.append(took)
             warm_cold += await warm_cells(session, warm_runs)
             await session.close()
+            await pool.wait_ready(300)
+            thought.append(await cell_after_thinking(runs, think_s))
             await pool.wait_ready(300)
             await asyncio.sleep(0.5)
             started = time.perf_counter()
@@ -229,6 +267,7 @@ async def measure(trials: int, warm_runs: int, sessions: int, concurrent: int, c
         f"| first cell, fresh Jupyter kernel (no sandbox) | {len(fresh)} | {ms(fresh)} |",
         f"| the first cell alone, from the pool (read_csv + groupby; imports done) | {len(pooled_cell)} | {ms(pooled_cell)} |",
         f"| the first cell alone, without the pool (kernel start + imports + read_csv + groupby) | {len(cold_cell)} | {ms(cold_cell)} |",
+        f"| the first cell alone, without the pool, asked {think_s:g} s after the open (a model thinking) | {len(thought)} | {ms(thought)} |",
         f"| warm cell, session (from the pool) | {len(warm_pooled)} | {ms(warm_pooled)} |",
         f"| warm cell, session (without the pool) | {len(warm_cold)} | {ms(warm_cold)} |",
         f"| warm cell, Jupyter kernel | {len(warm_jupyter)} | {ms(warm_jupyter)} |",
@@ -245,6 +284,16 @@ async def measure(trials: int, warm_runs: int, sessions: int, concurrent: int, c
         f"warm cell session / Jupyter {statistics.median(warm_pooled) / statistics.median(warm_jupyter):.2f} "
         f"(without the pool {statistics.median(warm_cold) / statistics.median(warm_jupyter):.2f}); "
         f"{concurrent} at once, p50 {statistics.median(together) / statistics.median(together_jupyter):.2f}.",
+        "",
+        "| target (issue 25) | p50 ms | anchor | anchor p50 ms | ratio | target | |",
+        "|---|---|---|---|---|---|---|",
+        _target("first cell, new session without the pool", cold, "first cell, fresh Jupyter kernel", fresh, FIRST_CELL_TARGET_S),
+        _target(f"the first cell alone, without the pool, {think_s:g} s after the open", thought,
+                "first cell, fresh Jupyter kernel", fresh, FIRST_CELL_TARGET_S),
+        _target("warm cell, session (from the pool)", warm_pooled, "warm cell, Jupyter kernel", warm_jupyter, None,
+                ratio_target=1.0),
+        "",
+        f"Load average (1 min) {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end.",
     ]
     return "\n".join(rows)
 
@@ -256,9 +305,10 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=4)
     parser.add_argument("--concurrent", type=int, default=8, help="sessions running cells at once")
     parser.add_argument("--concurrent-runs", type=int, default=20, help="warm cells per concurrent session")
+    parser.add_argument("--think", type=float, default=3.0, help="seconds between an open and its first cell (a model thinking)")
     parser.add_argument("--write-docs", action="store_true", help=f"update the section in {DOCS}")
     args = parser.parse_args()
-    text = asyncio.run(measure(args.trials, args.warm_runs, args.sessions, args.concurrent, args.concurrent_runs))
+    text = asyncio.run(measure(args.trials, args.warm_runs, args.sessions, args.concurrent, args.concurrent_runs, args.think))
     concurrent = args.concurrent
     print(text)
     if args.write_docs:

@@ -241,8 +241,8 @@ from coderoom.sandboxes.local import spawn
 
 made, close = spawn.prestart, spawn.Started.close
 
-def prestart(limits):
-    early = made(limits)
+def prestart(limits, *rest):
+    early = made(limits, *rest)
     os.kill(os.getpid(), signal.SIGINT)  # a first Ctrl-C, held back until prestart is done
     return early
 

@@ -1,8 +1,9 @@
-"""Local backend: the gate. bwrap's pid 1 waits after its setup until the host has put it in the
-session's memory cgroup and, as root, checked the uid bwrap runs as (`local/gate.py`). Nothing
-of the sandbox runs before the gate opens, and nothing at all when it stays shut. bwrap goes on
-at EOF on --block-fd just as at a byte (what pid 1 reads when the host dies at the gate), so a
-launcher that starts un-admitted stops before it prepares anything."""
+"""Local backend: the gate. bwrap's pid 1 waits after its setup until the host has made sure it
+is in the session's memory cgroup (born there on cgroup v1, moved there on v2) and, as root,
+checked the uid bwrap runs as (`local/gate.py`). Nothing of the sandbox runs before the gate
+opens, and nothing at all when it stays shut. bwrap goes on at EOF on --block-fd just as at a
+byte (what pid 1 reads when the host dies at the gate), so a launcher that starts un-admitted
+is sent nothing (and on v2 stops before it prepares anything)."""
 
 from __future__ import annotations
 
@@ -69,8 +70,21 @@ async def test_the_launcher_and_every_command_run_in_the_session_memory_cgroup()
         command.cancel()
     assert len(inside) >= 5  # pid 1, launcher, sh, and both sleeps (the command's own init too)
     assert all(path.endswith("/" + session_cgroup) for path in placed.values()), placed
-    assert not outer.endswith(session_cgroup)  # bwrap's monitor runs nothing of the sandbox
+    # bwrap's monitor runs nothing of the sandbox: born in the cgroup on v1, left outside on v2
+    assert outer.endswith("/" + session_cgroup) == (mode() is Mode.V1)
     assert seen_inside.stdout.decode().strip().rsplit(":", 1)[1] == "/"  # a cgroup namespace of its own
+
+
+async def test_no_thread_of_the_host_is_left_in_a_session_memory_cgroup() -> None:
+    """On cgroup v1 bwrap is born in the cgroup from a host thread that moved itself in; the
+    thread moves back out, so the session's cgroup holds the session's processes only."""
+    needs_cgroup()
+    async with open_session(SandboxSpec(backend="local")) as session:
+        sandbox = session._inner.sandbox
+        await session.exec("true")
+        tasks = set((sandbox._memory.path / "tasks").read_text().split())
+        ours = set(os.listdir("/proc/self/task"))
+    assert tasks and not tasks & ours
 
 
 async def test_a_failed_admission_stops_the_sandbox_before_anything_runs(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -110,10 +124,12 @@ def test_the_launcher_bytecode_names_no_host_path() -> None:
     assert b"launcher_inner.py" in code
 
 
-async def test_a_gate_opened_by_eof_runs_no_command_outside_the_memory_cgroup(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_gate_opened_by_eof_runs_no_command(monkeypatch: pytest.MonkeyPatch) -> None:
     """G04: the gate's write end closes before pid 1 is admitted (the host killed at the gate,
     here without killing the test). Before the fix the launcher started outside the cgroup,
-    prepared a command namespace and said ready; a command then ran with no memory limit."""
+    prepared a command namespace and said ready; a command then ran with no memory limit. Now
+    the host sends nothing to a launcher whose pid 1 the gate did not admit (and on cgroup v2
+    such a launcher stops by itself, finding itself outside the cgroup)."""
     needs_cgroup()
 
     def open_without_admitting(self: gate.Admission) -> None:
@@ -124,5 +140,5 @@ async def test_a_gate_opened_by_eof_runs_no_command_outside_the_memory_cgroup(mo
 
     monkeypatch.setattr(gate.Admission, "_admit", open_without_admitting)
     spec = SimpleNamespace(backend="local", limits=Limits())
-    with pytest.raises(SandboxFailed, match="not admitted to its memory cgroup"):
-        await run_once(spec, ["echo", "ran outside the memory cgroup"], None)  # type: ignore[arg-type]
+    with pytest.raises(SandboxFailed, match="not admitted to its memory cgroup|without being admitted"):
+        await run_once(spec, ["echo", "ran past an open gate"], None)  # type: ignore[arg-type]

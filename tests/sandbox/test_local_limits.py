@@ -4,6 +4,8 @@ its limit, with the limit named, and that the host's memory or disk was not take
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from backends import require_backend
 
@@ -102,11 +104,35 @@ for i in range(20):
     print("held", len(held), flush=True)
     time.sleep(0.6)
 """
+# the same with each file kept by a mapping only, its fds closed (Python's mmap would keep a
+# dup): seen through /proc/PID/map_files, which only root may read
+MAPPED = """
+import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+held = []
+for i in range(20):
+    with open(f"big{i}", "wb") as f:
+        for _ in range(100):
+            f.write(b"x" * 2**20)
+    fd = os.open(f"big{i}", os.O_RDONLY)
+    held.append(libc.mmap(None, 100 * 2**20, 1, 1, fd, 0))  # PROT_READ, MAP_SHARED
+    os.close(fd)
+    os.unlink(f"big{i}")
+    print("held", len(held), flush=True)
+    time.sleep(0.6)
+"""
 DISK_ATTACKS = {
     "fallocate -l 5G": (["sh", "-c", "fallocate -l 5G big || echo refused; ls -s big"], b"refused"),
     "20 x 100M written, kept open, unlinked": (
         ["python3", "-c", UNLINKED],
         b"in deleted files still open), over its workspace_size limit of 314572800 bytes",
+    ),
+    "20 x 100M written, mapped, closed, unlinked": pytest.param(
+        ["python3", "-c", MAPPED],
+        b"in deleted files still open), over its workspace_size limit of 314572800 bytes",
+        marks=pytest.mark.skipif(os.geteuid() != 0, reason="/proc/PID/map_files is root's to read"),
     ),
 }
 

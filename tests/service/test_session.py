@@ -269,3 +269,32 @@ async def test_stop_ends_the_ask_in_flight_interrupts_its_cell_and_keeps_the_ses
     results = [e for e in events_of(run_dir) if e.type == "tool_result"]
     assert "x is 42" in results[-1].output  # the kernel kept x through the interrupt
     assert events_of(run_dir)[-1].status == "ok"  # the session ended normally afterwards
+
+
+async def test_without_the_pool_the_kernel_warms_up_in_the_background_and_the_first_cell_is_still_cell_1(
+    tmp_path: Path,
+) -> None:
+    session = await Session.open(model="offline", runs_dir=tmp_path)
+    try:
+        assert session._warming is not None
+        assert await session._warming  # kernel started, numpy, pandas and matplotlib imported
+        assert await session.interrupt() is False  # the warm-up was never a cell of the session's
+        first = await session.run_python("import sys\nsorted({'numpy', 'pandas', 'matplotlib.pyplot'} & set(sys.modules))")
+        assert first.status == "ok" and "matplotlib.pyplot" in first.text and "pandas" in first.text
+        unbound = await session.run_python("'pandas' in dir()")
+        assert unbound.status == "ok" and "False" in unbound.text  # imported, not bound: cells import their own
+    finally:
+        run_dir = await session.close()
+    cells = [e.cell.number for e in events_of(run_dir) if e.type == "tool_result"]
+    assert cells == [1, 2]
+
+
+async def test_a_first_cell_during_the_warm_up_waits_only_for_its_step(tmp_path: Path) -> None:
+    session = await Session.open(model="offline", runs_dir=tmp_path)
+    try:
+        first = await session.run_python("1 + 1")  # at once: the warm-up gives way after its step
+        assert first.status == "ok" and "2" in first.text
+        assert await session._warming is False  # it stopped before all its imports
+    finally:
+        run_dir = await session.close()
+    assert [e.cell.number for e in events_of(run_dir) if e.type == "tool_result"] == [1]

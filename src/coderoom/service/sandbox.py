@@ -14,7 +14,15 @@ from ..tools.python_kernel import KernelClient, KernelError, cell_timeout
 
 HEALTH_CHECK_S = 5.0  # `answers`: a sandbox that takes longer to say it is alive is not handed out
 
-WARM_IMPORTS = "for _m in ('numpy', 'pandas', 'matplotlib.pyplot'):\n    __import__(_m)\ndel _m\n"
+WARM_MODULES = ("numpy", "pandas", "matplotlib.pyplot")
+
+
+def warm_imports(modules: tuple[str, ...]) -> str:
+    """A cell that imports `modules` and binds no name (see WARM_IMPORTS)."""
+    return f"for _m in {modules!r}:\n    __import__(_m)\ndel _m\n"
+
+
+WARM_IMPORTS = warm_imports(WARM_MODULES)
 """What a warm kernel has imported before its session's first cell (the pool's whole point).
 Imported, not bound: the cell leaves no name behind, so a session's cells need their own
 imports exactly as in a kernel that was not warmed (and as its notebook export and rerun do);

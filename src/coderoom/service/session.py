@@ -46,10 +46,11 @@ from ..sandboxes.base import SandboxBackend
 from ..sandboxes.defaults import default_backend_name
 from ..sandboxes.registry import backend_for
 from ..tools.python_kernel import (
-    MAX_CODE_BYTES, KernelClient, KernelError, cell_record, cell_timeout, format_result, read_figure,
+    MAX_CODE_BYTES, KernelClient, KernelError, cell_record, cell_timeout, format_result, keeps_processes, read_figure,
 )
 from .events import EventHub
 from .history import History
+from .sandbox import WARM_MODULES, warm_imports
 
 if TYPE_CHECKING:
     from .pool import WarmPool
@@ -146,6 +147,7 @@ class Session:
         self._active = 0
         self._calls = 0
         self._closed = False
+        self._warming: asyncio.Future[bool] | None = None  # see `_warm`
         self.last_used = time.monotonic()
 
     @classmethod
@@ -190,9 +192,20 @@ class Session:
         async with lifecycle.steps(end=False):
             await lifecycle.start_sandbox(pool.claim if pool is not None else None, backend)
             self = cls(lifecycle, hub)
+            self._warm()
             written = await lifecycle.stage(self._write_all(staged))
             lifecycle.recorder.emit("session_open", session_id=self.id, pooled=lifecycle.pooled, files=written)
         return self
+
+    def _warm(self) -> None:
+        """Without a warm pool's sandbox, start the kernel and import WARM_MODULES in it now, in
+        the background, one module a step: while the files are copied in and the model thinks,
+        rather than in the first cell. A first cell that comes sooner waits for the step in
+        progress only (the kernel's start, say), and the cells are unchanged (`KernelClient.warm`)."""
+        session = self._live.session
+        if not self._live.pooled and keeps_processes(session):
+            steps = [warm_imports((module,)) for module in WARM_MODULES]
+            self._warming = asyncio.ensure_future(KernelClient(session).warm(steps, cell_timeout(self.limits.timeout)))
 
     # -- state ---------------------------------------------------------------------------
 
@@ -477,6 +490,9 @@ class Session:
             # cancel of its close, a server's shutdown grace) still closes the sandbox and ends the
             # record "interrupted", and an error is named by the step it happened in
             async with lifecycle.steps(end=False, raise_errors=False):
+                if self._warming is not None:  # the warm-up's cell, if it runs, is interrupted
+                    self._warming.cancel()
+                    await asyncio.gather(self._warming, return_exceptions=True)
                 if self._asking is not None:
                     self._asking.cancel()
                     await asyncio.gather(self._asking, return_exceptions=True)

@@ -19,6 +19,7 @@ import io
 import json
 import os
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
@@ -204,6 +205,8 @@ class _KernelState:
     finishing: asyncio.Task[None] | None = None
     cancelled_note: str | None = None  # what became of a cancelled cell, told with the next cell
     channel: KernelChannel | None = None  # the running kernel's channel; None: it uses the FIFOs
+    warming: bool = False  # `warm`'s cell runs: no cell of the session's, nothing to interrupt
+    waiting: int = 0  # cells waiting for the lock: `warm` stops at its next step
 
 
 _STATES: weakref.WeakKeyDictionary[Any, _KernelState] = weakref.WeakKeyDictionary()
@@ -220,7 +223,12 @@ class KernelClient:
     async def run(self, code: str, timeout: float) -> CellResult:
         """Run one cell. Cancelled (asyncio, hence MCP cancellation), it is interrupted like
         `interrupt()` in the background; the next cell waits for that and says how it ended."""
-        async with self.state.lock:
+        self.state.waiting += 1
+        try:
+            await self.state.lock.acquire()
+        finally:
+            self.state.waiting -= 1
+        try:
             if self.state.finishing is not None:
                 await asyncio.shield(self.state.finishing)
                 self.state.finishing = None
@@ -239,6 +247,38 @@ class KernelClient:
             request = {"code": code, "cell": cell, "timeout": timeout}
             reply = await self._send(request, timeout, notes, fresh)
             return CellResult(reply=reply, cell=cell, notes=notes)
+        finally:
+            self.state.lock.release()
+
+    async def warm(self, steps: Sequence[str], timeout: float) -> bool:
+        """Start the kernel, then run each of `steps` (imports) in it before the session's first
+        cell, as the warm pool does, unseen by the session: its first cell is still cell 1,
+        `interrupt` ignores a step, and a step that fails leaves no kernel (the first cell starts
+        its own, with no note that state was lost: there was none). A cell that comes meanwhile
+        waits for the step in progress only (`waiting`): the rest are left to the cell. Whether
+        every step was done."""
+        for step in [None, *steps]:
+            if self.state.waiting:
+                return False
+            async with self.state.lock:
+                if self.state.cells or self.state.finishing is not None:
+                    return False
+                self.state.warming = True
+                try:
+                    if not self.state.started:
+                        await self._start()
+                    done = True
+                    if step is not None:
+                        reply = await self._send({"code": step, "cell": 0, "timeout": timeout}, timeout, [], True)
+                        done = reply.status == "ok" and not reply.state_lost
+                except KernelError:
+                    done = False
+                finally:
+                    self.state.warming = False
+                if not done:  # `_start` ends this kernel's channel before the first cell's own
+                    self.state.started, self.state.loss_reported = False, False
+                    return False
+        return True
 
     async def interrupt(self) -> bool:
         """Interrupt the cell in flight as Jupyter does (KeyboardInterrupt in the kernel): its
@@ -246,7 +286,7 @@ class KernelClient:
         INTERRUPT_GRACE_S is killed with the kernel's state, and its result says so. False when
         no cell was running."""
         ident = self.state.running
-        if ident is None:
+        if ident is None or self.state.warming:
             return False
         await self._request_interrupt(ident)
         return True

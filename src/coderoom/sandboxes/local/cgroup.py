@@ -19,10 +19,19 @@ Where it comes from, first that works (`Mode`):
   refused by seccomp (`seccomp.NO_CGROUP_DENIED`), and `coderoom sandbox info` says that several
   processes can each take the limit.
 
-The sandbox's pid 1 is put in the cgroup while it waits at the gate, before it forks the launcher
-(`gate`), so the launcher and every command start in it; nothing inside can leave it (cgroupfs is not
-mounted in the sandbox, and its cgroup namespace is rooted at its own cgroup). The cgroup is
-removed when the session's launcher has exited, after killing anything still in it.
+How a sandbox gets into it: on cgroup v1, bwrap is born in it (`spawn_inside`): a thread of
+this process kept for spawning (`_Spawner`) moves itself alone into the cgroup and starts bwrap,
+which inherits the thread's cgroup, then moves back. Moving a process by pid takes the kernel's global
+cgroup_threadgroup_rwsem and waits for an RCU grace period (7-18 ms here, measured); a thread
+writing "0" to `tasks` moves only itself and skips that lock (kernel/cgroup/cgroup.c,
+`cgroup_procs_write_start`), 0.1 ms. v1 charges memory to the cgroup of a process's leader, so
+the thread's visit charges nothing of ours there. On v2 (threads cannot leave their process's
+cgroup) the sandbox's pid 1 is moved in while it waits at the gate, before it forks the
+launcher. Either way the gate checks that pid 1 is in the cgroup before anything of the sandbox
+runs (`admit`, see `gate`), so the launcher and every command start in it; on v1 bwrap's outer
+process and its pid 1 are in it from their first instruction. Nothing inside can leave it
+(cgroupfs is not mounted in the sandbox, and its cgroup namespace is rooted at its own cgroup).
+The cgroup is removed when the session's launcher has exited, after killing anything still in it.
 """
 
 from __future__ import annotations
@@ -31,9 +40,13 @@ import contextlib
 import functools
 import os
 import signal
+import threading
 import time
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
+from _queue import SimpleQueue
+from typing import TypeVar
 
 from .. import records
 
@@ -44,6 +57,7 @@ _PREFIX = "coderoom-"
 # tasks leave a cgroup a little after they are reaped: well under a second when idle, more than
 # one on a loaded host (the SDK's conformance run saw EBUSY after 1 s), so a deadline
 _RMDIR_WAIT_S = 10.0
+T = TypeVar("T")
 
 
 class Mode(Enum):
@@ -108,7 +122,7 @@ class MemoryCgroup:
         self.mode = mode
         self.path = path
         self.limit = limit
-        self._procs_fd = -1
+        self._procs_fd = -1  # cgroup.procs (v2: where pid 1 is moved) or, on v1, tasks (a thread joins)
 
     @classmethod
     def for_session(cls, limit: int, record: Path | None = None) -> MemoryCgroup | None:
@@ -138,7 +152,8 @@ class MemoryCgroup:
                 group._write("memory.max", limit)
                 if (group.path / "memory.swap.max").exists():
                     group._write("memory.swap.max", 0)
-            group._procs_fd = os.open(group.path / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
+            entry = "tasks" if found is Mode.V1 else "cgroup.procs"
+            group._procs_fd = os.open(group.path / entry, os.O_WRONLY | os.O_CLOEXEC)
         except BaseException:
             group.remove()
             raise
@@ -147,10 +162,51 @@ class MemoryCgroup:
     def _write(self, name: str, value: int) -> None:
         (self.path / name).write_text(str(value))
 
+    @property
+    def born_inside(self) -> bool:
+        """Whether `spawn_inside` starts processes in this cgroup (v1) rather than beside it."""
+        return self.mode is Mode.V1
+
+    def spawn_inside(self, start: Callable[[], T]) -> T:
+        """`start()`, run where the processes it spawns are born in this cgroup (v1: in the
+        spawner thread, moved in for the call and back out after; see the module docstring),
+        else as is."""
+        if not self.born_inside:
+            return start()
+
+        def inside() -> T:
+            os.write(self._procs_fd, b"0")  # this thread only: no global lock, no RCU wait
+            try:
+                return start()
+            finally:
+                # back where the process is; should that fail, the next spawn moves the thread
+                # again, and `_kill_leftovers` never signals this process
+                with contextlib.suppress(OSError):
+                    (self.path.parent / "tasks").write_bytes(b"0")
+
+        return _spawner.run(inside)
+
+    def holds(self, pid: int) -> bool:
+        """Whether process `pid` is in this cgroup (as /proc/PID/cgroup shows it to us)."""
+        controller, root = ("memory", _V1_ROOT) if self.mode is Mode.V1 else ("", _V2_ROOT)
+        want = "/" + str(self.path.relative_to(root))
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+                _, controllers, path = line.split(":", 2)
+                if (controller in controllers.split(",")) if controller else controllers == "":
+                    return path == want
+        return False
+
     def admit(self, pid: int) -> None:
-        """Move process `pid` into this cgroup (its children from then on start in it): the
-        sandbox's pid 1 at the gate (see `gate`)."""
-        os.write(self._procs_fd, str(pid).encode())
+        """Make sure process `pid` is in this cgroup (its children from then on start in it): the
+        sandbox's pid 1 at the gate (see `gate`). One born in it (`spawn_inside`) is only
+        checked; any other is moved in (by pid: the slow move)."""
+        if self.holds(pid):
+            return
+        if self.mode is Mode.V1:  # the fd is `tasks`, which would move one thread
+            (self.path / "cgroup.procs").write_text(str(pid))
+        else:
+            os.write(self._procs_fd, str(pid).encode())
 
     def oom_kills(self) -> int:
         """How many processes the kernel has OOM-killed in this cgroup so far."""
@@ -203,7 +259,7 @@ class MemoryCgroup:
         yet under --die-with-parent) waiting for it forever, holding the cgroup (seen in the
         SDK's conformance run: EBUSY at every retry). Each pid is held by a pidfd and signalled
         only if it is still in the cgroup after that, so a reused pid is never hit."""
-        for pid in self._members():
+        for pid in self._members() - {os.getpid()}:  # never this process (see `spawn_inside`)
             try:
                 pidfd = os.pidfd_open(pid)
             except OSError:  # gone already
@@ -221,6 +277,56 @@ class MemoryCgroup:
             return {int(word) for word in (self.path / "cgroup.procs").read_text().split()}
         except (OSError, ValueError):
             return set()
+
+
+class _Spawner:
+    """One thread, for the life of the process, that runs what must spawn from a thread of its own
+    (`MemoryCgroup.spawn_inside`). Not a thread per spawn: bwrap's --die-with-parent takes the
+    spawning *thread* as its parent (PR_SET_PDEATHSIG fires when that thread exits)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._requests: SimpleQueue[tuple[Callable[[], None], threading.Event]] | None = None
+        os.register_at_fork(after_in_child=self._forget)  # a forked child has no such thread
+
+    def _forget(self) -> None:
+        self._lock = threading.Lock()
+        self._requests = None
+
+    def run(self, job: Callable[[], T]) -> T:
+        """`job()` in the spawner thread; what it returns or raises."""
+        with self._lock:
+            if self._requests is None:
+                self._requests = SimpleQueue()
+                threading.Thread(target=self._serve, args=(self._requests,), name="coderoom-spawner", daemon=True).start()
+            requests = self._requests
+        outcome: list[T] = []
+        failed: list[BaseException] = []
+
+        def call() -> None:
+            try:
+                outcome.append(job())
+            except BaseException as exc:  # re-raised in the caller's thread
+                failed.append(exc)
+
+        done = threading.Event()
+        requests.put((call, done))
+        done.wait()
+        if failed:
+            raise failed[0]
+        return outcome[0]
+
+    @staticmethod
+    def _serve(requests: SimpleQueue[tuple[Callable[[], None], threading.Event]]) -> None:
+        while True:
+            call, done = requests.get()
+            try:
+                call()
+            finally:
+                done.set()
+
+
+_spawner = _Spawner()
 
 
 def name_for(folder: Path) -> str:

@@ -8,10 +8,10 @@ watchdog counts there, every 0.25 s while a command runs (and at its end):
 * `fallocate` is refused by seccomp (EOPNOTSUPP), so reservation cannot run ahead of the watchdog
   (glibc's posix_fallocate then writes zeros, which RLIMIT_FSIZE and the watchdog see);
 * files deleted but still open, which no walk finds: the session's processes (bwrap's
-  descendants) are looked up through /proc/PID/fd and, as root, /proc/PID/map_files (a deleted
-  file kept only by an mmap), and each deleted regular file on the workspace's filesystem counts
-  once. A full check of an idle session takes 2-4 ms here
-  (benchmarks/limits_bench.py prints it).
+  descendants) are looked up through /proc/PID/fd and, as root, /proc/PID/map_files for the
+  mappings /proc/PID/maps marks deleted (a deleted file kept only by an mmap), and each deleted
+  regular file on the workspace's filesystem counts once (benchmarks/limits_bench.py prints
+  what a full check of an idle session takes).
 
 Why counting rather than a size-limited filesystem: a loop-mounted image needs root, mkfs and a
 host mount per session (left behind by a crash), and a tmpfs workspace would hold the workspace
@@ -36,9 +36,6 @@ import stat
 from pathlib import Path
 
 from ...hostile import tree
-
-_HELD = ("fd", "map_files")
-
 
 def session_pids(bwrap_pid: int) -> list[int]:
     """Host pids of every process of bwrap's sandbox (launcher, commands, their children).
@@ -78,18 +75,33 @@ def held_deleted(pids: list[int], device: int) -> int:
     """Bytes of deleted regular files on `device` that the processes `pids` still hold open or mapped."""
     sizes: dict[int, int] = {}
     for pid in pids:
-        for kind in _HELD:
-            base = f"/proc/{pid}/{kind}"
-            try:
-                names = os.listdir(base)
-            except OSError:  # gone, or map_files without CAP_SYS_ADMIN
-                continue
-            for name in names:
-                with contextlib.suppress(OSError):
-                    st = os.stat(f"{base}/{name}")
-                    if st.st_nlink == 0 and st.st_dev == device and stat.S_ISREG(st.st_mode):
-                        sizes[st.st_ino] = tree.footprint(st)
+        for path in _held_paths(pid):
+            with contextlib.suppress(OSError):
+                st = os.stat(path)
+                if st.st_nlink == 0 and st.st_dev == device and stat.S_ISREG(st.st_mode):
+                    sizes[st.st_ino] = tree.footprint(st)
     return sum(sizes.values())
+
+
+def _held_paths(pid: int) -> list[str]:
+    """What to stat for `pid`: every open fd, and the /proc/PID/map_files entry of each mapping
+    that /proc/PID/maps shows as " (deleted)" (the kernel marks every mapping of an unlinked file
+    so; a file merely named so is looked at too). Statting every mapping, as before, took most of
+    a command's check: about 60 per Python process (its libraries), all of them live files."""
+    paths = []
+    with contextlib.suppress(OSError):
+        paths = [f"/proc/{pid}/fd/{name}" for name in os.listdir(f"/proc/{pid}/fd")]
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as maps:
+            lines = maps.read().splitlines()
+    except OSError:  # gone
+        return paths
+    for line in lines:
+        if line.endswith(b" (deleted)"):
+            start, _, end = line.split(b" ", 1)[0].partition(b"-")
+            with contextlib.suppress(ValueError):  # map_files names carry no leading zeros
+                paths.append(f"/proc/{pid}/map_files/{int(start, 16):x}-{int(end, 16):x}")
+    return paths
 
 
 def too_many_entries(workspace: Path) -> str | None:

@@ -1,28 +1,31 @@
 """The gate a local sandbox passes before anything runs in it: bwrap's pid 1 waits on
-`--block-fd` until the host has put it in the session's memory cgroup and, as root, checked
-that bwrap runs as the unprivileged host uid. A thread does this while the host goes on.
+`--block-fd` until the host has made sure it is in the session's memory cgroup and, as root,
+checked that bwrap runs as the unprivileged host uid. A thread does this while the host goes on.
 
-Why a gate: moving a process into a cgroup waits for an RCU grace period (cgroup_threadgroup_rwsem;
-12-18 ms here, the same on cgroup v2). Done between fork and exec, as it was before, it held up
-bwrap's start, and the host's own start-up with it (and needed fork() where Python can vfork()).
-At the gate it overlaps bwrap's setup and the host's imports.
+Why a gate: moving a process into a cgroup by pid waits for an RCU grace period
+(cgroup_threadgroup_rwsem; 7-18 ms here, the same on cgroup v2). Done between fork and exec, as
+it was before, it held up bwrap's start, and the host's own start-up with it (and needed fork()
+where Python can vfork()). On cgroup v1 bwrap is now born in the cgroup (`MemoryCgroup.spawn_inside`,
+0.1 ms), and the gate only checks that pid 1 is there; on v2 the gate moves it, overlapping
+bwrap's setup and the host's imports.
 
 bwrap's pid 1 reports itself on `--info-fd` (written once, then closed), makes the sandbox's
 mounts, drops its privileges and then blocks on the gate; only then does it fork the launcher,
 which every command descends from, so all of them start inside the cgroup. What runs before the
-gate is bwrap's own code. bwrap's outer process stays in our cgroup: it runs nothing of the
-sandbox and only waits for pid 1.
+gate is bwrap's own code. bwrap's outer process is in the session's cgroup on v1 (born there)
+and stays in ours on v2: it runs nothing of the sandbox and only waits for pid 1.
 
 pid 1 goes on when it reads a byte, or EOF once every write end is closed. On any failure the
 sandbox is killed instead, and the write end stays open until its bwrap has exited (`close`). If
 this process dies at the gate, pid 1 reads EOF: its launcher then finds no host on its socket and
 exits before running anything, because the host sends a command only after the launcher has said
-it is ready, which it can only do after the gate (`LocalSandbox._start_job`).
+it is ready, which it can only do after the gate, and only once this thread has admitted pid 1
+(`passed`, checked by `Launcher.wait_ready`: a gate opened by EOF in a living host runs nothing).
+On v2 the launcher also stops by itself if it finds itself outside the cgroup (`cgroup_line`).
 
 The uid check makes the nsenter answer safe to cache (`bwrap.nsenter`): a wrong answer fails
 the start instead of running the sandbox as host root.
 """
-
 from __future__ import annotations
 
 import contextlib
@@ -30,12 +33,15 @@ import json
 import os
 import signal
 import threading
+from collections.abc import Callable
+from typing import TypeVar
 
 from . import procfs
 from .cgroup import MemoryCgroup, Mode
 
 MAX_INFO_BYTES = 65536  # far more than bwrap's info (pid 1 and six namespace ids)
 CLOSE_WAIT_S = 5.0  # for the thread to finish once bwrap has exited
+T = TypeVar("T")
 
 
 class GateError(RuntimeError):
@@ -50,6 +56,11 @@ class Gate:
         self.memory = memory
         self.host_id = host_id
 
+    def spawn(self, start: Callable[[], T]) -> T:
+        """`start()`, which spawns bwrap: in the memory cgroup where it can be born there
+        (`MemoryCgroup.spawn_inside`), else as is (pid 1 is then moved at the gate)."""
+        return self.memory.spawn_inside(start) if self.memory is not None else start()
+
     @property
     def needed(self) -> bool:
         return self.memory is not None or self.host_id is not None
@@ -57,9 +68,10 @@ class Gate:
     @property
     def cgroup_line(self) -> str | None:
         """The /proc/self/cgroup line an admitted pid 1 is moved in: "memory" on cgroup v1, ""
-        (the unified line) on v2, None without a memory cgroup. The launcher reads it and stops
-        if its own path there is still "/" (not admitted: bwrap went on at EOF)."""
-        if self.memory is None:
+        (the unified line) on v2, None without a memory cgroup or when bwrap is born in it (v1:
+        the host checks at the gate instead). The launcher reads it and stops if its own path
+        there is still "/" (not admitted: bwrap went on at EOF)."""
+        if self.memory is None or self.memory.born_inside:  # its cgroup namespace is rooted in it: "/"
             return None
         return "memory" if self.memory.mode is Mode.V1 else ""
 
@@ -98,6 +110,7 @@ class Admission:
         self._block_w = pipes.block_w
         self._bwrap_pid = bwrap_pid
         self.error: str | None = None
+        self.passed = False  # set before pid 1 is let through: what `Launcher.wait_ready` requires
         self._thread = threading.Thread(target=self._admit, name="coderoom-gate", daemon=True)
         self._thread.start()
 
@@ -111,10 +124,12 @@ class Admission:
             self._check(pid)
             if self._gate.memory is not None:
                 self._gate.memory.admit(pid)
+            self.passed = True
             os.write(self._block_w, b"1")
             os.close(self._block_w)  # open: pid 1 has read or will read its byte
             self._block_w = -1
         except BaseException as exc:  # the thread's end: reported through `error`
+            self.passed = False
             self.error = f"the sandbox was stopped at its start: {exc}"
             if pidfd >= 0:
                 with contextlib.suppress(OSError):

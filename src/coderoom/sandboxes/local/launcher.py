@@ -64,6 +64,7 @@ class Launcher:
         self._stderr = CappedBuffer(_STDERR_CAP)
         self._stderr_task = asyncio.ensure_future(pump(bwrap_process.stderr, self._stderr.feed))
         self._closed = False
+        self._unadmitted = False  # ready, but its pid 1 went past the gate unadmitted (EOF)
         asyncio.get_running_loop().add_reader(sock.fileno(), self._on_readable)
 
     @property
@@ -90,6 +91,8 @@ class Launcher:
         """Why the launcher stopped, for error messages."""
         if self._bwrap.gate_error:
             return self._bwrap.gate_error
+        if self._unadmitted:
+            return "the sandbox went past its gate without being admitted (memory cgroup and uid checks)"
         detail = self._stderr.value().decode(errors="replace").strip()
         if self.started:
             return f"the sandbox launcher stopped{': ' + detail if detail else ''}"
@@ -98,9 +101,13 @@ class Launcher:
 
     async def wait_ready(self) -> bool:
         """Wait until the launcher has said it is ready (True) or failed to start (False). Only a
-        launcher past the gate can say so (see `gate`), so no command is sent before it."""
+        launcher past the gate can say so, and it counts only once the gate's thread has admitted
+        its pid 1 (see `gate`: pid 1 also goes on at EOF), so no command is sent before that."""
         with contextlib.suppress(LauncherError):
             await asyncio.shield(self._ready)
+        if self.started and not self._bwrap.admitted:
+            self._unadmitted = True
+            return False
         return self.started
 
     @property

@@ -57,8 +57,8 @@ def kill_users(folder: Path, group: Path | None, bwrap_group: int | None = None)
     (`_sandbox_side`): anyone can name the folder (the user's `tail -f` on a file of it), and
     only what a session could have started is this function's to kill. Not by command line
     alone: bwrap gets its arguments in a memfd, so a bwrap pid 1 left blocked at start (see
-    `spawn.kill_sandbox`) names no folder there, and it joins the memory cgroup only at the gate
-    (see `gate`); it is still in its bwrap's group. The record is data (only this uid can write
+    `spawn.kill_sandbox`) names no folder there, and on cgroup v2 it joins the memory cgroup only
+    at the gate (see `gate`); it is still in its bwrap's group. The record is data (only this uid can write
     it, see `records`, but a group that ended frees its number for a later one), so only a pid
     namespace's init running as bwrap's uid (`bwrap.host_id`) is taken that way: as root,
     nothing that uid could not kill itself.

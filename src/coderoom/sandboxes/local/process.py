@@ -84,6 +84,11 @@ class BwrapProcess:
         return self.popen.pid
 
     @property
+    def admitted(self) -> bool:
+        """Whether the gate let pid 1 through after its checks (True when there is no gate here)."""
+        return self._admission is None or self._admission.passed
+
+    @property
     def gate_error(self) -> str | None:
         """Why the gate stopped the sandbox, once it has (see `gate`)."""
         return self._admission.error if self._admission is not None else None

@@ -4,8 +4,9 @@ Python take to start in the sandbox).
 
 `SandboxPlan` holds what a sandbox is made of on the host (its folder, the seccomp filter, the
 runtime binds) and makes the rest on first use: the launch (memory cgroup, as root the views
-namespace), bwrap's arguments and the launcher's settings. bwrap's pid 1 then waits at the gate
-until a thread has put it in the memory cgroup (`gate`). `LocalSandbox` is a plan with an
+namespace), bwrap's arguments and the launcher's settings. bwrap is born in the memory cgroup
+where it can be (cgroup v1), and its pid 1 waits at the gate until a thread has made sure it is
+there (`gate`). `LocalSandbox` is a plan with an
 event loop. `spawn_launcher` starts bwrap running the launcher; `launcher.Launcher.adopt` then
 watches it from the loop. `prestart` does all of it for a one-command sandbox before the caller
 loads asyncio (`LocalBackend.prestart`, used by `coderoom sandbox run`), so the launcher starts
@@ -244,8 +245,10 @@ def spawn_launcher(launch: bwrap.Launch, args: list[str], python: str, settings:
         data_binds = [arg for path, fd in files.items() for arg in ("--ro-bind-data", str(fd), path)]
         gate_args, gate_fds = (pipes.bwrap_args(), pipes.bwrap_fds()) if pipes else ([], ())
         argv = [python, "-I", "-S", LAUNCHER_PATH, str(child_end.fileno()), SECCOMP_PATH, SETTINGS_PATH]
-        popen, status_r, err_r = start_bwrap(
-            launch, gate_args + data_binds + args, ["--", *argv], (child_end.fileno(), *gate_fds, *files.values())
+        popen, status_r, err_r = gate.spawn(
+            lambda: start_bwrap(
+                launch, gate_args + data_binds + args, ["--", *argv], (child_end.fileno(), *gate_fds, *files.values())
+            )
         )
     except BaseException:
         host_end.close()

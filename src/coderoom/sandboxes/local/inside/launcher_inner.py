@@ -25,7 +25,7 @@ costs about 2, because the launcher prepares the next command's sandbox before i
   only, read with the same bounds as any output. TIOCSTI stays refused by the filter.
 
 Such a prepared pair is a slot; the launcher keeps one ready and prepares the next while a
-command runs. The payload cannot reach the launcher: it is outside the command's PID namespace
+command runs (once the command has run _PREPARE_AFTER_S, or after its exit is reported). The payload cannot reach the launcher: it is outside the command's PID namespace
 (no pid to signal or ptrace), non-dumpable, holds capabilities the payload lacks, and its
 sockets are anonymous socketpairs closed before the payload starts.
 
@@ -102,6 +102,10 @@ _DEVPTS_OPTIONS = "newinstance,ptmxmode=0666,mode=0620"  # a command's own termi
 TERMINAL_ROWS, TERMINAL_COLUMNS = 24, 80  # the size a terminal command sees
 _RELAY_CHUNK = 65536
 _RELAY_DRAIN_S = 0.2  # after the command exits, how long its terminal's last output may take
+# after a command takes the prepared slot, how long the launcher waits for its exit before it
+# clones the next slot: cloning (about 1 ms, and its init's mounts) would otherwise delay a short
+# command's exit report, and a command that comes meanwhile clones its own slot at once
+_PREPARE_AFTER_S = 0.005
 
 
 def _check(result, what):
@@ -350,10 +354,21 @@ class Launcher:
     def serve(self):
         self.ready = self._prepare()
         self.sock.send(b"ready")
+        failed = False  # the last prepare failed: tried again after the next message or exit
         while True:
-            if self.ready is None:
+            wait = None
+            if self.ready is None and not failed:
+                if self.running:  # a short command's exit is reported before the next clone
+                    wait = _PREPARE_AFTER_S
+                else:
+                    self.ready = self._try_prepare()
+                    failed = self.ready is None
+            readable, _, _ = select.select([self.sock, *self.running], [], [], wait)
+            if not readable:  # the command runs on: prepare the next slot meanwhile
                 self.ready = self._try_prepare()
-            readable, _, _ = select.select([self.sock, *self.running], [], [])
+                failed = self.ready is None
+                continue
+            failed = False
             for fd in readable:
                 if fd is self.sock:
                     if not self._receive():
