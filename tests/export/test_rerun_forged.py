@@ -157,3 +157,18 @@ def test_a_recorded_backend_option_is_noted_unless_it_is_an_offered_backends_def
     assert sandbox_notes({"backend": "local", "image": DEFAULT_IMAGE}, granted) == []
     (note,) = sandbox_notes({"backend": "local", "image": "attacker/image:latest"}, granted)
     assert note.startswith("the run's sandbox options (image) are not reused")
+
+
+def test_a_recorded_allowlist_is_named_and_not_granted(kernel_run: Path, tmp_path: Path) -> None:
+    forged = tmp_path / "forged"
+    shutil.copytree(kernel_run, forged)
+    events = [json.loads(line) for line in (forged / "run.jsonl").read_text().splitlines()]
+    events[0]["job"]["sandbox"] = {
+        "backend": "local", "limits": {"egress": {"allow": ["api.test"], "resolve": {"api.test": "127.0.0.1"}}},
+    }  # fmt: skip
+    (forged / "run.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+
+    result = CliRunner().invoke(app, ["rerun", str(forged), "--out", str(tmp_path / "rerun")])
+
+    assert result.exit_code == 0, result.output
+    assert "reached hosts through an allowlist; this rerun grants none" in " ".join(result.output.split())

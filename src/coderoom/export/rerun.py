@@ -52,8 +52,9 @@ from .steps import load_steps
 
 REPLAY_PATH = ".coderoom/replay.py"
 LOG_FILE = "replay.log"
-# what a rerun compares with the recorded job's limits (its timeout is the whole replay's)
-COMPARED = [name for name in LIMIT_NAMES if name not in ("timeout", "network")]
+# what a rerun compares by size with the recorded job's limits (its timeout is the whole
+# replay's; network and the allowlist are granted or not, never by a record)
+COMPARED = [name for name in LIMIT_NAMES if name not in ("timeout", "network", "egress")]
 MAX_LISTED = 20  # inputs named in an error about a rerun's --input
 
 
@@ -120,6 +121,9 @@ def sandbox_notes(recorded: Any, granted: SandboxSpec) -> list[str]:
         return [*notes, "the record's sandbox limits are not valid; they were ignored"]
     if asked.network and not granted.limits.network:
         notes.append("the recorded job had network access; not granted: pass --network to allow it")
+    if asked.egress is not None and granted.limits.egress is None:
+        notes.append("the recorded job reached hosts through an allowlist; this rerun grants none "
+                     "(a record never chooses a network)")
     for name in sorted(COMPARED):
         wanted, given = getattr(asked, name), getattr(granted.limits, name)
         if wanted > given:
