@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import os
+import ssl
 from pathlib import Path
 
 import pytest
@@ -138,6 +139,7 @@ def test_a_6to4_form_of_a_global_address_is_not_refused_for_its_prefix_alone() -
         ("GET http://api.test..:{port}/ HTTP/1.1\r\nHost: api.test..:{port}\r\n\r\n", "is not HOST:PORT"),
         ("GET http://api.test:{port}\\@evil.test/ HTTP/1.1\r\nHost: api.test:{port}\r\n\r\n", "credentials"),
         ("GET http://[::ffff:7f00:1]:{port}/ HTTP/1.1\r\nHost: [::ffff:7f00:1]:{port}\r\n\r\n", "raw IP address"),
+        ("GET http://[fe80::1%eth0]:{port}/ HTTP/1.1\r\nHost: [fe80::1%eth0]:{port}\r\n\r\n", "raw IP address"),
         ("GET http://0x7f.1:{port}/ HTTP/1.1\r\nHost: 0x7f.1:{port}\r\n\r\n", "raw IP address"),
         ("GET https://api.test:{port}/ HTTP/1.1\r\nHost: api.test:{port}\r\n\r\n", "only absolute http://"),
         ("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "only absolute http://"),
@@ -168,3 +170,34 @@ async def test_a_second_request_on_the_same_connection_never_reaches_any_host(tm
         )  # fmt: skip
         await proxy.proxy.close()
     assert answer.count(b"HTTP/1.1 ") == 1 and [path for path, _ in seen.requests] == ["/one"]
+
+
+def _tls12_hello(server_hostname: str) -> bytes:
+    """The ClientHello of a client that speaks TLS 1.2 only (no supported_versions, no key shares)."""
+    context = ssl.create_default_context()
+    context.maximum_version = ssl.TLSVersion.TLSv1_2
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = context.wrap_bio(incoming, outgoing, server_hostname=server_hostname)
+    try:
+        tls.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return outgoing.read()
+
+
+@pytest.mark.parametrize(
+    "hello, reaches",
+    [
+        (_tls12_hello("api.test"), True),
+        (_tls12_hello("evil.test"), False),
+        (b"\x80\x2e\x01\x00\x02" + bytes(45), False),  # an SSLv2-compatible hello: no SNI to check
+    ],
+    ids=["tls1.2 same sni", "tls1.2 other sni", "sslv2 hello"],
+)
+async def test_tls_versions_are_held_to_the_same_sni_rule(tmp_path: Path, hello: bytes, reaches: bool) -> None:
+    with tcp_recorder() as seen:
+        target = f"api.test:{seen.port}"
+        proxy = await running(tmp_path, {"allow": [target], "resolve": {"api.test": "127.0.0.1"}})
+        await proxy.send(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode(), then=hello)
+        await proxy.proxy.close()
+    assert (seen.raw == [hello]) if reaches else (seen.raw == [])
