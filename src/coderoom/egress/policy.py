@@ -10,7 +10,7 @@ form can never pass as a name.
 
 `refused_address` says why an address must not be reached unless the user named it through
 `resolve` (or listed the literal): loopback, private, shared, link-local (cloud metadata),
-multicast, unspecified and reserved ranges, IPv4-mapped IPv6 forms of them included.
+multicast, unspecified and reserved ranges, IPv4-mapped and 6to4 IPv6 forms of them included.
 """
 
 from __future__ import annotations
@@ -77,8 +77,14 @@ def host_of(text: str) -> str:
 
 def refused_address(address: IPAddress) -> str | None:
     """Why `address` may not be reached unless the user named it, or None for a public one."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return refused_address(address.ipv4_mapped)
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return refused_address(address.ipv4_mapped)
+        embedded = address.sixtofour  # 2002:V4ADDR::/48, which a 6to4 tunnel delivers to V4ADDR
+        if embedded is not None and refused_address(embedded) is not None:
+            return f"a 6to4 address of {embedded}, {refused_address(embedded)}"
+        if address.is_site_local:
+            return "a site-local address"
     for kind in ("unspecified", "loopback", "link_local", "multicast", "private", "reserved"):
         if getattr(address, f"is_{kind}"):
             kind = kind.replace("_", "-")

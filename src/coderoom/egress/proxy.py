@@ -46,7 +46,8 @@ from .rules import Policy
 MAX_HEAD_BYTES = 16 * 1024  # a request or response head; a longer one is refused
 HEAD_TIMEOUT_S = 30.0  # for the sandbox to send a whole request head or ClientHello
 CONNECT_TIMEOUT_S = 30.0  # to resolve a name and connect upstream
-MAX_OPEN = 64  # connections of one sandbox at once: each holds two host descriptors
+MAX_OPEN = 64  # connections of one sandbox the proxy holds at once, refused ones included: each
+# holds up to two host descriptors; one past it is closed unanswered (never read, never waited on)
 _CHUNK = 64 * 1024
 _SHOWN_CHARS = 80
 # Never forwarded: they describe one hop, or the proxy, not the request.
@@ -85,21 +86,37 @@ class Budget:
     max_connections: int
     used_bytes: int = 0
     connections: int = 0
-    open: int = 0  # connections now, at most MAX_OPEN (`release` when one ends)
+    open: int = 0  # connections held now, refused ones included, at most MAX_OPEN
     exhausted: str | None = field(default=None)
+    dropped: int = 0  # connections closed unanswered because MAX_OPEN were held
+    _told: set[str] = field(default_factory=set)  # limit refusals already recorded once
+
+    def hold(self) -> bool:
+        """Hold one more connection (`release` it when it ends), or False when MAX_OPEN are held:
+        then it is closed at once, so a sandbox cannot make the host hold more descriptors."""
+        if self.open >= MAX_OPEN:
+            self.dropped += 1
+            return False
+        self.open += 1
+        return True
 
     def admit(self) -> str | None:
         """Count one more connection, or say why it must be refused (a limit's name; then
-        nothing is counted and there is nothing to `release`)."""
+        nothing is counted)."""
         if self.exhausted:
             return self.exhausted
         if self.connections >= self.max_connections:
             return f"the egress_connections limit of {self.max_connections} is reached"
-        if self.open >= MAX_OPEN:
-            return f"{MAX_OPEN} connections are open already"
         self.connections += 1
-        self.open += 1
         return None
+
+    def first_time(self, refusal: str) -> bool:
+        """Whether a limit's refusal is told for the first time: the record keeps that one only,
+        so a sandbox past its limits cannot grow the record by reconnecting."""
+        if refusal in self._told:
+            return False
+        self._told.add(refusal)
+        return True
 
     def release(self) -> None:
         self.open -= 1
@@ -164,9 +181,16 @@ class Proxy:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         started = time.monotonic()
+        if not self.budget.hold():
+            writer.close()
+            if self.budget.dropped == 1:  # once: every later one would be the same line
+                attempt = Attempt(host="", port=0, method="-", reason=f"{MAX_OPEN} connections are open already: later ones are closed unanswered")
+                with contextlib.suppress(Exception):
+                    self._on_event(attempt)
+            return
         attempt = Attempt(host="", port=0, method="")
         refusal = self.budget.admit()
-        admitted = refusal is None
+        told = refusal is None or self.budget.first_time(refusal)
         try:
             conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
             request = await asyncio.wait_for(_next_request(reader, conn), HEAD_TIMEOUT_S)
@@ -190,6 +214,7 @@ class Proxy:
             if not attempt.replied:
                 await _send_refusal(writer, attempt.reason, status=400)
         except h11.RemoteProtocolError as exc:
+            attempt.method = attempt.method or "?"  # no request line came through: still an attempt
             attempt.reason = f"not valid HTTP: {_shown(exc)}"
             if not attempt.replied:
                 await _send_refusal(writer, attempt.reason, status=400)
@@ -197,10 +222,9 @@ class Proxy:
             attempt.reason = attempt.reason or f"connection lost: {_shown(exc)}"
         finally:
             writer.close()
-            if admitted:
-                self.budget.release()
+            self.budget.release()
             attempt.duration_s = round(time.monotonic() - started, 6)
-            if attempt.method:  # a connection that sent nothing is no attempt
+            if attempt.method and told:  # a connection that sent nothing is no attempt
                 with contextlib.suppress(Exception):
                     self._on_event(attempt)
 
@@ -274,7 +298,8 @@ class Proxy:
             raise Refused(f"the tunnel to {host} does not start with a TLS ClientHello ({exc})") from None
         expected = None if literal_ip(host) is not None else host
         if (name and _same_name(name)) != expected:
-            raise Refused(f"the TLS server name {_shown(name)!r} is not the CONNECT host {host}")
+            shown = "no server name" if name is None else f"the TLS server name {_shown(name)!r}"
+            raise Refused(f"{shown} is not the CONNECT host {host}")
         up_reader, up_writer = await self._connect(addresses, port, attempt)
         attempt.allowed = True
         try:
@@ -336,6 +361,8 @@ class Proxy:
         addresses = await self._check(host, port, attempt)
         secret = self.policy.secret_for(host)
         headers = [(name, value) for name, value in request.headers if name not in _HOP_HEADERS]
+        if any(name == b"transfer-encoding" for name, _ in headers):  # h11 framed the body by it:
+            headers = [(n, v) for n, v in headers if n != b"content-length"]  # RFC 9112 6.3, no smuggling
         if secret is not None:
             value = secret.value(self._environ)
             if value is None:
