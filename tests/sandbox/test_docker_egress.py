@@ -197,3 +197,25 @@ def test_prune_keeps_a_live_owners_socket_folder_and_one_it_did_not_make(
     assert live.exists() and foreign.exists() and not dead.exists()
     egress.remove(live)
     assert not live.exists()
+
+
+@pytest.mark.slow
+async def test_resume_adopts_a_live_allowlisted_container_of_its_own_client_only(upstream: Any, tmp_path: Path) -> None:
+    from agents.sandbox.manifest import Manifest
+    from agents.sandbox.snapshot import LocalSnapshotSpec
+
+    spec = SandboxSpec(backend="docker", limits=allowlist(upstream.port))
+    sdk_client, options = get_backend("docker").client(spec)
+    session = await sdk_client.create(manifest=Manifest(), snapshot=LocalSnapshotSpec(base_path=tmp_path), options=options)
+    await session.start()
+    try:
+        other_client, _ = get_backend("docker").client(spec)
+        with pytest.raises(ValueError, match="egress proxy is not this client's"):
+            await other_client.resume(session.state)  # its proxy runs in another client
+        live = await sdk_client.resume(session.state)  # adopted, with the folder it was made with
+        await live.start()
+        fetched = await live.exec(f"python3 -c \"{FETCH}\" {upstream.port}")
+        assert fetched.stdout == b"200\n", fetched.stderr
+        await live.aclose()
+    finally:
+        await sdk_client.delete(session)
