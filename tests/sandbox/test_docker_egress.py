@@ -24,7 +24,7 @@ from coderoom.egress.policy import parse_policy
 from coderoom.sandboxes import Limits, SandboxSpec, get_backend
 from coderoom.sandboxes.docker import egress
 from coderoom.sandboxes.docker.request import SANDBOX_UID, create_request
-from coderoom.sandboxes.leases import LEASE_FILE
+from coderoom.sandboxes.leases import LEASE_FILE, LEASELESS_GRACE_S
 from coderoom.sandboxes import records
 
 FETCH = "import sys, urllib.request as u; print(u.urlopen(f'http://api.test:{sys.argv[1]}/ok', timeout=20).status)"
@@ -178,7 +178,7 @@ def test_kill_9_of_the_host_leaves_nothing_a_restart_trips_on_and_prune_removes_
     assert list(harness_tmpdir.glob(f"{egress.PREFIX}*")) == []
 
 
-def test_prune_keeps_a_live_owners_socket_folder_and_one_it_did_not_make(
+def test_prune_removes_dead_owners_socket_folders_and_keeps_live_ones_and_ones_it_did_not_make(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TMPDIR", str(tmp_path))
@@ -190,11 +190,17 @@ def test_prune_keeps_a_live_owners_socket_folder_and_one_it_did_not_make(
     lease = json.loads((dead / LEASE_FILE).read_text())
     (dead / LEASE_FILE).unlink()
     records.write(dead, LEASE_FILE, json.dumps({**lease, "boot": "a-boot-long-gone"}).encode())
+    being_made, crashed = egress.make(SANDBOX_UID), egress.make(SANDBOX_UID)
+    for leaseless in (being_made, crashed):  # a crash between mkdtemp and the lease
+        (leaseless / LEASE_FILE).unlink()
+    old = time.time() - LEASELESS_GRACE_S - 60
+    os.utime(crashed, (old, old))
     foreign = tmp_path / f"{egress.PREFIX}foreign"
     foreign.mkdir(mode=0o777)
     foreign.chmod(0o777)  # writable by others: not one we made
-    assert egress.prune() == 1
-    assert live.exists() and foreign.exists() and not dead.exists()
+    assert egress.prune() == 2
+    assert live.exists() and being_made.exists() and foreign.exists()
+    assert not dead.exists() and not crashed.exists()
     egress.remove(live)
     assert not live.exists()
 

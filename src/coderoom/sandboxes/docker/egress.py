@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ...hostile import tree
 from .. import records
-from ..leases import read_lease, write_lease
+from ..leases import abandoned, write_lease
 
 PREFIX = "coderoom-docker-egress-"
 SOCKET_NAME = "proxy.sock"
@@ -77,8 +77,8 @@ def remove(folder: Path) -> None:
 
 
 def prune(skipped: list[str] | None = None) -> int:
-    """Remove the socket folders whose owner is gone (or that have no readable lease: a folder
-    `make` did not finish); returns how many."""
+    """Remove the socket folders whose owner is gone (`leases.abandoned`: a folder `make` did
+    not finish too, once past its grace); returns how many."""
     removed = 0
     temp = Path(tempfile.gettempdir())
     try:
@@ -86,10 +86,7 @@ def prune(skipped: list[str] | None = None) -> int:
     except OSError:
         return 0
     for folder in entries:
-        if not owned(folder):
-            continue
-        owner = read_lease(folder)
-        if owner is not None and owner.alive():
+        if not owned(folder) or not abandoned(folder):
             continue
         try:
             tree.remove_tree(folder)
