@@ -26,7 +26,7 @@ from ...hostile import tree
 from .. import records
 from ..leases import abandoned, write_lease
 
-PREFIX = "coderoom-docker-egress-"
+PREFIX = "coderoom-egress-docker-"  # not under bindings.PREFIX, "coderoom-docker-": another record
 SOCKET_NAME = "proxy.sock"
 INSIDE_DIR = "/run/coderoom-egress"  # where the container sees the folder, read-only
 INSIDE_SOCKET = f"{INSIDE_DIR}/{SOCKET_NAME}"
