@@ -31,8 +31,8 @@ format = "Bearer {}"
 """
 
 
-def coderoom(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200"}
+def coderoom(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200", **(env or {})}
     return subprocess.run([sys.executable, "-m", "coderoom", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
 
 
@@ -77,7 +77,6 @@ def test_budget_limits_parse_like_the_others() -> None:
         (["--allow-host", "api.test", "--resolve", "api.test"], "HOST=ADDRESS"),
         (["--allow-host", "api.test", "--resolve", "api.test=localhost"], "not an IP address"),
         (["--allow-host", "api.test", "--network"], "network = true means unrestricted"),
-        (["--allow-host", "api.test", "--sandbox", "docker"], "runs on the local backend only"),
     ],
 )
 def test_bad_allowlist_flags_exit_2_with_one_clear_line_before_anything_is_made(
@@ -88,6 +87,16 @@ def test_bad_allowlist_flags_exit_2_with_one_clear_line_before_anything_is_made(
     run = coderoom("run", "--model", "offline", "--out", str(tmp_path / "out"), *flags, "hello", cwd=tmp_path)
     assert run.returncode == 2 and said in run.stderr + run.stdout, run.stderr
     assert not (tmp_path / "out").exists() and not (tmp_path / "runs").exists()
+
+
+def test_an_allowlist_on_a_docker_engine_elsewhere_exits_2_before_anything_is_made(tmp_path: Path) -> None:
+    # the proxy's socket is a bind mount of a host folder: only an engine on this machine sees
+    # it; the refusal comes before any connection to the engine (nothing listens on port 9)
+    flags = ["--allow-host", "api.test", "--sandbox", "docker"]
+    env = {"DOCKER_HOST": "tcp://127.0.0.1:9"}
+    sandbox = coderoom("sandbox", "run", *flags, "--", "true", cwd=tmp_path, env=env)
+    assert sandbox.returncode == 2 and "needs a Docker engine on this machine" in sandbox.stderr, sandbox.stderr
+    assert not (tmp_path / "runs").exists()
 
 
 def test_a_bad_network_table_in_a_job_file_names_the_table(tmp_path: Path) -> None:

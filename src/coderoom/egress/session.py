@@ -38,10 +38,15 @@ def sandbox_env(port: int = FORWARDER_PORT) -> dict[str, str]:
     return {**env, "NO_PROXY": direct, "no_proxy": direct, "PIP_PROXY": url}
 
 
+def forwarder_source() -> str:
+    """The forwarder's source (`inside/forwarder.py`): the local backend runs it as a command,
+    the Docker backend's init.py as a child of its own."""
+    return files("coderoom.egress.inside").joinpath("forwarder.py").read_text(encoding="utf-8")
+
+
 def forwarder_command(python: str, socket_path: str, port: int = FORWARDER_PORT) -> list[str]:
     """The forwarder (`inside/forwarder.py`) as a command for the sandbox's `python`."""
-    source = files("coderoom.egress.inside").joinpath("forwarder.py").read_text(encoding="utf-8")
-    return [python, "-I", "-c", source, socket_path, str(port)]
+    return [python, "-I", "-c", forwarder_source(), socket_path, str(port)]
 
 
 class EgressSession:

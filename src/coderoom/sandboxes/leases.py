@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import records
 
 LEASE_FILE = "lease"
+LEASELESS_GRACE_S = 600.0  # a folder without a lease (a crash between making it and writing one)
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 
@@ -84,3 +86,15 @@ def read_lease(folder: Path) -> Owner | None:
         return Owner(str(data["boot"]), int(data["pid"]), int(data["start"]), int(data.get("pidns", 0)))
     except (ValueError, KeyError, TypeError, OverflowError, RecursionError):  # a record is data
         return None
+
+
+def abandoned(folder: Path) -> bool:
+    """Whether a session folder's owner is gone: its lease says so, or it has none and is older
+    than LEASELESS_GRACE_S (a folder being made right now has none yet)."""
+    owner = read_lease(folder)
+    if owner is not None:
+        return not owner.alive()
+    try:
+        return time.time() - os.lstat(folder).st_mtime > LEASELESS_GRACE_S
+    except FileNotFoundError:
+        return False

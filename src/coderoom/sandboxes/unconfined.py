@@ -19,7 +19,7 @@ class UnconfinedBackend:
 
     def unavailable_reason(self, spec: SandboxSpec) -> str | None:
         if spec.limits.egress is not None:
-            return "the unconfined backend isolates nothing, so an allowlist could not hold; use --sandbox local"
+            return "the unconfined backend isolates nothing, so an allowlist could not hold; use --sandbox local or --sandbox docker"
         return None
 
     def client(self, spec: SandboxSpec) -> tuple[UnixLocalSandboxClient, Any]:

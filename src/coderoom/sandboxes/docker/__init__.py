@@ -37,10 +37,15 @@ class DockerBackend:
 
     def unavailable_reason(self, spec: SandboxSpec) -> str | None:
         if spec.limits.egress is not None:
-            return (
-                "an allowlist (--allow-host, [sandbox.network] allow) runs on the local backend only in this "
-                "version; use --sandbox local, or network = true for an unrestricted container"
-            )
+            import os
+
+            from .engine import socket_path
+
+            if socket_path(os.environ) is None:
+                return (
+                    "an allowlist (--allow-host, [sandbox.network] allow) needs a Docker engine on this machine "
+                    "(the proxy's socket is a bind mount); DOCKER_HOST names one elsewhere"
+                )
         try:
             import docker
         except ImportError:
@@ -85,7 +90,7 @@ class DockerBackend:
         from .plain import run_plain
 
         if spec.limits.egress is not None:
-            return None  # the full path refuses it with `unavailable_reason`
+            return None  # the full path runs the proxy (`container`) in its event loop
         return run_plain(spec.limits, argv)
 
     def client(self, spec: SandboxSpec) -> tuple[Any, Any]:
@@ -119,7 +124,8 @@ class DockerBackend:
         return (
             "memory: docker --memory (cgroup), swap included\n"
             "network: none unless network = true; then a network of the session's own, icc off, no IPv6, "
-            "prohibit routes to the host and private ranges"
+            "prohibit routes to the host and private ranges; with an allowlist, none and the host proxy's "
+            "socket bound read-only"
         )
 
     def commands(self) -> Any:
@@ -130,12 +136,14 @@ class DockerBackend:
 
 def prune(client: Any | None = None, skipped: list[str] | None = None) -> int:
     """Remove the coderoom containers whose owner is gone (see `labels`), then their networks
-    (`network`: a session's own, when it had network on); returns how many containers.
+    (`network`: a session's own, when it had network on) and the folders of their egress
+    proxies' sockets (`egress`); returns how many containers.
 
     A live run's container or network is never touched, running or not. One the engine refuses
     to remove is added to `skipped` (with a list to add to) and the others are still pruned."""
     import docker.errors
 
+    from . import egress
     from .image import docker_client
     from .network import prune_networks
 
@@ -159,6 +167,7 @@ def prune(client: Any | None = None, skipped: list[str] | None = None) -> int:
             continue
         removed += 1
     prune_networks(client, owner_gone, skipped)
+    egress.prune(skipped)
     return removed
 
 

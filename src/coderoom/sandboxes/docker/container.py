@@ -24,6 +24,11 @@
 * Live processes (`start_process`: PTY sessions, the run_python kernel) are init.py jobs too,
   streaming their output and keeping stdin open (`live`), under the same rules and the wall
   clock from their start (none for the kernel).
+* Allowlist (`limits.egress`): the container has `network none`; the session's egress proxy
+  (`coderoom.egress`, the local backend's) listens on a socket in a host folder of its own
+  (`egress`), bound read-only into the container, where init.py's forwarder relays
+  127.0.0.1:3128 to it. The proxy starts before the first request reaches init.py and stops
+  at close, when the folder is removed too.
 * Close removes the container (`force`), which takes well under a second, then its network.
 """
 
@@ -40,6 +45,7 @@ from typing import IO, Any, cast
 
 import docker.errors
 
+from ...egress import session as egress_session
 from ...errors import SandboxFailed, SandboxLimitExceeded
 from ...hostile import snapshot as hostile_snapshot
 from ...hostile.names import safe_relative_path, shown
@@ -47,6 +53,7 @@ from ..core import CommandResult
 from ..limits import Limits
 from ..live import MAX_LIVE_PROCESSES
 from .archive import MAX_ENTRIES, ArchiveStream, clean_members, rewrite, stream_budget
+from . import egress
 from .channel import Channel, Reply
 from .helpers import (
     SandboxReadTimeout, read_timeout_message, run_helper, sandbox_read_deadline, seconds_left, with_alarm,
@@ -56,6 +63,7 @@ from .network import confine, create_network, remove_network, session_network
 from .request import (
     PYTHON,
     REPLY_SLACK_S,
+    SANDBOX_UID,
     WORKSPACE,
     command_request,
     command_result,
@@ -98,6 +106,11 @@ def create_container(client: Any, request: tuple[str, Mapping[str, Any]]) -> str
         raise
 
 
+def new_egress_dir(limits: Limits) -> Path | None:
+    """With an allowlist, a new folder for the proxy's socket (`egress.make`); else None."""
+    return None if limits.egress is None else egress.make(SANDBOX_UID)
+
+
 def remove_container(client: Any, container_id: str) -> None:
     """Kill and remove in one call: no `docker stop` grace period, nothing left behind."""
     try:
@@ -131,7 +144,11 @@ def stream_sink(stream: ArchiveStream, over: asyncio.Event) -> Any:
 class DockerSandbox:
     """A started container (see the module docstring); implements `core.Sandbox`."""
 
-    def __init__(self, client: Any, container_id: str, limits: Limits, *, root: str = WORKSPACE) -> None:
+    def __init__(
+        self, client: Any, container_id: str, limits: Limits, *, root: str = WORKSPACE, egress_dir: Path | None = None
+    ) -> None:
+        """`egress_dir`: with an allowlist, the folder of the proxy's socket the container was
+        made with (`egress.make`); this sandbox runs the proxy in it and removes it at close."""
         self.client = client
         self.container_id = container_id
         self.limits = limits
@@ -141,13 +158,28 @@ class DockerSandbox:
         self._live: list[DockerLive] = []
         self._network: str | None = None  # the session's own network, once its routes are set
         self._confining = asyncio.Lock()
+        self._egress_dir = egress_dir
+        self._proxy: egress_session.EgressSession | None = None
+        self._proxy_started = False
+        if limits.egress is not None and egress_dir is not None:
+            self._proxy = egress_session.EgressSession(
+                limits.egress, egress.socket_of(egress_dir),
+                max_bytes=limits.egress_bytes, max_connections=limits.egress_connections,
+            )  # fmt: skip
 
     @classmethod
     async def create(cls, client: Any, *, image: str, limits: Limits) -> DockerSandbox:
         """Create, start and connect to a sandbox container; nothing is left if that fails."""
-        request = create_request(limits, image=image, program=await asyncio.to_thread(seccomp_program, client))
-        container_id = await asyncio.to_thread(create_container, client, request)
-        sandbox = cls(client, container_id, limits)
+        egress_dir = await asyncio.to_thread(new_egress_dir, limits)
+        try:
+            program = await asyncio.to_thread(seccomp_program, client)
+            request = create_request(limits, image=image, program=program, egress_dir=egress_dir)
+            container_id = await asyncio.to_thread(create_container, client, request)
+        except BaseException:
+            if egress_dir is not None:
+                await asyncio.shield(asyncio.to_thread(egress.remove, egress_dir))
+            raise
+        sandbox = cls(client, container_id, limits, egress_dir=egress_dir)
         try:
             await asyncio.to_thread(client.api.start, container_id)
             await asyncio.to_thread(sandbox.channel)
@@ -182,6 +214,8 @@ class DockerSandbox:
     ) -> Reply:
         if self.limits.network and self._network is None:
             await self._confine_network()
+        if self._proxy is not None and not self._proxy_started:
+            await self._start_proxy()
         try:
             return await self.channel().call(request, wait=wait, reply_bytes=reply_bytes, sink=sink, rid=rid)
         except TimeoutError as e:
@@ -198,6 +232,23 @@ class DockerSandbox:
                     self._network = await asyncio.to_thread(confine, self.client, self.container_id, python=PYTHON)
                 except (docker.errors.APIError, OSError) as e:
                     raise SandboxFailed(f"the sandbox's network routes could not be set: {e}") from e
+
+    async def _start_proxy(self) -> None:
+        """Start the egress proxy on its socket before the first request reaches init.py (whose
+        forwarder connects to it for each connection); SandboxFailed if it cannot listen."""
+        assert self._proxy is not None
+        async with self._confining:
+            if not self._proxy_started:
+                try:
+                    await self._proxy.start()
+                except OSError as e:
+                    raise SandboxFailed(f"cannot start the egress proxy: {e}") from e
+                self._proxy_started = True
+
+    def watch_egress(self, listener: egress_session.EgressListener) -> None:
+        """Hand each connection attempt through the proxy to `listener` (nothing without an allowlist)."""
+        if self._proxy is not None:
+            self._proxy.watch(listener)
 
     async def exec(
         self,
@@ -489,6 +540,10 @@ class DockerSandbox:
         await asyncio.to_thread(remove_container, self.client, self.container_id)
         if network is not None:
             await asyncio.to_thread(remove_network, self.client, network)
+        if self._proxy is not None:
+            await self._proxy.close()
+        if self._egress_dir is not None:
+            await asyncio.to_thread(egress.remove, self._egress_dir)
 
     def _network_of_container(self) -> str | None:
         """The session network of a container closed before its first command (None if gone)."""

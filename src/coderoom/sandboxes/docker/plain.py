@@ -9,7 +9,8 @@ the command is written to the container's stdin as soon as it is attached, befor
 init.py finds it waiting as it comes up (the attach-then-start of `docker run`).
 
 Anything this path does not do the same way is left to the full path before anything is made
-(`run_plain` returns None): network = true (the session network and its routes), an engine that
+(`run_plain` returns None): network = true (the session network and its routes), an allowlist
+(the egress proxy runs in the full path's event loop; `DockerBackend.run_plain`), an engine that
 is not a local socket or does not answer (the full path says why), a missing image (the full path
 builds it), no `docker` package (the full path says so). The container is removed (`force`)
 before the result is handed back, and on any error or signal: it is created while the stop

@@ -27,6 +27,7 @@ from ..core import CommandResult
 from ..limits import CPU_KILL_GRACE_S, Limits
 from ..seccomp import arch_named, build_filter
 from ..stops import named_stop, stop_note
+from .egress import INSIDE_DIR, INSIDE_SOCKET
 from .labels import CONTACT_WITHIN_S, CREATED_LABEL, LABEL, SESSION_LABEL, owner_labels
 from .network import IPV6_OFF, network_name
 
@@ -36,6 +37,7 @@ INIT_SOURCE = (Path(__file__).with_name("inside") / "init.py").read_text()
 _INIT_ENV = "CODEROOM_INIT"
 INIT_BOOTSTRAP = f"import os; exec(compile(os.environ.pop({_INIT_ENV!r}), 'coderoom-init', 'exec'))"
 SECCOMP_ENV = "CODEROOM_SECCOMP"  # init.py's SECCOMP_ENV
+FORWARDER_ENV = "CODEROOM_FORWARDER"  # init.py's FORWARDER_ENV: the egress forwarder's source
 NO_HOME = "/nonexistent"
 _NOFILE = 1024
 REPLY_SLACK_S = 15.0  # how long past a command's own deadline we wait before blaming the channel
@@ -82,8 +84,14 @@ def create_request(
     session_id: uuid.UUID | None = None,
     labels: Mapping[str, str] | None = None,
     environment: Mapping[str, str] | None = None,
+    egress_dir: Path | None = None,
 ) -> tuple[str, dict[str, Any]]:
-    """The container's name and the body of `POST /containers/create` for a hardened sandbox."""
+    """The container's name and the body of `POST /containers/create` for a hardened sandbox.
+    With an allowlist (`limits.egress`), `egress_dir` is the host folder of the session's proxy
+    socket (`egress`): bound read-only at INSIDE_DIR, init.py starts the forwarder to it and
+    every process gets the proxy's environment (`egress.session.sandbox_env`)."""
+    if (limits.egress is None) != (egress_dir is None):
+        raise ValueError("an allowlisted sandbox needs the folder of its proxy's socket, and only it")
     session = session_id or uuid.uuid4()
     mount_opts = "rw,exec,nosuid,nodev"
     env = {
@@ -95,6 +103,13 @@ def create_request(
         _INIT_ENV: INIT_SOURCE,
         SECCOMP_ENV: base64.b64encode(program).decode(),
     }
+    cmd = ["--exit-on-eof", "--seccomp", f"--contact-within={CONTACT_WITHIN_S:g}"]
+    if egress_dir is not None:
+        from ...egress.session import FORWARDER_PORT, forwarder_source, sandbox_env  # not on the fast path
+
+        env.update(sandbox_env())
+        env[FORWARDER_ENV] = forwarder_source()
+        cmd.append(f"--egress={INSIDE_SOCKET}:{FORWARDER_PORT}")
     host: dict[str, Any] = {
         "Memory": limits.memory,
         "MemorySwap": limits.memory,
@@ -129,6 +144,8 @@ def create_request(
         # (host layout disclosure, catalogue NET-03); a mount there makes it skip that.
         source, target = RESOLV_CONF_BIND
         host["Mounts"] = [{"Target": target, "Source": source, "Type": "bind", "ReadOnly": True}]
+        if egress_dir is not None:  # a socket in a read-only bind can still be connected to
+            host["Mounts"].append({"Target": INSIDE_DIR, "Source": str(egress_dir), "Type": "bind", "ReadOnly": True})
     body = {
         "Hostname": "sandbox",
         "User": f"{SANDBOX_UID}:{SANDBOX_UID}",
@@ -139,7 +156,7 @@ def create_request(
         "AttachStdout": True,
         "AttachStderr": True,
         "Env": [f"{key}={value}" for key, value in env.items()],
-        "Cmd": ["--exit-on-eof", "--seccomp", f"--contact-within={CONTACT_WITHIN_S:g}"],
+        "Cmd": cmd,
         "Image": image,
         "Entrypoint": [*PYTHON, "-I", "-S", "-c", INIT_BOOTSTRAP],
         "HostConfig": host,

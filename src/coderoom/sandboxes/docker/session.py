@@ -40,6 +40,7 @@ from agents.sandbox.snapshot import SnapshotBase, SnapshotSpec
 from agents.sandbox.types import ExecResult, User
 from docker.models.containers import Container
 
+from ...egress.session import EgressListener
 from ...errors import CoderoomError, SandboxFailed
 from ..core import READ_IN_WORKSPACE
 from ..limits import Limits
@@ -50,7 +51,8 @@ from ..sdk_errors import refuse_unsupported, snapshot_errors
 from ..sdk_resume import TrustedResume
 from ..sdk_snapshots import restore_on_resume
 from ..stops import log_stop
-from .container import DockerSandbox, create_container, seccomp_program
+from . import egress
+from .container import DockerSandbox, create_container, new_egress_dir, seccomp_program
 from .helpers import (
     SANDBOX_UID_READ_S, SandboxReadTimeout, read_timeout_message, sandbox_read_deadline, seconds_left,
 )
@@ -69,12 +71,16 @@ class CoderoomDockerSession(PtySessions, DockerSandboxSession):
     _binding: Path | None = None  # the run it serves, kept on the host (`bindings`)
     limits_hit: list[str]  # see sdk_session_adapter.limits_hit
 
-    def _adopt(self, limits: Limits) -> None:
+    def _adopt(self, limits: Limits, egress_dir: Path | None) -> None:
         self._limits = limits
         self.limits_hit = []
         self._core = DockerSandbox(
-            self._docker_client, self.state.container_id, limits, root=self.state.manifest.root
+            self._docker_client, self.state.container_id, limits, root=self.state.manifest.root, egress_dir=egress_dir
         )
+
+    def watch_egress(self, listener: EgressListener) -> None:
+        """`egress.session.ReportsEgress`: the core's proxy, for the run's record."""
+        self._core.watch_egress(listener)
 
     async def running(self) -> bool:
         """False once shut down. The SDK's answer reloads the container and, when that fails (it
@@ -300,6 +306,9 @@ class CoderoomDockerClient(DockerSandboxClient):
         self._limits = limits
         self._image = image
         self._trusted = TrustedResume(snapshot)
+        # with an allowlist: container id -> the folder of its proxy's socket (`egress`), made
+        # with the container and handed to its session's core, which removes it at close
+        self._egress_dirs: dict[str, Path] = {}
 
     def _wrap_session(
         self, inner: BaseSandboxSession, *, instrumentation: Instrumentation | None = None
@@ -309,7 +318,7 @@ class CoderoomDockerClient(DockerSandboxClient):
         if type(inner) is DockerSandboxSession:
             inner.__class__ = CoderoomDockerSession
             assert isinstance(inner, CoderoomDockerSession)
-            inner._adopt(self._limits)
+            inner._adopt(self._limits, self._egress_dirs.get(inner.state.container_id))
         return super()._wrap_session(inner, instrumentation=instrumentation)
 
     async def create(
@@ -342,7 +351,7 @@ class CoderoomDockerClient(DockerSandboxClient):
         if container is None or state.mount_authority_rebound:
             return await super().resume(state)
         await asyncio.to_thread(container.reload)
-        _assert_coderoom_container(container, state, self._limits)
+        _assert_coderoom_container(container, state, self._limits, self._egress_dirs.get(state.container_id))
         inner = DockerSandboxSession(
             container=container, docker_client=self.docker_client, state=state, removal_service=self._removal_service
         )
@@ -371,19 +380,31 @@ class CoderoomDockerClient(DockerSandboxClient):
             raise ValueError("coderoom's docker sandbox takes its network from Limits.network only")
         if not self.image_exists(image):
             raise ValueError(f"Docker image {image!r} not found; run `coderoom image build`")
-        request = create_request(
-            self._limits, image=image, program=await asyncio.to_thread(seccomp_program, self.docker_client),
-            root=manifest.root, session_id=session_id, labels=labels,
-            environment=await manifest.environment.resolve(),
-        )  # fmt: skip
-        container_id = await asyncio.to_thread(create_container, self.docker_client, request)
+        egress_dir = await asyncio.to_thread(new_egress_dir, self._limits)
+        try:
+            request = create_request(
+                self._limits, image=image, program=await asyncio.to_thread(seccomp_program, self.docker_client),
+                root=manifest.root, session_id=session_id, labels=labels,
+                environment=await manifest.environment.resolve(), egress_dir=egress_dir,
+            )  # fmt: skip
+            container_id = await asyncio.to_thread(create_container, self.docker_client, request)
+        except BaseException:
+            if egress_dir is not None:
+                await asyncio.shield(asyncio.to_thread(egress.remove, egress_dir))
+            raise
+        if egress_dir is not None:
+            self._egress_dirs[container_id] = egress_dir
         return await asyncio.to_thread(self.docker_client.containers.get, container_id)
 
 
-def _assert_coderoom_container(container: Container, state: DockerSandboxSessionState, limits: Limits) -> None:
+def _assert_coderoom_container(
+    container: Container, state: DockerSandboxSessionState, limits: Limits, egress_dir: Path | None
+) -> None:
     """ValueError (the SDK's refusal) unless `container` is the one coderoom made for `state`:
     coderoom's labels with this session's id, network none or (network on) the session's own, and no bind
-    mount but coderoom's own resolv.conf one."""
+    mount but coderoom's own resolv.conf one and, with an allowlist, the folder of the proxy's
+    socket this client made for it (`egress_dir`: a container whose proxy is another process's,
+    or gone, is not adopted)."""
     attrs = container.attrs or {}
     labels = (attrs.get("Config") or {}).get("Labels") or {}
     if labels.get(LABEL) != "1" or labels.get(SESSION_LABEL) != state.session_id.hex:
@@ -392,6 +413,10 @@ def _assert_coderoom_container(container: Container, state: DockerSandboxSession
         raise ValueError("Existing Docker sandbox labels do not match persisted labels; create a fresh sandbox session")
     binds = [m for m in attrs.get("Mounts") or [] if isinstance(m, dict) and m.get("Type") == "bind"]
     expected = [] if limits.network else [RESOLV_CONF_BIND]
+    if limits.egress is not None:
+        if egress_dir is None:
+            raise ValueError("the container's egress proxy is not this client's; create a fresh sandbox session")
+        expected.append((str(egress_dir), egress.INSIDE_DIR))
     if [(m.get("Source"), m.get("Destination")) for m in binds] != expected:
         raise ValueError("the container's bind mounts are not coderoom's; create a fresh sandbox session")
     network_mode = (attrs.get("HostConfig") or {}).get("NetworkMode")

@@ -5,7 +5,7 @@ is made (`claim`). `host_dir.prune` removes the folders whose owner is gone (`ab
 killing any process still using one (`kill_users`: a launcher whose host was SIGKILLed dies by
 itself, but nothing is assumed: a bwrap pid 1 its bwrap left blocked at start does not). A
 folder without a lease is judged by age: a crash between creating it and writing the lease
-leaves one, and it is removed once older than LEASELESS_GRACE_S. A live owner's folder is
+leaves one, and it is removed once older than the shared `leases.LEASELESS_GRACE_S`. A live owner's folder is
 never touched.
 """
 
@@ -19,10 +19,9 @@ import time
 from pathlib import Path
 
 from .. import records
-from ..leases import LEASE_FILE, read_lease, write_lease
+from ..leases import LEASE_FILE, abandoned, read_lease, write_lease
 from . import bwrap, cgroup, procfs
 
-LEASELESS_GRACE_S = 600.0
 KILL_WAIT_S = 5.0  # for the processes `kill_users` killed to be gone
 
 
@@ -35,16 +34,6 @@ def take_over(host_dir: Path) -> None:
     """Make an abandoned session folder this process's (a resume adopting it, see `host_dir.adoptable`)."""
     (host_dir / LEASE_FILE).unlink(missing_ok=True)
     write_lease(host_dir)
-
-
-def abandoned(folder: Path) -> bool:
-    owner = read_lease(folder)
-    if owner is not None:
-        return not owner.alive()
-    try:
-        return time.time() - os.lstat(folder).st_mtime > LEASELESS_GRACE_S
-    except FileNotFoundError:
-        return False
 
 
 def kill_users(folder: Path, group: Path | None, bwrap_group: int | None = None) -> None:

@@ -32,6 +32,13 @@ backend's BPF program (seccomp.py, base64 in $CODEROOM_SECCOMP) on Docker's filt
 inherits both; if that fails it refuses every command. Live jobs (PTY sessions, the Python kernel)
 are commands of PID 1 too, so nothing coderoom starts needs `docker exec`.
 
+Egress: with --egress=SOCKET:PORT (an allowlist; the container has no network but lo), PID 1
+keeps the egress forwarder ($CODEROOM_FORWARDER's source, the local backend's
+coderoom/egress/inside/forwarder.py) running: started before the first request and again before
+any command that finds it gone (an archive's quiesce kills it, as it kills everything), in a
+session of its own that ending a command's tree spares. It relays 127.0.0.1:PORT to the host
+proxy's Unix socket; it decides nothing (the proxy on the host is the one enforcement point).
+
 Standalone stdlib code run as `python3 -I -S init.py` (or -c), so it works in any image with
 Python 3; it is also the image's CMD for manual `docker run`.
 """
@@ -55,6 +62,8 @@ CHUNK = 65536
 OOM_COUNTERS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
 NO_HOME = "/nonexistent"  # HOME when /tmp is too full for a fresh one: nothing there to run
 SECCOMP_ENV = "CODEROOM_SECCOMP"
+FORWARDER_ENV = "CODEROOM_FORWARDER"
+FORWARDER_READY_S = 30.0  # how long a starting forwarder may take to listen
 PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS, SECCOMP_MODE_FILTER = 22, 38, 2
 TERMINAL_ROWS, TERMINAL_COLUMNS = 24, 80  # the size a tty job's terminal has
 STDIN_PENDING_MAX = 1 << 20  # input bytes a live job may have waiting for it to read
@@ -255,9 +264,58 @@ def exit_code(job):
     return 1
 
 
+class Forwarder:
+    """The egress forwarder (see the module docstring): a child of PID 1, restarted when gone."""
+
+    def __init__(self, source, socket_path, port):
+        self.argv = [sys.executable, "-I", "-c", source, socket_path, str(port)]
+        self.pid = None
+
+    def ensure(self):
+        """Start it if it is not running and wait (FORWARDER_READY_S at most) until it listens."""
+        if self.pid is not None:
+            return
+        ready_r, ready_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setsid()
+                signal.set_wakeup_fd(-1)
+                for sig in (signal.SIGPIPE, signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+                    signal.signal(sig, signal.SIG_DFL)
+                null = os.open(os.devnull, os.O_RDWR)
+                os.dup2(null, 0)
+                os.dup2(ready_w, 1)
+                os.dup2(null, 2)
+                os.closerange(3, 65536)
+                os.chdir("/")
+                os.execv(self.argv[0], self.argv)
+            finally:
+                os._exit(127)
+        os.close(ready_w)
+        self.pid = pid
+        seen, deadline = b"", time.monotonic() + FORWARDER_READY_S
+        try:
+            while b"ready\n" not in seen:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([ready_r], [], [], left)[0]:
+                    break
+                chunk = os.read(ready_r, 64)
+                if not chunk:
+                    break
+                seen += chunk
+        finally:
+            os.close(ready_r)
+
+    def reaped(self, pid):
+        if pid == self.pid:
+            self.pid = None
+
+
 class Server:
-    def __init__(self, exit_on_eof, refusal=None, contact_within=None):
+    def __init__(self, exit_on_eof, refusal=None, contact_within=None, forwarder=None):
         self.exit_on_eof = exit_on_eof
+        self.forwarder = forwarder  # with --egress
         # until the host's first byte: the time by which it must have attached, else we exit
         self.contact_deadline = None if contact_within is None else time.monotonic() + contact_within
         self.refusal = refusal  # why no command may run (the seccomp filter is missing)
@@ -270,6 +328,8 @@ class Server:
         self.idle = set()  # live jobs' stdin fds not polled while no input waits
 
     def run(self):
+        if self.forwarder is not None and not self.refusal:
+            self.forwarder.ensure()
         sig_r, sig_w = os.pipe()
         for fd in (sig_r, sig_w):
             os.set_blocking(fd, False)
@@ -335,6 +395,9 @@ class Server:
                 return
             if self.helper_running():  # nothing may run beside a host helper
                 raise RuntimeError("the host is archiving the workspace")
+            if self.forwarder is not None:
+                self.reap()  # a forwarder that died is seen gone before it is checked
+                self.forwarder.ensure()
             env = {str(k): str(v) for k, v in (req.get("env") or {}).items()}
             argv = [str(a) for a in req["argv"]]
             stdin = base64.b64decode(req["stdin"]) if req.get("stdin") is not None else None
@@ -414,6 +477,8 @@ class Server:
                 return
             if pid == 0:
                 return
+            if self.forwarder is not None:
+                self.forwarder.reaped(pid)
             job = self.jobs.get(pid)
             if job is not None and job.status is None:
                 job.status = status
@@ -440,7 +505,11 @@ class Server:
             self.finish(job, open_fds)
 
     def live_sids(self, exclude):
-        return {pid for pid, job in self.jobs.items() if job is not exclude and job.status is None}
+        """The sessions a command's end spares: the other live jobs', the forwarder's."""
+        sids = {pid for pid, job in self.jobs.items() if job is not exclude and job.status is None}
+        if self.forwarder is not None and self.forwarder.pid is not None:
+            sids.add(self.forwarder.pid)
+        return sids
 
     def finish(self, job, open_fds):
         kill_job_tree(job, self.live_sids(job))
@@ -692,6 +761,10 @@ if __name__ == "__main__":
     make_undumpable()
     os.set_blocking(1, False)
     contact = [a.split("=", 1)[1] for a in args if a.startswith("--contact-within=")]
+    egress = [a.split("=", 1)[1].rsplit(":", 1) for a in args if a.startswith("--egress=")]
+    source = os.environ.pop(FORWARDER_ENV, "")  # never in a command's environment
+    forwarder = Forwarder(source, egress[0][0], int(egress[0][1])) if egress and source else None
     Server(
-        exit_on_eof="--exit-on-eof" in args, refusal=refusal, contact_within=float(contact[0]) if contact else None
+        exit_on_eof="--exit-on-eof" in args, refusal=refusal, contact_within=float(contact[0]) if contact else None,
+        forwarder=forwarder,
     ).run()

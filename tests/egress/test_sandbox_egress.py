@@ -1,7 +1,10 @@
-"""Egress by allowlist on the local backend: real sandboxes, the real proxy, upstream servers on
-the host's 127.0.0.1 reached only through `resolve` names (`api.test`, `pypi.test`). Nothing
-else is contacted: the probes that name other addresses are refused by the proxy (which never
-connects for them) or fail inside the sandbox's own network namespace (only lo)."""
+"""Egress by allowlist on both backends (one set of specifications): real sandboxes, the real
+proxy, upstream servers on the host's 127.0.0.1 reached only through `resolve` names
+(`api.test`, `pypi.test`). Nothing else is contacted: the probes that name other addresses are
+refused by the proxy (which never connects for them) or fail inside the sandbox's own network
+namespace (only lo: bubblewrap's, or the container's `network none`), so a sandbox reaches the
+host's loopback servers only through the proxy. Docker tests are skipped without an engine
+unless CODEROOM_REQUIRE_DOCKER=1 (CI), as in tests/sandbox."""
 
 from __future__ import annotations
 
@@ -28,9 +31,14 @@ from .upstreams import http_upstream
 CANARY = "canary-egress-7d41b0e9c3"
 
 
-@pytest.fixture(autouse=True)
-def _local() -> None:
-    require_backend("local")
+# where each backend binds the folder of the proxy's socket inside the sandbox
+SOCKET_FOLDER = {"local": "/opt/coderoom/egress", "docker": "/run/coderoom-egress"}
+
+
+@pytest.fixture(params=["local", "docker"])
+def backend(request: pytest.FixtureRequest) -> str:
+    require_backend(request.param)
+    return str(request.param)
 
 
 def allowlist(port: int, **extra: object) -> Limits:
@@ -43,9 +51,9 @@ def outcome(stdout: str) -> dict[str, str]:
 
 
 @pytest.mark.slow
-async def test_only_the_allowed_host_is_reached_and_every_other_way_out_is_refused(tmp_path: Path) -> None:
+async def test_only_the_allowed_host_is_reached_and_every_other_way_out_is_refused(tmp_path: Path, backend: str) -> None:
     with http_upstream() as seen:
-        session = await Session.open(model="offline", sandbox="local", limits=allowlist(seen.port), runs_dir=tmp_path)
+        session = await Session.open(model="offline", sandbox=backend, limits=allowlist(seen.port), runs_dir=tmp_path)
         try:
             await session.write_file("probes.py", PROBES.encode())
             result = await session.exec(f"python3 probes.py {seen.port}", timeout=110)
@@ -77,13 +85,13 @@ async def test_only_the_allowed_host_is_reached_and_every_other_way_out_is_refus
 
 @pytest.mark.slow
 async def test_the_secret_reaches_the_bound_host_only_and_never_the_sandbox_or_the_run_folder(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
 ) -> None:
     monkeypatch.setenv("EGRESS_TEST_TOKEN", CANARY)
     with http_upstream() as seen:
         secret = {"host": "api.test", "header": "Authorization", "env": "EGRESS_TEST_TOKEN", "format": "Bearer {}"}
         limits = allowlist(seen.port, allow=[f"api.test:{seen.port}", f"other.test:{seen.port}"], secrets=[secret])
-        session = await Session.open(model="offline", sandbox="local", limits=limits, runs_dir=tmp_path)
+        session = await Session.open(model="offline", sandbox=backend, limits=limits, runs_dir=tmp_path)
         try:
             fetch = (
                 f"python3 -c \"import urllib.request as u; [print(u.urlopen(f'http://{{h}}:{seen.port}/', timeout=20).status)"
@@ -92,7 +100,7 @@ async def test_the_secret_reaches_the_bound_host_only_and_never_the_sandbox_or_t
             done = await session.exec(fetch, timeout=110)
             pattern = CANARY[:-1] + f"[{CANARY[-1]}]"  # a regex: grep's own command line does not match it
             searched = await session.exec(
-                f"grep -r -l -e '{pattern}' /workspace /tmp /etc /opt/coderoom/egress /proc/self/environ; echo searched",
+                f"grep -r -l -e '{pattern}' /workspace /tmp /etc {SOCKET_FOLDER[backend]} /proc/self/environ 2>/dev/null; echo searched",
                 timeout=110,
             )
         finally:
@@ -114,9 +122,9 @@ for path in sys.argv[2:]:
 """
 
 
-async def fetched_each(tmp_path: Path, limits: Limits, port: int, *paths: str) -> tuple[list[str], list[Egress]]:
+async def fetched_each(backend: str, tmp_path: Path, limits: Limits, port: int, *paths: str) -> tuple[list[str], list[Egress]]:
     """What the sandbox printed for each path it fetched from api.test, and the record's egress events."""
-    session = await Session.open(model="offline", sandbox="local", limits=limits, runs_dir=tmp_path)
+    session = await Session.open(model="offline", sandbox=backend, limits=limits, runs_dir=tmp_path)
     try:
         await session.write_file("fetch.py", FETCH_EACH.encode())
         result = await session.exec(f"python3 fetch.py {port} {' '.join(paths)}", timeout=110)
@@ -127,20 +135,20 @@ async def fetched_each(tmp_path: Path, limits: Limits, port: int, *paths: str) -
 
 
 @pytest.mark.slow
-async def test_the_byte_budget_cuts_the_download_and_refuses_what_follows_by_name(tmp_path: Path) -> None:
+async def test_the_byte_budget_cuts_the_download_and_refuses_what_follows_by_name(tmp_path: Path, backend: str) -> None:
     with http_upstream() as seen:
         limits = replace(allowlist(seen.port), egress_bytes=200_000)
-        lines, events = await fetched_each(tmp_path, limits, seen.port, "/big?n=1000000", "/ok")
+        lines, events = await fetched_each(backend, tmp_path, limits, seen.port, "/big?n=1000000", "/ok")
     assert not lines[0].isdigit() and lines[1].startswith("HTTPError HTTP Error 403")
     assert events[0].allowed and "egress_bytes budget of 200000 bytes is used up" in events[0].reason
     assert not events[1].allowed and "egress_bytes budget" in events[1].reason
 
 
 @pytest.mark.slow
-async def test_the_connection_limit_refuses_the_next_connection_by_name(tmp_path: Path) -> None:
+async def test_the_connection_limit_refuses_the_next_connection_by_name(tmp_path: Path, backend: str) -> None:
     with http_upstream() as seen:
         limits = replace(allowlist(seen.port), egress_connections=2)
-        lines, events = await fetched_each(tmp_path, limits, seen.port, "/ok", "/ok", "/ok")
+        lines, events = await fetched_each(backend, tmp_path, limits, seen.port, "/ok", "/ok", "/ok")
     assert lines[:2] == ["20", "20"] and lines[2].startswith("HTTPError HTTP Error 403")
     assert "egress_connections limit of 2 is reached" in events[2].reason
     assert len(seen.requests) == 2
@@ -172,7 +180,7 @@ def build_wheel(into: Path) -> Path:
 
 
 @pytest.mark.slow
-async def test_pip_installs_from_a_loopback_index_with_only_that_host_allowed(tmp_path: Path) -> None:
+async def test_pip_installs_from_a_loopback_index_with_only_that_host_allowed(tmp_path: Path, backend: str) -> None:
     index = tmp_path / "index"
     (index / "simple" / "egress-probe").mkdir(parents=True)
     wheel = build_wheel(index)
@@ -186,7 +194,7 @@ async def test_pip_installs_from_a_loopback_index_with_only_that_host_allowed(tm
         line = await asyncio.wait_for(asyncio.to_thread(server.stdout.readline), 30)
         port = int(line.split("port ")[1].split()[0])
         limits = Limits(egress=parse_policy({"allow": [f"pypi.test:{port}"], "resolve": {"pypi.test": "127.0.0.1"}}, source="test"))
-        session = await Session.open(model="offline", sandbox="local", limits=limits, runs_dir=tmp_path / "runs")
+        session = await Session.open(model="offline", sandbox=backend, limits=limits, runs_dir=tmp_path / "runs")
         try:
             result = await session.exec(
                 f"python3 -m pip install --disable-pip-version-check --no-cache-dir --target deps "
@@ -204,7 +212,7 @@ async def test_pip_installs_from_a_loopback_index_with_only_that_host_allowed(tm
 
 
 @pytest.mark.slow
-def test_sandbox_run_reaches_the_allowed_host_and_says_what_was_refused(tmp_path: Path) -> None:
+def test_sandbox_run_reaches_the_allowed_host_and_says_what_was_refused(tmp_path: Path, backend: str) -> None:
     fetch = (
         "import sys, urllib.request as u\n"
         "print(u.urlopen(f'http://api.test:{sys.argv[1]}/', timeout=20).status)\n"
@@ -213,7 +221,7 @@ def test_sandbox_run_reaches_the_allowed_host_and_says_what_was_refused(tmp_path
     )
     with http_upstream() as seen:
         done = subprocess.run(
-            [sys.executable, "-m", "coderoom", "sandbox", "run", "--allow-host", f"api.test:{seen.port}",
+            [sys.executable, "-m", "coderoom", "sandbox", "run", "--sandbox", backend, "--allow-host", f"api.test:{seen.port}",
              "--resolve", "api.test=127.0.0.1", "--", "python3", "-c", fetch, str(seen.port)],
             capture_output=True, text=True, timeout=120, cwd=tmp_path,
         )  # fmt: skip
