@@ -18,9 +18,11 @@ driver's whole environment.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 import os
 import re
+import socket
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
@@ -41,7 +43,8 @@ NODE_RETRIES = 3  # times Ray runs a job again when its node or worker is lost
 MODEL_ENV_PREFIXES = ("OPENAI_", "CODEROOM_MODEL")
 ADDRESS = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-CANCEL_WAIT_S = 5.0  # a cancelled job's partial record: how long the driver waits for it
+CANCEL_WAIT_S = 5.0
+CONNECT_TIMEOUT_S = 10.0  # a cancelled job's partial record: how long the driver waits for it
 
 
 def connect(address: str) -> None:
@@ -53,10 +56,11 @@ def connect(address: str) -> None:
         # Ray turns a loopback address into this machine's network address (so that other
         # machines could join); a cluster kept on loopback is reached only on loopback.
         os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    try:
-        import ray
-    except ImportError:
-        raise UsageError(missing_extra("--ray", "ray", "ray")) from None
+    if importlib.util.find_spec("ray") is None:
+        raise UsageError(missing_extra("--ray", "ray", "ray"))
+    _answers(address, target)
+    import ray
+
     try:
         ray.init(address=target, log_to_driver=False, logging_level=logging.ERROR)
     except Exception as exc:  # ConnectionError, RuntimeError, ValueError, grpc's: all "no cluster here"
@@ -64,6 +68,18 @@ def connect(address: str) -> None:
         raise UsageError(
             f"--ray {address}: no Ray cluster to join at {target} ({first}); coderoom does not start one: "
             "start it with `ray start --head` (docs/scale.md)"
+        ) from None
+
+
+def _answers(address: str, target: str) -> None:
+    """Something listens at `target`: Ray itself would retry a closed port for minutes."""
+    host, _, port = target.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise UsageError(
+            f"--ray {address}: nothing answers at {target} ({exc.strerror or exc}); coderoom does not "
+            "start a cluster: start it with `ray start --head` (docs/scale.md)"
         ) from None
 
 

@@ -78,9 +78,9 @@ def run_on_node(
         log.line.remote(entry.key, attempt, encode(event))
 
     with tempfile.TemporaryDirectory(prefix="coderoom-batch-") as tmp:
-        job = unpack_inputs(entry.job, inputs, Path(tmp))
+        copies = unpack_inputs(entry.job, inputs, Path(tmp))
         run_dir = Path(tmp) / run_name
-        outcome = asyncio.run(run_one(replace(entry, job=job), run_dir, environ, listeners=[forward]))
+        outcome = asyncio.run(run_one(entry, run_dir, environ, listeners=[forward], inputs_from=copies))
         try:
             folder: bytes | None = pack_run_folder(run_dir)
         except WorkspaceLimitError:

@@ -101,13 +101,18 @@ async def run_one(
     environ: Mapping[str, str],
     end: EndOfRun | None = None,
     listeners: Sequence[Listener] = (),
+    inputs_from: Mapping[str, Path] | None = None,
 ) -> JobOutcome:
     """Run one job into `run_dir` (fresh, empty) and say how it ended; `listeners` see each
-    record event as it is written (on a cluster node: sent on to the driver)."""
+    record event as it is written, `inputs_from` is where its inputs are read here (on a
+    cluster node: the events sent on to the driver, the inputs the node's copy)."""
     end = end or EndOfRun()
     try:
         model = resolve_model(entry.job.model or None, environ=environ)
-        await run_job(entry.job, run_dir=run_dir, listeners=[end, *listeners], environ=dict(environ), model=model)
+        await run_job(
+            entry.job, run_dir=run_dir, listeners=[end, *listeners], environ=dict(environ), model=model,
+            inputs_from=inputs_from,
+        )
     except CoderoomError as exc:  # before its record began: a run folder that cannot be written
         return JobOutcome(entry.key, run_dir.name, "error", error=bounded_error(exc.message))
     return end.outcome(entry.key, run_dir)

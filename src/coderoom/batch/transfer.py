@@ -47,12 +47,11 @@ def _size(path: Path) -> int:
     return path.stat().st_size
 
 
-def unpack_inputs(job: Job, data: bytes, folder: Path) -> Job:
-    """The job with its inputs read from `data` into `folder` (on the node)."""
+def unpack_inputs(job: Job, data: bytes, folder: Path) -> dict[str, Path]:
+    """The job's inputs read from `data` into `folder` (on the node): where each now is."""
     where = folder / INPUTS_FOLDER
     safe_extract_tar(io.BytesIO(data), where, max_bytes=MAX_INPUT_BYTES)
-    inputs = {workspace: where / str(index) for index, workspace in enumerate(job.inputs)}
-    return job.model_copy(update={"inputs": inputs})
+    return {workspace: where / str(index) for index, workspace in enumerate(job.inputs)}
 
 
 def pack_run_folder(run_dir: Path) -> bytes:
