@@ -56,7 +56,7 @@ def connect(address: str) -> None:
         # Ray turns a loopback address into this machine's network address (so that other
         # machines could join); a cluster kept on loopback is reached only on loopback.
         os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    if importlib.util.find_spec("ray") is None:
+    if not _installed("ray"):
         raise UsageError(missing_extra("--ray", "ray", "ray"))
     _answers(address, target)
     import ray
@@ -69,6 +69,14 @@ def connect(address: str) -> None:
             f"--ray {address}: no Ray cluster to join at {target} ({first}); coderoom does not start one: "
             "start it with `ray start --head` (docs/scale.md)"
         ) from None
+
+
+def _installed(package: str) -> bool:
+    """Whether `package` can be imported (asked without importing it: Ray takes seconds)."""
+    try:
+        return importlib.util.find_spec(package) is not None
+    except ImportError:
+        return False
 
 
 def _answers(address: str, target: str) -> None:
