@@ -10,6 +10,7 @@ keeps the node's address 127.0.0.1 and every Ray server on it (`LOOPBACK_ENV`).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import signal
@@ -32,9 +33,8 @@ RAY = Path(sys.executable).with_name("ray")
 
 
 def require_ray() -> None:
-    try:
-        import ray  # noqa: F401
-    except ImportError:
+    """Ray is installed (asked without importing it: see `LOOPBACK_ENV`), or a skip/failure."""
+    if importlib.util.find_spec("ray") is None:
         if os.environ.get("CODEROOM_REQUIRE_RAY") == "1":
             pytest.fail("Ray is not installed: pip install 'coderoom[ray]'")
         pytest.skip("Ray is not installed: pip install 'coderoom[ray]' (CODEROOM_REQUIRE_RAY=1 makes this a failure)")
