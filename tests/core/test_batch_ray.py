@@ -21,7 +21,7 @@ import pytest
 
 from backends import require_backend
 from coderoom.record import read_record
-from ray_cluster import Head, free_port, ray_head, require_ray
+from ray_cluster import Head, free_port, has_descendant, ray_head, require_ray
 from test_batch import COMMAND, JOB_TOML, coderoom, ends, env, hourly_csv, job_folder, ledger
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "building_energy"
@@ -189,3 +189,42 @@ def _socket_inodes(pids: list[int]) -> set[str]:
             continue
     return inodes
 
+
+
+def test_sigint_to_the_driver_stops_the_jobs_on_the_cluster_and_keeps_their_records(head: Head, tmp_path: Path) -> None:
+    from test_batch_node_loss import minutely_csv
+
+    (tmp_path / "e.csv").write_text(minutely_csv(days=28))
+    (tmp_path / "shared.toml").write_text(JOB_TOML)
+    manifest = tmp_path / "jobs.jsonl"
+    manifest.write_text("".join(json.dumps({"name": name}) + "\n" for name in ("a", "b", "c")))
+    out = tmp_path / "out"
+    driver = subprocess.Popen(
+        [*COMMAND, "batch", str(manifest), "--job-file", str(tmp_path / "shared.toml"), "--out", str(out),
+         "--parallel", "2", "--ray", head.address],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(),
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        while not has_descendant(head.pid, "bwrap"):  # a job is in its sandbox on the node
+            assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
+            time.sleep(0.05)
+        driver.send_signal(signal.SIGINT)
+        _, stderr = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 130, stderr
+    lines = ledger(out)
+    started = sorted(line["job"] for line in lines if line["event"] == "start")
+    assert started == ["a", "b"] == sorted(ends(lines))
+    for line in ends(lines).values():
+        assert line["status"] == "interrupted" and "stopped" in line["error"]
+    folders = [out / line["run_dir"] for line in ends(lines).values()]
+    # the job in its sandbox has its record so far (one still starting on its worker has none yet)
+    partials = [read_record(folder).events for folder in folders if (folder / "run.jsonl").exists()]
+    assert any(events[0].type == "run_start" and events[-1].type != "run_end" for events in partials)
+    deadline = time.monotonic() + 60
+    while has_descendant(head.pid, "bwrap"):  # and its sandbox is gone from the node
+        assert time.monotonic() < deadline, "a sandbox outlived its cancelled job"
+        time.sleep(0.2)
