@@ -228,3 +228,11 @@ def test_sigint_to_the_driver_stops_the_jobs_on_the_cluster_and_keeps_their_reco
     while has_descendant(head.pid, "bwrap"):  # and its sandbox is gone from the node
         assert time.monotonic() < deadline, "a sandbox outlived its cancelled job"
         time.sleep(0.2)
+
+
+def test_a_job_no_node_has_room_for_is_exit_2_before_anything_runs(head: Head, tmp_path: Path) -> None:
+    job = job_folder(tmp_path, "big", hourly_csv())
+    done = coderoom("batch", job, "--out", tmp_path / "out", "--ray", head.address, "--limit", "cpus=16")
+    assert done.returncode == 2, done.stderr
+    assert "job big: needs 16 cpus and 2G of memory on one node; the cluster's nodes have at most 2 cpus" in " ".join(done.stderr.split())
+    assert not (tmp_path / "out").exists()

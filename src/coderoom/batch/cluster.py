@@ -30,12 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError, missing_extra
+from ..hostile.archive import ArchiveError
 from ..record.names import RECORD_FILE
 from ..run import new_run_dir
 from ..sandboxes.limits import shown_size
 from .ledger import MAX_LOST, bounded_error
 from .manifest import BatchEntry
-from .on_node import AttemptLog, Place, run_on_node
+from .on_node import AttemptLog, NodeResult, Place, run_on_node
 from .runner import EndOfRun, JobOutcome, LostAttempt
 from .transfer import pack_inputs, unpack_run_folder
 
@@ -134,6 +135,10 @@ def model_environ(environ: Mapping[str, str]) -> dict[str, str]:
     return {name: value for name, value in environ.items() if name.startswith(MODEL_ENV_PREFIXES)}
 
 
+def _first_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: " + (str(exc).strip().splitlines() or [""])[0][:300]
+
+
 def _attempt(entry: BatchEntry, inputs: bytes, run_name: str, environ: Mapping[str, str], log: Any) -> Any:
     """The Ray task: where it runs, then the job (`on_node.run_on_node`)."""
     import ray
@@ -171,21 +176,30 @@ class RayJobs:
         except asyncio.CancelledError:
             ray.cancel(ref, force=True)
             end.before = "interrupted: the batch was stopped, and the job on its node"
-            await asyncio.wait_for(self._keep_partial(entry, run_dir), CANCEL_WAIT_S)
+            await self._keep_partial(entry, run_dir)
             raise
         except ray.exceptions.RayError as exc:
-            lost = await self._lost(entry, final=None)
-            first = (str(exc).strip().splitlines() or [""])[0]
-            error = f"the cluster could not run it ({type(exc).__name__}: {first})"
-            return JobOutcome(entry.key, run_dir.name, "error", error=bounded_error(error), lost=lost)
-        if result.folder is not None:
-            unpack_run_folder(result.folder, run_dir)
+            return self._failed(entry, run_dir, f"the cluster could not run it ({_first_line(exc)})", await self._lost(entry, None))
+        if not isinstance(result, NodeResult):
+            return self._failed(entry, run_dir, f"its node sent back {type(result).__name__}, not a result", ())
         lost = await self._lost(entry, final=result.attempt)
+        if result.folder is not None:
+            try:
+                unpack_run_folder(result.folder, run_dir)
+            except (OSError, ArchiveError) as exc:
+                return self._failed(entry, run_dir, f"its run folder could not be read back: {exc}", lost)
         return replace(result.outcome, run_dir=run_dir.name, node=result.place.node, host=result.place.host, lost=lost)
+
+    @staticmethod
+    def _failed(entry: BatchEntry, run_dir: Path, error: str, lost: tuple[LostAttempt, ...]) -> JobOutcome:
+        return JobOutcome(entry.key, run_dir.name, "error", error=bounded_error(error), lost=lost)
 
     async def _lost(self, entry: BatchEntry, final: str | None) -> tuple[LostAttempt, ...]:
         """Each attempt but `final` as a run folder of its own holding its partial record."""
-        attempts = await self._log.take.remote(entry.key)
+        try:
+            attempts = await self._log.take.remote(entry.key)
+        except self._ray.exceptions.RayError:  # the log went with the driver's node: nothing kept
+            return ()
         lost = []
         for attempt_id, attempt in list(attempts.items())[:MAX_LOST]:
             if attempt_id == final:
@@ -196,8 +210,12 @@ class RayJobs:
         return tuple(lost)
 
     async def _keep_partial(self, entry: BatchEntry, run_dir: Path) -> None:
-        """A cancelled job's record so far, into its own run folder (the last attempt's)."""
-        attempts = await self._log.take.remote(entry.key)
+        """A cancelled job's record so far, into its own run folder (the last attempt's), if
+        the log answers within CANCEL_WAIT_S."""
+        try:
+            attempts = await asyncio.wait_for(self._log.take.remote(entry.key), CANCEL_WAIT_S)
+        except (TimeoutError, self._ray.exceptions.RayError):
+            return
         if attempts:
             last = list(attempts.values())[-1]
             (run_dir / RECORD_FILE).write_text("".join(last.lines), encoding="ascii")
