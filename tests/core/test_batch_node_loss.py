@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -42,20 +41,23 @@ def cluster() -> Iterator[tuple[Any, Any, Any]]:
     """(cluster, node_a, node_b); every process stopped by its PID afterwards (Cluster.shutdown)."""
     require_ray()
     require_backend("local")
-    os.environ.update(LOOPBACK_ENV)  # before Ray is imported: its servers on 127.0.0.1 only
-    from ray._private import ray_constants
-    from ray.cluster_utils import Cluster
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in LOOPBACK_ENV.items():  # before Ray is imported: its servers on 127.0.0.1 only
+            patch.setenv(name, value)
+        from ray._private import ray_constants
+        from ray.cluster_utils import Cluster
 
-    assert not ray_constants.ENABLE_RAY_CLUSTER, "Ray was imported before LOOPBACK_ENV was set"
-    temp_dir = str(short_temp_dir())
-    one_machine = {"node_ip_address": "127.0.0.1", "temp_dir": temp_dir}
-    started = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False, **one_machine})
-    try:
-        node_a = started.add_node(num_cpus=1, **one_machine)
-        node_b = started.add_node(num_cpus=1, **one_machine)
-        yield started, node_a, node_b
-    finally:
-        started.shutdown()
+        assert not ray_constants.ENABLE_RAY_CLUSTER, "Ray was imported before LOOPBACK_ENV was set"
+        temp_dir = str(short_temp_dir())
+        one_machine = {"node_ip_address": "127.0.0.1", "temp_dir": temp_dir}
+        head_args = {"num_cpus": 0, "include_dashboard": False, **one_machine}
+        started = Cluster(initialize_head=True, head_node_args=head_args)
+        try:
+            node_a = started.add_node(num_cpus=1, **one_machine)
+            node_b = started.add_node(num_cpus=1, **one_machine)
+            yield started, node_a, node_b
+        finally:
+            started.shutdown()
 
 
 def test_a_job_whose_node_is_lost_reruns_elsewhere_once_with_its_partial_attempt_kept(cluster, tmp_path) -> None:
