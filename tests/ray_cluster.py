@@ -99,8 +99,8 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         process.wait(timeout=30)
 
 
-def has_descendant(pid: int, name: str) -> bool:
-    """Whether a process called `name` runs under process `pid` (read from /proc)."""
+def descendants(pid: int) -> dict[int, str]:
+    """The processes under process `pid` (read from /proc), by PID, with their names."""
     parents: dict[int, int] = {}
     names: dict[int, str] = {}
     for entry in Path("/proc").iterdir():
@@ -112,12 +112,17 @@ def has_descendant(pid: int, name: str) -> bool:
         except OSError:
             continue
         parents[int(entry.name)] = int(fields[1])
-    for child, comm in names.items():
-        if comm != name:
-            continue
-        seen, current = 0, child
-        while current > 1 and seen < 64:
-            current, seen = parents.get(current, 0), seen + 1
+    found = {}
+    for child, name in names.items():
+        current, steps = child, 0
+        while current > 1 and steps < 64:
+            current, steps = parents.get(current, 0), steps + 1
             if current == pid:
-                return True
-    return False
+                found[child] = name
+                break
+    return found
+
+
+def has_descendant(pid: int, name: str) -> bool:
+    """Whether a process called `name` runs under process `pid`."""
+    return name in descendants(pid).values()

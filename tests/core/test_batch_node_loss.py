@@ -9,8 +9,11 @@ node; the node is removed (its processes killed, no grace) while its job's sandb
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -21,7 +24,7 @@ import pytest
 
 from backends import require_backend
 from coderoom.record import read_record
-from ray_cluster import LOOPBACK_ENV, has_descendant, require_ray, short_temp_dir
+from ray_cluster import LOOPBACK_ENV, descendants, has_descendant, require_ray, short_temp_dir
 from test_batch import COMMAND, JOB_TOML, ends, env, ledger
 
 
@@ -78,7 +81,16 @@ def test_a_job_whose_node_is_lost_reruns_elsewhere_once_with_its_partial_attempt
         while not has_descendant(raylet_a, "bwrap"):  # node a's job is in its sandbox
             assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
             time.sleep(0.05)
+        # the machine goes at once: its job's processes frozen (a worker outliving its raylet
+        # could still hand its result back), the node's Ray processes killed, then the frozen ones
+        frozen = descendants(raylet_a)
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
         started.remove_node(node_a, allow_graceful=False)
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         stdout, stderr = driver.communicate(timeout=300)
     finally:
         if driver.poll() is None:
