@@ -199,6 +199,7 @@ def test_sigint_to_the_driver_stops_the_jobs_on_the_cluster_and_keeps_their_reco
     manifest = tmp_path / "jobs.jsonl"
     manifest.write_text("".join(json.dumps({"name": name}) + "\n" for name in ("a", "b", "c")))
     out = tmp_path / "out"
+    _no_sandbox_left(head)  # an earlier test's, so the one seen below is this batch's
     driver = subprocess.Popen(
         [*COMMAND, "batch", str(manifest), "--job-file", str(tmp_path / "shared.toml"), "--out", str(out),
          "--parallel", "2", "--ray", head.address],
@@ -206,7 +207,7 @@ def test_sigint_to_the_driver_stops_the_jobs_on_the_cluster_and_keeps_their_reco
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 180
-        while not has_descendant(head.pid, "bwrap"):  # a job is in its sandbox on the node
+        while not (_started(out) == 2 and has_descendant(head.pid, "bwrap")):  # a job in its sandbox
             assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
             time.sleep(0.05)
         driver.send_signal(signal.SIGINT)
@@ -224,9 +225,20 @@ def test_sigint_to_the_driver_stops_the_jobs_on_the_cluster_and_keeps_their_reco
     # the job in its sandbox has its record so far (one still starting on its worker has none yet)
     partials = [read_record(folder).events for folder in folders if (folder / "run.jsonl").exists()]
     assert any(events[0].type == "run_start" and events[-1].type != "run_end" for events in partials)
+    _no_sandbox_left(head)  # and its sandbox is gone from the node
+
+
+def _started(out: Path) -> int:
+    try:
+        return sum(1 for line in ledger(out) if line["event"] == "start")
+    except (OSError, ValueError):
+        return 0
+
+
+def _no_sandbox_left(head: Head) -> None:
     deadline = time.monotonic() + 60
-    while has_descendant(head.pid, "bwrap"):  # and its sandbox is gone from the node
-        assert time.monotonic() < deadline, "a sandbox outlived its cancelled job"
+    while has_descendant(head.pid, "bwrap"):
+        assert time.monotonic() < deadline, "a sandbox outlived its job on the node"
         time.sleep(0.2)
 
 
