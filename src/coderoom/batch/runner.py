@@ -1,8 +1,9 @@
 """Run a batch on this machine: each job in its own sandbox and run folder, at most N at once.
 
 `run_one` runs one job and returns a `JobOutcome`: plain, small and serialisable, so the same
-function can later run where the batch is not (a Ray task) and send only that back. `run_batch`
-schedules the jobs as asyncio tasks bounded by a semaphore and keeps batch.jsonl (`ledger`).
+function runs where the batch is not (a Ray task, `cluster` and `on_node`) and sends only that
+back. `run_batch` schedules the jobs as asyncio tasks bounded by a semaphore, each through a
+`JobRunner` (here, or on a cluster), and keeps batch.jsonl (`ledger`).
 
 Each job goes through `run.run_job`, the one run lifecycle: a signal cancels every running job,
 each saves its workspace and ends its record "interrupted" as `coderoom run` does, and its line
