@@ -44,8 +44,8 @@ NODE_RETRIES = 3  # times Ray runs a job again when its node or worker is lost
 MODEL_ENV_PREFIXES = ("OPENAI_", "CODEROOM_MODEL")
 ADDRESS = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-CANCEL_WAIT_S = 5.0
-CONNECT_TIMEOUT_S = 10.0  # a cancelled job's partial record: how long the driver waits for it
+CANCEL_WAIT_S = 5.0  # a cancelled job's partial record: how long the driver waits for it
+CONNECT_TIMEOUT_S = 10.0  # for the head's port to answer at all
 
 
 def connect(address: str) -> None:
@@ -65,9 +65,8 @@ def connect(address: str) -> None:
     try:
         ray.init(address=target, log_to_driver=False, logging_level=logging.ERROR)
     except Exception as exc:  # ConnectionError, RuntimeError, ValueError, grpc's: all "no cluster here"
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
         raise UsageError(
-            f"--ray {address}: no Ray cluster to join at {target} ({first}); coderoom does not start one: "
+            f"--ray {address}: no Ray cluster to join at {target} ({_first_line(exc)}); coderoom does not start one: "
             "start it with `ray start --head` (docs/scale.md)"
         ) from None
 
