@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -87,6 +88,7 @@ def ray_head(num_cpus: int = 2) -> Iterator[Head]:
     finally:
         stop(process)
         log.close()
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:

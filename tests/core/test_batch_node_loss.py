@@ -13,6 +13,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -61,6 +62,7 @@ def cluster() -> Iterator[tuple[Any, Any, Any]]:
             yield started, node_a, node_b
         finally:
             started.shutdown()
+            shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def test_a_job_whose_node_is_lost_reruns_elsewhere_once_with_its_partial_attempt_kept(cluster, tmp_path) -> None:

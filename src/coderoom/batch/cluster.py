@@ -22,6 +22,7 @@ import importlib.util
 import logging
 import os
 import re
+import secrets
 import socket
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -139,11 +140,15 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _attempt(entry: BatchEntry, inputs: bytes, run_name: str, environ: Mapping[str, str], log: Any) -> Any:
-    """The Ray task: where it runs, then the job (`on_node.run_on_node`)."""
+    """The Ray task: where it runs, told to the driver's log and waited for (so the log is up
+    and the record lines that follow, sent without waiting, reach it as they are written),
+    then the job (`on_node.run_on_node`)."""
     import ray
 
     place = Place(ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address())
-    return run_on_node(entry, inputs, run_name, environ, log, place)
+    attempt = secrets.token_hex(8)
+    ray.get(log.begin.remote(entry.key, attempt, place))
+    return run_on_node(entry, inputs, run_name, environ, log, place, attempt)
 
 
 class RayJobs:

@@ -2,16 +2,15 @@
 as on one machine, in the node's own sandbox backend, into a run folder on the node's disk that
 goes back to the driver as bounded bytes (`transfer`).
 
-Each attempt (Ray runs a job again when its node is lost) takes an id of its own, tells the
-driver's `AttemptLog` where it runs and sends it each record line as it is written, so what an
-attempt recorded before its node went away is still on the driver afterwards. Nothing here
+Each attempt (Ray runs a job again when its node is lost) has an id of its own, has told the
+driver's `AttemptLog` where it runs (`cluster._attempt`) and sends it each record line as it is
+written, so what an attempt recorded before its node went away is still on the driver afterwards. Nothing here
 imports Ray: `cluster` wraps these as a Ray task and actor.
 """
 
 from __future__ import annotations
 
 import asyncio
-import secrets
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -61,13 +60,17 @@ class AttemptLogHandle(Protocol):
 
 
 def run_on_node(
-    entry: BatchEntry, inputs: bytes, run_name: str, environ: Mapping[str, str], log: AttemptLogHandle, place: Place
+    entry: BatchEntry,
+    inputs: bytes,
+    run_name: str,
+    environ: Mapping[str, str],
+    log: AttemptLogHandle,
+    place: Place,
+    attempt: str,
 ) -> NodeResult:
-    """Run one attempt of `entry` here, in a temporary folder removed afterwards, on this node's
-    own backend (prepared as every command prepares it; a backend that cannot run here is the
-    job's error, with its one-line reason)."""
-    attempt = secrets.token_hex(8)
-    log.begin.remote(entry.key, attempt, place)
+    """Run attempt `attempt` of `entry` here (the driver's log has been told it began), in a
+    temporary folder removed afterwards, on this node's own backend (prepared as every command
+    prepares it; a backend that cannot run here is the job's error, with its one-line reason)."""
     try:
         prepare_backend(entry.job.sandbox, lambda line: None)
     except CoderoomError as exc:
