@@ -23,6 +23,12 @@ EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
 
 
+def missing_extra(what: str, package: str, extra: str) -> str:
+    """The one line for an optional extra that is not installed (a usage error: exit 2), the
+    same from every surface: what needs it and the pip command that adds it."""
+    return f"{what} needs the `{package}` Python package: pip install 'coderoom[{extra}]'"
+
+
 class CoderoomError(Exception):
     """Base of every error coderoom reports to a user."""
 

@@ -9,6 +9,7 @@ knows about the terminal; progress reaches the CLI as record events.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -56,11 +57,14 @@ async def run_job(
     listeners: list[Listener] | None = None,
     environ: dict[str, str] | None = None,
     model: ResolvedModel | None = None,
+    inputs_from: Mapping[str, Path] | None = None,
 ) -> RunResult:
     """Run `job` to completion and save its artifacts and record in `run_dir`.
 
     `model` overrides the job's model spec (tests pass a scripted model this way). Without
-    `run_dir`, a fresh one is made under runs/ (`new_run_dir`).
+    `run_dir`, a fresh one is made under runs/ (`new_run_dir`). `inputs_from`: where this
+    machine reads the job's inputs when not at the job's own host paths (a cluster node's copy
+    of the driver's files); the record keeps the job as given.
     """
     if run_dir is not None and run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
         # Old artifacts there could pass the output checks for this run.
@@ -71,7 +75,7 @@ async def run_job(
     async with lifecycle.steps(end=True, raise_errors=False):
         session = await lifecycle.start_sandbox()
         # an empty manifest: inputs are copied in here, never granted as host paths
-        await lifecycle.stage(stage_inputs(session, job.inputs))
+        await lifecycle.stage(stage_inputs(session, dict(inputs_from or job.inputs)))
         await _drive_agent(job, model, lifecycle)
         await lifecycle.save()  # whatever the agent did, keep what it produced so far
         _judge_outputs(job, lifecycle.result)

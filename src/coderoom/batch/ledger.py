@@ -28,6 +28,19 @@ Digest = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Count = Annotated[int, Field(ge=0, le=2**53)]
 Status = Literal["ok", "failed", "error", "interrupted"]
+NodeId = Annotated[str, Field(pattern=r"^[0-9a-f]{16,128}$")]  # a Ray node's id (hex)
+NodeHost = Annotated[str, Field(pattern=r"^[0-9A-Za-z.:-]{1,253}$")]  # its address
+MAX_LOST = 16  # attempts lost with their nodes, kept per job (Ray retries far fewer)
+
+
+class LostOnNode(BaseModel):
+    """An attempt whose node was lost mid-job: its partial record is in run_dir."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    run_dir: RunFolder
+    node: NodeId
+    host: NodeHost
 
 
 class _Line(BaseModel):
@@ -52,6 +65,9 @@ class JobEnded(_Line):
     tokens: Count
     error: Annotated[str, Field(max_length=MAX_ERROR_CHARS + 100)] | None = None
     signal: Literal["SIGINT", "SIGTERM", "SIGHUP"] | None = None
+    node: NodeId | None = None  # `--ray`: the node that ran the job
+    host: NodeHost | None = None
+    lost: Annotated[list[LostOnNode], Field(max_length=MAX_LOST)] = []
 
 
 LedgerLine = Annotated[Union[JobStarted, JobEnded], Field(discriminator="event")]

@@ -1,8 +1,9 @@
 """Run a batch on this machine: each job in its own sandbox and run folder, at most N at once.
 
 `run_one` runs one job and returns a `JobOutcome`: plain, small and serialisable, so the same
-function can later run where the batch is not (a Ray task) and send only that back. `run_batch`
-schedules the jobs as asyncio tasks bounded by a semaphore and keeps batch.jsonl (`ledger`).
+function runs where the batch is not (a Ray task, `cluster` and `on_node`) and sends only that
+back. `run_batch` schedules the jobs as asyncio tasks bounded by a semaphore, each through a
+`JobRunner` (here, or on a cluster), and keeps batch.jsonl (`ledger`).
 
 Each job goes through `run.run_job`, the one run lifecycle: a signal cancels every running job,
 each saves its workspace and ends its record "interrupted" as `coderoom run` does, and its line
@@ -13,17 +14,27 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol, cast, get_args
 
 from ..errors import CoderoomError, UsageError
 from ..models import resolve_model
-from ..record.events import Event, RunEnd
+from ..record.events import Event, Listener, RunEnd
 from ..run import new_run_dir, run_job
 from .ledger import LEDGER_FILE, JobEnded, JobStarted, Ledger, Status, bounded_error, read_ledger
 from .manifest import BatchEntry
+
+
+@dataclass(frozen=True)
+class LostAttempt:
+    """An attempt of a job whose node was lost mid-job (`--ray`): its partial record is in
+    `run_dir`, and the job ran again elsewhere."""
+
+    run_dir: str
+    node: str
+    host: str
 
 
 @dataclass(frozen=True)
@@ -41,6 +52,9 @@ class JobOutcome:
     error: str | None = None
     signal: str | None = None
     earlier: bool = False
+    node: str | None = None  # on a cluster (`--ray`): the Ray node that ran it, and its address
+    host: str | None = None
+    lost: tuple[LostAttempt, ...] = ()  # attempts on nodes lost mid-job, kept beside this run
 
     @property
     def ok(self) -> bool:
@@ -64,6 +78,7 @@ class EndOfRun:
 
     def __init__(self) -> None:
         self.event: RunEnd | None = None
+        self.before = "interrupted before the run began"  # what a cancel before run_end says
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, RunEnd):
@@ -72,7 +87,7 @@ class EndOfRun:
     def outcome(self, key: str, run_dir: Path) -> JobOutcome:
         end = self.event
         if end is None:  # cancelled before its record began
-            return JobOutcome(key, run_dir.name, "interrupted", error="interrupted before the run began")
+            return JobOutcome(key, run_dir.name, "interrupted", error=self.before)
         status = cast(Status, end.status) if end.status in get_args(Status) else "error"
         return JobOutcome(
             key, run_dir.name, status, duration_s=end.duration_s,
@@ -82,13 +97,23 @@ class EndOfRun:
 
 
 async def run_one(
-    entry: BatchEntry, run_dir: Path, environ: Mapping[str, str], end: EndOfRun | None = None
+    entry: BatchEntry,
+    run_dir: Path,
+    environ: Mapping[str, str],
+    end: EndOfRun | None = None,
+    listeners: Sequence[Listener] = (),
+    inputs_from: Mapping[str, Path] | None = None,
 ) -> JobOutcome:
-    """Run one job into `run_dir` (fresh, empty) and say how it ended."""
+    """Run one job into `run_dir` (fresh, empty) and say how it ended; `listeners` see each
+    record event as it is written, `inputs_from` is where its inputs are read here (on a
+    cluster node: the events sent on to the driver, the inputs the node's copy)."""
     end = end or EndOfRun()
     try:
         model = resolve_model(entry.job.model or None, environ=environ)
-        await run_job(entry.job, run_dir=run_dir, listeners=[end], environ=dict(environ), model=model)
+        await run_job(
+            entry.job, run_dir=run_dir, listeners=[end, *listeners], environ=dict(environ), model=model,
+            inputs_from=inputs_from,
+        )
     except CoderoomError as exc:  # before its record began: a run folder that cannot be written
         return JobOutcome(entry.key, run_dir.name, "error", error=bounded_error(exc.message))
     return end.outcome(entry.key, run_dir)
@@ -134,8 +159,22 @@ def plan_batch(entries: list[BatchEntry], out: Path, *, resume: bool) -> BatchPl
     return BatchPlan(to_run, earlier)
 
 
+JobRunner = Callable[[BatchEntry, Path, EndOfRun], Awaitable[JobOutcome]]
+"""Runs one job into its run folder (fresh, empty, under the batch's folder): here (`run_one`)
+or on a cluster node (`cluster.RayJobs`). On a cancel it raises, `EndOfRun` saying how far it got."""
+
+
+def here(environ: Mapping[str, str]) -> JobRunner:
+    """Each job on this machine."""
+
+    def run(entry: BatchEntry, run_dir: Path, end: EndOfRun) -> Awaitable[JobOutcome]:
+        return run_one(entry, run_dir, environ, end)
+
+    return run
+
+
 async def run_batch(
-    plan: BatchPlan, out: Path, *, parallel: int, environ: Mapping[str, str], watcher: BatchWatcher
+    plan: BatchPlan, out: Path, *, parallel: int, run: JobRunner, watcher: BatchWatcher
 ) -> list[JobOutcome]:
     """Run the plan's jobs, at most `parallel` at once; every outcome, the earlier ones first."""
     out.mkdir(parents=True, exist_ok=True)
@@ -150,7 +189,7 @@ async def run_batch(
             watcher.job_started(entry, run_dir)
             end = EndOfRun()
             try:
-                outcome = await run_one(entry, run_dir, environ, end)
+                outcome = await run(entry, run_dir, end)
             except asyncio.CancelledError:
                 _finish(entry, end.outcome(entry.key, run_dir))
                 raise
@@ -159,6 +198,7 @@ async def run_batch(
     def _finish(entry: BatchEntry, outcome: JobOutcome) -> None:
         outcomes.append(outcome)
         fields = {k: v for k, v in outcome.as_dict().items() if k not in ("key", "earlier")}
+        fields["lost"] = [asdict(lost) for lost in outcome.lost]
         ledger.write(JobEnded.model_validate({**fields, "job": entry.key, "digest": entry.digest, "t": time.time()}))
         watcher.job_ended(outcome)
 

@@ -1,5 +1,6 @@
-"""`coderoom batch`: many jobs on this machine, each in its own sandbox and run folder under
---out, with one progress display, a summary table and DIR/batch.jsonl (`coderoom.batch`)."""
+"""`coderoom batch`: many jobs, each in its own sandbox and run folder under --out, on this
+machine or (`--ray`) on a Ray cluster's nodes, with one progress display, a summary table and
+DIR/batch.jsonl (`coderoom.batch`)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ MAX_PARALLEL = 64
 def batch(
     jobs: Annotated[list[Path], typer.Argument(help="job folders, or one manifest (.csv or .jsonl: name, prompt, inputs, outputs per row)")],
     out: Annotated[Path, typer.Option("--out", help="the batch's folder: a run folder per job and batch.jsonl")],
-    parallel: Annotated[int, typer.Option(min=1, max=MAX_PARALLEL, help="jobs running at once")] = 2,
+    parallel: Annotated[int, typer.Option(min=1, max=MAX_PARALLEL, help="jobs running at once (with --ray: sent to the cluster at once)")] = 2,
     job_file: Annotated[Optional[Path], typer.Option("--job-file", help="coderoom.toml whose settings a manifest's rows share")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="go on with the batch in --out: skip jobs that finished ok, retry the others")] = False,
     model: Annotated[Optional[str], typer.Option(help="OpenAI model name, openai-compatible:MODEL@URL, or offline")] = None,
@@ -46,15 +47,16 @@ def batch(
     memory: Annotated[Optional[str], typer.Option(help="sandbox memory per job, e.g. 2G")] = None,
     timeout: Annotated[Optional[float], typer.Option(help="seconds per command")] = None,
     limit: Limit = [],
+    ray: Annotated[Optional[str], typer.Option("--ray", help="run each job on the Ray cluster at HOST:PORT (or auto: the one on this machine); pip install 'coderoom[ray]'")] = None,
 ) -> None:
     """Run many jobs, at most --parallel at once, each in its own sandbox and run folder.
 
     Exit 0 when every job passed, 1 otherwise (the failures listed), 2 for a bad job folder,
-    manifest row or flag (before anything runs). SIGINT, SIGTERM and SIGHUP stop the running
+    manifest row or flag, or a --ray cluster that cannot be joined (before anything runs). SIGINT, SIGTERM and SIGHUP stop the running
     jobs as `coderoom run` stops one (saved, recorded "interrupted"), exit 130 / 143 / 129.
     """
     from ..batch.manifest import batch_entries
-    from ..batch.runner import check_models, plan_batch, run_batch
+    from ..batch.runner import JobRunner, check_models, here, plan_batch, run_batch
     from ..interrupts import Interrupted, exit_now, raising_on_signals, run_interruptible
     from .batch_progress import BatchProgress, failure_lines, summary_table
 
@@ -71,13 +73,20 @@ def batch(
                 for entry in batch_entries(jobs, job_file)
             ]
             plan = plan_batch(entries, out, resume=resume)
-            for spec in {entry.job.sandbox.backend: entry.job.sandbox for entry in plan.to_run}.values():
-                prepare_backend(spec, lambda line: console.print(Text.assemble((f"{spec.backend}:", "dim"), " ", safe(line))))
+            if ray is None:
+                for spec in {entry.job.sandbox.backend: entry.job.sandbox for entry in plan.to_run}.values():
+                    prepare_backend(spec, lambda line: console.print(Text.assemble((f"{spec.backend}:", "dim"), " ", safe(line))))
+            else:  # each node prepares its own backend
+                from ..batch import cluster
+
+                cluster.connect(ray)
+                cluster.check_fits(plan.to_run)
             progress = BatchProgress(console, total=len(entries), earlier=plan.earlier)
 
             async def whole_batch() -> list[JobOutcome]:
                 await check_models(plan.to_run, environ)  # a bad model spec: exit 2, nothing written yet
-                return await run_batch(plan, out, parallel=parallel, environ=environ, watcher=progress)
+                run: JobRunner = here(environ) if ray is None else cluster.RayJobs(environ, out)
+                return await run_batch(plan, out, parallel=parallel, run=run, watcher=progress)
 
             with progress.status:
                 outcomes = asyncio.run(run_interruptible(whole_batch()))

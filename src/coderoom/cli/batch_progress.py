@@ -65,6 +65,8 @@ class BatchProgress:
         self.console.print(Text.assemble(
             (f"{outcome.status:<11}", STATUS_STYLE.get(outcome.status, "")), " ", safe(outcome.key, "bold"),
             f" {outcome.duration_s:.1f}s · outputs {outcome.outputs_ok}/{outcome.outputs} · {outcome.tokens:,} tokens",
+            safe(f" · on {outcome.host}") if outcome.host else "",
+            f" · ran again: {len(outcome.lost)} attempt(s) lost with their node" if outcome.lost else "",
         ))  # fmt: skip
         self.status.update(self._text())
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ...errors import missing_extra
 from ..base import Progress
 from .labels import LABEL, owner_gone
 
@@ -49,7 +50,7 @@ class DockerBackend:
         try:
             import docker
         except ImportError:
-            return "the docker backend needs the `docker` Python package: pip install 'coderoom[docker]'"
+            return missing_extra("the docker backend", "docker", "docker")
         try:
             client = docker.from_env(timeout=10)
             try:

@@ -1,0 +1,124 @@
+"""The part of a `--ray` batch that runs on a cluster node: one job, through the same `run_one`
+as on one machine, in the node's own sandbox backend, into a run folder on the node's disk that
+goes back to the driver as bounded bytes (`transfer`).
+
+Each attempt (Ray runs a job again when its node is lost) has an id of its own, has told the
+driver's `AttemptLog` where it runs (`cluster._attempt`) and sends it each record line as it is
+written, so what an attempt recorded before its node went away is still on the driver afterwards. Nothing here
+imports Ray: `cluster` wraps these as a Ray task and actor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..errors import CoderoomError
+from ..hostile.tree import WorkspaceLimitError
+from ..record.events import Event
+from ..record.writer import encode
+from .manifest import BatchEntry
+from ..sandboxes.registry import prepare_backend
+from .runner import JobOutcome, run_one
+from .transfer import MAX_RUN_FOLDER_BYTES, pack_run_folder, unpack_inputs
+
+MAX_PARTIAL_BYTES = 16 * 1024**2  # of one attempt's record, kept by the driver's AttemptLog
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where an attempt runs: the Ray node's id and its address."""
+
+    node: str
+    host: str
+
+
+@dataclass(frozen=True)
+class NodeResult:
+    """What a node sends back: how the job ended, where, and its run folder as a tar (None when
+    it was over MAX_RUN_FOLDER_BYTES; the outcome then says so)."""
+
+    outcome: JobOutcome
+    place: Place
+    attempt: str
+    folder: bytes | None
+
+
+class RemoteMethod(Protocol):
+    def remote(self, *args: Any) -> Any: ...
+
+
+class AttemptLogHandle(Protocol):
+    """The Ray actor handle of an `AttemptLog` (its methods called with `.remote`)."""
+
+    begin: RemoteMethod
+    line: RemoteMethod
+
+
+def run_on_node(
+    entry: BatchEntry,
+    inputs: bytes,
+    run_name: str,
+    environ: Mapping[str, str],
+    log: AttemptLogHandle,
+    place: Place,
+    attempt: str,
+) -> NodeResult:
+    """Run attempt `attempt` of `entry` here (the driver's log has been told it began), in a
+    temporary folder removed afterwards, on this node's own backend (prepared as every command
+    prepares it; a backend that cannot run here is the job's error, with its one-line reason)."""
+    try:
+        prepare_backend(entry.job.sandbox, lambda line: None)
+    except CoderoomError as exc:
+        failed = JobOutcome(entry.key, run_name, "error", error=f"on node {place.host}: {exc.message}")
+        return NodeResult(failed, place, attempt, None)
+
+    def forward(event: Event) -> None:  # fire and forget: ordered, as calls from one caller are
+        log.line.remote(entry.key, attempt, encode(event))
+
+    with tempfile.TemporaryDirectory(prefix="coderoom-batch-") as tmp:
+        copies = unpack_inputs(entry.job, inputs, Path(tmp))
+        run_dir = Path(tmp) / run_name
+        outcome = asyncio.run(run_one(entry, run_dir, environ, listeners=[forward], inputs_from=copies))
+        try:
+            folder: bytes | None = pack_run_folder(run_dir)
+        except WorkspaceLimitError:
+            folder = None
+            outcome = replace(outcome, status="error", error=(
+                f"the run folder is over {MAX_RUN_FOLDER_BYTES:,} bytes (MAX_RUN_FOLDER_BYTES), "
+                "too large to send back from its node; it was not kept"
+            ))  # fmt: skip
+    return NodeResult(outcome, place, attempt, folder)
+
+
+@dataclass
+class Attempt:
+    place: Place
+    lines: list[str] = field(default_factory=list)
+    size: int = 0
+
+
+class AttemptLog:
+    """On the driver's node (a Ray actor): each attempt's place and record lines as they come,
+    until the driver takes a finished job's attempts. Bounded: an attempt keeps at most
+    MAX_PARTIAL_BYTES of record; the lines are the node's, checked again when read as a record."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, dict[str, Attempt]] = {}
+
+    def begin(self, key: str, attempt: str, place: Place) -> None:
+        self._jobs.setdefault(key, {})[attempt] = Attempt(place)
+
+    def line(self, key: str, attempt: str, text: str) -> None:
+        found = self._jobs.get(key, {}).get(attempt)
+        if found is not None and found.size + len(text) <= MAX_PARTIAL_BYTES:
+            found.lines.append(text)
+            found.size += len(text)
+
+    def take(self, key: str) -> dict[str, Attempt]:
+        """The job's attempts, forgotten here."""
+        return self._jobs.pop(key, {})

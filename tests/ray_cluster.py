@@ -1,0 +1,130 @@
+"""Ray clusters on this machine for the `--ray` tests, on loopback only, each stopped by its PID.
+
+Ray skips only where it is not installed; with CODEROOM_REQUIRE_RAY=1 (as in CI) a missing Ray
+fails instead, so CI never skips these tests silently.
+
+Ray 2.60 turns a loopback node address into the machine's network address (so that other
+machines could join) and then listens on every interface; RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
+keeps the node's address 127.0.0.1 and every Ray server on it (`LOOPBACK_ENV`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+NODE_ID = re.compile(r"Setting node ID node_id=([0-9a-f]{56})")
+LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+START_DEADLINE_S = 180  # Ray starts slowly on 2 busy cores
+RAY = Path(sys.executable).with_name("ray")
+
+
+def require_ray() -> None:
+    """Ray is installed (asked without importing it: see `LOOPBACK_ENV`), or a skip/failure."""
+    if importlib.util.find_spec("ray") is None:
+        if os.environ.get("CODEROOM_REQUIRE_RAY") == "1":
+            pytest.fail("Ray is not installed: pip install 'coderoom[ray]'")
+        pytest.skip("Ray is not installed: pip install 'coderoom[ray]' (CODEROOM_REQUIRE_RAY=1 makes this a failure)")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def short_temp_dir() -> Path:
+    """Ray's sockets live under its temp dir, and a socket path is at most 107 bytes."""
+    return Path(tempfile.mkdtemp(prefix="cr-ray-", dir="/tmp"))
+
+
+@dataclass(frozen=True)
+class Head:
+    address: str
+    pid: int
+    temp_dir: Path
+
+    def node_id(self) -> str:
+        """The head node's id, as its raylet logged it."""
+        for log in self.temp_dir.glob("session_*/logs/raylet.out"):
+            found = NODE_ID.search(log.read_text(errors="replace"))
+            if found:
+                return found.group(1)
+        raise AssertionError(f"no node id in {self.temp_dir}'s raylet.out")
+
+
+@contextmanager
+def ray_head(num_cpus: int = 2) -> Iterator[Head]:
+    """`ray start --head` on 127.0.0.1 (no dashboard), kept in the foreground (`--block`) so its
+    PID is the cluster's: SIGTERM to it stops every process it started."""
+    port, temp_dir = free_port(), short_temp_dir()
+    log = (temp_dir / "head.log").open("w")
+    process = subprocess.Popen(
+        [str(RAY), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--disable-usage-stats",
+         f"--num-cpus={num_cpus}", "--include-dashboard=false", f"--temp-dir={temp_dir}", "--block"],
+        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **LOOPBACK_ENV}, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + START_DEADLINE_S
+        while "Ray runtime started" not in (temp_dir / "head.log").read_text(errors="replace"):
+            assert process.poll() is None, (temp_dir / "head.log").read_text(errors="replace")
+            assert time.monotonic() < deadline, "the Ray head did not start"
+            time.sleep(0.5)
+        yield Head(f"127.0.0.1:{port}", process.pid, temp_dir)
+    finally:
+        stop(process)
+        log.close()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """Stop the head by its PID; its process group (started for it alone) if it will not go."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """The processes under process `pid` (read from /proc), by PID, with their names."""
+    parents: dict[int, int] = {}
+    names: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            names[int(entry.name)] = (entry / "comm").read_text().strip()
+        except OSError:
+            continue
+        parents[int(entry.name)] = int(fields[1])
+    found = {}
+    for child, name in names.items():
+        current, steps = child, 0
+        while current > 1 and steps < 64:
+            current, steps = parents.get(current, 0), steps + 1
+            if current == pid:
+                found[child] = name
+                break
+    return found
+
+
+def has_descendant(pid: int, name: str) -> bool:
+    """Whether a process called `name` runs under process `pid`."""
+    return name in descendants(pid).values()
