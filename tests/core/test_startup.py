@@ -22,7 +22,7 @@ from coderoom.record import Recorder
 
 ENTRY_POINT = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]["scripts"]["coderoom"]
 MODULE, FUNCTION = ENTRY_POINT.split(":")
-HEAVY = ("agents", "typer", "rich", "pydantic")
+HEAVY = ("agents", "typer", "rich", "pydantic", "h11")  # h11: the egress proxy, only with an allowlist
 
 # Runs `coderoom` as its entry point does, then prints the heavy modules it imported on stderr.
 WRAPPER = (

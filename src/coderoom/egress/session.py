@@ -12,10 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from importlib.resources import files
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from .rules import Policy
-from .proxy import Attempt, Budget, Proxy
+
+if TYPE_CHECKING:  # the proxy (ssl, h11) loads with the first allowlisted session, not with every backend
+    from .proxy import Attempt, Proxy
 
 FORWARDER_PORT = 3128  # inside the sandbox's own network namespace: no other program's port
 EgressListener = Callable[[dict[str, object]], None]
@@ -53,8 +55,10 @@ class EgressSession:
     """The proxy of one sandbox session, with its budget and whoever listens to its events."""
 
     def __init__(self, policy: Policy, socket_path: Path, *, max_bytes: int, max_connections: int) -> None:
+        from .proxy import Budget, Proxy
+
         self._listeners: list[EgressListener] = []
-        self.proxy = Proxy(policy, socket_path, Budget(max_bytes, max_connections), self._report)
+        self.proxy: Proxy = Proxy(policy, socket_path, Budget(max_bytes, max_connections), self._report)
 
     def watch(self, listener: EgressListener) -> None:
         """Hand every later attempt to `listener` (a run's record: `lifecycle`)."""
