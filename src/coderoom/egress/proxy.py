@@ -311,19 +311,23 @@ class Proxy:
         finally:
             up_writer.close()
 
+    def _charge(self, attempt: Attempt, data: bytes, up: bool) -> bytes:
+        """`data`, taken from the byte budget (Refused past it) and counted on `attempt`'s side."""
+        if not self.budget.take(len(data)):
+            raise Refused(self.budget.exhausted or "")
+        if up:
+            attempt.bytes_up += len(data)
+        else:
+            attempt.bytes_down += len(data)
+        return data
+
     async def _relay(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
         up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter, attempt: Attempt,
     ) -> None:  # fmt: skip
         async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter, up: bool) -> None:
             while data := await source.read(_CHUNK):
-                if not self.budget.take(len(data)):
-                    raise Refused(self.budget.exhausted or "")
-                if up:
-                    attempt.bytes_up += len(data)
-                else:
-                    attempt.bytes_down += len(data)
-                sink.write(data)
+                sink.write(self._charge(attempt, data, up))
                 await sink.drain()
             with contextlib.suppress(OSError):
                 if sink.can_write_eof():
@@ -387,30 +391,20 @@ class Proxy:
     ) -> None:  # fmt: skip
         """Send the request and its body upstream, then the response back, through h11 both ways."""
         upstream = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
-
-        def count(data: bytes, up: bool) -> bytes:
-            if not self.budget.take(len(data)):
-                raise Refused(self.budget.exhausted or "")
-            if up:
-                attempt.bytes_up += len(data)
-            else:
-                attempt.bytes_down += len(data)
-            return data
-
-        up_writer.write(count(upstream.send(h11.Request(method=method, target=path, headers=headers)) or b"", True))
+        up_writer.write(self._charge(attempt, upstream.send(h11.Request(method=method, target=path, headers=headers)) or b"", True))
         while True:
             event = await _next(reader, conn)
             if isinstance(event, h11.Data):
-                up_writer.write(count(upstream.send(event) or b"", True))
+                up_writer.write(self._charge(attempt, upstream.send(event) or b"", True))
                 await up_writer.drain()
             elif isinstance(event, h11.EndOfMessage):
-                up_writer.write(count(upstream.send(h11.EndOfMessage()) or b"", True))
+                up_writer.write(self._charge(attempt, upstream.send(h11.EndOfMessage()) or b"", True))
                 break
             else:
                 raise Refused("the request body ended early")
         await up_writer.drain()
         while True:
-            event = await _next(up_reader, upstream, count=lambda data: count(data, False))
+            event = await _next(up_reader, upstream, count=lambda data: self._charge(attempt, data, False))
             if isinstance(event, h11.Response):
                 kept = [(n, v) for n, v in event.headers if n not in _HOP_HEADERS]
                 response = h11.Response(status_code=event.status_code, headers=[*kept, (b"Connection", b"close")], reason=event.reason)
