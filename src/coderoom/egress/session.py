@@ -14,10 +14,11 @@ from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from ..errors import SandboxFailed
 from .rules import Policy
 
 if TYPE_CHECKING:  # the proxy (ssl, h11) loads with the first allowlisted session, not with every backend
-    from .proxy import Attempt, Proxy
+    from .proxy import Attempt
 
 FORWARDER_PORT = 3128  # inside the sandbox's own network namespace: no other program's port
 EgressListener = Callable[[dict[str, object]], None]
@@ -70,7 +71,11 @@ class EgressSession:
             listener(fields)
 
     async def start(self) -> None:
-        await self.proxy.start()
+        """Listen on the socket; a host error (the folder gone, no descriptors) is SandboxFailed."""
+        try:
+            await self.proxy.start()
+        except OSError as exc:
+            raise SandboxFailed(f"cannot start the egress proxy: {exc}") from exc
 
     async def close(self) -> None:
         await self.proxy.close()

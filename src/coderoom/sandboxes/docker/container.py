@@ -239,10 +239,7 @@ class DockerSandbox:
         assert self._proxy is not None
         async with self._confining:
             if not self._proxy_started:
-                try:
-                    await self._proxy.start()
-                except OSError as e:
-                    raise SandboxFailed(f"cannot start the egress proxy: {e}") from e
+                await self._proxy.start()
                 self._proxy_started = True
 
     def watch_egress(self, listener: egress_session.EgressListener) -> None:

@@ -177,9 +177,9 @@ class LocalSandbox(SandboxPlan):
         )  # fmt: skip
         try:
             (self.host_dir / host_dir.EGRESS_SOCKET).parent.mkdir(mode=0o755, exist_ok=True)  # a resumed folder
-            await proxy.start()
         except OSError as exc:
             raise SandboxFailed(f"cannot start the egress proxy: {exc}") from exc
+        await proxy.start()
         self._proxy = proxy
 
     def watch_egress(self, listener: egress_session.EgressListener) -> None:
