@@ -5,8 +5,9 @@ Out: a job's inputs are files on the driver's disk, which the node has not; they
 (`pack_inputs`, refused over MAX_INPUT_BYTES before anything is sent) and the node runs the job on
 its own copy (`unpack_inputs`). Back: the run folder the node wrote, as one tar of at most
 MAX_RUN_FOLDER_BYTES (`pack_run_folder`); the driver treats it as it treats anything a sandbox
-produced and extracts it with `hostile.archive.safe_extract_tar` (regular files and folders only,
-names checked, bounded in count and size), what it refused listed in the run folder's note.
+produced and extracts it through the exit policy (`hostile.exits.extract_leaving_out`: regular
+files and folders only, names checked, bounded in count and size, no planted repository or hook),
+what it refused listed in the run folder's note. It is an exit like the others.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..hostile.archive import MAX_FILES, archive, safe_extract_tar
-from ..hostile.exits import write_note
+from ..hostile.exits import extract_leaving_out
 from ..hostile.tree import WorkspaceLimitError
 from ..jobs import Job
 
@@ -48,7 +49,8 @@ def _size(path: Path) -> int:
 
 
 def unpack_inputs(job: Job, data: bytes, folder: Path) -> dict[str, Path]:
-    """The job's inputs read from `data` into `folder` (on the node): where each now is."""
+    """The job's inputs read from `data` into `folder` (on the node): where each now is. The
+    user's own files, on their way into a sandbox: no exit, so no exit policy."""
     where = folder / INPUTS_FOLDER
     safe_extract_tar(io.BytesIO(data), where, max_bytes=MAX_INPUT_BYTES)
     return {workspace: where / str(index) for index, workspace in enumerate(job.inputs)}
@@ -64,6 +66,4 @@ def unpack_run_folder(data: bytes, run_dir: Path) -> None:
     """A node's run folder into `run_dir` (on the driver), as hostile as a sandbox's output."""
     if len(data) > MAX_RUN_FOLDER_BYTES + MAX_FILES * 1024:  # the tar's headers on top
         raise WorkspaceLimitError(f"a run folder of {len(data):,} bytes came back, over MAX_RUN_FOLDER_BYTES")
-    report = safe_extract_tar(io.BytesIO(data), run_dir, max_bytes=MAX_RUN_FOLDER_BYTES)
-    if report.refused:
-        write_note(run_dir, report.refused)
+    extract_leaving_out(io.BytesIO(data), run_dir, max_bytes=MAX_RUN_FOLDER_BYTES)
