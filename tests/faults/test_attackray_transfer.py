@@ -1,0 +1,140 @@
+"""Ray batch pass (2026-12-06), the driver's side of `--ray` without a cluster: what a node sends
+back (a run folder tar, record lines to the `AttemptLog`) and what `--resume` reads back
+(batch.jsonl) are hostile, hand-built here as an adversary controlling a job's sandbox, a node or
+the batch folder would build them. See docs/security.md "Ray batch pass".
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from coderoom.batch.ledger import LEDGER_FILE, read_ledger
+from coderoom.batch.on_node import MAX_PARTIAL_BYTES, AttemptLog, Place
+from coderoom.batch.transfer import MAX_RUN_FOLDER_BYTES, unpack_run_folder
+from coderoom.errors import RecordError
+from coderoom.hostile.archive import MAX_FILES, ArchiveError
+from coderoom.hostile.exits import LEFT_OUT_NOTE
+from coderoom.hostile.tree import WorkspaceLimitError
+
+DIGEST = "ab" * 32
+NODE = "cd" * 28
+
+
+def _tar(members: list[tuple[tarfile.TarInfo, bytes]]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data) if info.isreg() else None)
+    return buffer.getvalue()
+
+
+def _info(name: str, kind: bytes = tarfile.REGTYPE, size: int = 0, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.size, info.linkname = kind, size, link
+    return info
+
+
+def test_a_run_folder_tar_from_a_node_writes_plain_files_only_and_nothing_outside_it(tmp_path: Path) -> None:
+    run_dir, outside = tmp_path / "out" / "run", tmp_path / "escaped"
+    members = [
+        (_info("run.jsonl", size=2), b"{}"),
+        (_info("../../escaped", size=4), b"evil"),
+        (_info(str(outside), size=4), b"evil"),
+        (_info("output", tarfile.DIRTYPE), b""),
+        (_info("output/up", tarfile.SYMTYPE, link=str(tmp_path)), b""),
+        (_info("output/up/escaped", size=4), b"evil"),  # written through the link, if it were made
+        (_info("output/passwd", tarfile.LNKTYPE, link="/etc/passwd"), b""),
+        (_info("output/null", tarfile.CHRTYPE), b""),
+        (_info("output/fifo", tarfile.FIFOTYPE), b""),
+        (_info(LEFT_OUT_NOTE, size=10), b"all good\n."),  # a planted note is replaced by the driver's
+    ]
+    unpack_run_folder(_tar(members), run_dir)
+    assert not outside.exists() and not (tmp_path / "out" / "escaped").exists()
+    written = sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*"))
+    assert written == sorted(["run.jsonl", "output", "output/up", "output/up/escaped", LEFT_OUT_NOTE])
+    assert (run_dir / "output/up").is_dir() and not (run_dir / "output/up").is_symlink()
+    note = (run_dir / LEFT_OUT_NOTE).read_text()
+    for refused in ("output/passwd", "output/null", "output/fifo"):
+        assert refused in note
+    assert "all good" not in note
+
+
+def test_a_run_folder_tar_of_more_files_than_max_files_writes_max_files(tmp_path: Path) -> None:
+    data = _tar([(_info(f"f{index}"), b"") for index in range(MAX_FILES + 5)])
+    unpack_run_folder(data, tmp_path / "run")
+    assert sum(1 for _ in (tmp_path / "run").iterdir()) == MAX_FILES + 1  # and the note
+    assert f"more than {MAX_FILES} files" in (tmp_path / "run" / LEFT_OUT_NOTE).read_text()
+
+
+def test_a_run_folder_tar_cut_short_is_an_archive_error_the_driver_records(tmp_path: Path) -> None:
+    """A header saying 1 GiB with 4 bytes behind it (a node's tar cut short): refused on its
+    header, never read, and an `ArchiveError`, which `RayJobs` records as the job's error; it
+    was tarfile's own ReadError, which nothing caught, so the whole batch stopped on a traceback
+    with no end line for the job."""
+    header = _info("workspace.tar", size=MAX_RUN_FOLDER_BYTES + 1).tobuf(tarfile.PAX_FORMAT)
+    with pytest.raises(ArchiveError, match="cut short"):
+        unpack_run_folder(header + b"evil", tmp_path / "run")
+    assert not (tmp_path / "run" / "workspace.tar").exists()
+    whole = _tar([(_info("run.jsonl", size=2048), b"x" * 2048)])
+    with pytest.raises(ArchiveError, match="cut short"):
+        unpack_run_folder(whole[:1024], tmp_path / "run2")
+
+
+def test_run_folder_bytes_over_the_cap_are_refused_before_any_is_extracted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import coderoom.batch.transfer as transfer
+
+    monkeypatch.setattr(transfer, "MAX_RUN_FOLDER_BYTES", 1024)
+    data = _tar([(_info("big", size=30 * 1024 * 1024), b"x" * 30 * 1024 * 1024)])
+    with pytest.raises(WorkspaceLimitError):
+        unpack_run_folder(data, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_attempt_s_record_lines_go_to_its_own_job_only_and_are_bounded() -> None:
+    log = AttemptLog()
+    log.begin("a", "1111", Place(NODE, "127.0.0.1"))
+    log.begin("b", "2222", Place(NODE, "127.0.0.1"))
+    log.line("b", "1111", '{"type":"run_end"}\n')  # attempt 1111 is job a's: not b's
+    log.line("a", "2222", '{"type":"run_end"}\n')
+    log.line("c", "1111", "x\n")  # a job no attempt began for
+    log.line("a", "1111", "x" * (MAX_PARTIAL_BYTES - 1))
+    log.line("a", "1111", "yy")  # over the bound: dropped
+    assert log.take("b")["2222"].lines == []
+    assert log.take("a")["1111"].size == MAX_PARTIAL_BYTES - 1
+    assert log.take("c") == {}
+
+
+def _end(**changes: object) -> str:
+    line = {"event": "end", "job": "a", "digest": DIGEST, "run_dir": "a-1", "t": 1.0, "status": "ok",
+            "duration_s": 1.0, "outputs_ok": 1, "outputs": 1, "tokens": 1, "node": NODE, "host": "127.0.0.1",
+            "lost": []}  # fmt: skip
+    line.update(changes)
+    return json.dumps(line) + "\n"
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        {"run_dir": "../../home/user/.ssh"},
+        {"run_dir": "/etc"},
+        {"host": "evil.example/x"},
+        {"host": "a b"},
+        {"node": "../x"},
+        {"lost": [{"run_dir": "../x", "node": NODE, "host": "h"}]},
+        {"lost": [{"run_dir": "x", "node": NODE, "host": "h", "backend": "none"}]},
+        {"lost": [{"run_dir": "x", "node": NODE, "host": "h"}] * 17},
+        {"backend": "none"},
+        {"limits": {"memory": 1}},
+        {"tokens": -1},
+    ],
+    ids=lambda forged: next(iter(forged)),
+)
+def test_resume_refuses_a_forged_batch_jsonl_line_naming_a_path_backend_or_limit(tmp_path: Path, forged: dict) -> None:
+    (tmp_path / LEDGER_FILE).write_text(_end() + _end(**forged))
+    with pytest.raises(RecordError, match="line 2"):
+        read_ledger(tmp_path)
