@@ -6,7 +6,8 @@ Out: a job's inputs are files on the driver's disk, which the node has not; they
 its own copy (`unpack_inputs`). Back: the run folder the node wrote, as one tar of at most
 MAX_RUN_FOLDER_BYTES (`pack_run_folder`); the driver treats it as it treats anything a sandbox
 produced and extracts it with `hostile.archive.safe_extract_tar` (regular files and folders only,
-names checked, bounded in count and size), what it refused listed in the run folder's note.
+names checked, bounded in count and size), what it refused listed in the run folder's note; a
+tar cut short is an `ArchiveError`, the job's error.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import tarfile
 from pathlib import Path
 
 from ..errors import UsageError
-from ..hostile.archive import MAX_FILES, archive, safe_extract_tar
+from ..hostile.archive import MAX_FILES, ArchiveError, archive, safe_extract_tar
 from ..hostile.exits import write_note
 from ..hostile.tree import WorkspaceLimitError
 from ..jobs import Job
@@ -64,6 +65,9 @@ def unpack_run_folder(data: bytes, run_dir: Path) -> None:
     """A node's run folder into `run_dir` (on the driver), as hostile as a sandbox's output."""
     if len(data) > MAX_RUN_FOLDER_BYTES + MAX_FILES * 1024:  # the tar's headers on top
         raise WorkspaceLimitError(f"a run folder of {len(data):,} bytes came back, over MAX_RUN_FOLDER_BYTES")
-    report = safe_extract_tar(io.BytesIO(data), run_dir, max_bytes=MAX_RUN_FOLDER_BYTES)
+    try:
+        report = safe_extract_tar(io.BytesIO(data), run_dir, max_bytes=MAX_RUN_FOLDER_BYTES)
+    except (tarfile.TarError, EOFError) as exc:  # cut short or garbled: the job's error, not the batch's
+        raise ArchiveError(f"the tar is cut short or malformed ({exc})") from None
     if report.refused:
         write_note(run_dir, report.refused)
