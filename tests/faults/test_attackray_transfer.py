@@ -7,6 +7,7 @@ the batch folder would build them. See docs/security.md "Ray batch pass".
 from __future__ import annotations
 
 import io
+import os
 import json
 import tarfile
 from pathlib import Path
@@ -156,3 +157,23 @@ def test_a_run_folder_over_the_cap_still_sends_its_record_back(tmp_path: Path, m
     (run_dir / "workspace.tar").write_bytes(b"\0" * 128 * 1024)  # the sandbox's workspace, filled
     with tarfile.open(fileobj=io.BytesIO(transfer.pack_run_folder(run_dir))) as tar:
         assert "run.jsonl" in tar.getnames()
+
+
+def test_ray_auto_refuses_a_cluster_address_file_another_user_wrote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """/tmp/ray is anyone's to create: another local user who writes ray_current_cluster there
+    would have `--ray auto` send the model key and every job's inputs to a cluster of theirs."""
+    from coderoom.batch.cluster import _resolved
+    from coderoom.errors import UsageError
+
+    if os.getuid() != 0:
+        pytest.skip("needs root to give the file to another user")
+    (tmp_path / "ray").mkdir()
+    planted = tmp_path / "ray" / "ray_current_cluster"
+    planted.write_text("127.0.0.1:6379\n")
+    os.chown(planted, 65534, 65534)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    with pytest.raises(UsageError, match="owned by another user"):
+        _resolved("auto")
+    os.chown(planted, os.getuid(), os.getgid())
+    assert _resolved("auto") == "127.0.0.1:6379"
