@@ -177,3 +177,37 @@ def test_ray_auto_refuses_a_cluster_address_file_another_user_wrote(tmp_path: Pa
         _resolved("auto")
     os.chown(planted, os.getuid(), os.getgid())
     assert _resolved("auto") == "127.0.0.1:6379"
+
+
+def test_the_attempt_log_keeps_no_line_the_driver_could_not_write_as_its_ascii_record() -> None:
+    """A node that sends a non-ASCII line (its own events are ASCII JSON, `record.writer.encode`)
+    must not stop the batch: the driver writes a lost attempt's lines as ASCII."""
+    log = AttemptLog()
+    log.begin("a", "1111", Place(NODE, "127.0.0.1"))
+    log.line("a", "1111", '{"type":"note","text":"caf\u00e9"}\n')
+    log.line("a", "1111", '{"type":"note"}\n')
+    assert log.take("a")["1111"].lines == ['{"type":"note"}\n']
+
+
+def test_resume_runs_only_this_batch_s_jobs_whatever_batch_jsonl_says(tmp_path: Path) -> None:
+    """Forged end lines for a job not in the batch, or a job's end twice: no job is added or run
+    twice; a job is skipped only when its last end is ok with its own settings' digest."""
+    from coderoom.batch.manifest import batch_entries
+    from coderoom.batch.runner import plan_batch
+
+    (tmp_path / "e.csv").write_text("timestamp,energy_kwh\n")
+    (tmp_path / "shared.toml").write_text('prompt = "p"\nmodel = "offline"\n')
+    (tmp_path / "jobs.jsonl").write_text('{"name": "a"}\n{"name": "b"}\n')
+    entries = batch_entries([tmp_path / "jobs.jsonl"], tmp_path / "shared.toml")
+    a, b = entries
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / LEDGER_FILE).write_text(
+        _end(job="zzz", digest=a.digest)
+        + _end(job="a", digest=a.digest, run_dir="a-1")
+        + _end(job="a", digest=a.digest, run_dir="a-2")
+        + _end(job="b", digest=DIGEST)  # ok, but with other settings than b's
+    )
+    plan = plan_batch(entries, out, resume=True)
+    assert [entry.key for entry in plan.to_run] == ["b"]
+    assert [(o.key, o.run_dir) for o in plan.earlier] == [("a", "a-2")]
