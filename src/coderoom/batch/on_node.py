@@ -105,7 +105,8 @@ class Attempt:
 class AttemptLog:
     """On the driver's node (a Ray actor): each attempt's place and record lines as they come,
     until the driver takes a finished job's attempts. Bounded: an attempt keeps at most
-    MAX_PARTIAL_BYTES of record; the lines are the node's, checked again when read as a record."""
+    MAX_PARTIAL_BYTES of record, ASCII only (as `record.writer.encode` writes every line, and as
+    the driver writes them); the lines are the node's, checked again when read as a record."""
 
     def __init__(self) -> None:
         self._jobs: dict[str, dict[str, Attempt]] = {}
@@ -115,7 +116,7 @@ class AttemptLog:
 
     def line(self, key: str, attempt: str, text: str) -> None:
         found = self._jobs.get(key, {}).get(attempt)
-        if found is not None and found.size + len(text) <= MAX_PARTIAL_BYTES:
+        if found is not None and text.isascii() and found.size + len(text) <= MAX_PARTIAL_BYTES:
             found.lines.append(text)
             found.size += len(text)
 
