@@ -117,3 +117,32 @@ def test_driver_secrets_reach_no_sandbox_record_or_ray_log_and_the_driver_listen
         assert unrelated.encode() not in worker_env  # the driver's other secrets stay on the driver
     assert driver_listens, "the driver was never seen listening (Ray's core worker does)"
     assert driver_listens <= LOOPBACK, driver_listens
+
+
+PROBE = """
+import glob, os, socket, sys
+port, temp = int(sys.argv[1]), sys.argv[2]
+for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+        print("CONNECTED", host)
+    except OSError as exc:
+        print("refused", host, exc.errno)
+print("SEEN" if os.path.exists(temp) or glob.glob("/tmp/cr-ray-*") or glob.glob("/tmp/ray*") else "unseen")
+"""
+
+
+def test_a_sandbox_cannot_reach_the_ray_head_it_runs_beside(tmp_path: Path) -> None:
+    """Code in a job's sandbox on a node would own the cluster if it reached Ray's GCS port or
+    its sockets (Ray runs what anyone who reaches it submits): neither is in its namespaces."""
+    require_ray()
+    require_backend("local")
+    with ray_head(num_cpus=1) as head:
+        port = head.address.rpartition(":")[2]
+        done = subprocess.run(
+            [*COMMAND, "sandbox", "run", "--", "python3", "-c", PROBE, port, str(head.temp_dir)],
+            capture_output=True, text=True, env=env(), timeout=300,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["refused", "refused", "unseen"], done.stdout
