@@ -146,3 +146,33 @@ def test_a_sandbox_cannot_reach_the_ray_head_it_runs_beside(tmp_path: Path) -> N
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert [line.split()[0] for line in lines] == ["refused", "refused", "unseen"], done.stdout
+
+
+def test_a_driver_killed_outright_leaves_no_sandbox_running_on_the_node(tmp_path: Path) -> None:
+    """SIGKILL gives the driver no chance to cancel: Ray ends a dead driver's workers, and each
+    sandbox dies with its worker (bwrap --die-with-parent)."""
+    require_ray()
+    require_backend("local")
+    (tmp_path / "e.csv").write_text(minutely_csv(days=28))
+    (tmp_path / "shared.toml").write_text(JOB_TOML)
+    (tmp_path / "jobs.jsonl").write_text('{"name": "a"}\n')
+    with ray_head(num_cpus=2) as head:
+        driver = subprocess.Popen(
+            [*COMMAND, "batch", str(tmp_path / "jobs.jsonl"), "--job-file", str(tmp_path / "shared.toml"),
+             "--out", str(tmp_path / "out"), "--ray", head.address],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env(),
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 180
+            while "bwrap" not in descendants(head.pid).values():
+                assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
+                time.sleep(0.05)
+            driver.kill()
+            driver.wait(timeout=30)
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+        deadline = time.monotonic() + 120
+        while "bwrap" in descendants(head.pid).values():
+            assert time.monotonic() < deadline, "a sandbox outlived its killed driver on the node"
+            time.sleep(0.2)
