@@ -24,7 +24,7 @@ from ..record.writer import encode
 from .manifest import BatchEntry
 from ..sandboxes.registry import prepare_backend
 from .runner import JobOutcome, run_one
-from .transfer import MAX_RUN_FOLDER_BYTES, pack_run_folder, unpack_inputs
+from .transfer import MAX_RUN_FOLDER_BYTES, pack_record, pack_run_folder, unpack_inputs
 
 MAX_PARTIAL_BYTES = 16 * 1024**2  # of one attempt's record, kept by the driver's AttemptLog
 
@@ -39,8 +39,8 @@ class Place:
 
 @dataclass(frozen=True)
 class NodeResult:
-    """What a node sends back: how the job ended, where, and its run folder as a tar (None when
-    it was over MAX_RUN_FOLDER_BYTES; the outcome then says so)."""
+    """What a node sends back: how the job ended, where, and its run folder as a tar (its record
+    alone when it was over MAX_RUN_FOLDER_BYTES, None when even that was; the outcome says so)."""
 
     outcome: JobOutcome
     place: Place
@@ -87,10 +87,13 @@ def run_on_node(
         try:
             folder: bytes | None = pack_run_folder(run_dir)
         except WorkspaceLimitError:
-            folder = None
+            try:
+                folder, kept = pack_record(run_dir), "only its record was kept"
+            except (WorkspaceLimitError, OSError):
+                folder, kept = None, "it was not kept"
             outcome = replace(outcome, status="error", error=(
                 f"the run folder is over {MAX_RUN_FOLDER_BYTES:,} bytes (MAX_RUN_FOLDER_BYTES), "
-                "too large to send back from its node; it was not kept"
+                f"too large to send back from its node; {kept}"
             ))  # fmt: skip
     return NodeResult(outcome, place, attempt, folder)
 

@@ -4,7 +4,7 @@ through Ray's object store, bounded both ways.
 Out: a job's inputs are files on the driver's disk, which the node has not; they go as one tar
 (`pack_inputs`, refused over MAX_INPUT_BYTES before anything is sent) and the node runs the job on
 its own copy (`unpack_inputs`). Back: the run folder the node wrote, as one tar of at most
-MAX_RUN_FOLDER_BYTES (`pack_run_folder`); the driver treats it as it treats anything a sandbox
+MAX_RUN_FOLDER_BYTES (`pack_run_folder`; over it, its record alone, `pack_record`); the driver treats it as it treats anything a sandbox
 produced and extracts it with `hostile.archive.safe_extract_tar` (regular files and folders only,
 names checked, bounded in count and size), what it refused listed in the run folder's note; a
 tar cut short is an `ArchiveError`, the job's error.
@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import io
 import tarfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from ..errors import UsageError
 from ..hostile.archive import MAX_FILES, ArchiveError, archive, safe_extract_tar
 from ..hostile.exits import write_note
 from ..hostile.tree import WorkspaceLimitError
 from ..jobs import Job
+from ..record.names import RECORD_FILE
 
 MAX_INPUT_BYTES = 1024**3  # a job's inputs, sent to its node
 MAX_RUN_FOLDER_BYTES = 1024**3  # a run folder, sent back to the driver
@@ -58,6 +59,14 @@ def unpack_inputs(job: Job, data: bytes, folder: Path) -> dict[str, Path]:
 def pack_run_folder(run_dir: Path) -> bytes:
     """The run folder as a tar; `WorkspaceLimitError` when it is over MAX_RUN_FOLDER_BYTES."""
     with archive(run_dir, skip=set(), max_bytes=MAX_RUN_FOLDER_BYTES) as tar:
+        return tar.read()
+
+
+def pack_record(run_dir: Path) -> bytes:
+    """The run folder's record alone, as a tar: what goes back when the whole folder is too large
+    (a sandbox can fill its workspace past MAX_RUN_FOLDER_BYTES; what it did must still be known)."""
+    skip = {PurePosixPath(path.name) for path in run_dir.iterdir() if path.name != RECORD_FILE}
+    with archive(run_dir, skip=skip, max_bytes=MAX_RUN_FOLDER_BYTES) as tar:
         return tar.read()
 
 
