@@ -30,7 +30,8 @@ import pytest
 NODE_ID = re.compile(r"Setting node ID node_id=([0-9a-f]{56})")
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 START_DEADLINE_S = 180  # Ray starts slowly on 2 busy cores
-RAY = Path(sys.executable).with_name("ray")
+# the `ray` command of this Python (a venv with system site-packages has no `ray` script of its own)
+RAY = [sys.executable, "-c", "import sys; from ray.scripts.scripts import main; sys.argv[0] = 'ray'; sys.exit(main())"]
 
 
 def require_ray() -> None:
@@ -74,7 +75,7 @@ def ray_head(num_cpus: int = 2) -> Iterator[Head]:
     port, temp_dir = free_port(), short_temp_dir()
     log = (temp_dir / "head.log").open("w")
     process = subprocess.Popen(
-        [str(RAY), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--disable-usage-stats",
+        [*RAY, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--disable-usage-stats",
          f"--num-cpus={num_cpus}", "--include-dashboard=false", f"--temp-dir={temp_dir}", "--block"],
         stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **LOOPBACK_ENV}, start_new_session=True,
     )  # fmt: skip

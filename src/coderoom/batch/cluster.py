@@ -94,19 +94,26 @@ def _answers(address: str, target: str) -> None:
 
 def _resolved(address: str) -> str:
     """HOST:PORT: as given, or for `auto` RAY_ADDRESS or the cluster `ray start` last started on
-    this machine (its address file, as Ray's own `auto` finds it); never a cluster of our own."""
+    this machine (its address file, as Ray's own `auto` finds it, if this user wrote it); never a
+    cluster of our own."""
     if address == "auto":
         found = os.environ.get("RAY_ADDRESS", "").strip()
         if not found:
             current = Path(os.environ.get("RAY_TMPDIR") or tempfile.gettempdir()) / "ray" / "ray_current_cluster"
             try:
                 with current.open("rb") as file:
+                    owner = os.fstat(file.fileno()).st_uid
                     found = file.read(300).decode("ascii", "replace").strip()
             except OSError:
                 raise UsageError(
                     "--ray auto: no Ray cluster found on this machine (no RAY_ADDRESS, no `ray start` "
                     "cluster); coderoom does not start one: start it with `ray start --head` (docs/scale.md)"
                 ) from None
+            if owner != os.getuid():  # /tmp/ray is anyone's to create: the key would go to their cluster
+                raise UsageError(
+                    f"--ray auto: {current} is owned by another user (uid {owner}); give the head's "
+                    "address as --ray HOST:PORT"
+                )
         address = found
     if not ADDRESS.fullmatch(address):
         raise UsageError(f"--ray {address}: expected HOST:PORT of a running Ray head (ray start --head), or auto")

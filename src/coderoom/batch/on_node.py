@@ -24,7 +24,7 @@ from ..record.writer import encode
 from .manifest import BatchEntry
 from ..sandboxes.registry import prepare_backend
 from .runner import JobOutcome, run_one
-from .transfer import MAX_RUN_FOLDER_BYTES, pack_run_folder, unpack_inputs
+from .transfer import MAX_RUN_FOLDER_BYTES, pack_record, pack_run_folder, unpack_inputs
 
 MAX_PARTIAL_BYTES = 16 * 1024**2  # of one attempt's record, kept by the driver's AttemptLog
 
@@ -39,8 +39,8 @@ class Place:
 
 @dataclass(frozen=True)
 class NodeResult:
-    """What a node sends back: how the job ended, where, and its run folder as a tar (None when
-    it was over MAX_RUN_FOLDER_BYTES; the outcome then says so)."""
+    """What a node sends back: how the job ended, where, and its run folder as a tar (its record
+    alone when it was over MAX_RUN_FOLDER_BYTES, None when even that was; the outcome says so)."""
 
     outcome: JobOutcome
     place: Place
@@ -87,10 +87,13 @@ def run_on_node(
         try:
             folder: bytes | None = pack_run_folder(run_dir)
         except WorkspaceLimitError:
-            folder = None
+            try:
+                folder, kept = pack_record(run_dir), "only its record was kept"
+            except (WorkspaceLimitError, OSError):
+                folder, kept = None, "it was not kept"
             outcome = replace(outcome, status="error", error=(
                 f"the run folder is over {MAX_RUN_FOLDER_BYTES:,} bytes (MAX_RUN_FOLDER_BYTES), "
-                "too large to send back from its node; it was not kept"
+                f"too large to send back from its node; {kept}"
             ))  # fmt: skip
     return NodeResult(outcome, place, attempt, folder)
 
@@ -105,7 +108,8 @@ class Attempt:
 class AttemptLog:
     """On the driver's node (a Ray actor): each attempt's place and record lines as they come,
     until the driver takes a finished job's attempts. Bounded: an attempt keeps at most
-    MAX_PARTIAL_BYTES of record; the lines are the node's, checked again when read as a record."""
+    MAX_PARTIAL_BYTES of record, ASCII only (as `record.writer.encode` writes every line, and as
+    the driver writes them); the lines are the node's, checked again when read as a record."""
 
     def __init__(self) -> None:
         self._jobs: dict[str, dict[str, Attempt]] = {}
@@ -115,7 +119,7 @@ class AttemptLog:
 
     def line(self, key: str, attempt: str, text: str) -> None:
         found = self._jobs.get(key, {}).get(attempt)
-        if found is not None and found.size + len(text) <= MAX_PARTIAL_BYTES:
+        if found is not None and text.isascii() and found.size + len(text) <= MAX_PARTIAL_BYTES:
             found.lines.append(text)
             found.size += len(text)
 
