@@ -40,5 +40,7 @@ async def test_a_close_cancelled_at_once_still_ends_the_record_and_the_sandbox(
     left = sorted(p.name for p in tmpdir_for_sessions.iterdir() if p.name.startswith(SANDBOX_PREFIX))
     assert last["type"] == "run_end", last
     assert last["status"] == "interrupted", last
-    assert last["incomplete"], "a save the cancel cut says so"
+    # where the cancel lands depends on what the close awaits first (the kernel's warm-up, when a
+    # session without the pool has one): a save the cancel cut says so, else the save is whole
+    assert last["incomplete"] or (record.parent / "workspace.tar").is_file(), last
     assert left == [], f"sandbox folders left while the process lives: {left} (pid {os.getpid()})"
