@@ -1,0 +1,69 @@
+"""Gate and presence pass (2026-12-06), the local start on cgroup v1: bwrap born in the session's
+memory cgroup by the process's spawner thread (`cgroup.MemoryCgroup.spawn_inside`). Sessions
+started at once from one process each land in their own cgroup, no thread of the host stays in
+one, and the limit OOM-kills inside the session, across processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from coderoom.sandboxes.limits import Limits
+from coderoom.sandboxes.local import LocalBackend
+from coderoom.sandboxes.local.cgroup import Mode, detect
+from coderoom.sandboxes.spec import SandboxSpec
+
+SESSIONS = 4
+MEMORY = "256M"
+
+
+def memory_cgroup(pid: int, tid: int | None = None) -> str:
+    where = f"/proc/{pid}/task/{tid}/cgroup" if tid is not None else f"/proc/{pid}/cgroup"
+    for line in Path(where).read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            return path
+    raise AssertionError(f"no memory line in {where}")
+
+
+@pytest.fixture
+def v1() -> None:
+    if detect()[0] is not Mode.V1:
+        pytest.skip("bwrap is born in the cgroup on cgroup v1 as root only")
+
+
+async def test_sessions_started_at_once_are_each_born_in_their_own_cgroup_and_no_host_thread_stays(v1: None) -> None:
+    spec = SandboxSpec(backend="local", limits=Limits(memory=MEMORY))
+    sandboxes = await asyncio.gather(*(LocalBackend().start(spec) for _ in range(SESSIONS)))
+    try:
+        host = memory_cgroup(os.getpid())
+        threads = [int(tid) for tid in os.listdir(f"/proc/{os.getpid()}/task")]
+        assert {memory_cgroup(os.getpid(), tid) for tid in threads} == {host}  # the spawner went back
+        groups = set()
+        for sandbox in sandboxes:
+            bwrap_pid = sandbox._launcher.pid
+            assert sandbox._memory.holds(bwrap_pid)
+            groups.add(memory_cgroup(bwrap_pid))
+            inside = await sandbox.exec(["sh", "-c", "grep memory /proc/self/cgroup /proc/1/cgroup"])
+            assert inside.exit_code == 0 and all(line.endswith(":/") for line in inside.stdout.decode().split())
+        assert len(groups) == SESSIONS and host not in groups
+    finally:
+        await asyncio.gather(*(s.close() for s in sandboxes))
+
+
+async def test_the_memory_limit_oom_kills_inside_the_session_across_processes(v1: None) -> None:
+    spec = SandboxSpec(backend="local", limits=Limits(memory=MEMORY))
+    sandbox = await LocalBackend().start(spec)
+    try:
+        # three processes of 120 MiB each: each under RLIMIT_AS, together past the cgroup's 256 MiB
+        three = "for i in 1 2 3; do python3 -c 'import time; x = bytearray(120 * 2**20); time.sleep(3)' & done; wait"
+        done = await sandbox.exec(["sh", "-c", three])
+        assert sandbox._memory.oom_kills() >= 1
+        assert b"killed at the sandbox's memory limit" in done.stderr
+        after = await sandbox.exec(["echo", "alive"])  # the session goes on
+        assert after.stdout == b"alive\n"
+    finally:
+        await sandbox.close()
