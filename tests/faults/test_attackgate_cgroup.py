@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from coderoom.sandboxes.limits import Limits
-from coderoom.sandboxes.local import LocalBackend
+from coderoom.sandboxes.local import LocalBackend, cgroup
 from coderoom.sandboxes.local.cgroup import Mode, detect
 from coderoom.sandboxes.spec import SandboxSpec
 
@@ -67,3 +70,33 @@ async def test_the_memory_limit_oom_kills_inside_the_session_across_processes(v1
         assert after.stdout == b"alive\n"
     finally:
         await sandbox.close()
+
+
+class Interrupted(Exception):
+    """What the test's signal handler raises in the waiting caller (as KeyboardInterrupt would)."""
+
+
+def test_a_caller_interrupted_while_the_spawner_works_waits_for_it_before_going_on() -> None:
+    """The spawner thread starts bwrap with the caller's descriptors (the gate's pipes, the
+    memfds, the control socket). A signal raising in the caller while it waits (a second Ctrl-C
+    under asyncio.run, a plain KeyboardInterrupt) made it close them at once, while bwrap was
+    still being spawned with those numbers (closed, or reused by another file of the host)."""
+    finished = threading.Event()
+
+    def job() -> None:
+        time.sleep(0.5)
+        finished.set()
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise Interrupted
+
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    timer = threading.Timer(0.1, signal.pthread_kill, (threading.main_thread().ident, signal.SIGUSR1))
+    try:
+        timer.start()
+        with pytest.raises(Interrupted):
+            cgroup._spawner.run(job)
+        assert finished.is_set()  # the caller goes on (to its cleanup) only once the spawn is done
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGUSR1, previous)

@@ -294,7 +294,10 @@ class _Spawner:
         self._requests = None
 
     def run(self, job: Callable[[], T]) -> T:
-        """`job()` in the spawner thread; what it returns or raises."""
+        """`job()` in the spawner thread; what it returns or raises. The caller returns only once
+        the job is done, even when a signal raises in it meanwhile (re-raised then): the job spawns
+        with the caller's descriptors, which its cleanup would otherwise close, or let another file
+        reuse, under it."""
         with self._lock:
             if self._requests is None:
                 self._requests = SimpleQueue()
@@ -311,7 +314,14 @@ class _Spawner:
 
         done = threading.Event()
         requests.put((call, done))
-        done.wait()
+        interrupted: BaseException | None = None
+        while not done.is_set():
+            try:
+                done.wait()
+            except BaseException as exc:  # a signal's handler raised here (KeyboardInterrupt): the job
+                interrupted = interrupted or exc  # still uses the caller's descriptors, so it ends first
+        if interrupted is not None:
+            raise interrupted
         if failed:
             raise failed[0]
         return outcome[0]
