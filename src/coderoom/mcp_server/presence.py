@@ -15,11 +15,13 @@ The rules, for `coderoom mcp --http`:
   keeps its variables (the session's next cell says how it ended), a command is stopped, an open
   or a run_job is undone or ends as an interrupted run does.
 * Its client is then taken as gone, as it is when its event stream (GET) drops or it ends its MCP
-  session (DELETE): every session that MCP session used last (and the one the dropped call named
-  or opened) is closed and saved as at the idle timeout once `grace_s` (`--client-grace`,
-  RECONNECT_GRACE_S by default) has passed, unless, within it, any request comes from that MCP
-  session or any call names the session (a client that reconnected, or another one that knows
-  the id): then it lives on under the idle timeout as before.
+  session (DELETE): every session that MCP session used (and the one the dropped call named or
+  opened) is closed and saved as at the idle timeout once `grace_s` (`--client-grace`,
+  RECONNECT_GRACE_S by default) has passed, unless, within it, any request comes from an MCP
+  session that used it or any call names the session (a client that reconnected, or another one
+  that knows the id): then it lives on under the idle timeout as before. A session another MCP
+  session also used, not known gone, is not released at all: one client vanishing mid-call on a
+  shared session must not close it under the other (gate and presence pass G-C4).
 
 A request's drop is told by the ASGI `http.disconnect` message arriving before the last body
 byte of its answer was sent (`Watch`, the outermost part of the MCP app inside the guard).
@@ -60,14 +62,15 @@ class ClientRequest:
 
 
 class Presence:
-    """Which MCP session used each live session last, and what to do when a client goes."""
+    """Which MCP sessions used each live session, and what to do when a client goes."""
 
     def __init__(self, manager: SessionManager, grace_s: float = RECONNECT_GRACE_S) -> None:
         if grace_s < 0:
             raise ValueError("grace_s must be >= 0")
         self.manager = manager
         self.grace_s = grace_s
-        self._users: dict[str, str] = {}  # live session id -> the MCP session that used it last
+        self._users: dict[str, set[str]] = {}  # live session id -> the MCP sessions that used it
+        self._gone: set[str] = set()  # MCP sessions whose client went, until a request of theirs comes
 
     def used(self, session_id: str, request: ClientRequest | None) -> None:
         """A call names (or opened) `session_id`: it is kept (a released one too), and is that
@@ -76,28 +79,35 @@ class Presence:
         if request is not None:
             request.sessions.add(session_id)
         if request is not None and request.mcp_session is not None:
-            self._users[session_id] = request.mcp_session
+            self._users.setdefault(session_id, set()).add(request.mcp_session)
             if len(self._users) > 2 * len(self.manager.live) + 16:  # closed sessions, forgotten
                 self._forget_closed()
 
     def came(self, mcp_session: str) -> None:
         """A request from `mcp_session`: its client is here, its sessions are kept."""
+        self._gone.discard(mcp_session)
         for session_id in self._sessions_of(mcp_session):
             self.manager.keep(session_id)
 
     def went(self, mcp_session: str | None, sessions: Iterable[str] = ()) -> None:
-        """The client of `mcp_session` went away: its sessions (and `sessions`) are released."""
+        """The client of `mcp_session` went away: its sessions (and `sessions`) are released,
+        but for those another MCP session, not known gone, used too."""
         self._forget_closed()
-        chosen = set(self._sessions_of(mcp_session)) if mcp_session is not None else set()
-        for sid in chosen | set(sessions):
-            self.manager.release_soon(sid, self.grace_s)
+        chosen = set(sessions)
+        if mcp_session is not None:
+            self._gone.add(mcp_session)
+            chosen.update(self._sessions_of(mcp_session))
+        for sid in chosen:
+            if self._users.get(sid, set()) <= self._gone:
+                self.manager.release_soon(sid, self.grace_s)
 
     def _forget_closed(self) -> None:
         live = {s.id for s in self.manager.live}
-        self._users = {sid: user for sid, user in self._users.items() if sid in live}
+        self._users = {sid: users for sid, users in self._users.items() if sid in live}
+        self._gone &= set().union(*self._users.values())
 
     def _sessions_of(self, mcp_session: str) -> list[str]:
-        return [sid for sid, user in self._users.items() if user == mcp_session]
+        return [sid for sid, users in self._users.items() if mcp_session in users]
 
     async def call(self, ctx: Any, work: Callable[[], Awaitable[T]], session_id: str | None = None,
                    *, cancellable: bool = True) -> T:
