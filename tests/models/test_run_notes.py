@@ -39,13 +39,15 @@ def test_a_model_that_only_talks_and_is_cut(tmp_path: Path) -> None:
 
 
 def test_a_trimmed_run_says_so_at_the_end_and_in_show(tmp_path: Path) -> None:
-    script = [call("exec_command", cmd=f"seq -f 'row %g of a long output' 1 {20 + n}") for n in range(4)]
-    with OpenAIServer([*script, say("Done.")], api_key="no-key", n_ctx=2048) as server:
+    # a context a little larger than the instructions and tool schemas (about 1,800 tokens), so
+    # the outputs of later turns do not all fit
+    script = [call("exec_command", cmd=f"seq -f 'row %g of a long output' 1 {40 + n}") for n in range(4)]
+    with OpenAIServer([*script, say("Done.")], api_key="no-key", n_ctx=2560) as server:
         output = _run(server, tmp_path / "run", "--max-tokens", "128")
 
     assert output.startswith("exit 0") and server.refused == [], output
     assert "context: the request took ~" in output  # live, in the progress
-    note = "note: the history was trimmed to fit the model's context (2,048 tokens, "
+    note = "note: the history was trimmed to fit the model's context (2,560 tokens, "
     assert note in output and "never called a tool" not in output
     shown = _show(tmp_path / "run")
     assert note in shown and "context: the request took ~" in shown
