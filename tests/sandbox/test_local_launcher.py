@@ -42,8 +42,9 @@ async def running(session, marker: str) -> asyncio.Future:  # type: ignore[no-un
 async def test_each_command_has_its_own_pid_namespace_and_no_capabilities() -> None:
     status = "grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp):' /proc/self/status"
     async with open_session(SandboxSpec(backend="local")) as session:
-        first = await session.exec("readlink /proc/self/ns/pid /proc/self/ns/mnt /proc/self/ns/ipc")
-        second = await session.exec("readlink /proc/self/ns/pid /proc/self/ns/mnt /proc/self/ns/ipc")
+        # at once: a namespace's number is the kernel's to reuse once its last process is gone
+        looks = "readlink /proc/self/ns/pid /proc/self/ns/mnt /proc/self/ns/ipc; sleep 1"
+        first, second = await asyncio.gather(session.exec(looks), session.exec(looks))
         pids = await session.exec("ls /proc | grep -c '^[0-9]'; cat /proc/1/cmdline | tr '\\0' ' '")
         caps = await session.exec(status)
     assert set(first.stdout.split()).isdisjoint(second.stdout.split())
