@@ -21,7 +21,10 @@ def _prune() -> str:
 
 def test_prune_reclaims_a_killed_run_and_spares_a_live_one(backend: str, tmp_path: Path) -> None:
     steps = [call("exec_command", cmd="sleep 60"), say("never")]
-    with OpenAIServer(steps) as killed_server, OpenAIServer(list(steps)) as live_server:
+    # the live run then waits on its model: exec_command yields after 10 s, and under load the
+    # kill and the prune can take longer than that, which would let it end by itself
+    live_steps = [call("exec_command", cmd="sleep 60"), Stall(300)]
+    with OpenAIServer(steps) as killed_server, OpenAIServer(live_steps) as live_server:
         killed = start_run(killed_server, tmp_path / "killed", backend, "work")
         live = start_run(live_server, tmp_path / "live", backend, "work")
         for run in (killed, live):

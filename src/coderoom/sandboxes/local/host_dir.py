@@ -26,7 +26,7 @@ from ...errors import SandboxUnavailable
 from ...hostile import tree
 from ...hostile.names import shown
 from .. import records
-from ..leases import Owner, read_lease
+from ..leases import Owner, abandoned, read_lease
 from . import bwrap, cgroup, leases
 
 PREFIX = "coderoom-local-"
@@ -192,7 +192,7 @@ def abandoned_folders() -> list[Path]:
         folder_parent = parent()
     except SandboxUnavailable:
         return []
-    return [f for f in sorted(folder_parent.glob(f"{PREFIX}*")) if owned(f) and leases.abandoned(f)]
+    return [f for f in sorted(folder_parent.glob(f"{PREFIX}*")) if owned(f) and abandoned(f)]
 
 
 def prune(skipped: list[str] | None = None) -> int:
@@ -208,7 +208,7 @@ def prune(skipped: list[str] | None = None) -> int:
     removed = 0
     for folder in sorted(folder_parent.glob(f"{PREFIX}*")):
         try:
-            if not owned(folder) or not leases.abandoned(folder):
+            if not owned(folder) or not abandoned(folder):
                 continue
             _reclaim(folder)
         except Exception as exc:  # noqa: BLE001 - any failure is this folder's alone

@@ -1,7 +1,7 @@
 """Leases of local session folders: who owns one, and whether that owner is gone.
 
 Each session folder (`coderoom-local-*` in the temp dir) gets a lease naming its owner when it
-is made (`claim`). `host_dir.prune` removes the folders whose owner is gone (`abandoned`), first
+is made (`claim`). `host_dir.prune` removes the folders whose owner is gone (the shared `leases.abandoned`), first
 killing any process still using one (`kill_users`: a launcher whose host was SIGKILLed dies by
 itself, but nothing is assumed: a bwrap pid 1 its bwrap left blocked at start does not). A
 folder without a lease is judged by age: a crash between creating it and writing the lease
@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from .. import records
-from ..leases import LEASE_FILE, abandoned, read_lease, write_lease
+from ..leases import LEASE_FILE, write_lease
 from . import bwrap, cgroup, procfs
 
 KILL_WAIT_S = 5.0  # for the processes `kill_users` killed to be gone
