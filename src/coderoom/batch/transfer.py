@@ -18,7 +18,7 @@ import tarfile
 from pathlib import Path, PurePosixPath
 
 from ..errors import UsageError
-from ..hostile.archive import MAX_FILES, ArchiveError, archive, safe_extract_tar
+from ..hostile.archive import MAX_FILES, ArchiveError, archive, extract_into_sandbox
 from ..hostile.exits import extract_leaving_out
 from ..hostile.tree import WorkspaceLimitError
 from ..jobs import Job
@@ -54,7 +54,7 @@ def unpack_inputs(job: Job, data: bytes, folder: Path) -> dict[str, Path]:
     """The job's inputs read from `data` into `folder` (on the node): where each now is. The
     user's own files, on their way into a sandbox: no exit, so no exit policy."""
     where = folder / INPUTS_FOLDER
-    safe_extract_tar(io.BytesIO(data), where, max_bytes=MAX_INPUT_BYTES)
+    extract_into_sandbox(io.BytesIO(data), where, max_bytes=MAX_INPUT_BYTES)
     return {workspace: where / str(index) for index, workspace in enumerate(job.inputs)}
 
 

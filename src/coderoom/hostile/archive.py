@@ -111,6 +111,14 @@ def safe_extract_tar(
     return report
 
 
+def extract_into_sandbox(archive: IO[bytes] | Path, dest: Path, *, max_bytes: int) -> ExtractReport:
+    """Extract a tar on its way INTO a sandbox: a workspace being hydrated, a job's inputs on a
+    Ray node. That is no exit (nothing lands where a host tool looks), so the exit policy of
+    `hostile.exits` does not apply; the hardened extraction does (nothing outside `dest`, bounded).
+    The one other caller of `safe_extract_tar`, so that every extraction is one of the two."""
+    return safe_extract_tar(archive, dest, max_bytes=max_bytes)
+
+
 def _extract_one(
     tar: tarfile.TarFile,
     member: tarfile.TarInfo,

@@ -573,7 +573,7 @@ class LocalSandbox(SandboxPlan):
         from ...hostile import archive as hostile_archive
 
         limit = self.limits.workspace_size
-        await asyncio.to_thread(hostile_archive.safe_extract_tar, tar, self.workspace_dir, max_bytes=limit)
+        await asyncio.to_thread(hostile_archive.extract_into_sandbox, tar, self.workspace_dir, max_bytes=limit)
         ids = bwrap.host_id()
         if ids is not None:
             await asyncio.to_thread(tree.chown_tree, self.workspace_dir, ids)
