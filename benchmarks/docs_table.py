@@ -1,5 +1,6 @@
 """Shared by the benchmark scripts: the machine line, and replacing one dated section of
-docs/benchmarks.md (each script owns its section and leaves the others alone)."""
+docs/benchmarks.md or another page of docs/ (each script owns its section and leaves the others
+alone)."""
 
 from __future__ import annotations
 
@@ -19,13 +20,14 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, Linux {platform.release()}"
 
 
-def write_section(heading: str, text: str) -> None:
-    """Replace the section that starts with `heading` (a '## ...' line prefix), or append it."""
-    current = DOCS.read_text() if DOCS.exists() else ""
+def write_section(heading: str, text: str, docs: Path = DOCS) -> None:
+    """Replace the section of `docs` that starts with `heading` (a '## ...' line prefix), or
+    append it."""
+    current = docs.read_text() if docs.exists() else ""
     start = current.find(heading)
     if start == -1:
         updated = current.rstrip("\n") + "\n\n" + text
     else:
         end = current.find("\n## ", start + len(heading))
         updated = current[:start] + text.rstrip("\n") + "\n" + (current[end:] if end != -1 else "")
-    DOCS.write_text(updated.lstrip("\n"))
+    docs.write_text(updated.lstrip("\n"))

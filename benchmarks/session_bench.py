@@ -33,6 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from docs_table import DOCS, machine, write_section
+from proc_stats import descendants, ms, pss_kib
 
 from coderoom import Session, WarmPool
 from coderoom.sandboxes import SandboxSpec
@@ -47,47 +48,6 @@ FIRST = (
 CELL = "df.groupby(df.index.hour).mean()"
 FIRST_CELL_TARGET_S = 0.5  # issue 25: a session's first cell without the pool
 FILES = {"input/building_energy.csv": DATA.read_bytes()}
-
-
-def ms(samples: list[float]) -> str:
-    """p50 | p95 | p99 in milliseconds (one decimal under 100 ms)."""
-    ordered = sorted(samples)
-
-    def at(q: float) -> str:
-        value = ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] * 1000
-        return f"{value:.1f}" if value < 100 else f"{value:.0f}"
-
-    return f"{at(0.5)} | {at(0.95)} | {at(0.99)}"
-
-
-def descendants(root: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            children.setdefault(ppid, []).append(int(entry))
-    found, todo = set(), [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
-def pss_kib(pids: set[int]) -> int:
-    total = 0
-    for pid in pids:
-        try:
-            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-                if line.startswith("Pss:"):
-                    total += int(line.split()[1])
-        except OSError:
-            continue
-    return total
 
 
 class Jupyter:
