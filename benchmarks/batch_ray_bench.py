@@ -222,7 +222,7 @@ def main() -> None:
         stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
         section = (
-            f"\n## Batch on Ray: one loopback node against `--parallel` (issue 23, {stamp})\n\n"
+            f"## Batch on Ray: one loopback node against `--parallel` (issue 23, {stamp})\n\n"
             f"Machine: {machine()}, load average {load} when it ended. {args.jobs} small jobs (the offline "
             "analyst on a 10-day hourly CSV, no model server), run locally at `--parallel S` and with "
             "`--ray` on a head on 127.0.0.1 started with `--num-cpus S` (S sandboxes per node: each job "
