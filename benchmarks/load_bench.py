@@ -14,7 +14,8 @@ kernel holds); each cell is timed from the call to its result, about `--samples`
 and kind. Memory: the proportional set size (PSS, /proc/PID/smaps_rollup) of each session's
 sandbox process tree (bwrap and everything under it: the launcher, the kernel's supervisor and
 worker) with the frame loaded, with every session live; the host process that drives them (the
-manager, the records) is shared and not counted.
+manager, the records) is shared and not counted. PSS splits each shared page among the processes
+mapping it, so the more sessions are live, the less each one's share of the libraries weighs.
 
     PYTHONPATH=src python benchmarks/load_bench.py [--levels 1,4,8,16] [--samples 80] [--write-docs]
 """
@@ -138,7 +139,10 @@ def main() -> None:
             f"bytes) as a frame; the pandas cell is `{PANDAS}` on it. A cell is timed from the "
             "`run_python` call to its result, on the host; the sessions run theirs at once, one "
             "after another within each. PSS: each session's sandbox process tree (bwrap, the "
-            "launcher, the kernel), read from /proc/PID/smaps_rollup with every session live. Made "
+            "launcher, the kernel), read from /proc/PID/smaps_rollup with every session live; PSS "
+            "divides a shared page (the interpreter's and pandas' libraries, mapped from the same "
+            "files) among the processes mapping it, so the figure per session falls as more "
+            "sessions are live (session_bench.py weighs fewer). Made "
             "by `python benchmarks/load_bench.py --write-docs`.\n\n" + text + "\n"
         )
         write_section("## Live sessions under load", section, docs=DOCS)
