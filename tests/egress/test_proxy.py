@@ -12,51 +12,16 @@ import pytest
 from coderoom.egress.policy import parse_policy
 from coderoom.egress.proxy import MAX_OPEN, Attempt, Budget, Proxy
 
+from .proxyclient import get, running
 from .upstreams import client_hello, http_upstream, tcp_recorder
 
 CANARY = "canary-3f9a1c77e2"
-
-
-class Running:
-    def __init__(self, proxy: Proxy, events: list[Attempt]) -> None:
-        self.proxy, self.events = proxy, events
-
-    async def send(self, data: bytes, *, then: bytes = b"") -> bytes:
-        """Send `data` (and, once the proxy answered, `then`); everything the proxy sent back."""
-        reader, writer = await asyncio.open_unix_connection(str(self.proxy.socket_path))
-        writer.write(data)
-        if then:
-            answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
-            writer.write(then)
-        else:
-            answer = b""
-        try:
-            answer += await asyncio.wait_for(reader.read(), 30)
-        finally:
-            writer.close()
-        await asyncio.sleep(0.05)  # the proxy reports the attempt once the connection ends
-        return answer
-
-
-async def running(tmp_path: Path, table: dict[str, object], *, max_bytes: int = 10**9, max_connections: int = 100,
-                  environ: dict[str, str] | None = None) -> Running:  # fmt: skip
-    events: list[Attempt] = []
-    proxy = Proxy(
-        parse_policy(table, source="test"), tmp_path / "proxy.sock", Budget(max_bytes, max_connections),
-        events.append, environ=environ or {},
-    )  # fmt: skip
-    await proxy.start()
-    return Running(proxy, events)
 
 
 @pytest.fixture
 async def upstream() -> AsyncIterator[int]:
     with http_upstream() as seen:
         yield seen.port
-
-
-def get(target: str, host: str, extra: str = "") -> bytes:
-    return f"GET {target} HTTP/1.1\r\nHost: {host}\r\n{extra}\r\n".encode()
 
 
 async def test_an_allowed_host_is_reached_at_the_address_resolve_named(tmp_path: Path) -> None:

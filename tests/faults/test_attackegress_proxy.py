@@ -12,45 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from egress.proxyclient import get, running
 from egress.upstreams import client_hello, http_upstream, tcp_recorder
 
 from coderoom.egress.policy import parse_policy, refused_address
 from coderoom.egress.proxy import HEAD_TIMEOUT_S, MAX_OPEN, Attempt, Budget, Proxy
-
-
-class Running:
-    """A proxy on its socket in `tmp_path`, and the attempts it reported."""
-
-    def __init__(self, proxy: Proxy, events: list[Attempt]) -> None:
-        self.proxy, self.events = proxy, events
-
-    async def send(self, data: bytes, *, then: bytes = b"") -> bytes:
-        """Send `data` (and, once the proxy answered, `then`); everything the proxy sent back."""
-        reader, writer = await asyncio.open_unix_connection(str(self.proxy.socket_path))
-        writer.write(data)
-        answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30) if then else b""
-        if then:
-            writer.write(then)
-        try:
-            answer += await asyncio.wait_for(reader.read(), 30)
-        except ConnectionResetError:
-            pass  # the proxy closed with the sandbox's bytes unread
-        finally:
-            writer.close()
-        await asyncio.sleep(0.05)  # the proxy reports the attempt once the connection ends
-        return answer
-
-
-async def running(tmp_path: Path, table: dict[str, object], *, max_connections: int = 100) -> Running:
-    events: list[Attempt] = []
-    policy = parse_policy(table, source="test")
-    proxy = Proxy(policy, tmp_path / "proxy.sock", Budget(10**9, max_connections), events.append, environ={})
-    await proxy.start()
-    return Running(proxy, events)
-
-
-def get(target: str, host: str, extra: str = "") -> bytes:
-    return f"GET {target} HTTP/1.1\r\nHost: {host}\r\n{extra}\r\n".encode()
 
 
 def _open_descriptors() -> int:
@@ -58,7 +24,7 @@ def _open_descriptors() -> int:
 
 
 async def test_connections_past_the_open_cap_are_closed_at_once_and_hold_no_host_descriptor(tmp_path: Path) -> None:
-    proxy = await running(tmp_path, {"allow": ["api.test:80"], "resolve": {"api.test": "127.0.0.1"}})
+    proxy = await running(tmp_path, {"allow": ["api.test:80"], "resolve": {"api.test": "127.0.0.1"}}, reset_ok=True)
     socket_path = str(proxy.proxy.socket_path)
     held = [await asyncio.open_unix_connection(socket_path) for _ in range(MAX_OPEN)]
     before = _open_descriptors()
@@ -78,7 +44,7 @@ async def test_connections_past_the_open_cap_are_closed_at_once_and_hold_no_host
 
 
 async def test_refusals_past_the_connection_limit_are_recorded_once_not_once_per_reconnect(tmp_path: Path) -> None:
-    proxy = await running(tmp_path, {"allow": ["api.test:80"], "resolve": {"api.test": "127.0.0.1"}}, max_connections=2)
+    proxy = await running(tmp_path, {"allow": ["api.test:80"], "resolve": {"api.test": "127.0.0.1"}}, max_connections=2, reset_ok=True)
     answers = [await proxy.send(get("http://evil.test/", "evil.test")) for _ in range(40)]
     await proxy.proxy.close()
     assert all(b" 403 " in answer for answer in answers)  # every one is still told why
@@ -90,7 +56,7 @@ async def test_refusals_past_the_connection_limit_are_recorded_once_not_once_per
 async def test_a_body_framed_by_transfer_encoding_goes_upstream_without_a_content_length(tmp_path: Path) -> None:
     with http_upstream() as seen:
         target = f"api.test:{seen.port}"
-        proxy = await running(tmp_path, {"allow": [target], "resolve": {"api.test": "127.0.0.1"}})
+        proxy = await running(tmp_path, {"allow": [target], "resolve": {"api.test": "127.0.0.1"}}, reset_ok=True)
         smuggle = (
             f"POST http://{target}/p HTTP/1.1\r\nHost: {target}\r\nContent-Length: 5\r\n"
             "Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
@@ -102,7 +68,7 @@ async def test_a_body_framed_by_transfer_encoding_goes_upstream_without_a_conten
 
 
 async def test_a_head_too_large_to_parse_is_still_an_attempt_in_the_record(tmp_path: Path) -> None:
-    proxy = await running(tmp_path, {"allow": ["api.test:80"], "resolve": {"api.test": "127.0.0.1"}})
+    proxy = await running(tmp_path, {"allow": ["api.test:80"], "resolve": {"api.test": "127.0.0.1"}}, reset_ok=True)
     answer = await proxy.send(get("http://api.test/", "api.test", f"X-Big: {'a' * 100_000}\r\n"))
     await proxy.proxy.close()
     assert answer.startswith(b"HTTP/1.1 400") or answer == b""  # the 400 may be lost to the reset
@@ -113,7 +79,7 @@ async def test_a_head_too_large_to_parse_is_still_an_attempt_in_the_record(tmp_p
 async def test_a_tunnel_without_sni_is_refused_with_words_that_say_so(tmp_path: Path) -> None:
     with tcp_recorder() as seen:
         target = f"api.test:{seen.port}"
-        proxy = await running(tmp_path, {"allow": [target], "resolve": {"api.test": "127.0.0.1"}})
+        proxy = await running(tmp_path, {"allow": [target], "resolve": {"api.test": "127.0.0.1"}}, reset_ok=True)
         await proxy.send(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode(), then=client_hello(None))
         await proxy.proxy.close()
     assert seen.raw == []
@@ -152,7 +118,7 @@ async def test_spellings_and_smuggling_that_name_another_host_are_refused_before
 ) -> None:
     with http_upstream() as seen:
         proxy = await running(
-            tmp_path, {"allow": [f"api.test:{seen.port}"], "resolve": {"api.test": "127.0.0.1", "evil.test": "127.0.0.1"}}
+            tmp_path, {"allow": [f"api.test:{seen.port}"], "resolve": {"api.test": "127.0.0.1", "evil.test": "127.0.0.1"}}, reset_ok=True
         )
         await proxy.send(request_bytes.format(port=seen.port).encode())
         await proxy.proxy.close()
@@ -163,7 +129,7 @@ async def test_spellings_and_smuggling_that_name_another_host_are_refused_before
 async def test_a_second_request_on_the_same_connection_never_reaches_any_host(tmp_path: Path) -> None:
     with http_upstream() as seen:
         target = f"api.test:{seen.port}"
-        proxy = await running(tmp_path, {"allow": [target], "resolve": {"api.test": "127.0.0.1", "evil.test": "127.0.0.1"}})
+        proxy = await running(tmp_path, {"allow": [target], "resolve": {"api.test": "127.0.0.1", "evil.test": "127.0.0.1"}}, reset_ok=True)
         answer = await proxy.send(
             get(f"http://{target}/one", target) + get(f"http://evil.test:{seen.port}/two", f"evil.test:{seen.port}")
             + get(f"http://{target}/three", target)
@@ -197,7 +163,7 @@ def _tls12_hello(server_hostname: str) -> bytes:
 async def test_tls_versions_are_held_to_the_same_sni_rule(tmp_path: Path, hello: bytes, reaches: bool) -> None:
     with tcp_recorder() as seen:
         target = f"api.test:{seen.port}"
-        proxy = await running(tmp_path, {"allow": [target], "resolve": {"api.test": "127.0.0.1"}})
+        proxy = await running(tmp_path, {"allow": [target], "resolve": {"api.test": "127.0.0.1"}}, reset_ok=True)
         await proxy.send(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode(), then=hello)
         await proxy.proxy.close()
     assert (seen.raw == [hello]) if reaches else (seen.raw == [])

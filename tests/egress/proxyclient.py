@@ -1,0 +1,58 @@
+"""The host proxy on its socket, driven as a sandbox would drive it: `running` starts one in a
+test's folder, `Running.send` plays the sandbox's side of one connection, `get` writes a proxy
+request head. Shared by tests/egress and the egress fault tests (one copy)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from coderoom.egress.policy import parse_policy
+from coderoom.egress.proxy import Attempt, Budget, Proxy
+
+
+class Running:
+    """A proxy on its socket in `tmp_path`, and the attempts it reported."""
+
+    def __init__(self, proxy: Proxy, events: list[Attempt], *, reset_ok: bool = False) -> None:
+        self.proxy, self.events, self.reset_ok = proxy, events, reset_ok
+
+    async def send(self, data: bytes, *, then: bytes = b"") -> bytes:
+        """Send `data` (and, once the proxy answered, `then`); everything the proxy sent back.
+        A connection reset fails the test unless `reset_ok` (the proxy may close with the
+        sandbox's bytes unread, which an attack expects)."""
+        reader, writer = await asyncio.open_unix_connection(str(self.proxy.socket_path))
+        writer.write(data)
+        if then:
+            answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+            writer.write(then)
+        else:
+            answer = b""
+        try:
+            answer += await asyncio.wait_for(reader.read(), 30)
+        except ConnectionResetError:
+            if not self.reset_ok:
+                raise
+        finally:
+            writer.close()
+        await asyncio.sleep(0.05)  # the proxy reports the attempt once the connection ends
+        return answer
+
+
+async def running(
+    tmp_path: Path, table: dict[str, object], *, max_bytes: int = 10**9, max_connections: int = 100,
+    environ: dict[str, str] | None = None, reset_ok: bool = False, **options: object,
+) -> Running:  # fmt: skip
+    """A started proxy for the policy `table`; `options` go to `Proxy` as they are."""
+    events: list[Attempt] = []
+    proxy = Proxy(
+        parse_policy(table, source="test"), tmp_path / "proxy.sock", Budget(max_bytes, max_connections),
+        events.append, environ=environ or {}, **options,  # type: ignore[arg-type]
+    )  # fmt: skip
+    await proxy.start()
+    return Running(proxy, events, reset_ok=reset_ok)
+
+
+def get(target: str, host: str, extra: str = "") -> bytes:
+    """A proxy request head: `GET target` with `Host: host` and `extra` header lines."""
+    return f"GET {target} HTTP/1.1\r\nHost: {host}\r\n{extra}\r\n".encode()
