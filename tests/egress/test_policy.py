@@ -102,12 +102,12 @@ def test_every_problem_is_one_line_naming_the_source() -> None:
     assert any("dns" in line for line in lines) and any("localhost" in line for line in lines)
 
 
-def test_a_secret_for_a_host_allowed_on_https_only_is_refused_until_tls_termination_exists() -> None:
-    with pytest.raises(UsageError, match="plain HTTP only in this version"):
-        parse_policy(
-            {"allow": ["api.example.com:443"], "secrets": [{"host": "api.example.com", "header": "X-Key", "env": "K"}]},
-            source=SOURCE,
-        )
+def test_a_secret_for_a_host_allowed_on_https_only_is_accepted_and_one_for_an_unlisted_port_is_not() -> None:
+    secret = {"host": "api.example.com", "header": "X-Key", "env": "K"}
+    policy = parse_policy({"allow": ["api.example.com:443"], "secrets": [secret]}, source=SOURCE)
+    assert policy.secret_for("api.example.com") is not None  # added inside HTTPS (egress.interception)
+    with pytest.raises(UsageError, match="must be in allow"):
+        parse_policy({"allow": ["other.example.com:443"], "secrets": [secret]}, source=SOURCE)
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """Upstream servers for the egress tests, all on the host's 127.0.0.1 (the only address a test may
 reach): an HTTP server that records what it was sent, a raw TCP server that records the first
-bytes of each connection, and a TLS ClientHello made by Python's ssl for any server name."""
+bytes of each connection, a TLS ClientHello made by Python's ssl for any server name, and a test
+CA (`TestCA`) whose certificates an HTTPS upstream (`http_upstream(tls=...)`) shows."""
 
 from __future__ import annotations
 
@@ -9,8 +10,15 @@ import http.server
 import socket
 import ssl
 import threading
+import datetime
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 
 @dataclass
@@ -23,9 +31,11 @@ class Seen:
 
 
 @contextlib.contextmanager
-def http_upstream(body: bytes = b"hello from upstream\n", redirect_to: str | None = None) -> Iterator[Seen]:
-    """An HTTP/1.1 server on 127.0.0.1: `GET /big?n=N` answers N bytes, `GET /go` a redirect to
-    `redirect_to`, anything else `body`."""
+def http_upstream(
+    body: bytes = b"hello from upstream\n", redirect_to: str | None = None, tls: ssl.SSLContext | None = None
+) -> Iterator[Seen]:
+    """An HTTP/1.1 server on 127.0.0.1 (HTTPS with `tls`): `GET /big?n=N` answers N bytes,
+    `GET /go` a redirect to `redirect_to`, anything else `body`."""
     seen = Seen()
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -58,6 +68,8 @@ def http_upstream(body: bytes = b"hello from upstream\n", redirect_to: str | Non
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    if tls is not None:  # the handshake runs in the handler's thread, on its first read
+        server.socket = tls.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
     seen.port = server.server_address[1]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -108,3 +120,54 @@ def client_hello(server_hostname: str | None) -> bytes:
     with contextlib.suppress(ssl.SSLWantReadError):
         tls.do_handshake()
     return outgoing.read()
+
+
+def _name(text: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, text)])
+
+
+class TestCA:
+    """A CA of the test's own (no name constraints) that signs server certificates for upstreams."""
+
+    __test__ = False  # not a test class
+
+    def __init__(self, folder: Path, name: str = "egress test CA") -> None:
+        self.folder = folder
+        self._key = ec.generate_private_key(ec.SECP256R1())
+        now = datetime.datetime.now(datetime.timezone.utc)
+        self._valid = (now - datetime.timedelta(minutes=5), now + datetime.timedelta(hours=2))
+        self.certificate = (
+            x509.CertificateBuilder().subject_name(_name(name)).issuer_name(_name(name))
+            .public_key(self._key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(self._valid[0]).not_valid_after(self._valid[1])
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(self._key.public_key()), critical=False)
+            .sign(self._key, hashes.SHA256())
+        )  # fmt: skip
+        self.cafile = folder / f"{name.replace(' ', '-')}.pem"
+        self.cafile.write_bytes(self.certificate.public_bytes(serialization.Encoding.PEM))
+
+    def server_context(self, host: str) -> ssl.SSLContext:
+        """A TLS server context showing a certificate for `host` signed by this CA."""
+        key = ec.generate_private_key(ec.SECP256R1())
+        certificate = (
+            x509.CertificateBuilder().subject_name(_name(host)).issuer_name(self.certificate.subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(self._valid[0]).not_valid_after(self._valid[1])
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(host)]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(self._key.public_key()), critical=False)
+            .sign(self._key, hashes.SHA256())
+        )  # fmt: skip
+        return server_context(certificate.public_bytes(serialization.Encoding.PEM), key, self.folder, host)
+
+
+def server_context(certificate: bytes, key: ec.EllipticCurvePrivateKey, folder: Path, host: str) -> ssl.SSLContext:
+    """A TLS server context for a certificate and key (written to `folder`: test material)."""
+    pem = folder / f"{host}-{x509.load_pem_x509_certificate(certificate).serial_number}.pem"
+    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    pem.write_bytes(private + certificate)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(pem)
+    return context

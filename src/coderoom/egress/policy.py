@@ -164,14 +164,8 @@ def _secret(entry: object, rules: tuple[Rule, ...]) -> Secret:
     fmt = "{}" if fmt is None else fmt
     if not isinstance(fmt, str) or fmt.count("{}") != 1 or len(fmt) > 200 or any(c in fmt for c in "\r\n\0"):
         raise ValueError(f"{name}: format must hold '{{}}' once, e.g. 'Bearer {{}}'")
-    ports = {port for rule in rules if rule.matches(name, rule.port or 80) for port in rule.ports()}
-    if not ports:
+    if not any(rule.matches(name, port) for rule in rules for port in rule.ports()):
         raise ValueError(f"{name}: a secret's host must be in allow")
-    if ports == {443}:
-        raise ValueError(
-            f"{name}: allowed on port 443 only, and secrets are added on plain HTTP only in this version "
-            "(no TLS termination yet); allow the host's plain HTTP port or drop the secret"
-        )
     return Secret(name, header, env, fmt)
 
 

@@ -11,8 +11,11 @@ through `policy.host_of` before it is looked at. For each connection:
   CONNECT host (a missing or other SNI is refused, so is anything that is not TLS: no chained
   CONNECT or other protocol through the tunnel). Only then does the proxy connect, to the address
   it resolved (no second lookup a rebinding DNS could answer differently), and relay bytes.
-  A host with a secret is refused over CONNECT: adding a header inside TLS needs TLS
-  termination, which this version does not do (docs/security.md).
+  For a host with a secret the proxy terminates that TLS itself instead (`interception`: a
+  leaf for the host, signed by the session's own CA, which the sandbox trusts), reads the
+  HTTP/1.1 request inside with h11 as it does plain HTTP (its Host must be the host), sets the
+  secret's header and sends it to the host over a new TLS connection verified against the
+  normal trust store (plus the host-only `upstream_cafile`). One request per connection.
 * absolute-form `GET http://host[:port]/path` (plain HTTP): the Host header must name the same
   host and port; the request is sent upstream in origin form with hop-by-hop and proxy headers
   dropped, the secret's header (if the host has one) set from the host's environment, and
@@ -21,7 +24,8 @@ through `policy.host_of` before it is looked at. For each connection:
 
 Every attempt becomes an `Attempt` handed to `on_event` when it ends. A `Budget` shared by the
 run's connections counts bytes both ways and connections; past either, the connection is cut or
-refused with the limit's name.
+refused with the limit's name. A connection that moves no bytes either way for IDLE_TIMEOUT_S
+(a body, a response, a tunnel) is cut with that name.
 """
 
 from __future__ import annotations
@@ -31,8 +35,10 @@ import contextlib
 import ipaddress
 import os
 import socket
+import ssl
 import time
 from collections.abc import Callable, Mapping
+from typing import Protocol
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -40,11 +46,14 @@ from urllib.parse import urlsplit
 import h11
 
 from . import tls
+from .interception import SessionCA
 from .policy import IPAddress, host_of, literal_ip, refused_address, split_port
-from .rules import Policy
+from .rules import Policy, Secret
+from .tlsstream import TlsServerStream
 
 MAX_HEAD_BYTES = 16 * 1024  # a request or response head; a longer one is refused
 HEAD_TIMEOUT_S = 30.0  # for the sandbox to send a whole request head or ClientHello
+IDLE_TIMEOUT_S = 120.0  # a body, a response or a tunnel that moves no byte either way this long is cut
 CONNECT_TIMEOUT_S = 30.0  # to resolve a name and connect upstream
 MAX_OPEN = 64  # connections of one sandbox the proxy holds at once, refused ones included: each
 # holds up to two host descriptors; one past it is closed unanswered (never read, never waited on)
@@ -70,6 +79,7 @@ class Attempt:
     bytes_up: int = 0  # sandbox -> upstream
     bytes_down: int = 0  # upstream -> sandbox
     duration_s: float = 0.0
+    intercepted: bool = False  # HTTPS the proxy terminated to add a secret (the method is the inner one)
     replied: bool = field(default=False, repr=False)  # an answer went back: a refusal only closes
 
     def fields(self) -> dict[str, object]:
@@ -132,6 +142,20 @@ class Refused(Exception):
     """A connection the policy does not allow; the message is the reason recorded and sent back."""
 
 
+class Reader(Protocol):
+    """What the HTTP code reads from: an asyncio stream, or TLS the proxy terminated."""
+
+    async def read(self, n: int = -1) -> bytes: ...
+
+
+class Writer(Protocol):
+    """What the HTTP code writes to: an asyncio stream, or TLS the proxy terminated."""
+
+    def write(self, data: bytes) -> None: ...
+
+    async def drain(self) -> None: ...
+
+
 def _shown(value: object) -> str:
     text = value.decode("ascii", "replace") if isinstance(value, bytes) else str(value)
     text = "".join(c if c.isprintable() else "?" for c in text)
@@ -149,9 +173,20 @@ class Proxy:
         on_event: Callable[[Attempt], None],
         *,
         environ: Mapping[str, str] = os.environ,
+        upstream_cafile: Path | None = None,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
     ) -> None:
+        """`upstream_cafile`: trust roots for upstream TLS in addition to the default store
+        (host configuration only: tests' loopback upstreams; never the sandbox's to choose)."""
         self.policy, self.socket_path, self.budget = policy, socket_path, budget
         self._on_event, self._environ = on_event, environ
+        self.idle_timeout_s = idle_timeout_s
+        hosts = {secret.host for secret in policy.secrets}
+        self.ca: SessionCA | None = SessionCA(hosts) if hosts else None  # its key: this object only
+        self._upstream_tls = ssl.create_default_context()
+        if upstream_cafile is not None:
+            self._upstream_tls.load_verify_locations(cafile=str(upstream_cafile))
+        self._upstream_tls.set_alpn_protocols(["http/1.1"])
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -256,11 +291,23 @@ class Proxy:
             raise Refused(f"{host} resolves to {found[0] if found else '-'}, {why}; only `resolve` can name such an address")
         return usable
 
-    async def _connect(self, addresses: list[IPAddress], port: int, attempt: Attempt) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _connect(
+        self, addresses: list[IPAddress], port: int, attempt: Attempt, *, tls_host: str | None = None
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection to the first of `addresses` that answers; with `tls_host`, TLS to it,
+        verified (an upstream whose certificate fails is Refused, never tried elsewhere)."""
         last: Exception | None = None
+        tls_options: dict[str, object] = {}
+        if tls_host is not None:
+            tls_options = {"ssl": self._upstream_tls, "server_hostname": tls_host.strip("[]"), "ssl_handshake_timeout": CONNECT_TIMEOUT_S}
         for address in addresses:
             try:
-                pair = await asyncio.wait_for(asyncio.open_connection(str(address), port, limit=_CHUNK), CONNECT_TIMEOUT_S)
+                pair = await asyncio.wait_for(
+                    asyncio.open_connection(str(address), port, limit=_CHUNK, **tls_options), CONNECT_TIMEOUT_S  # type: ignore[arg-type]
+                )
+            except ssl.SSLCertVerificationError as exc:
+                attempt.address = str(address)
+                raise Refused(f"{attempt.host}:{port}: the upstream's certificate failed verification ({_shown(exc.verify_message)})") from None
             except (OSError, asyncio.TimeoutError) as exc:
                 last = exc
                 continue
@@ -275,11 +322,6 @@ class Proxy:
     ) -> None:
         host, port = _authority(request.target, default_port=None)
         addresses = await self._check(host, port, attempt)
-        if self.policy.secret_for(host) is not None:
-            raise Refused(
-                f"{host} has a secret, which is added on plain HTTP only in this version (no TLS "
-                "termination yet): the request would go out without it"
-            )
         for _ in range(2):  # EndOfMessage, then PAUSED: h11 leaves the tunnel's bytes to us
             event = conn.next_event()
             if event is h11.PAUSED:
@@ -300,6 +342,10 @@ class Proxy:
         if (name and _same_name(name)) != expected:
             shown = "no server name" if name is None else f"the TLS server name {_shown(name)!r}"
             raise Refused(f"{shown} is not the CONNECT host {host}")
+        secret = self.policy.secret_for(host)
+        if secret is not None:
+            await self._intercept(host, port, addresses, secret, TlsServerStream(reader, writer, self._server_tls(host), hello), attempt)
+            return
         up_reader, up_writer = await self._connect(addresses, port, attempt)
         attempt.allowed = True
         try:
@@ -310,6 +356,72 @@ class Proxy:
             await self._relay(reader, writer, up_reader, up_writer, attempt)
         finally:
             up_writer.close()
+
+    def _server_tls(self, host: str) -> ssl.SSLContext:
+        assert self.ca is not None  # made for every host with a secret
+        return self.ca.server_context(host)
+
+    async def _intercept(
+        self, host: str, port: int, addresses: list[IPAddress], secret: Secret, stream: TlsServerStream, attempt: Attempt
+    ) -> None:
+        """Terminate the sandbox's TLS for `host`, take one HTTP/1.1 request from inside it
+        (bounded like plain HTTP; Host must be `host`), add the secret and send it upstream over
+        verified TLS. A refusal goes back inside the TLS connection once it is up."""
+        attempt.intercepted = True
+        try:
+            await asyncio.wait_for(stream.handshake(), HEAD_TIMEOUT_S)
+        except (ssl.SSLError, ConnectionError) as exc:
+            raise Refused(f"the sandbox's TLS handshake for {host} failed ({_shown(getattr(exc, 'reason', None) or exc)})") from None
+        attempt.replied = False  # a refusal can be sent again, now inside TLS
+        try:
+            conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+            request = await asyncio.wait_for(_next_request(stream, conn), HEAD_TIMEOUT_S)
+            if request is None:
+                attempt.replied = True
+                return
+            attempt.method = _shown(request.method)
+            if not request.target.startswith(b"/"):
+                raise Refused(f"{_shown(request.target)}: inside HTTPS only origin-form requests (/path)")
+            named = [value for name, value in request.headers if name == b"host"]
+            if len(named) != 1 or _authority(named[0], default_port=443) != (host, port):
+                raise Refused(f"the Host header ({_shown(named[0]) if named else 'none'}) does not name the TLS host {host}:{port}")
+            headers = self._upstream_headers(request, host, port, secret, default_port=443)
+            up_reader, up_writer = await self._connect(addresses, port, attempt, tls_host=host)
+            attempt.allowed = True
+            try:
+                path = request.target.decode("ascii", "replace")
+                await self._exchange(request.method, path, headers, conn, stream, stream, up_reader, up_writer, attempt)
+            finally:
+                up_writer.close()
+        except (Refused, h11.RemoteProtocolError) as exc:
+            if not attempt.replied:
+                status = 403 if isinstance(exc, Refused) else 400
+                reason = str(exc) if isinstance(exc, Refused) else f"not valid HTTP: {_shown(exc)}"
+                await _send_refusal(stream, reason, status)
+            attempt.replied = True
+            raise
+
+    def _upstream_headers(
+        self, request: h11.Request, host: str, port: int, secret: Secret | None, *, default_port: int
+    ) -> list[tuple[bytes, bytes]]:
+        """The request's headers as they go upstream: hop-by-hop and proxy headers dropped, the
+        secret's header (if any) set from the host's environment in place of the sandbox's,
+        Host named by the proxy, `Connection: close`."""
+        headers = [(name, value) for name, value in request.headers if name not in _HOP_HEADERS]
+        if any(name == b"transfer-encoding" for name, _ in headers):  # h11 framed the body by it:
+            headers = [(n, v) for n, v in headers if n != b"content-length"]  # RFC 9112 6.3, no smuggling
+        if secret is not None:
+            value = secret.value(self._environ)
+            if value is None:
+                raise Refused(f"{host}: its secret's environment variable {secret.env} is not set on the host")
+            if not value.isprintable() or not value.isascii():
+                raise Refused(f"{host}: its secret's environment variable {secret.env} holds characters a header cannot")
+            headers = [(n, v) for n, v in headers if n != secret.header.lower().encode()]
+            headers.append((secret.header.encode(), value.encode()))
+        return [(b"Host", (host if port == default_port else f"{host}:{port}").encode()), *headers, (b"Connection", b"close")]
+
+    def _idle_reason(self) -> str:
+        return f"no byte moved either way for IDLE_TIMEOUT_S = {self.idle_timeout_s:g} s: the connection was cut"
 
     def _charge(self, attempt: Attempt, data: bytes, up: bool) -> bytes:
         """`data`, taken from the byte budget (Refused past it) and counted on `attempt`'s side."""
@@ -325,10 +437,21 @@ class Proxy:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
         up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter, attempt: Attempt,
     ) -> None:  # fmt: skip
+        last = [time.monotonic()]  # a byte either way keeps both directions alive
+
         async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter, up: bool) -> None:
-            while data := await source.read(_CHUNK):
+            while True:
+                try:
+                    data = await asyncio.wait_for(source.read(_CHUNK), self.idle_timeout_s)
+                except asyncio.TimeoutError:
+                    if time.monotonic() - last[0] < self.idle_timeout_s:
+                        continue
+                    raise Refused(self._idle_reason()) from None
+                if not data:
+                    break
+                last[0] = time.monotonic()
                 sink.write(self._charge(attempt, data, up))
-                await sink.drain()
+                await _drain(sink, self.idle_timeout_s, self._idle_reason())
             with contextlib.suppress(OSError):
                 if sink.can_write_eof():
                     sink.write_eof()
@@ -363,19 +486,7 @@ class Proxy:
             shown = _shown(named[0]) if named else "none"
             raise Refused(f"the Host header ({shown}) does not name the request's host {host}:{port}")
         addresses = await self._check(host, port, attempt)
-        secret = self.policy.secret_for(host)
-        headers = [(name, value) for name, value in request.headers if name not in _HOP_HEADERS]
-        if any(name == b"transfer-encoding" for name, _ in headers):  # h11 framed the body by it:
-            headers = [(n, v) for n, v in headers if n != b"content-length"]  # RFC 9112 6.3, no smuggling
-        if secret is not None:
-            value = secret.value(self._environ)
-            if value is None:
-                raise Refused(f"{host}: its secret's environment variable {secret.env} is not set on the host")
-            if not value.isprintable() or not value.isascii():
-                raise Refused(f"{host}: its secret's environment variable {secret.env} holds characters a header cannot")
-            headers = [(n, v) for n, v in headers if n != secret.header.lower().encode()]
-            headers.append((secret.header.encode(), value.encode()))
-        headers = [(b"Host", (host if port == 80 else f"{host}:{port}").encode()), *headers, (b"Connection", b"close")]
+        headers = self._upstream_headers(request, host, port, self.policy.secret_for(host), default_port=80)
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         up_reader, up_writer = await self._connect(addresses, port, attempt)
         attempt.allowed = True
@@ -386,25 +497,26 @@ class Proxy:
 
     async def _exchange(
         self, method: bytes, path: str, headers: list[tuple[bytes, bytes]], conn: h11.Connection,
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+        reader: Reader, writer: Writer,
         up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter, attempt: Attempt,
     ) -> None:  # fmt: skip
         """Send the request and its body upstream, then the response back, through h11 both ways."""
+        idle, why = self.idle_timeout_s, self._idle_reason()
         upstream = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
         up_writer.write(self._charge(attempt, upstream.send(h11.Request(method=method, target=path, headers=headers)) or b"", True))
         while True:
-            event = await _next(reader, conn)
+            event = await _next(reader, conn, idle=(idle, why))
             if isinstance(event, h11.Data):
                 up_writer.write(self._charge(attempt, upstream.send(event) or b"", True))
-                await up_writer.drain()
+                await _drain(up_writer, idle, why)
             elif isinstance(event, h11.EndOfMessage):
                 up_writer.write(self._charge(attempt, upstream.send(h11.EndOfMessage()) or b"", True))
                 break
             else:
                 raise Refused("the request body ended early")
-        await up_writer.drain()
+        await _drain(up_writer, idle, why)
         while True:
-            event = await _next(up_reader, upstream, count=lambda data: self._charge(attempt, data, False))
+            event = await _next(up_reader, upstream, count=lambda data: self._charge(attempt, data, False), idle=(idle, why))
             if isinstance(event, h11.Response):
                 kept = [(n, v) for n, v in event.headers if n not in _HOP_HEADERS]
                 response = h11.Response(status_code=event.status_code, headers=[*kept, (b"Connection", b"close")], reason=event.reason)
@@ -412,10 +524,10 @@ class Proxy:
                 attempt.replied = True
             elif isinstance(event, h11.Data):
                 writer.write(conn.send(event) or b"")
-                await writer.drain()
+                await _drain(writer, idle, why)
             elif isinstance(event, h11.EndOfMessage):
                 writer.write(conn.send(h11.EndOfMessage()) or b"")
-                await writer.drain()
+                await _drain(writer, idle, why)
                 return
             elif isinstance(event, h11.InformationalResponse):
                 continue
@@ -424,18 +536,43 @@ class Proxy:
 
 
 async def _next(
-    reader: asyncio.StreamReader, conn: h11.Connection, count: Callable[[bytes], bytes] | None = None
-) -> object:
-    """The next h11 event of `conn`, reading from `reader` as needed (h11 bounds the head)."""
+    reader: Reader, conn: h11.Connection, count: Callable[[bytes], bytes] | None = None,
+    idle: tuple[float, str] | None = None,
+) -> object:  # fmt: skip
+    """The next h11 event of `conn`, reading from `reader` as needed. A head is bounded twice:
+    h11 refuses an incomplete one past MAX_HEAD_BYTES, and `_head_bytes` a whole one that
+    arrived in one read. With `idle` (seconds, reason), a read that waits longer is Refused."""
     while True:
         event = conn.next_event()
         if event is not h11.NEED_DATA:
+            if isinstance(event, (h11.Request, h11.Response, h11.InformationalResponse)) and _head_bytes(event) > MAX_HEAD_BYTES:
+                raise h11.RemoteProtocolError(f"a head longer than MAX_HEAD_BYTES = {MAX_HEAD_BYTES}")
             return event
-        data = await reader.read(_CHUNK)
+        if idle is None:
+            data = await reader.read(_CHUNK)
+        else:
+            try:
+                data = await asyncio.wait_for(reader.read(_CHUNK), idle[0])
+            except asyncio.TimeoutError:
+                raise Refused(idle[1]) from None
         conn.receive_data(count(data) if count and data else data)
 
 
-async def _next_request(reader: asyncio.StreamReader, conn: h11.Connection) -> h11.Request | None:
+def _head_bytes(event: h11.Request | h11.Response | h11.InformationalResponse) -> int:
+    """The size of `event`'s head as sent: its first line and each `name: value` line."""
+    first = len(event.method) + len(event.target) if isinstance(event, h11.Request) else len(event.reason) + 4
+    return first + 12 + sum(len(name) + len(value) + 4 for name, value in event.headers)
+
+
+async def _drain(writer: Writer, idle: float, reason: str) -> None:
+    """`writer.drain()`, Refused with `reason` when the other side reads nothing for `idle` s."""
+    try:
+        await asyncio.wait_for(writer.drain(), idle)
+    except asyncio.TimeoutError:
+        raise Refused(reason) from None
+
+
+async def _next_request(reader: Reader, conn: h11.Connection) -> h11.Request | None:
     event = await _next(reader, conn)
     if isinstance(event, h11.ConnectionClosed):
         return None
@@ -482,7 +619,7 @@ def _same_name(name: str) -> str | None:
         return None
 
 
-async def _send_refusal(writer: asyncio.StreamWriter, reason: str, status: int = 403) -> None:
+async def _send_refusal(writer: Writer, reason: str, status: int = 403) -> None:
     body = f"coderoom egress: refused: {reason}\n".encode("utf-8", "replace")
     head = f"HTTP/1.1 {status} {'Forbidden' if status == 403 else 'Bad Request'}\r\nContent-Type: text/plain; charset=utf-8\r\n"
     head += f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"

@@ -289,6 +289,7 @@ class Egress(_Event):
     bytes_up: int = 0
     bytes_down: int = 0
     duration_s: float = 0.0
+    intercepted: bool = False  # HTTPS the proxy terminated to add a secret (the method is the inner one)
 
 
 class ModelRetry(_Event):

@@ -53,6 +53,7 @@ def trim_line(event: ContextTrimmed) -> str:
 def egress_line(event: Egress) -> str:
     """One egress event as a line (`show`): what the sandbox asked for, what the proxy did."""
     what = f"egress {event.method} {event.host}:{event.port}"
+    what += " (https, intercepted)" if event.intercepted else ""
     if not event.allowed:
         return f"{what} refused: {event.reason}"
     moved = f"{event.bytes_up:,} bytes up, {event.bytes_down:,} down in {event.duration_s:.3f}s"

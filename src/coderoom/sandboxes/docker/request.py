@@ -105,9 +105,10 @@ def create_request(
     }
     cmd = ["--exit-on-eof", "--seccomp", f"--contact-within={CONTACT_WITHIN_S:g}"]
     if egress_dir is not None:
-        from ...egress.session import FORWARDER_PORT, forwarder_source, sandbox_env  # not on the fast path
+        from ...egress.session import FORWARDER_PORT, bundle_path, forwarder_source, sandbox_env  # not on the fast path
 
-        env.update(sandbox_env())
+        assert limits.egress is not None
+        env.update(sandbox_env(bundle=bundle_path(limits.egress, INSIDE_DIR)))
         env[FORWARDER_ENV] = forwarder_source()
         cmd.append(f"--egress={INSIDE_SOCKET}:{FORWARDER_PORT}")
     host: dict[str, Any] = {

@@ -121,7 +121,8 @@ class LocalSandbox(SandboxPlan):
         self._forwarder: list[asyncio.Future[None]] = []  # its output pumps, with the launcher
         self._command_env = with_library_path(BASE_ENV)
         if limits.egress is not None:
-            self._command_env.update(egress_session.sandbox_env())
+            bundle = egress_session.bundle_path(limits.egress, bwrap.EGRESS_DIR)
+            self._command_env.update(egress_session.sandbox_env(bundle=bundle))
         self._launcher: Launcher | None = None
         self._launcher_lock = asyncio.Lock()
         self._processes: list[LongLived] = []
