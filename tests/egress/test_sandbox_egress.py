@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import ssl
 import subprocess
 import sys
 import zipfile
@@ -19,14 +20,17 @@ from pathlib import Path
 import pytest
 from backends import require_backend
 
+from coderoom.egress.interception import SessionCA
 from coderoom.egress.policy import parse_policy
+from coderoom.egress.session import UPSTREAM_CA_ENV
 from coderoom.record.events import Egress
 from coderoom.record.reader import read_record
 from coderoom.sandboxes import Limits
+from coderoom.sandboxes.sdk_session_adapter import backend_session
 from coderoom.service.session import Session
 
 from .probes import PROBES
-from .upstreams import http_upstream
+from .upstreams import TestCA, http_upstream, server_context
 
 CANARY = "canary-egress-7d41b0e9c3"
 
@@ -228,3 +232,122 @@ def test_sandbox_run_reaches_the_allowed_host_and_says_what_was_refused(tmp_path
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["200", "HTTP Error 403: Forbidden"]
     assert f"coderoom: egress GET other.test:{seen.port} refused: other.test:{seen.port}: this host" in done.stderr
+
+
+HTTPS_PROBES = r"""
+import shutil, ssl, subprocess, sys, urllib.request
+api, own, other, test_ca = sys.argv[1:5]
+
+def show(name, run):
+    try:
+        print(name, run(), flush=True)
+    except Exception as exc:
+        print(name, "ERROR", type(exc).__name__, str(exc)[:300].replace("\n", " "), flush=True)
+
+def curl(url):
+    done = subprocess.run(["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", url], capture_output=True, text=True, timeout=60)
+    return done.stdout or "ERROR " + done.stderr.strip()[:300]
+
+show("urllib", lambda: urllib.request.urlopen(f"https://api.test:{api}/urllib", timeout=20).status)
+try:
+    import requests
+    show("requests", lambda: requests.get(f"https://api.test:{api}/requests", timeout=20).status_code)
+except ImportError:
+    print("requests ABSENT")
+if shutil.which("curl"):
+    show("curl", lambda: curl(f"https://api.test:{api}/curl"))
+else:
+    print("curl ABSENT")
+own_ca = ssl.create_default_context(cafile=test_ca)  # the upstream's own CA only: no session CA in it
+show("tunnel_own_cert", lambda: urllib.request.urlopen(f"https://own.test:{own}/t", timeout=20, context=own_ca).status)
+show("constrained", lambda: urllib.request.urlopen(f"https://other.test:{other}/c", timeout=20).status)
+"""
+
+
+def requests_and_its_dependencies() -> bytes:
+    """A tar of the host's `requests` and the pure-Python packages it needs, for a sandbox whose
+    Python has none (the image has no index to install from)."""
+    import importlib
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for name in ("requests", "urllib3", "idna", "certifi"):
+            folder = Path(importlib.import_module(name).__file__ or "").parent
+            archive.add(folder, arcname=name, filter=lambda info: None if "__pycache__" in info.name else info)
+    return buffer.getvalue()
+
+
+def session_ca(session: Session) -> SessionCA:
+    """The session CA of a running session's proxy (host memory: only a test on the host reaches it)."""
+    inner = backend_session(session._live.session)
+    core = getattr(inner, "_core", None) or inner.sandbox  # Docker's DockerSandbox, or the LocalSandbox
+    ca = core._proxy.proxy.ca
+    assert ca is not None
+    return ca
+
+
+@pytest.mark.slow
+async def test_https_to_the_secret_host_is_intercepted_to_add_it_and_nothing_else_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
+    test_ca = TestCA(tmp_path)
+    monkeypatch.setenv("EGRESS_TEST_TOKEN", CANARY)
+    monkeypatch.setenv(UPSTREAM_CA_ENV, str(test_ca.cafile))
+    later: list[ssl.SSLContext] = []  # other.test's certificate, once the session CA exists
+    deferred = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    deferred.sni_callback = lambda tls, _name, _context: setattr(tls, "context", later[0])  # type: ignore[assignment]
+    with (
+        http_upstream(tls=test_ca.server_context("api.test")) as api,
+        http_upstream(tls=test_ca.server_context("own.test")) as own,
+        http_upstream(tls=deferred) as other,
+    ):
+        secret = {"host": "api.test", "header": "Authorization", "env": "EGRESS_TEST_TOKEN", "format": "Bearer {}"}
+        table = {
+            "allow": [f"api.test:{api.port}", f"own.test:{own.port}", f"other.test:{other.port}"],
+            "resolve": {name: "127.0.0.1" for name in ("api.test", "own.test", "other.test")},
+            "secrets": [secret],
+        }
+        session = await Session.open(model="offline", sandbox=backend, limits=Limits(egress=parse_policy(table, source="test")), runs_dir=tmp_path / "runs")
+        try:
+            ca = session_ca(session)
+            certificate, key = ca.sign("other.test")  # the session CA's own leaf for a host without a secret
+            later.append(server_context(certificate, key, tmp_path, "other.test"))
+            await session.write_file("https.py", HTTPS_PROBES.encode())
+            await session.write_file("test-ca.pem", test_ca.cafile.read_bytes())
+            await session.write_file("deps.tar", requests_and_its_dependencies())
+            result = await session.exec(
+                "python3 -c \"import tarfile; tarfile.open('deps.tar').extractall('deps')\" && "
+                f"PYTHONPATH=deps python3 https.py {api.port} {own.port} {other.port} test-ca.pem",
+                timeout=110,
+            )
+            pattern = CANARY[:-1] + f"[{CANARY[-1]}]"
+            searched = await session.exec(
+                f"env > env.txt; grep -r -l -e '{pattern}' -e 'PRIVATE[ ]KEY' /workspace /tmp /etc {SOCKET_FOLDER[backend]} "
+                "/proc/self/environ 2>/dev/null; echo searched",
+                timeout=110,
+            )
+        finally:
+            run_dir = await session.close()
+    got = outcome(result.stdout)
+    assert got.pop("urllib") == "200", result.stdout + result.stderr
+    clients = {name: got.pop(name) for name in ("requests", "curl")}
+    ran = [name for name, said in clients.items() if not said.startswith("ABSENT")]
+    assert all(clients[name] == "200" for name in ran), clients
+    assert "requests" in ran and ("curl" in ran or backend == "docker"), clients  # the image has no curl
+    assert got.pop("tunnel_own_cert") == "200"
+    constrained = got.pop("constrained")
+    assert "CERTIFICATE_VERIFY_FAILED" in constrained and "permitted subtree violation" in constrained, constrained
+    paths = [path for path, _ in api.requests]
+    assert paths == ["/urllib", *(f"/{name}" for name in ran)]
+    assert {headers.get("authorization") for _, headers in api.requests} == {f"Bearer {CANARY}"}
+    assert [headers.get("authorization") for _, headers in own.requests] == [None]
+    assert searched.stdout.strip() == "searched", searched.stdout  # no canary, no private key inside
+    leaked = [p for p in run_dir.rglob("*") if p.is_file() and (CANARY.encode() in p.read_bytes() or b"PRIVATE KEY" in p.read_bytes())]
+    assert leaked == []
+    events = [e for e in read_record(run_dir).events if e.type == "egress"]
+    intercepted = [(e.method, e.host, e.allowed) for e in events if e.intercepted]
+    assert intercepted == [("GET", "api.test", True)] * len(paths)
+    assert [(e.method, e.host) for e in events if e.host != "api.test"] == [("CONNECT", "own.test"), ("CONNECT", "other.test")]
+    print("clients:", ["urllib", *ran], "absent:", [n for n in ("requests", "curl") if n not in ran])
