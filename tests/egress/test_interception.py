@@ -201,3 +201,19 @@ def test_a_policy_with_secrets_gives_its_proxy_a_ca_for_their_hosts_only(tmp_pat
     assert proxy.ca is not None and proxy.ca.hosts == ("api.test",)
     plain = Proxy(parse_policy({"allow": ["api.test"]}, source="test"), tmp_path / "s", Budget(1, 1), lambda _: None)
     assert plain.ca is None
+
+
+async def test_a_secret_h11_cannot_send_is_refused_inside_tls_without_showing_it(tmp_path: Path) -> None:
+    test_ca = TestCA(tmp_path)
+    with http_upstream(tls=test_ca.server_context("api.test")) as seen:
+        target = f"api.test:{seen.port}"
+        proxy = await running(
+            tmp_path, {"allow": [target], "resolve": {"api.test": "127.0.0.1"}, "secrets": [{**SECRET, "format": "{}"}]},
+            environ={"TOKEN": f" {CANARY} "}, upstream_cafile=test_ca.cafile,
+        )  # fmt: skip
+        assert proxy.proxy.ca is not None
+        answer, _ = await asyncio.to_thread(https_through, proxy, "api.test", seen.port, get("/x", target), pem=proxy.proxy.ca.pem())
+        await proxy.proxy.close()
+    assert answer.startswith(b"HTTP/1.1 400") and b"could not forward" in answer  # read through TLS: not plain text
+    assert CANARY.encode() not in answer and CANARY not in repr(proxy.events[0].fields())
+    assert seen.requests == []

@@ -244,15 +244,11 @@ class Proxy:
                 await _send_refusal(writer, attempt.reason)
         except asyncio.TimeoutError:
             attempt.reason = "the request did not arrive in time"
-        except h11.LocalProtocolError:  # what the proxy itself would send: its words may hold a secret
-            attempt.reason = "the proxy could not forward this request"
-            if not attempt.replied:
-                await _send_refusal(writer, attempt.reason, status=400)
-        except h11.RemoteProtocolError as exc:
+        except h11.ProtocolError as exc:
             attempt.method = attempt.method or "?"  # no request line came through: still an attempt
-            attempt.reason = f"not valid HTTP: {_shown(exc)}"
+            attempt.reason, status = _refusal_of(exc)
             if not attempt.replied:
-                await _send_refusal(writer, attempt.reason, status=400)
+                await _send_refusal(writer, attempt.reason, status)
         except (ConnectionError, OSError) as exc:
             attempt.reason = attempt.reason or f"connection lost: {_shown(exc)}"
         finally:
@@ -393,13 +389,12 @@ class Proxy:
                 await self._exchange(request.method, path, headers, conn, stream, stream, up_reader, up_writer, attempt)
             finally:
                 up_writer.close()
-        except (Refused, h11.RemoteProtocolError) as exc:
+        except (Refused, h11.ProtocolError) as exc:
             if not attempt.replied:
-                status = 403 if isinstance(exc, Refused) else 400
-                reason = str(exc) if isinstance(exc, Refused) else f"not valid HTTP: {_shown(exc)}"
-                await _send_refusal(stream, reason, status)
-            attempt.replied = True
+                await _send_refusal(stream, *_refusal_of(exc))
             raise
+        finally:
+            attempt.replied = True  # `_serve` must write nothing in plain text into this TLS connection
 
     def _upstream_headers(
         self, request: h11.Request, host: str, port: int, secret: Secret | None, *, default_port: int
@@ -617,6 +612,15 @@ def _same_name(name: str) -> str | None:
         return host_of(name)
     except ValueError:
         return None
+
+
+def _refusal_of(exc: Refused | h11.ProtocolError) -> tuple[str, int]:
+    """What the sandbox is told of a refusal or an HTTP error: its words and status."""
+    if isinstance(exc, Refused):
+        return str(exc), 403
+    if isinstance(exc, h11.LocalProtocolError):  # what the proxy itself would send: its words may hold a secret
+        return "the proxy could not forward this request", 400
+    return f"not valid HTTP: {_shown(exc)}", 400
 
 
 async def _send_refusal(writer: Writer, reason: str, status: int = 403) -> None:
