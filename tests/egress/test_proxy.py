@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from coderoom.egress.policy import parse_policy
-from coderoom.egress.proxy import MAX_OPEN, Attempt, Budget, Proxy
+from coderoom.egress.proxy import MAX_OPEN
 
 from .proxyclient import get, running
 from .upstreams import client_hello, http_upstream, tcp_recorder

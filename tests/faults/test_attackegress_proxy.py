@@ -15,8 +15,8 @@ import pytest
 from egress.proxyclient import get, running
 from egress.upstreams import client_hello, http_upstream, tcp_recorder
 
-from coderoom.egress.policy import parse_policy, refused_address
-from coderoom.egress.proxy import HEAD_TIMEOUT_S, MAX_OPEN, Attempt, Budget, Proxy
+from coderoom.egress.policy import refused_address
+from coderoom.egress.proxy import HEAD_TIMEOUT_S, MAX_OPEN
 
 
 def _open_descriptors() -> int:
