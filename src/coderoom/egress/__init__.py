@@ -5,6 +5,8 @@
   classified;
 * `tls`: the server name of a TLS ClientHello, read with bounds;
 * `proxy`: the asyncio proxy on a Unix socket that enforces the policy and reports every attempt;
+* `interception`: the per-session CA (NameConstraints: the secrets' hosts only) with which the
+  proxy terminates HTTPS to a host with a secret; `tlsstream`: that TLS over the sandbox's stream;
 * `inside/forwarder`: runs INSIDE the sandbox (standard library only): 127.0.0.1:PORT to the
   proxy's socket.
 """
