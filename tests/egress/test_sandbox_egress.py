@@ -235,7 +235,7 @@ def test_sandbox_run_reaches_the_allowed_host_and_says_what_was_refused(tmp_path
 
 
 HTTPS_PROBES = r"""
-import shutil, ssl, subprocess, sys, urllib.request
+import os, shutil, ssl, subprocess, sys, urllib.request
 api, own, other, test_ca = sys.argv[1:5]
 
 def show(name, run):
@@ -261,6 +261,10 @@ else:
 own_ca = ssl.create_default_context(cafile=test_ca)  # the upstream's own CA only: no session CA in it
 show("tunnel_own_cert", lambda: urllib.request.urlopen(f"https://own.test:{own}/t", timeout=20, context=own_ca).status)
 show("constrained", lambda: urllib.request.urlopen(f"https://other.test:{other}/c", timeout=20).status)
+bundle = open(os.environ["SSL_CERT_FILE"], "rb").read()
+system = open("/etc/ssl/certs/ca-certificates.crt", "rb").read().rstrip(b"\n")  # the sandbox's own roots
+print("bundle", "system+ca" if bundle.startswith(system) and bundle.count(b"BEGIN CERTIFICATE") == system.count(b"BEGIN CERTIFICATE") + 1 else "OTHER")
+print("variables", sorted({os.environ[n] for n in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT")}))
 """
 
 
@@ -337,6 +341,8 @@ async def test_https_to_the_secret_host_is_intercepted_to_add_it_and_nothing_els
     assert all(clients[name] == "200" for name in ran), clients
     assert "requests" in ran and ("curl" in ran or backend == "docker"), clients  # the image has no curl
     assert got.pop("tunnel_own_cert") == "200"
+    assert got.pop("bundle") == "system+ca"  # the image's roots on Docker, the host's bound /etc/ssl locally
+    assert got.pop("variables") == str([f"{SOCKET_FOLDER[backend]}/ca-bundle.pem"])
     constrained = got.pop("constrained")
     assert "CERTIFICATE_VERIFY_FAILED" in constrained and "permitted subtree violation" in constrained, constrained
     paths = [path for path, _ in api.requests]

@@ -99,15 +99,18 @@ class EgressSession:
         for listener in list(self._listeners):
             listener(fields)
 
-    async def start(self) -> None:
-        """Listen on the socket; a host error (the folder gone, no descriptors) is SandboxFailed."""
+    async def start(self, *, system_roots: bytes | None = None) -> None:
+        """Listen on the socket, and with secrets write the bundle: `system_roots` (the
+        sandbox's own, when the backend read them: Docker's image) or the host's, plus the
+        session CA. A host error (the folder gone, no descriptors) is SandboxFailed."""
         try:
             await self.proxy.start()
             if self.proxy.ca is not None:
                 from .interception import system_bundle, write_bundle
 
                 bundle = self.proxy.socket_path.parent / BUNDLE_NAME
-                await asyncio.to_thread(write_bundle, bundle, self.proxy.ca, system_bundle())
+                roots = system_roots if system_roots is not None else system_bundle()
+                await asyncio.to_thread(write_bundle, bundle, self.proxy.ca, roots)
         except OSError as exc:
             raise SandboxFailed(f"cannot start the egress proxy: {exc}") from exc
 

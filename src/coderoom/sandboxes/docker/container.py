@@ -239,7 +239,12 @@ class DockerSandbox:
         assert self._proxy is not None
         async with self._confining:
             if not self._proxy_started:
-                await self._proxy.start()
+                roots = None
+                if self._proxy.proxy.ca is not None:  # a secret: the bundle starts with the image's roots
+                    from .roots import image_roots  # cryptography loads only for a session with secrets
+
+                    roots = await asyncio.to_thread(image_roots, self.client, self.container_id)
+                await self._proxy.start(system_roots=roots)
                 self._proxy_started = True
 
     def watch_egress(self, listener: egress_session.EgressListener) -> None:
