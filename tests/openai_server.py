@@ -155,7 +155,10 @@ class OpenAIServer:
     ) -> None:
         """`n_ctx`: behave like llama.cpp with that context: `GET /props` says it, and a Chat
         Completions request whose body (at ~4 bytes a token) plus max_tokens exceeds it is refused
-        with llama.cpp's 400. `models`: the ids `GET /v1/models` lists (None: no such endpoint)."""
+        with llama.cpp's 400. `models`: the ids `GET /v1/models` lists (None: no such endpoint).
+        `streams=False`: a server that does not stream, answering a `stream: true` request with
+        its plain JSON answer."""
+        self.streams = streams
         self.api_key = api_key
         self.n_ctx = n_ctx
         self.models = None if models is None else list(models)

@@ -64,6 +64,7 @@ class StreamProgress:
         self.chars = 0
         self.piece = ""
         self.last_report = 0.0
+        self.reported = 0  # the count the last report carried
 
     def delta(self, event: Any) -> None:
         now = self.clock()
@@ -84,7 +85,7 @@ class StreamProgress:
             "model_stream", tokens=self.tokens, chars=self.chars, rate=rate,
             elapsed_s=round(now - self.started, 3), text=self.piece,
         )
-        self.piece, self.last_report = "", now
+        self.piece, self.last_report, self.reported = "", now, self.tokens
 
 
 async def collect(events: AsyncIterator[Any], progress: StreamProgress) -> ModelResponse:
@@ -100,7 +101,7 @@ async def collect(events: AsyncIterator[Any], progress: StreamProgress) -> Model
             completed = event.response
     if completed is None or (not completed.output and not done and completed.usage is None and not progress.tokens):
         raise StreamNotOffered("the server's answer to a streaming request carried no streamed reply")
-    if progress.tokens:
+    if progress.tokens > progress.reported:
         progress.flush(progress.clock())  # the last count, before the reply's own event
     return ModelResponse(
         output=list(completed.output or done),

@@ -581,7 +581,10 @@ function streamed(ev) {
     box.append(count, text);
     $("transcript").append(box);
     state.streaming = { box, count, text };
-    working("the model is replying");
+    if (state.activity) {  // the same wait, now with tokens: its clock goes on
+      state.activity.label = "the model is replying";
+      setStatus(state.activity.label);
+    }
   }
   state.streaming.count.textContent = streamCount(ev);
   const shown = state.streaming.text;
