@@ -17,7 +17,7 @@ const state = {
   config: null, view: null, source: null, files: new Set(), previewSeq: 0, token: null,
   cells: new Map(), results: [], placed: new Set(), lastMessage: null, answered: null, turns: new Map(),  // the transcript's parts
   activity: null,  // what a live session is doing now: { label, since, askSince }, shown with a clock
-  streaming: null,  // the reply arriving now (model_stream events): { box, count, text }, gone at its model_call
+  streaming: null,  // the reply arriving now (model_stream events): { box, count, text, tokens }, gone at its model_call
 };
 const STREAM_SHOWN_CHARS = 20_000;  // of a streaming reply's text on the page (the final reply replaces it)
 const TICK_MS = 1000;  // the clock of "waiting for the model" moves every second
@@ -580,14 +580,16 @@ function streamed(ev) {
     const text = el("div", "message streaming");
     box.append(count, text);
     $("transcript").append(box);
-    state.streaming = { box, count, text };
+    state.streaming = { box, count, text, tokens: 0 };
     if (state.activity) {  // the same wait, now with tokens: its clock goes on
       state.activity.label = "the model is replying";
       setStatus(state.activity.label);
     }
   }
-  state.streaming.count.textContent = streamCount(ev);
   const shown = state.streaming.text;
+  if (ev.tokens <= state.streaming.tokens) shown.replaceChildren();  // a new request (a retry, a cut reply's continuation)
+  state.streaming.tokens = ev.tokens;
+  state.streaming.count.textContent = streamCount(ev);
   if (ev.text && shown.textContent.length < STREAM_SHOWN_CHARS) shown.append(document.createTextNode(ev.text));
 }
 
