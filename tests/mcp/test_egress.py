@@ -5,15 +5,12 @@ as `coderoom show` (`record.notes.egress_row`); a call that made none has an emp
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from mcp import Client
 
 from conftest import stdio_server
-
-sys.path.insert(0, str(Path(__file__).parents[1]))
-from egress.upstreams import http_upstream  # noqa: E402
+from egress.upstreams import http_upstream
 
 FETCH = (
     "import urllib.request, sys\n"
