@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -66,7 +67,8 @@ class Stall:
 
 @dataclass(frozen=True)
 class Trickle:
-    """Answer 200 and then send a valid reply one byte every `interval` seconds."""
+    """Answer 200 and then send a valid reply one byte every `interval` seconds; asked for a
+    stream (Chat Completions), one chunk every `interval` seconds, its text a word a chunk."""
 
     reply: Reply
     interval: float = 1.0
@@ -149,10 +151,14 @@ class OpenAIServer:
         api_key: str | None = None,
         n_ctx: int | None = None,
         models: Iterable[str] | None = None,
+        streams: bool = True,
     ) -> None:
         """`n_ctx`: behave like llama.cpp with that context: `GET /props` says it, and a Chat
         Completions request whose body (at ~4 bytes a token) plus max_tokens exceeds it is refused
-        with llama.cpp's 400. `models`: the ids `GET /v1/models` lists (None: no such endpoint)."""
+        with llama.cpp's 400. `models`: the ids `GET /v1/models` lists (None: no such endpoint).
+        `streams=False`: a server that does not stream, answering a `stream: true` request with
+        its plain JSON answer."""
+        self.streams = streams
         self.api_key = api_key
         self.n_ctx = n_ctx
         self.models = None if models is None else list(models)
@@ -251,8 +257,9 @@ class OpenAIServer:
         ChatCompletion.model_validate(data)
         return data
 
-    def chat_chunks(self, body: dict[str, Any], reply: Reply) -> Iterator[dict[str, Any]]:
-        """The same turn as `chat.completion.chunk` deltas, the way the API streams it."""
+    def chat_chunks(self, body: dict[str, Any], reply: Reply, *, by_word: bool = False) -> Iterator[dict[str, Any]]:
+        """The same turn as `chat.completion.chunk` deltas, the way the API streams it (its text in
+        two deltas, or `by_word` one delta a word)."""
         whole = self.chat_completion(body, reply)
         head = {k: whole[k] for k in ("id", "created", "model", "system_fingerprint")}
 
@@ -268,7 +275,7 @@ class OpenAIServer:
             return data
 
         yield chunk({"role": "assistant", "content": "", "refusal": None})
-        for piece in _halves(reply.text):
+        for piece in _words(reply.text) if by_word else _halves(reply.text):
             yield chunk({"content": piece})
         message = whole["choices"][0]["message"]
         for index, tc in enumerate(message["tool_calls"] or []):
@@ -451,6 +458,11 @@ def _halves(text: str) -> list[str]:
     return [piece for piece in (text[:middle], text[middle:]) if piece]
 
 
+def _words(text: str) -> list[str]:
+    """One delta a word (with the space before it), as a token-by-token server streams."""
+    return re.findall(r"\s*\S+", text) or ([text] if text else [])
+
+
 def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -539,6 +551,9 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
                 self._error(504, "stalled", "server_error", None)
             elif isinstance(step, Raw):
                 self._bytes(step.status, step.body, step.content_type)
+            elif isinstance(step, Trickle) and body.get("stream") and server.streams and path == "/v1/chat/completions":
+                chunks = server.chat_chunks(body, step.reply, by_word=True)
+                self._sse([(None, chunk) for chunk in chunks], interval=step.interval)
             elif isinstance(step, Trickle):
                 make = server.chat_completion if path == "/v1/chat/completions" else server.response
                 payload = json.dumps(make(body, step.reply)).encode()
@@ -552,11 +567,11 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
                     self.wfile.write(payload[index : index + 1])
                     self.wfile.flush()
             elif path == "/v1/chat/completions":
-                if body.get("stream"):
+                if body.get("stream") and server.streams:
                     self._sse([(None, chunk) for chunk in server.chat_chunks(body, step)])
                     return
                 self._json(200, server.chat_completion(body, step))
-            elif body.get("stream"):
+            elif body.get("stream") and server.streams:
                 self._sse([(e["type"], e) for e in server.response_events(body, step)])
             else:
                 self._json(200, server.response(body, step))
@@ -594,13 +609,15 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
             error = {"error": {"message": message, "type": kind, "param": None, "code": code}}
             self._json(status, error, headers)
 
-        def _sse(self, events: Iterable[tuple[str | None, dict[str, Any]]]) -> None:
+        def _sse(self, events: Iterable[tuple[str | None, dict[str, Any]]], interval: float = 0.0) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream; charset=utf-8")
             self.send_header("Transfer-Encoding", "chunked")
             self.send_header("x-request-id", f"req_{len(server.requests):04d}")
             self.end_headers()
             for name, data in events:
+                if interval and server._stopping.wait(interval):
+                    return
                 head = f"event: {name}\n" if name else ""
                 self._chunk(f"{head}data: {json.dumps(data)}\n\n".encode())
             if self.path.startswith("/v1/chat/completions"):

@@ -9,7 +9,7 @@ import io
 from rich.console import Console
 
 from coderoom.cli.progress import Progress
-from coderoom.record.events import ModelCall, ModelStart, Usage
+from coderoom.record.events import ModelCall, ModelStart, ModelStream, Usage
 
 
 class Clock:
@@ -51,3 +51,16 @@ def test_a_reply_shows_its_tokens_and_their_rate() -> None:
     line = shown(progress)
     assert "turn 1 · model answered · 12.0s · 1,000 tokens · last reply 100 tokens at 10.0 tokens/s" in line
     assert "waiting" not in line
+
+
+def test_a_streaming_reply_shows_its_tokens_so_far_and_their_rate_while_the_clock_moves() -> None:
+    clock = Clock()
+    progress = Progress(Console(file=io.StringIO()), clock=clock)
+    progress(ModelStart(turn=2))
+    clock.now += 5
+    progress(ModelStream(tokens=1, elapsed_s=5.0))
+    assert "turn 2 · receiving the reply: 1 tokens 5s · 5.0s" in shown(progress)
+    clock.now += 3
+    progress(ModelStream(tokens=40, rate=13.3, elapsed_s=8.0, text="more"))
+    clock.now += 1  # no event in between: the clock still moves
+    assert "turn 2 · receiving the reply: 40 tokens at 13.3 tokens/s 9s · 9.0s" in shown(progress)

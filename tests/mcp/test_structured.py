@@ -60,7 +60,7 @@ async def test_a_session_answers_with_structured_results_and_errors_for_failures
         command = await client.call_tool("exec", {"session_id": sid, "command": "cat output/r.txt"})
         assert not command.is_error
         assert command.structured_content == {"session_id": sid, "exit_code": 0, "timed_out": False,
-                                              "stdout": "hi", "stderr": ""}
+                                              "stdout": "hi", "stderr": "", "connections": []}
         broken = await client.call_tool("exec", {"session_id": sid, "command": "echo nope >&2; exit 3"})
         assert broken.is_error
         assert (broken.structured_content["exit_code"], broken.structured_content["stderr"]) == (3, "nope\n")

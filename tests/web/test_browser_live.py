@@ -46,7 +46,7 @@ def elapsed_seconds(page: Any) -> int:
 
 def test_progress_stop_and_a_follow_up_in_the_same_kernel(page: Any, server: Served, model: OpenAIServer) -> None:
     model.script([
-        Trickle(call("run_python", code="x = 41"), interval=0.01),  # a slow reply: seconds of waiting
+        Trickle(call("run_python", code="x = 41"), interval=1.5),  # a slow reply: seconds of waiting
         call("run_python", code="import time\ntime.sleep(120)"),
         call("run_python", code="print('x is', x + 1)"),
         say("x plus one is **42**."),
@@ -57,6 +57,7 @@ def test_progress_stop_and_a_follow_up_in_the_same_kernel(page: Any, server: Ser
 
     # waiting for the model: the status says so and the clock beside it moves every second
     page.wait_for_function("() => document.querySelector('#status').textContent.startsWith('waiting for the model')")
+    # (its chunks come 1.5 s apart: "the model is replying" from the first, on the same clock)
     page.wait_for_function("() => /^[1-9]\\d* s/.test(document.querySelector('#elapsed').textContent)")
     first = elapsed_seconds(page)
     page.wait_for_function(f"() => parseInt(document.querySelector('#elapsed').textContent) > {first}", timeout=3_000)

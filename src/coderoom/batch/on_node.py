@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from ..errors import CoderoomError
 from ..hostile.tree import WorkspaceLimitError
-from ..record.events import Event
+from ..record.events import LIVE_ONLY, Event
 from ..record.writer import encode
 from .manifest import BatchEntry
 from ..sandboxes.registry import prepare_backend
@@ -78,7 +78,8 @@ def run_on_node(
         return NodeResult(failed, place, attempt, None)
 
     def forward(event: Event) -> None:  # fire and forget: ordered, as calls from one caller are
-        log.line.remote(entry.key, attempt, encode(event))
+        if event.type not in LIVE_ONLY:  # the record's lines only: a reply's progress is no line of it
+            log.line.remote(entry.key, attempt, encode(event))
 
     with tempfile.TemporaryDirectory(prefix="coderoom-batch-") as tmp:
         copies = unpack_inputs(entry.job, inputs, Path(tmp))

@@ -2,9 +2,10 @@
 
 The status line is rebuilt on every refresh of the spinner, not only when an event arrives: a
 local model can take minutes over one reply, and a clock that stands still while it does looks
-like a hang. While a request is out it says "waiting for the model" and for how long; after each
-reply it adds the reply's output tokens and their rate (from the usage the server reported; the
-run does not stream, so tokens are counted per reply, not as they arrive).
+like a hang. While a request is out it says "waiting for the model" and for how long; while the
+reply streams in (`model_stream`, never recorded) it shows the tokens received so far and their
+rate; after each reply, the reply's output tokens and rate from the usage the server reported
+(a server that does not stream shows only that).
 
 Everything a model or a sandbox chose goes through `display` (terminal-safe, no markup).
 """
@@ -18,7 +19,8 @@ from rich.console import Console
 from rich.text import Text
 
 from ..record.events import (
-    ContextTrimmed, Event, ModelCall, ModelReplyCut, ModelRetry, ModelStart, Nudge, RunStart, ToolResult, ToolStart,
+    ContextTrimmed, Event, ModelCall, ModelReplyCut, ModelRetry, ModelStart, ModelStream, Nudge, RunStart, ToolResult,
+    ToolStart,
 )
 from ..record.notes import trim_line
 from .display import first_line, safe
@@ -57,6 +59,8 @@ class Progress:
             self.turn = event.turn
             self.doing = "waiting for the model"
             self.waiting_since = self.clock()
+        elif isinstance(event, ModelStream):
+            self.doing = f"receiving the reply: {stream_text(event)}"
         elif isinstance(event, ModelCall):
             self.tokens += event.usage.total_tokens
             self.doing = "model answered"
@@ -85,6 +89,12 @@ class Progress:
         elif isinstance(event, Nudge):
             missing = ", ".join(m.path for m in event.missing)
             self.console.print(Text.assemble(("outputs missing or invalid, asking the model again: ", "yellow"), safe(missing)))
+
+
+def stream_text(event: ModelStream) -> str:
+    """A streaming reply's progress: tokens so far and, once there are two, their rate."""
+    rate = f" at {event.rate:.1f} tokens/s" if event.rate is not None else ""
+    return f"{event.tokens:,} tokens{rate}"
 
 
 class _Rebuilt:

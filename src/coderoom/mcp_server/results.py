@@ -35,12 +35,31 @@ class OpenedSession(_Result):
     limits: SessionLimits
 
 
+class Connection(_Result):
+    """One connection attempt the sandbox made through its allowlist's proxy while the call ran
+    (`record.notes.egress_row`: the same reading as `coderoom show` and the page)."""
+
+    host: str
+    port: int
+    method: str = Field(description="CONNECT (HTTPS) or the HTTP method")
+    outcome: str = Field(description="allowed, refused, or cut (allowed, then cut at a limit)")
+    reason: str = Field(description="why it was refused or cut")
+    address: str = Field(description="the address the proxy reached, when allowed")
+    bytes_up: int
+    bytes_down: int
+    duration_s: float
+
+
+CONNECTIONS = "connection attempts through the egress allowlist's proxy that ended while this call ran"
+
+
 class CellRun(_Result):
     session_id: str
     status: str = Field(description="ok, error, interrupted, restarted, crashed, bad_request or unreachable")
     cell: int | None = Field(description="the cell's number in the session's kernel")
     text: str = Field(description="stdout, stderr, the last value and the traceback, as the text content")
     figures: int = Field(description="figures returned as image content")
+    connections: list[Connection] = Field(default_factory=list, description=CONNECTIONS)
 
 
 class CommandRun(_Result):
@@ -49,6 +68,7 @@ class CommandRun(_Result):
     timed_out: bool
     stdout: str
     stderr: str
+    connections: list[Connection] = Field(default_factory=list, description=CONNECTIONS)
 
 
 class WrittenFile(_Result):

@@ -35,12 +35,14 @@ from ..errors import CoderoomError, RequestRefused
 from ..hostile.exits import LEFT_OUT_NOTE, ExitEntry, exit_policy, folder_entries, refuse_leaving
 from ..hostile.names import UnsafePath, safe_relative_path
 from ..hostile.tree import open_beneath
+from ..record.events import Egress
+from ..record.notes import egress_line, egress_row
 from ..sandboxes.limits import Limits
 from ..service import SessionManager
 from . import content
 from .policy import ReadPolicy
 from .presence import ClientGone, Presence, client_request
-from .results import (CellRun, ClosedSession, CommandRun, FileList, JobRun, ListedFile, OpenedSession, OutputStatus,
+from .results import (CellRun, ClosedSession, CommandRun, Connection, FileList, JobRun, ListedFile, OpenedSession, OutputStatus,
                       ReadFile, SessionLimits, WrittenFile, answer)
 
 MAX_UPLOAD_BYTES = 32 * 1024**2  # one file sent by a client (decoded), or read from an allowed path
@@ -157,8 +159,9 @@ def build_server(manager: SessionManager, settings: ServerSettings, presence: Pr
             cell = await manager.get(session_id).run_python(code)
             images = [block for data in cell.images if (block := content.image(data)) is not None]
             ran = CellRun(session_id=session_id, status=cell.status, cell=cell.cell.number if cell.cell else None,
-                          text=content.safe(cell.text), figures=len(images))
-            return answer(ran, content.text(cell.text), *images, is_error=cell.status != "ok")
+                          text=content.safe(cell.text), figures=len(images), connections=_connections(cell.connections))
+            return answer(ran, content.text(cell.text + _connections_text(cell.connections)), *images,
+                          is_error=cell.status != "ok")
         return await _guarded(presence, ctx, work, session_id)
 
     @server.tool(name="exec")
@@ -168,8 +171,10 @@ def build_server(manager: SessionManager, settings: ServerSettings, presence: Pr
         async def work() -> CallToolResult:
             done = await manager.get(session_id).exec(command, timeout)
             ran = CommandRun(session_id=session_id, exit_code=done.exit_code, timed_out=done.timed_out,
-                             stdout=content.safe(done.stdout), stderr=content.safe(done.stderr))
-            return answer(ran, content.text(f"exit code: {done.exit_code}\n[stdout]\n{done.stdout}\n[stderr]\n{done.stderr}"),
+                             stdout=content.safe(done.stdout), stderr=content.safe(done.stderr),
+                             connections=_connections(done.connections))
+            return answer(ran, content.text(f"exit code: {done.exit_code}\n[stdout]\n{done.stdout}\n[stderr]\n{done.stderr}"
+                                            + _connections_text(done.connections)),
                           is_error=done.exit_code != 0)
         return await _guarded(presence, ctx, work, session_id)
 
@@ -350,6 +355,24 @@ async def _run_job(settings: ServerSettings, request: str, outputs: list[str], f
                  outputs=[OutputStatus(path=c.path, ok=c.ok, detail=c.detail, uri=uris.get(c.path)) for c in result.checks],
                  final_output=content.safe(result.final_output))
     return answer(ran, content.text(summary), *links, is_error=not result.ok)
+
+
+MAX_CONNECTIONS_SHOWN = 200  # of one call's connection attempts in its result (the record has all)
+
+
+def _connections(events: list[Egress]) -> list[Connection]:
+    """A call's connection attempts as structured content, each string the sandbox's, made inert."""
+    return [Connection.model_validate({k: content.safe(v) if isinstance(v, str) else v for k, v in egress_row(e).items()})
+            for e in events[:MAX_CONNECTIONS_SHOWN]]
+
+
+def _connections_text(events: list[Egress]) -> str:
+    """The same attempts as lines for the text a model reads (escaped with the rest of it)."""
+    if not events:
+        return ""
+    more = len(events) - MAX_CONNECTIONS_SHOWN
+    lines = [egress_line(e) for e in events[:MAX_CONNECTIONS_SHOWN]] + ([f"... {more} more"] if more > 0 else [])
+    return "\n[connections]\n" + "\n".join(lines)
 
 
 def _limits(limits: Limits) -> SessionLimits:

@@ -56,9 +56,8 @@ def resolve(rest: str, environ: Mapping[str, str]) -> ResolvedModel:
             f"{base_url} has no path; OpenAI-compatible servers usually serve under /v1 ({FORM})"
         )
     return http_model(
-        OpenAIChatCompletionsModel(
-            model=name, openai_client=client, buffer_streamed_tool_calls=True
-        ),
+        # tool-call arguments streamed as they come (the SDK's default), so they count as they arrive
+        OpenAIChatCompletionsModel(model=name, openai_client=client),
         label=f"openai-compatible:{name}@{base_url}",
         api="chat_completions",
         accepts_images=bool(_VISION.search(name.lower())) if override is None else override,

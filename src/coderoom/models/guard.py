@@ -8,7 +8,8 @@ names the server and what was wrong. A reply cut by max_tokens (output tokens re
 limit: the SDK's ModelResponse carries no finish_reason) is never taken silently as the final
 answer: the model is asked once to finish it, and a second cut is marked and recorded.
 Every request, the continuation too, is first fitted into the model's context (`context`), and
-carries a cap on its output tokens when the job set none (`output_cap`).
+carries a cap on its output tokens when the job set none (`output_cap`). A run with a listener
+for it takes each reply as a stream (`streaming`), so its tokens are seen as they arrive.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 from .context import ContextGuard
 from .failures import DEADLINE_ADVICE, ModelAnswerError, ModelDeadlineExceeded, Notify
 from .output_cap import reply_cap
+from .streaming import StreamNotOffered, StreamProgress, StreamSupport, collect
 
 CUT_NOTE = "[coderoom: this reply was cut at the max_tokens limit]"
 CONTINUE = (
@@ -50,9 +52,12 @@ class GuardedModel(Model):
         *,
         max_tokens: int | None = None,
         cap_from_context: bool = False,
+        stream: StreamSupport | None = None,
     ) -> None:
         """`max_tokens`: the cap when the job sets none (CODEROOM_MODEL_MAX_TOKENS);
-        `cap_from_context`: without either, derive one from the context (Chat Completions)."""
+        `cap_from_context`: without either, derive one from the context (Chat Completions);
+        `stream`: whether the server streams (None: replies are not streamed, as in a model
+        check, which has no one to show them to)."""
         self.inner = inner
         self.server = server
         self.deadline_s = deadline_s
@@ -60,6 +65,8 @@ class GuardedModel(Model):
         self.max_tokens = max_tokens
         self.cap_from_context = cap_from_context
         self.notify: Notify = notify or (lambda *_args, **_fields: None)
+        self.stream = stream
+        self._streams = stream or StreamSupport()  # shared by the runs `for_run` makes
 
     def for_run(self, notify: Notify, context_size: int | None) -> GuardedModel:
         """The same model and server for one run: its retries and cut replies reported through
@@ -67,7 +74,7 @@ class GuardedModel(Model):
         context = ContextGuard(self.server, self.context.probe, declared=context_size)
         return GuardedModel(
             self.inner, self.server, self.deadline_s, context, notify,
-            max_tokens=self.max_tokens, cap_from_context=self.cap_from_context,
+            max_tokens=self.max_tokens, cap_from_context=self.cap_from_context, stream=self._streams,
         )
 
     def get_retry_advice(self, request: ModelRetryAdviceRequest) -> ModelRetryAdvice | None:
@@ -122,10 +129,9 @@ class GuardedModel(Model):
         input, trimmed = await self.context.fit(system_instructions, input, tools, model_settings.max_tokens)
         if trimmed is not None:
             self.notify("context_trimmed", **trimmed)
-        args = (system_instructions, input, model_settings, tools, *args)
         try:
             async with asyncio.timeout(self.deadline_s):
-                return await self.inner.get_response(*args, **kwargs)
+                return await self._answer(system_instructions, input, model_settings, tools, *args, **kwargs)
         except TimeoutError:
             raise ModelDeadlineExceeded(
                 f"the model server at {self.server} did not finish its answer within "
@@ -141,6 +147,24 @@ class GuardedModel(Model):
                 f"completion ({type(exc).__name__}: {detail}); check that the base URL is an "
                 "OpenAI-compatible endpoint (usually ending in /v1) and that the server is healthy"
             ) from exc
+
+    async def _answer(self, system_instructions: str | None, input: Any, model_settings: ModelSettings,
+                      *args: Any, **kwargs: Any) -> ModelResponse:
+        """One request: streamed when this run streams and the server does, else as one answer."""
+        if self.stream is None or not self.stream.streams:
+            return await self.inner.get_response(system_instructions, input, model_settings, *args, **kwargs)
+        if model_settings.include_usage is None:  # Chat Completions servers send usage in a stream only if asked
+            model_settings = model_settings.resolve(ModelSettings(include_usage=True))
+        events = self.inner.stream_response(system_instructions, input, model_settings, *args, **kwargs)
+        try:
+            return await collect(events, StreamProgress(self.notify))
+        except StreamNotOffered:
+            self.stream.streams = False
+        finally:  # a stream cut short (the deadline, a cancel) closes its connection now
+            close = getattr(events, "aclose", None)
+            if close is not None:
+                await close()
+        return await self.inner.get_response(system_instructions, input, model_settings, *args, **kwargs)
 
 
 def _as_list(input: str | list[TResponseInputItem]) -> list[Any]:

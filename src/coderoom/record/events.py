@@ -377,6 +377,19 @@ class FilesListed(_Event):
     entries: int
 
 
+class ModelStream(_Event):
+    """Never written to a record: a reply arriving as a stream (`models.streaming`), for the CLI's
+    progress line and the page. `tokens`: deltas so far (one token each on llama.cpp and OpenAI's
+    API); `rate`: tokens/s since the first; `text`: the reply's text since the last report."""
+
+    type: Literal["model_stream"] = "model_stream"
+    tokens: int = 0
+    chars: int = 0
+    rate: float | None = None
+    elapsed_s: float = 0.0  # since the request was sent
+    text: str = ""
+
+
 class EventsLost(_Event):
     """Never written to a record: what a slow subscriber of a live session gets in place of the
     `count` oldest events its bounded queue dropped."""
@@ -409,6 +422,7 @@ class RunEnd(_Event):
 Event = Union[
     RunStart, ModelStart, ModelCall, ModelRetry, ModelReplyCut, ContextTrimmed, ToolStart, ToolResult, Nudge,
     ExtractRefused, SessionOpen, AskStart, AskEnd, FileWritten, FileRead, FilesListed, EventsLost, Egress, RunEnd,
+    ModelStream,
 ]
 Listener = Callable[[Event], None]
 
@@ -416,6 +430,9 @@ EVENT_TYPES: dict[str, type[_Event]] = {
     model.model_fields["type"].default: model
     for model in (RunStart, ModelStart, ModelCall, ModelRetry, ModelReplyCut, ContextTrimmed, ToolStart,
                   ToolResult, Nudge, ExtractRefused, SessionOpen, AskStart, AskEnd, FileWritten, FileRead,
-                  FilesListed, EventsLost, Egress, RunEnd)
+                  FilesListed, EventsLost, Egress, RunEnd, ModelStream)
 }
 """Each event type by its `type` value. A new event type is a model here, and nothing more."""
+
+LIVE_ONLY = frozenset({"model_stream", "events_lost"})
+"""Event types listeners hear and the record never holds: progress, not what happened."""

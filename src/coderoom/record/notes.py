@@ -5,6 +5,7 @@ from the record's events, so `coderoom run` (at its end) and `coderoom show` say
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any, Literal
 
 from .events import ContextTrimmed, Egress, Event, ModelCall, ModelReplyCut, ToolStart
 
@@ -50,15 +51,33 @@ def trim_line(event: ContextTrimmed) -> str:
     )
 
 
+EgressOutcome = Literal["allowed", "refused", "cut"]
+
+
+def egress_row(event: Egress) -> dict[str, Any]:
+    """One egress event as `show`'s line, the page's table row and an MCP result's entry read it:
+    what the sandbox asked for (host, port, method), what the proxy did (`outcome`: allowed,
+    refused, or allowed and then cut at a limit) and why, the address it reached, bytes each way
+    how long it took, and whether TLS was opened to add a secret. Host and reason are the sandbox's text: each surface escapes them."""
+    outcome: EgressOutcome = "refused" if not event.allowed else "cut" if event.reason else "allowed"
+    return {
+        "host": event.host, "port": event.port, "method": event.method, "outcome": outcome, "reason": event.reason,
+        "address": event.address if event.allowed else "", "bytes_up": event.bytes_up,
+        "bytes_down": event.bytes_down, "duration_s": round(event.duration_s, 3),
+        "intercepted": event.intercepted,
+    }
+
+
 def egress_line(event: Egress) -> str:
-    """One egress event as a line (`show`): what the sandbox asked for, what the proxy did."""
-    what = f"egress {event.method} {event.host}:{event.port}"
-    what += " (https, intercepted)" if event.intercepted else ""
-    if not event.allowed:
-        return f"{what} refused: {event.reason}"
-    moved = f"{event.bytes_up:,} bytes up, {event.bytes_down:,} down in {event.duration_s:.3f}s"
-    cut = f"; cut: {event.reason}" if event.reason else ""
-    return f"{what} via {event.address}: {moved}{cut}"
+    """One egress event as a line (`show`, an MCP result's text)."""
+    row = egress_row(event)
+    what = f"egress {row['method']} {row['host']}:{row['port']}"
+    what += " (https, intercepted)" if row["intercepted"] else ""
+    if row["outcome"] == "refused":
+        return f"{what} refused: {row['reason']}"
+    moved = f"{row['bytes_up']:,} bytes up, {row['bytes_down']:,} down in {row['duration_s']:.3f}s"
+    cut = f"; cut: {row['reason']}" if row["outcome"] == "cut" else ""
+    return f"{what} via {row['address']}: {moved}{cut}"
 
 
 def _count(n: int, one: str, many: str) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .events import (
-    EVENT_TYPES, MAX_COMMAND_CHARS, MAX_SESSION_ID, MAX_SHELL_NAME_CHARS, MAX_SHELL_OUTPUT_CHARS, RECORD_FILE, Event,
+    EVENT_TYPES, LIVE_ONLY, MAX_COMMAND_CHARS, MAX_SESSION_ID, MAX_SHELL_NAME_CHARS, MAX_SHELL_OUTPUT_CHARS, RECORD_FILE, Event,
     Listener, ShellResult, ShellStatus,
 )
 
@@ -70,14 +70,16 @@ class Recorder:
         self._start = time.monotonic()
 
     def emit(self, event_type: str, **fields: Any) -> Event:
-        """Validate, write and announce one event; a field its model lacks is a bug, refused."""
+        """Validate, write and announce one event; a field its model lacks is a bug, refused.
+        A LIVE_ONLY event (a reply's progress) is announced and not written."""
         model = EVENT_TYPES[event_type]
         unknown = set(fields) - set(model.model_fields)
         if unknown:
             raise TypeError(f"{event_type} events have no field {', '.join(sorted(unknown))}")
         event: Event = model.model_validate({"t": round(time.monotonic() - self._start, 4), **fields})  # type: ignore[assignment]
-        self._file.write(encode(event))
-        self._file.flush()
+        if event_type not in LIVE_ONLY:
+            self._file.write(encode(event))
+            self._file.flush()
         for listener in self._listeners:
             listener(event)
         return event

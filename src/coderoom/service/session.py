@@ -12,13 +12,14 @@ with it (escaping, image checks beyond the PNG header) is the caller's boundary.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import os
 import secrets
 import shutil
 import stat
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Literal
@@ -38,7 +39,7 @@ from ..lifecycle import RunLifecycle
 from ..models import ResolvedModel, explain_model_error, resolve_model
 from ..record import bounded
 from ..record.writer import shell_result
-from ..record.events import Cell, Event
+from ..record.events import Cell, Egress, Event
 from ..record.hooks import MAX_ARGUMENT_CHARS
 from ..run import DECLINED, AgentRig, new_run_dir
 from ..sandboxes.limits import Limits
@@ -86,6 +87,7 @@ class CellResult:
     text: str
     images: list[bytes] = field(default_factory=list)
     cell: Cell | None = None
+    connections: list[Egress] = field(default_factory=list)  # see `ConnectionTap`
 
 
 @dataclass
@@ -94,6 +96,7 @@ class CommandResult:
     stdout: str
     stderr: str
     timed_out: bool = False
+    connections: list[Egress] = field(default_factory=list)  # see `ConnectionTap`
 
 
 @dataclass
@@ -101,6 +104,30 @@ class FileInfo:
     path: str
     size: int
     kind: str  # file, dir, link, other
+
+
+class ConnectionTap:
+    """A record listener that hands the sandbox's egress events (connection attempts through its
+    allowlist's proxy) to the direct calls in flight, so each call's result names the connections
+    made while it ran. The proxy reports a connection when it ends: one the call left open is in
+    the record (and on the page) but not in that call's result."""
+
+    def __init__(self) -> None:
+        self._open: list[list[Egress]] = []
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, Egress):
+            for seen in self._open:
+                seen.append(event)
+
+    @contextlib.contextmanager
+    def during(self) -> Iterator[list[Egress]]:
+        seen: list[Egress] = []
+        self._open.append(seen)
+        try:
+            yield seen
+        finally:
+            self._open.remove(seen)
 
 
 def session_job(
@@ -129,7 +156,7 @@ class Session:
 
     max_read_bytes = MAX_READ_BYTES  # the most read_file reads, for callers that do not import this module
 
-    def __init__(self, lifecycle: RunLifecycle, hub: EventHub) -> None:
+    def __init__(self, lifecycle: RunLifecycle, hub: EventHub, tap: ConnectionTap) -> None:
         self.id = secrets.token_urlsafe(16)
         self.job = lifecycle.job
         self.model = lifecycle.model
@@ -138,6 +165,7 @@ class Session:
         self._live = lifecycle  # the run this session is: its sandbox's SDK session is `_live.session`
         self._recorder = lifecycle.recorder
         self._hub = hub
+        self._tap = tap
         self._rig = AgentRig.build(self.job, self.model, self._recorder, lifecycle.session)
         self._history = History()
         self._ask_lock = asyncio.Lock()
@@ -187,11 +215,11 @@ class Session:
         except BaseException:
             await resolved.aclose()
             raise
-        hub = EventHub()
-        lifecycle = await _begin_run_folder(job, runs_dir, resolved, hub)
+        hub, tap = EventHub(), ConnectionTap()
+        lifecycle = await _begin_run_folder(job, runs_dir, resolved, hub, tap)
         async with lifecycle.steps(end=False):
             await lifecycle.start_sandbox(pool.claim if pool is not None else None, backend)
-            self = cls(lifecycle, hub)
+            self = cls(lifecycle, hub, tap)
             self._warm()
             written = await lifecycle.stage(self._write_all(staged))
             lifecycle.recorder.emit("session_open", session_id=self.id, pooled=lifecycle.pooled, files=written)
@@ -310,22 +338,25 @@ class Session:
             self._recorder.emit("tool_start", call_id=call_id, name="run_python", arguments=arguments, origin="client")
             timeout = cell_timeout(self.limits.timeout)  # as the agent's own run_python
             session = self._live.session
-            try:
-                result = await KernelClient(session).run(code, timeout)
-            except KernelError as exc:
-                done = CellResult(status="unreachable", text=f"[kernel] {exc}")
-            except asyncio.CancelledError:  # the kernel interrupts the cell; the next one says how it ended
-                self._recorder.emit(
-                    "tool_result", call_id=call_id, name="run_python", arguments=arguments, output=CANCELLED,
-                    duration_s=round(time.monotonic() - started, 4), origin="client",
-                )
-                raise
-            else:
+            with self._tap.during() as connections:
+                try:
+                    result = await KernelClient(session).run(code, timeout)
+                except KernelError as exc:
+                    result = None
+                    done = CellResult(status="unreachable", text=f"[kernel] {exc}")
+                except asyncio.CancelledError:  # the kernel interrupts the cell; the next one says how it ended
+                    self._recorder.emit(
+                        "tool_result", call_id=call_id, name="run_python", arguments=arguments, output=CANCELLED,
+                        duration_s=round(time.monotonic() - started, 4), origin="client",
+                    )
+                    raise
+            if result is not None:
                 cell = cell_record(result, timeout=timeout)
                 text = format_result(result, images=True, timeout=timeout)
                 images = [data for fig in result.figures if (data := await read_figure(session, fig.path))]
                 done = CellResult(status=cell.status, text=bounded(text, self.limits.tool_output_chars),
                                   images=images, cell=cell)
+            done.connections = connections
             self._recorder.emit(
                 "tool_result", call_id=call_id, name="run_python", arguments=arguments, output=bounded(done.text),
                 cell=done.cell, duration_s=round(time.monotonic() - started, 4), origin="client",
@@ -371,12 +402,14 @@ class Session:
             call_id, started = self._call_id(), time.monotonic()
             wall = min(timeout or self.limits.timeout, self.limits.timeout)
             self._recorder.emit("tool_start", call_id=call_id, name="exec_command", arguments={"cmd": command}, origin="client")
-            try:
-                raw = await self._live.session.exec("sh", "-c", command, shell=False, timeout=wall)
-                cap = self.limits.output_bytes
-                done = CommandResult(raw.exit_code, _text(raw.stdout[:cap]), _text(raw.stderr[:cap]))
-            except (ExecTimeoutError, TimeoutError):
-                done = CommandResult(EXIT_TIMEOUT, "", f"[coderoom: stopped after {wall:g} s (the timeout limit)]", True)
+            with self._tap.during() as connections:
+                try:
+                    raw = await self._live.session.exec("sh", "-c", command, shell=False, timeout=wall)
+                    cap = self.limits.output_bytes
+                    done = CommandResult(raw.exit_code, _text(raw.stdout[:cap]), _text(raw.stderr[:cap]))
+                except (ExecTimeoutError, TimeoutError):
+                    done = CommandResult(EXIT_TIMEOUT, "", f"[coderoom: stopped after {wall:g} s (the timeout limit)]", True)
+            done.connections = connections
             took = round(time.monotonic() - started, 4)
             output = done.stdout + done.stderr
             shell = shell_result("timed_out" if done.timed_out else "exited", output, command=command,
@@ -527,13 +560,14 @@ class Session:
         return f"session {self.id} was closed unsaved: {problem}; its record is in {self.run_dir}"
 
 
-async def _begin_run_folder(job: Job, runs_dir: Path, model: ResolvedModel, hub: EventHub) -> RunLifecycle:
+async def _begin_run_folder(job: Job, runs_dir: Path, model: ResolvedModel, hub: EventHub,
+                            tap: ConnectionTap) -> RunLifecycle:
     """A new run folder with its record begun; on a disk that refuses either, no folder is left
     and the session is not opened (RunFolderUnavailable, in `host_disk`'s words)."""
     run_dir: Path | None = None
     try:
         run_dir = new_run_dir(job, runs_dir)
-        return await RunLifecycle.begin(run_dir, job, model, [hub.publish], on_end=hub.close)
+        return await RunLifecycle.begin(run_dir, job, model, [hub.publish, tap], on_end=hub.close)
     except OSError as exc:
         if run_dir is not None:
             shutil.rmtree(run_dir, ignore_errors=True)  # made just now: nothing of anyone else's

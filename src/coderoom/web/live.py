@@ -23,7 +23,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ..errors import CoderoomError, UsageError
 from ..record import read_record
-from ..record.events import EventsLost
+from ..record.events import LIVE_ONLY, EventsLost
 from .bodies import complete_form, json_body
 from .uploads import read_uploads
 from .view import event_json
@@ -166,7 +166,8 @@ async def _stream(session: Any, after: int) -> AsyncIterator[ServerSentEvent]:
 
     Each event's SSE id is its line number in the record, so a browser that reconnects (it sends
     Last-Event-ID) gets only what it has not seen. `events_lost` (a slow reader's marker, never
-    in the record) carries no id and moves the numbering past the events it stands for.
+    in the record) carries no id and moves the numbering past the events it stands for; the other
+    LIVE_ONLY events (a reply's progress) carry no id and leave the numbering as it is.
     """
     updates = session.subscribe()
     pending: asyncio.Future[Any] = asyncio.ensure_future(anext(updates))
@@ -193,6 +194,8 @@ async def _stream(session: Any, after: int) -> AsyncIterator[ServerSentEvent]:
             data = json.dumps(event_json(event))
             if isinstance(event, EventsLost):
                 number += event.count
+                yield ServerSentEvent(data=data)
+            elif event.type in LIVE_ONLY:
                 yield ServerSentEvent(data=data)
             elif event.t > last_t or (event.t == last_t and data not in seen):
                 number += 1

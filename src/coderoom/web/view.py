@@ -6,7 +6,8 @@ model's text is shown as its escape, not obeyed.
 
 The model's words (its messages and final answers) also come as `hostile.markup`'s sanitised
 HTML, in an `html` (message item) or `final_html` (ask_end, run_end) field beside the text: the
-page inserts only that, and never renders Markdown itself."""
+page inserts only that, and never renders Markdown itself. An egress event comes with its `row`
+(`record.notes.egress_row`: outcome and why), which the page shows in a table, as text."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from pydantic import BaseModel
 
 from ..hostile.markup import markdown_html
 from ..hostile.text import terminal_safe
+from ..record.events import Egress
+from ..record.notes import egress_row
 
 MAX_TEXT_CHARS = 20_000
 """Of any one string sent to the page (the record keeps the rest; `coderoom show` cuts the same)."""
@@ -27,6 +30,8 @@ def event_json(event: BaseModel) -> dict[str, Any]:
     """`event` as the page gets it: its fields, every string and list cut to the bounds."""
     shown = bounded(event.model_dump(mode="json"))
     with_markdown(shown)
+    if isinstance(event, Egress):  # the page's table row: `show`'s and MCP's reading of it
+        shown["row"] = bounded(egress_row(event))
     return shown
 
 

@@ -17,7 +17,9 @@ const state = {
   config: null, view: null, source: null, files: new Set(), previewSeq: 0, token: null,
   cells: new Map(), results: [], placed: new Set(), lastMessage: null, answered: null, turns: new Map(),  // the transcript's parts
   activity: null,  // what a live session is doing now: { label, since, askSince }, shown with a clock
+  streaming: null,  // the reply arriving now (model_stream events): { box, count, text, tokens }, gone at its model_call
 };
+const STREAM_SHOWN_CHARS = 20_000;  // of a streaming reply's text on the page (the final reply replaces it)
 const TICK_MS = 1000;  // the clock of "waiting for the model" moves every second
 const $ = (id) => document.getElementById(id);
 
@@ -137,7 +139,7 @@ function downloadName(path) {
 function openView(view, title) {
   if (state.source) { state.source.close(); state.source = null; }
   state.view = view;
-  Object.assign(state, { files: new Set(), cells: new Map(), results: [], placed: new Set(), lastMessage: null, answered: null, turns: new Map() });
+  Object.assign(state, { files: new Set(), cells: new Map(), results: [], placed: new Set(), lastMessage: null, answered: null, turns: new Map(), streaming: null });
   idle();
   show("session");
   $("session-title").textContent = title;
@@ -491,7 +493,13 @@ function renderEvent(ev) {
       working(`waiting for the model (turn ${ev.turn})`);
       break;
     }
+    case "model_stream":
+      streamed(ev);
+      return null;
+    case "egress":
+      return egressRow(ev);
     case "model_call": {
+      endStream();
       const usage = usageText(ev);
       const turn = state.turns.get(ev.turn);
       if (usage && turn && !turn.querySelector(".usage")) turn.append(el("span", "usage", ` · ${usage}`));
@@ -533,6 +541,7 @@ function renderEvent(ev) {
       title(`${ev.count} events not shown (the page fell behind; the record has them)`);
       break;
     case "ask_end":
+      endStream();  // a stopped or failed answer ends the reply that was arriving
       title(`Answer · ${ev.status}`);
       box.classList.add(answerClass(ev.status));
       answerBlock(box, ev);
@@ -541,6 +550,7 @@ function renderEvent(ev) {
       refreshFiles();
       break;
     case "run_end":
+      endStream();
       title(`Run ended · ${ev.status}`);
       box.classList.add(answerClass(ev.status));
       idle();
@@ -553,6 +563,73 @@ function renderEvent(ev) {
     default:
       title(String(ev.type));
   }
+  return box;
+}
+
+// A reply as it streams in: its tokens so far, their rate and time, and its text (model output:
+// textContent only). A server that does not stream sends none of these; the turn's clock runs alone.
+function streamCount(ev) {
+  const rate = typeof ev.rate === "number" ? ` · ${ev.rate.toFixed(1)} tokens/s` : "";
+  return `receiving the reply: ${ev.tokens} tokens${rate} · ${Number(ev.elapsed_s || 0).toFixed(1)} s`;
+}
+
+function streamed(ev) {
+  if (!state.streaming) {
+    const box = el("div", "event event-model_stream");
+    const count = el("p", "stream-count");
+    const text = el("div", "message streaming");
+    box.append(count, text);
+    $("transcript").append(box);
+    state.streaming = { box, count, text, tokens: 0 };
+    if (state.activity) {  // the same wait, now with tokens: its clock goes on
+      state.activity.label = "the model is replying";
+      setStatus(state.activity.label);
+    }
+  }
+  const shown = state.streaming.text;
+  if (ev.tokens <= state.streaming.tokens) shown.replaceChildren();  // a new request (a retry, a cut reply's continuation)
+  state.streaming.tokens = ev.tokens;
+  state.streaming.count.textContent = streamCount(ev);
+  if (ev.text && shown.textContent.length < STREAM_SHOWN_CHARS) shown.append(document.createTextNode(ev.text));
+}
+
+function endStream() {
+  if (state.streaming) state.streaming.box.remove();
+  state.streaming = null;
+}
+
+// The sandbox's connection attempts (egress events), consecutive ones in one compact table. Each
+// value is the server's `row` (record.notes.egress_row, the same reading as `show` and MCP), put
+// in as text: host and reason are the sandbox's.
+const EGRESS_COLUMNS = ["method", "host", "port", "outcome", "why", "bytes up", "bytes down", "time"];
+
+function egressRow(ev) {
+  const row = ev.row || {};
+  const last = $("transcript").lastElementChild;
+  let box = null;
+  let table = last && last.classList.contains("event-egress") ? last.querySelector("table") : null;
+  if (!table) {
+    box = el("div", "event event-egress");
+    box.append(el("h4", null, "Network connections"));
+    table = el("table", "egress");
+    const head = table.createTHead().insertRow();
+    for (const name of EGRESS_COLUMNS) {
+      const th = el("th", null, name);
+      th.scope = "col";
+      head.append(th);
+    }
+    table.createTBody();
+    const scroll = el("div", "table-scroll");
+    scroll.append(table);
+    box.append(scroll);
+  }
+  const why = row.outcome === "allowed" ? (row.address ? `via ${row.address}` : "") : row.reason;
+  const tr = el("tr", `egress-${String(row.outcome).replace(/[^a-z]/g, "")}`);
+  const time = typeof row.duration_s === "number" ? `${row.duration_s.toFixed(3)} s` : "";
+  for (const value of [row.method, row.host, row.port, row.outcome, why, row.bytes_up, row.bytes_down, time]) {
+    tr.append(el("td", null, value));
+  }
+  table.tBodies[0].append(tr);
   return box;
 }
 

@@ -1,0 +1,101 @@
+"""A run's model replies stream to its listeners (the CLI's progress, the page) as they arrive:
+`model_stream` events with the tokens so far, their rate and the new text, never written to the
+record, which keeps the final reply as before. A server that does not stream is asked again
+without streaming, once, and the run goes on as before it streamed.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from coderoom.cli.progress import Progress
+from coderoom.jobs import build_job
+from coderoom.record import read_record
+from coderoom.record.events import Event, ModelCall, ModelStream
+from coderoom.run import run_job
+from llama_server import LlamaServer
+from openai_server import OpenAIServer, Trickle, call, say, spec_for
+
+LONG_ANSWER = "The file has three rows and two columns, month and revenue, and nothing else in it."
+
+
+def job_for(spec: str, tmp_path: Path, **extra: Any) -> Any:
+    return build_job({"name": "streamed", "prompt": "Say what is in the workspace.", "model": spec, "max_turns": 3,
+                      **extra})
+
+
+async def test_a_real_llama_server_streams_tokens_with_their_rate_and_the_record_keeps_the_reply(
+    llama: LlamaServer, tmp_path: Path
+) -> None:
+    heard: list[Event] = []
+    shown = io.StringIO()
+    progress = Progress(Console(file=shown, width=200, color_system=None))
+    lines: list[str] = []
+
+    def listen(event: Event) -> None:
+        heard.append(event)
+        progress(event)
+        if isinstance(event, ModelStream):
+            lines.append(progress.line().plain)
+
+    job = job_for({"spec": llama.spec, "max_tokens": 16, "temperature": 0, "tool_choice": "none"}, tmp_path,
+                  prompt="Write three sentences about the sea.", max_turns=1)
+    environ = {**os.environ, "CODEROOM_MODEL_MAX_RETRIES": "0", "CODEROOM_MODEL_TIMEOUT": "600"}
+
+    result = await run_job(job, run_dir=tmp_path / "run", environ=environ, listeners=[listen])
+
+    streamed = [e for e in heard if isinstance(e, ModelStream)]
+    calls = [e for e in heard if isinstance(e, ModelCall)]
+    assert streamed and calls, (result.error, [e.type for e in heard])
+    # one stream a request (a reply cut at max_tokens is continued by a second one): each count grows
+    streams: list[list[ModelStream]] = []
+    for event in streamed:
+        if not streams or event.tokens <= streams[-1][-1].tokens:
+            streams.append([])
+        streams[-1].append(event)
+    assert len(streams) <= 2 and all(len(s) > 1 and s[0].tokens == 1 for s in streams), [e.tokens for e in streamed]
+    assert any(e.rate is not None and e.rate > 0 for e in streamed)
+    # each delta is a token on llama.cpp: the last counts are the reply's own output tokens
+    assert sum(s[-1].tokens for s in streams) == calls[0].usage.output_tokens
+    text = "".join(e.text for e in streams[-1])
+    first = calls[0].output[0]
+    assert first.kind == "message" and text and first.text.startswith(text[:20])
+    assert any("receiving the reply: " in line and "tokens/s" in line for line in lines), lines
+    # the record holds the reply, not the deltas
+    recorded = [e.type for e in read_record(result.run_dir).events]
+    assert "model_stream" not in recorded and recorded.count("model_call") == len(calls)
+
+
+async def test_streamed_text_adds_up_to_the_reply(tmp_path: Path) -> None:
+    heard: list[Event] = []
+    with OpenAIServer([Trickle(say(LONG_ANSWER), interval=0.01)]) as server:
+        result = await run_job(job_for(spec_for("chat_completions", server), tmp_path), run_dir=tmp_path / "run",
+                               environ={"CODEROOM_MODEL_MAX_RETRIES": "0"}, listeners=[heard.append])
+    assert not server.errors, server.errors
+    assert result.final_output == LONG_ANSWER
+    assert server.requests[0].body.get("stream") is True
+    assert server.requests[0].body.get("stream_options") == {"include_usage": True}
+    streamed = [e for e in heard if isinstance(e, ModelStream)]
+    assert "".join(e.text for e in streamed) == LONG_ANSWER
+    assert streamed[-1].tokens == len(LONG_ANSWER.split())
+
+
+async def test_a_server_that_does_not_stream_is_asked_once_more_without_and_the_run_goes_on(tmp_path: Path) -> None:
+    heard: list[Event] = []
+    script = [say("first answer, as plain JSON"), call("exec_command", cmd="echo hi"), say("done.")]
+    with OpenAIServer(script, streams=False) as server:
+        result = await run_job(job_for(spec_for("chat_completions", server), tmp_path), run_dir=tmp_path / "run",
+                               environ={"CODEROOM_MODEL_MAX_RETRIES": "0"}, listeners=[heard.append])
+    assert not server.errors, server.errors
+    # the first request asked for a stream and got JSON, which carried none: asked again, then never
+    # asked to stream again
+    assert [bool(r.body.get("stream")) for r in server.requests] == [True, False, False]
+    assert result.status == "ok" and result.final_output == "done."
+    assert not [e for e in heard if isinstance(e, ModelStream)]
+    calls = [e for e in read_record(result.run_dir).events if isinstance(e, ModelCall)]
+    assert len(calls) == 2 and calls[0].usage.requests == 1
