@@ -48,6 +48,7 @@ class Connection(_Result):
     bytes_up: int
     bytes_down: int
     duration_s: float
+    intercepted: bool = Field(description="TLS was opened by the proxy to add a secret's header")
 
 
 CONNECTIONS = "connection attempts through the egress allowlist's proxy that ended while this call ran"
