@@ -151,3 +151,13 @@ def test_a_client_hello_cut_short_anywhere_is_refused_not_misread() -> None:
     for end in range(0, len(hello), 7):
         with pytest.raises(tls.NotClientHello):
             tls.server_name(hello[:end])
+
+
+def test_the_kernel_keeps_every_variable_of_the_way_out() -> None:
+    """The Python kernel scrubs its environment to a list of its own (it runs inside the sandbox
+    and imports nothing of coderoom): every variable an allowlisted sandbox is given must be on it,
+    or `run_python` has no proxy and no trust roots while commands do."""
+    from coderoom.egress.session import sandbox_env
+    from coderoom.tools.inside.kernel_server import ENV_ALLOWED
+
+    assert set(sandbox_env(bundle="/egress/ca-bundle.pem")) <= ENV_ALLOWED

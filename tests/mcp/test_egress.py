@@ -35,6 +35,9 @@ async def test_exec_and_run_python_results_name_the_connections_of_that_call(tmp
             # the proxy reports a connection when it ends: the command waits a moment after its last
             ran = await client.call_tool("exec", {"session_id": sid, "command": f"python3 fetch.py {port} && sleep 2"})
             quiet = await client.call_tool("run_python", {"session_id": sid, "code": "1 + 1"})
+            # the kernel keeps the way out its sandbox was given (it scrubs its environment)
+            code = f"import urllib.request, time\nprint(urllib.request.urlopen('http://api.test:{port}/kernel', timeout=60).status)\ntime.sleep(2)"
+            fetched = await client.call_tool("run_python", {"session_id": sid, "code": code})
             await client.call_tool("close_session", {"session_id": sid})
 
     assert not ran.is_error, ran.content
@@ -49,4 +52,7 @@ async def test_exec_and_run_python_results_name_the_connections_of_that_call(tmp
     assert f"other.test:{port} refused: " in text
 
     assert quiet.structured_content["connections"] == [] and "[connections]" not in quiet.content[0].text
-    assert [path for path, _ in seen.requests] == ["/ok"]
+    assert not fetched.is_error and fetched.structured_content["status"] == "ok", fetched.content
+    (kernel_call,) = fetched.structured_content["connections"]
+    assert kernel_call["host"] == "api.test" and kernel_call["outcome"] == "allowed"
+    assert [path for path, _ in seen.requests] == ["/ok", "/kernel"]

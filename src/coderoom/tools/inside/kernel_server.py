@@ -50,6 +50,11 @@ ENV_ALLOWED = {
     "MPLBACKEND", "MPLCONFIGDIR", "VIRTUAL_ENV", "CONDA_PREFIX", "OMP_NUM_THREADS",
     "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_MAX_THREADS",
     "LD_LIBRARY_PATH",  # the local sandbox's relocated Python finds its libpython by it
+    # an allowlisted sandbox's way out (`egress.session.sandbox_env`, set by the host, no secret in
+    # it): the proxy and the trust roots that hold the session's CA; a test checks the two agree
+    "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy", "NO_PROXY",
+    "no_proxy", "PIP_PROXY", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT",
+    "GIT_SSL_CAINFO", "NODE_EXTRA_CA_CERTS",
 }  # fmt: skip
 ENV_CLEAN_MARK = "CODEROOM_KERNEL"
 # `python3 -I -c BOOT SOURCE serve [channel]`: an environment holding anything but ENV_ALLOWED
