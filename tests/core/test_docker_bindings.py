@@ -1,8 +1,9 @@
 """A Docker run's binding (`sandboxes.docker.bindings`) and what recovery makes of it once its
-owner is dead: the loss named (run_end `error`, the binding removed), or, when the owner's own
-save had finished (a kill while closing), `recovered` with what the run folder holds and the
-partial archive removed; a living owner's binding is left alone. No engine is needed: a dead
-owner's container is gone by construction, and the backend here only hands recovery the bindings."""
+owner is dead and its container is gone (its recovery window passed): the loss named (run_end
+`error` saying why, the binding removed), or, when the owner's own save had finished (a kill
+while closing), `recovered` with what the run folder holds and the partial archive removed; a
+living owner's binding is left alone. The engine is asked about a container no one made (gone);
+the backend here only hands recovery the bindings. Saving a live container: tests/faults/test_docker_loss.py."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from backends import require_backend
 from coderoom.record import read_record
 from coderoom.recovery import CAUSE, recover
 from coderoom.sandboxes import records
@@ -32,11 +34,12 @@ class BindingsOnly:
         return None
 
     def abandoned_runs(self, spec: SandboxSpec) -> list[Orphan]:
-        return bindings.abandoned_runs()
+        return bindings.abandoned_runs(spec.limits)
 
 
 @pytest.fixture(autouse=True)
 def own_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    require_backend("docker")
     (tmp_path / "tmp").mkdir()
     monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
     monkeypatch.setattr("tempfile.tempdir", None)  # read TMPDIR again
@@ -50,7 +53,7 @@ def run_folder(tmp_path: Path) -> Path:
 
 
 def bound_to_a_dead_owner(run_dir: Path) -> Path:
-    folder = bindings.bind(None, CONTAINER, run_dir, "r1")
+    folder = bindings.bind(None, CONTAINER, run_dir, "r1", "/workspace")
     gone = subprocess.Popen(["true"])
     gone.wait()
     me = Owner.me()
@@ -59,14 +62,14 @@ def bound_to_a_dead_owner(run_dir: Path) -> Path:
     return folder
 
 
-async def test_a_dead_owners_docker_workspace_is_named_lost(tmp_path: Path) -> None:
+async def test_a_dead_owners_workspace_whose_container_is_gone_is_named_lost(tmp_path: Path) -> None:
     run_dir = run_folder(tmp_path)
     folder = bound_to_a_dead_owner(run_dir)
     [outcome] = await recover(SandboxSpec(), run_dir.parent, backend=BindingsOnly())  # type: ignore[arg-type]
     assert outcome.lost and outcome.describe().startswith("lost ")
     end = read_record(run_dir).events[-1]
     assert (end.type, end.status, end.cause, end.saved) == ("run_end", "error", CAUSE, [])
-    assert end.error and "tmpfs in Docker container '0123456789ab'" in end.error
+    assert end.error and "Docker container '0123456789ab'" in end.error and "it is gone" in end.error
     assert not folder.exists()
     assert await recover(SandboxSpec(), run_dir.parent, backend=BindingsOnly()) == []  # type: ignore[arg-type]  # ended once, not again
 
@@ -87,7 +90,7 @@ async def test_a_save_finished_before_the_kill_is_recovered_and_its_partial_remo
 
 async def test_a_living_owners_binding_is_left_alone_until_unbound(tmp_path: Path) -> None:
     run_dir = run_folder(tmp_path)
-    folder = bindings.bind(None, CONTAINER, run_dir, "r1")  # this process: alive
+    folder = bindings.bind(None, CONTAINER, run_dir, "r1", "/workspace")  # this process: alive
     assert await recover(SandboxSpec(), run_dir.parent, backend=BindingsOnly()) == []  # type: ignore[arg-type]
     assert bindings.prune() == 0 and folder.exists()
     bindings.unbind(folder)

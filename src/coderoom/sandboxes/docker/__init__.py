@@ -111,15 +111,16 @@ class DockerBackend:
     def prune(self, skipped: list[str] | None = None) -> int:
         from .bindings import prune as prune_bindings
 
-        prune_bindings()  # records only: a dead owner's loss was named by recovery just before
+        prune_bindings()  # records only: recovery saved (or named lost) a dead owner's workspace just before
         return prune(skipped=skipped)
 
     def abandoned_runs(self, spec: SandboxSpec) -> list[Orphan]:
-        """`orphans.FindsOrphans`: the runs whose container died with its owner; each one's
-        `reopen` names the loss (`bindings`: a Docker workspace cannot outlive its owner)."""
+        """`orphans.FindsOrphans`: the runs whose owner died; each one's `reopen` saves the
+        workspace from its container, kept for a recovery window (`bindings`, `rescue`), or
+        names it lost."""
         from .bindings import abandoned_runs
 
-        return abandoned_runs()
+        return abandoned_runs(spec.limits)
 
     def info(self) -> str:
         return (

@@ -1,19 +1,19 @@
-"""Which run folder a Docker sandbox serves, kept on the host: what recovery names when its owner
-died and its workspace went with the container.
+"""Which run folder a Docker sandbox serves, kept on the host: what recovery saves (or names lost)
+when its owner died.
 
-Why the workspace cannot be recovered: it is a tmpfs inside the container, and the container ends
-with its owner: init.py (PID 1) exits when the host's attach connection drops (stdin is attached
-once, `StdinOnce`, so no later process can reattach), and the daemon removes the container
-(`AutoRemove`, SES-04). A kill -9 of the owner therefore loses the files at once, before any prune
-or restart can run. Making it recoverable would mean a container that outlives its owner (no
-exit on EOF while a run is bound, a stdin that can be reattached, no auto-remove) with a lifetime
-of its own to bound; until then the loss is named: the record ends `error` saying what was lost,
-never left "unfinished".
+A bound session's container outlives a lost owner by a bounded window (`recovery_window`: 600 s
+unless the host's $CODEROOM_DOCKER_RECOVERY_S says otherwise; never a sandbox's or a record's
+word): `bind` tells its init.py ("keep"), which then, when the host's attach connection drops,
+kills every other process and waits that long before it exits (and the engine removes the
+container, AutoRemove). Within it, `abandoned_runs`' `reopen` (`rescue.reopen`) saves the
+workspace by a `docker exec` of the archiver and removes the container; a container that is
+gone or cannot be reached by then is named lost (`WorkspaceLost`, saying why), never left
+"unfinished". A session with no run bound keeps the old behaviour: init.py exits at once.
 
 A binding is a folder of ours in the temp dir (`coderoom-docker-<session>-*`, mode 0700), with a
 lease (`sandboxes.leases`: the owner's pid, start time, boot id) and a `run` record (the run folder
-and run id, the container's name), both through `records`. The session removes it when it closes;
-one whose owner is gone is what `abandoned_runs` reports (then it is removed).
+and run id, the container's id and workspace root), both through `records`. The session removes
+it when it closes; one whose owner is gone is what `abandoned_runs` reports (then it is removed).
 """
 
 from __future__ import annotations
@@ -27,17 +27,27 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ...hostile.names import shown
 from .. import records
 from ..leases import read_lease, write_lease
+from ..limits import Limits
 from ..orphans import Orphan, WorkspaceLost
 
 PREFIX = "coderoom-docker-"
+RECOVERY_WINDOW_S = 600.0  # as long as a local leaseless folder waits
+WINDOW_ENV = "CODEROOM_DOCKER_RECOVERY_S"  # the host's setting (seconds, 1 to 3600)
 
 
-def bind(folder: Path | None, container: str, run_dir: Path, owner: str) -> Path:
-    """Record that `container` (its id) serves run folder `run_dir` (absolute) of run `owner`, in
-    `folder` (None: a new binding folder, leased to this process); the folder."""
+def recovery_window() -> float:
+    """How long a bound container outlives a lost owner: RECOVERY_WINDOW_S, or the host's
+    $CODEROOM_DOCKER_RECOVERY_S (whole seconds, 1 to 3600; anything else is ignored)."""
+    value = os.environ.get(WINDOW_ENV, "")
+    return float(value) if value.isdigit() and 1 <= int(value) <= 3600 else RECOVERY_WINDOW_S
+
+
+def bind(folder: Path | None, container: str, run_dir: Path, owner: str, root: str) -> Path:
+    """Record that `container` (its id, workspace at `root`) serves run folder `run_dir`
+    (absolute) of run `owner`, in `folder` (None: a new binding folder, leased to this
+    process); the folder."""
     if folder is None:
         folder = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{container[:12]}-"))
         try:
@@ -45,7 +55,7 @@ def bind(folder: Path | None, container: str, run_dir: Path, owner: str) -> Path
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             raise
-    records.bind_run(folder, run_dir, owner, container=container)
+    records.bind_run(folder, run_dir, owner, container=container, root=root)
     return folder
 
 
@@ -55,16 +65,18 @@ def unbind(folder: Path | None) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def abandoned_runs() -> list[Orphan]:
-    """Every binding whose owner is gone, as an Orphan whose `reopen` names the loss."""
+def abandoned_runs(limits: Limits) -> list[Orphan]:
+    """Every binding whose owner is gone, as an Orphan whose `reopen` saves its container's
+    workspace within `limits` (the caller's) or names it lost (`rescue.reopen`), and removes
+    the binding either way once done."""
     found = []
     for folder in sorted(Path(tempfile.gettempdir()).glob(f"{PREFIX}*")):
         owner = read_lease(folder)
         bound = _bound(folder)
         if owner is None or owner.alive() or bound is None:
             continue
-        run_dir, run_id, container = bound
-        found.append(Orphan(folder, run_dir, run_id, partial(_lost, folder, container)))
+        run_dir, run_id, container, root = bound
+        found.append(Orphan(folder, run_dir, run_id, partial(_reopen, folder, container, root, limits)))
     return found
 
 
@@ -79,18 +91,29 @@ def prune() -> int:
     return removed
 
 
-def _bound(folder: Path) -> tuple[Path, str, str] | None:
-    bound = records.bound_run(folder, "container")
-    return None if bound is None else (bound[0], bound[1], bound[2]["container"])
+def _bound(folder: Path) -> tuple[Path, str, str, str] | None:
+    bound = records.bound_run(folder, "container", "root")
+    if bound is None or not bound[2]["root"].startswith("/"):
+        return None
+    return bound[0], bound[1], bound[2]["container"], bound[2]["root"]
 
 
 @asynccontextmanager
-async def _lost(folder: Path, container: str, *, remove_on_failure: bool) -> AsyncIterator[Any]:
-    """No session to save from: the loss, named (WorkspaceLost), and the binding removed."""
+async def _reopen(
+    folder: Path, container: str, root: str, limits: Limits, *, remove_on_failure: bool
+) -> AsyncIterator[Any]:
+    """`rescue.reopen`; the binding goes once its container has (saved and removed, or lost;
+    after a failed save only with `remove_on_failure`: else a later recovery tries again)."""
+    from .rescue import reopen
+
+    try:
+        async with reopen(container, root, limits, remove_on_failure=remove_on_failure) as workspace:
+            yield workspace
+    except WorkspaceLost:
+        unbind(folder)
+        raise
+    except BaseException:
+        if remove_on_failure:
+            unbind(folder)
+        raise
     unbind(folder)
-    raise WorkspaceLost(
-        f"it was a tmpfs in Docker container {shown(container[:12], 20)}, which ends with its owner "
-        "(its PID 1 exits when the host's connection drops and the engine removes it): none of its files "
-        "could be saved; the record up to the kill is kept"
-    )
-    yield  # an async generator, for asynccontextmanager

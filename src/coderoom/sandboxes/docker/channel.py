@@ -86,6 +86,13 @@ class Channel:
             with self._waiters_lock:
                 self._waiters.pop(rid, None)
 
+    def notify(self, request: Reply) -> None:
+        """Send `request` without waiting for its reply (dropped when it comes): for an
+        operation whose answer changes nothing here ("keep")."""
+        if self.closed_reason is not None:
+            raise ConnectionError(self.closed_reason)
+        self._send((json.dumps({**request, "id": uuid.uuid4().hex}) + "\n").encode())
+
     def close(self) -> None:
         self._fail_all("the channel was closed")
         try:

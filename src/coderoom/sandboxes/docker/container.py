@@ -393,6 +393,30 @@ class DockerSandbox:
             raise SandboxFailed(f"could not stop the sandbox's processes: {reply['error']}")
         return int(reply["killed"])
 
+    def keep_for_recovery(self, window: float) -> None:
+        """Have init.py outlive a lost host by `window` seconds (a run is bound: `bindings`):
+        every other process killed, the workspace kept for `rescue` to save. SandboxFailed if
+        init.py cannot be reached."""
+        try:
+            self.channel().notify({"op": "keep", "window": window})
+        except (ConnectionError, OSError, docker.errors.APIError) as e:
+            raise SandboxFailed(f"the docker sandbox is unreachable: {e}") from e
+
+    def archive_request(self, *, skip: Iterable[PurePosixPath] = (), snapshot: bool = False) -> Reply:
+        """init.py's request to run the archiver over the workspace (see `archive`)."""
+        return {
+            "op": "helper",
+            "source": ARCHIVER_SOURCE,
+            "timeout": ARCHIVE_DEADLINE_S,
+            "args": {
+                "root": self.root,
+                "skip": sorted(p.as_posix() for p in skip),
+                "max_bytes": self.limits.workspace_size,
+                "max_entries": MAX_ENTRIES,
+                "hard_links": snapshot,
+            },
+        }
+
     async def archive(self, *, skip: Iterable[PurePosixPath] = (), snapshot: bool = False) -> IO[bytes]:
         """A tar of the workspace: every process is killed first; bounded by workspace_size in
         bytes (apparent sizes, so sparse files count in full) and by ARCHIVE_DEADLINE_S. A
@@ -403,18 +427,7 @@ class DockerSandbox:
         deadline = loop.time() + ARCHIVE_DEADLINE_S
         stream = ArchiveStream(stream_budget(max_bytes, MAX_ENTRIES))
         over = asyncio.Event()
-        request = {
-            "op": "helper",
-            "source": ARCHIVER_SOURCE,
-            "timeout": ARCHIVE_DEADLINE_S,
-            "args": {
-                "root": self.root,
-                "skip": sorted(p.as_posix() for p in skip),
-                "max_bytes": max_bytes,
-                "max_entries": MAX_ENTRIES,
-                "hard_links": snapshot,
-            },
-        }
+        request = self.archive_request(skip=skip, snapshot=snapshot)
         root = self.root if snapshot else None
         rewriting = asyncio.ensure_future(asyncio.to_thread(_rewrite_and_close, stream, max_bytes, root))
         try:

@@ -277,8 +277,14 @@ class CoderoomDockerSession(PtySessions, DockerSandboxSession):
 
     def bind_run(self, run_dir: Path, owner: str) -> None:
         """`orphans.KeepsRunRecord`: which run folder and run this container serves, so a
-        restart or `prune` after its owner died names the lost workspace (`bindings`)."""
-        self._binding = bindings.bind(self._binding, self._core.container_id, run_dir, owner)
+        restart or `prune` after its owner died saves its workspace there (`bindings`): the
+        container is told to outlive a lost owner by `bindings.recovery_window()`. An init.py
+        that cannot be told is no error here (its channel broke: the next command says so)."""
+        self._binding = bindings.bind(self._binding, self._core.container_id, run_dir, owner, self._core.root)
+        try:
+            self._core.keep_for_recovery(bindings.recovery_window())
+        except SandboxFailed:
+            pass
 
     async def _shutdown_backend(self) -> None:
         try:

@@ -21,7 +21,11 @@ carries no "out", "timeout" null means no wall clock (the run_python kernel only
 whose request id is "job". A tty job runs on a pseudo-terminal opened here, in the container's
 own devpts, as that terminal's session leader; its output is read by this process like a pipe's.
 Only replies go to stdout. With --exit-on-eof, stdin closing (the host's attach connection
-dropped: it exited or was killed) ends PID 1, so the container stops and auto-removes.
+dropped: it exited or was killed) ends PID 1, so the container stops and auto-removes; unless
+the host sent {"id", "op": "keep", "window": S} (a run is bound to the session, issue 20): then
+PID 1 kills every other process and waits S seconds for the host's recovery, which saves the
+workspace by running this file with --archive-once through `docker exec` (see `archive_once`),
+before it exits.
 With --contact-within=S, PID 1 also exits when nothing arrives on stdin within S seconds of its
 start: a host killed after `docker start` but before it attached never closes a stdin it never
 opened (the host sends an empty line as soon as it has attached).
@@ -204,6 +208,21 @@ def remove_home(path):
     shutil.rmtree(path, ignore_errors=True)
 
 
+def child_setup(stdin, stdout, stderr):
+    """Set up a forked child of PID 1 that is no command (the egress forwarder, a host helper):
+    a session of its own (ending a command's tree spares it), none of PID 1's signal handling
+    (its wakeup fd, its SIGCHLD/SIGTERM/SIGINT handlers, SIGPIPE ignored by Python), `stdin`,
+    `stdout` and `stderr` as fds 0-2 and no other descriptor of PID 1's left open."""
+    os.setsid()
+    signal.set_wakeup_fd(-1)
+    for sig in (signal.SIGPIPE, signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
+    os.dup2(stdin, 0)
+    os.dup2(stdout, 1)
+    os.dup2(stderr, 2)
+    os.closerange(3, 65536)
+
+
 def spawn(argv, cwd, home, stdin_wanted, env=None, tty=False):
     """Fork argv in a session of its own; its output pipes (with `tty`: the terminal, and an
     empty stderr) and stdin's write end (None without `stdin_wanted`)."""
@@ -279,15 +298,8 @@ class Forwarder:
         pid = os.fork()
         if pid == 0:
             try:
-                os.setsid()
-                signal.set_wakeup_fd(-1)
-                for sig in (signal.SIGPIPE, signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
-                    signal.signal(sig, signal.SIG_DFL)
                 null = os.open(os.devnull, os.O_RDWR)
-                os.dup2(null, 0)
-                os.dup2(ready_w, 1)
-                os.dup2(null, 2)
-                os.closerange(3, 65536)
+                child_setup(null, ready_w, null)
                 os.chdir("/")
                 os.execv(self.argv[0], self.argv)
             finally:
@@ -326,6 +338,7 @@ class Server:
         self.out = b""  # replies not yet written
         self.paused = set()  # helper stdout fds not polled while replies back up
         self.idle = set()  # live jobs' stdin fds not polled while no input waits
+        self.keep_window = None  # seconds to wait for a recovery once the host is gone ("keep")
 
     def run(self):
         if self.forwarder is not None and not self.refusal:
@@ -373,6 +386,8 @@ class Server:
             return
         self.contact_deadline = None  # the host has attached (an empty read is EOF: handled below)
         if not data:  # stdin closed: the host is gone (or there never was one)
+            if self.keep_window is not None:
+                self.await_recovery()
             if self.exit_on_eof:
                 os._exit(0)
             self.poller.unregister(0)
@@ -613,6 +628,8 @@ def install_filter():
 QUIESCE_ROUNDS = 20  # stop-and-kill passes before giving up (a pids-limited tree needs one or two)
 QUIESCE_WAIT_S = 5.0  # how long SIGKILLed processes get to disappear
 RELAY_HIGH = 4 << 20  # pause a helper's stdout while this many reply bytes wait for the host
+KEEP_MAX_S = 3600  # the longest recovery window a "keep" may ask for
+ARCHIVE_ENV = "CODEROOM_ARCHIVE"  # --archive-once: the archive helper's request
 
 
 def live_pids():
@@ -668,27 +685,27 @@ def spawn_helper(source, args):
     if pid == 0:
         code = 1
         try:
-            os.setsid()
-            signal.set_wakeup_fd(-1)
-            for sig in (signal.SIGPIPE, signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, signal.SIG_DFL)
-            null = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(null, 0)
-            os.dup2(out_w, 1)
-            os.dup2(err_w, 2)
-            os.closerange(3, 65536)
-            exec(compile(source, "coderoom-helper", "exec"), {"__name__": "coderoom_helper", "ARGS": args})
-            code = 0
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else 1
-        except BaseException as e:
-            os.write(2, ("coderoom helper: %s: %s\n" % (type(e).__name__, e)).encode())
-        os._exit(code)
+            child_setup(os.open(os.devnull, os.O_RDONLY), out_w, err_w)
+            code = run_source(source, args)
+        finally:
+            os._exit(code)
     os.close(out_w)
     os.close(err_w)
     for fd in (out_r, err_r):
         os.set_blocking(fd, False)
     return pid, (out_r, err_r)
+
+
+def run_source(source, args):
+    """Run host-sent Python `source` with ARGS = `args` in this process; its exit code."""
+    try:
+        exec(compile(source, "coderoom-helper", "exec"), {"__name__": "coderoom_helper", "ARGS": args})
+        return 0
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 1
+    except BaseException as e:
+        os.write(2, ("coderoom helper: %s: %s\n" % (type(e).__name__, e)).encode())
+        return 1
 
 
 def _operation(self, rid, req):
@@ -710,6 +727,12 @@ def _operation(self, rid, req):
                 self.idle.discard(job.stdin_fd)
                 self.poller.register(job.stdin_fd, select.POLLOUT)
         self.reply({"id": rid, "done": op})
+    elif op == "keep":
+        window = float(req["window"])
+        if not 0 < window <= KEEP_MAX_S:
+            raise ValueError("a recovery window is between 0 and %d s" % KEEP_MAX_S)
+        self.keep_window = window
+        self.reply({"id": rid, "done": op})
     elif op == "helper":
         if self.helper_running():
             raise RuntimeError("a helper is already running")
@@ -722,6 +745,42 @@ def _operation(self, rid, req):
         self.add_job(job)
     else:
         raise ValueError("unknown operation %r" % op)
+
+
+def _await_recovery(self):
+    """The host went away while a run was bound ("keep"): end every other process, as before an
+    archive, so nothing changes the workspace; then wait `keep_window` seconds, reaping, for the
+    host's recovery to save it (a `docker exec` of this file with --archive-once), and exit.
+    Nothing is read or run meanwhile: stdin is closed for good (StdinOnce). The host removes the
+    container once it has saved it; else it ends here, and the engine removes it (AutoRemove)."""
+    deadline = time.monotonic() + self.keep_window
+    try:
+        kill_all_but_me(self.reap)
+    except RuntimeError as e:  # something the kill passes cannot end: keep nothing half-alive
+        sys.stderr.write("coderoom init: not waiting for a recovery: %s\n" % e)
+        os._exit(0)
+    while time.monotonic() < deadline:
+        self.reap()  # what a host's exec left behind
+        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+    os._exit(0)
+
+
+def archive_once(refusal):
+    """--archive-once: this file run by the host's `docker exec` in a container whose owner died
+    (see `_await_recovery`), to write the workspace tar to stdout the way the archive helper does:
+    under the same stacked seccomp filter (refused without it) and undumpable, alone with PID 1
+    (no other process may run: PID 1 killed them all), ended by SIGALRM at the host's deadline.
+    $CODEROOM_ARCHIVE holds {"source", "args", "timeout"}, the archive helper's request."""
+    if refusal:
+        sys.stderr.write("workspace archive refused: %s\n" % refusal)
+        os._exit(1)
+    request = json.loads(os.environ.pop(ARCHIVE_ENV))
+    signal.alarm(max(1, int(float(request["timeout"]) + 0.999)))
+    others = sorted(pid for pid in live_pids() if pid != 1)
+    if others:
+        sys.stderr.write("workspace archive refused: other processes still run in the container: %s\n" % others[:20])
+        os._exit(1)
+    os._exit(run_source(str(request["source"]), request.get("args")))
 
 
 def _helper_running(self):
@@ -745,6 +804,7 @@ def _resume_relays(self):
 
 Server.operation = _operation
 Server.helper_running = _helper_running
+Server.await_recovery = _await_recovery
 Server.relay = _relay
 Server.resume_relays = _resume_relays
 # ---- end of quiesce and host helpers -----------------------------------------------------------
@@ -759,6 +819,8 @@ if __name__ == "__main__":
             refusal = "the sandbox's seccomp filter could not be installed (%s)" % problem
             sys.stderr.write("coderoom init: %s\n" % refusal)
     make_undumpable()
+    if "--archive-once" in args:
+        archive_once(refusal)
     os.set_blocking(1, False)
     contact = [a.split("=", 1)[1] for a in args if a.startswith("--contact-within=")]
     egress = [a.split("=", 1)[1].rsplit(":", 1) for a in args if a.startswith("--egress=")]
