@@ -13,10 +13,10 @@ path to a real directory of this user's that nobody else can write, holding a ru
 this user's (one link, not a link) whose first line is the run_start of that run (its `run_id`)
 and whose end is no run_end. A workspace that fails any of this, or whose save fails, is not recovered and
 says why; `serve` leaves it in place, `prune` then removes it as before. A workspace its backend
-says is gone for good (`WorkspaceLost`: a Docker container's, see `sandboxes.docker.bindings`)
-ends its run at once, `error` naming what was lost, on a restart and in `prune` alike, unless
-the owner's own save had completed (a kill while closing): then it is `recovered` with what the
-run folder holds.
+says is gone for good (`WorkspaceLost`: a Docker container that ended after its recovery window,
+or cannot be reached; see `sandboxes.docker.bindings`) ends its run at once, `error` naming what
+was lost and why, on a restart and in `prune` alike, unless the owner's own save had completed (a
+kill while closing): then it is `recovered` with what the run folder holds.
 """
 
 from __future__ import annotations

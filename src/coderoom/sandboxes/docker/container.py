@@ -12,7 +12,8 @@
   runs anything, and runs commands sent over the container's attached stdin (`channel`): a fork
   instead of a `docker exec` (~50 ms of runc per call), with the local backend's rules
   (wall-clock deadline killing the whole tree, exit 124; bounded output; 137 on SIGKILL).
-  stdin closing (the host died) ends PID 1, and the daemon removes the container.
+  stdin closing (the host died) ends PID 1, and the daemon removes the container; with a run
+  bound (`keep_for_recovery`), only after a recovery window in which `rescue` can save it.
 * Files: `read_file`/`write_file` run inside/files.py, never through a symlink: a read as a host
   helper (`helpers`: a uid sandbox code cannot signal, with a deadline), falling back to a
   command for a file only the sandbox's uid may read; a write as a command.

@@ -9,7 +9,8 @@ The container is non-root with a read-only root, tmpfs /tmp and workspace (sizes
 no capabilities, no-new-privileges, Docker's default seccomp profile plus coderoom's (init.py
 stacks it), `network none` (or, with network = true, a network of the session's own: `network`),
 memory/CPU/pids/rlimits from Limits, no host environment, no logging of command output, labels
-for `coderoom sandbox prune`, and removed by the daemon once PID 1 ends.
+for `coderoom sandbox prune`, and removed by the daemon once PID 1 ends (with its owner, or at the
+end of a bound run's recovery window: `bindings`).
 """
 
 from __future__ import annotations
@@ -132,8 +133,9 @@ def create_request(
             root: f"{mount_opts},size={workspace_tmpfs_size(limits)},uid={SANDBOX_UID},gid={SANDBOX_UID},mode=0755",
         },
         "PidsLimit": limits.pids,
-        # stdin closes when the host's attach connection drops, init.py then exits and the
-        # daemon removes the container: a killed host leaves nothing behind (SES-04)
+        # stdin closes when the host's attach connection drops, init.py then exits (after the
+        # recovery window of a bound run, `bindings`) and the daemon removes the container: a
+        # killed host leaves nothing behind past that bound (SES-04)
         "AutoRemove": True,
         "Init": False,
         "NanoCpus": int(limits.cpus * 1e9),

@@ -132,6 +132,19 @@ def _state(client: Any, container: str) -> str | None:
     return None
 
 
+async def saved_already(container: str) -> None:
+    """The owner's own save had finished before it died: `container` is removed and
+    WorkspaceLost says so (recovery then keeps what the run folder holds, `recovered`)."""
+    from .image import docker_client
+
+    client = docker_client()
+    try:
+        await asyncio.to_thread(remove_container, client, container)
+    finally:
+        client.close()
+    raise WorkspaceLost("its owner's own save had finished; Docker container %s was removed" % shown(container[:12], 20))
+
+
 @asynccontextmanager
 async def reopen(container: str, root: str, limits: Limits, *, remove_on_failure: bool) -> AsyncIterator[Any]:
     """`orphans.Orphan.reopen` for a bound container whose owner died: the workspace to save
