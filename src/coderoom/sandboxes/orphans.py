@@ -37,14 +37,15 @@ class Orphan:
 
 class WorkspaceLost(Exception):
     """Raised by an Orphan's `reopen` when its workspace is gone for good (a Docker container's
-    tmpfs, which ends with its owner): what was lost, for the record's run_end. Final: recovery
-    ends the run at once rather than leaving it to retry."""
+    tmpfs, once its container ended after its recovery window or cannot be reached): what was
+    lost and why, for the record's run_end. Final: recovery ends the run at once rather than
+    leaving it to retry."""
 
 
 @runtime_checkable
 class FindsOrphans(Protocol):
-    """A backend that can find dead owners' workspaces and reopen them (local), or name their
-    loss (docker: `WorkspaceLost`)."""
+    """A backend that can find dead owners' workspaces and reopen them to be saved, or name
+    their loss (`WorkspaceLost`)."""
 
     def abandoned_runs(self, spec: SandboxSpec) -> list[Orphan]: ...
 
