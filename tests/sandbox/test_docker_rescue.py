@@ -131,21 +131,67 @@ os.write(1, ("%s %s %d %d" % (status["Seccomp_filters"].strip(), status["NoNewPr
 async def test_the_exec_archiver_runs_under_the_command_filter_undumpable(sandbox: Any) -> None:
     """As init.py's forked helper does (tests/sandbox/test_docker_core.py): Docker's filter and
     coderoom's stacked (2), no new privileges, not dumpable, the sandbox's uid."""
-    from coderoom.sandboxes.docker.archive import ArchiveStream
-    from coderoom.sandboxes.docker.rescue import ARCHIVE_ENV
-    from coderoom.sandboxes.docker.container import seccomp_program
-    from coderoom.sandboxes.docker.request import INIT_SOURCE, SECCOMP_ENV, _INIT_ENV
-
     sandbox.keep_for_recovery(120)
     await host_gone(sandbox)
     await wait_for(lambda: len(processes(sandbox)) == 1, "PID 1 alone")
-    stream = ArchiveStream(1 << 20)
-    environment = {
-        _INIT_ENV: INIT_SOURCE,
-        SECCOMP_ENV: base64.b64encode(seccomp_program(sandbox.client)).decode(),
-        ARCHIVE_ENV: json.dumps({"source": _PROBE, "args": None, "timeout": 10}),
-    }
+    stream = _stream()
+    environment = probe_environment(sandbox.client)
     reply = await asyncio.to_thread(rescued(sandbox)._exec_archiver, environment, stream)
     stream.end()
     assert reply["code"] == 0, base64.b64decode(reply["err"])
     assert stream.read() == b"2 1 0 1000"
+
+
+async def test_the_exec_archiver_loads_no_library_a_manifest_variable_names() -> None:
+    """A container whose environment (a manifest's) has LD_PRELOAD naming a workspace file: the
+    sandbox writes that file, and the host's exec loads nothing from it (the loader's variables
+    are blanked: `helpers.exec_environment`); the file here is no ELF, so a load would be said
+    on stderr ("cannot be preloaded")."""
+    from coderoom.sandboxes.docker.container import DockerSandbox, create_container, remove_container
+    from coderoom.sandboxes.docker.image import docker_client, ensure_image
+    from coderoom.sandboxes.docker.request import create_request
+
+    client = docker_client()
+    program = seccomp_program_of(client)
+    image = await asyncio.to_thread(ensure_image, SandboxSpec(backend="docker", limits=LIMITS))
+    request = create_request(LIMITS, image=image, program=program, environment={"LD_PRELOAD": "/workspace/lib.so"})
+    container = await asyncio.to_thread(create_container, client, request)
+    box = DockerSandbox(client, container, LIMITS)
+    try:
+        await asyncio.to_thread(client.api.start, container)
+        await box.write_file(PurePosixPath("lib.so"), b"not a library")
+        probe = await box.exec(["sh", "-c", "true"])
+        assert b"cannot be preloaded" in probe.stderr  # what a load from it looks like
+        box.keep_for_recovery(120)
+        await host_gone(box)
+        await wait_for(lambda: len(processes(box)) == 1, "PID 1 alone")
+        archive = await rescued(box).archive()
+        with tarfile.open(fileobj=archive) as tar:
+            assert tar.extractfile("lib.so").read() == b"not a library"  # type: ignore[union-attr]
+        reply = await asyncio.to_thread(rescued(box)._exec_archiver, probe_environment(client), _stream())
+        assert reply["code"] == 0 and base64.b64decode(reply["err"]) == b""
+    finally:
+        await asyncio.to_thread(remove_container, client, container)
+
+
+def seccomp_program_of(client: Any) -> bytes:
+    from coderoom.sandboxes.docker.container import seccomp_program
+
+    return seccomp_program(client)
+
+
+def probe_environment(client: Any) -> dict[str, str]:
+    from coderoom.sandboxes.docker.request import INIT_SOURCE, SECCOMP_ENV, _INIT_ENV
+    from coderoom.sandboxes.docker.rescue import ARCHIVE_ENV
+
+    return {
+        _INIT_ENV: INIT_SOURCE,
+        SECCOMP_ENV: base64.b64encode(seccomp_program_of(client)).decode(),
+        ARCHIVE_ENV: json.dumps({"source": _PROBE, "args": None, "timeout": 10}),
+    }
+
+
+def _stream() -> Any:
+    from coderoom.sandboxes.docker.archive import ArchiveStream
+
+    return ArchiveStream(1 << 20)

@@ -60,6 +60,25 @@ class HelperTimeout(SandboxFailed):
     """A host helper did not finish by its deadline."""
 
 
+# What the dynamic loader and libc read as paths from the environment before any code of ours runs
+# (from glibc's list of variables it ignores for setuid programs; the ones that act by being set
+# at all, LD_SHOW_AUXV and LD_DYNAMIC_WEAK, load nothing and are left alone, as a `docker exec`
+# cannot unset a variable). An exec inherits the container's environment (the manifest's: it may
+# name a folder the sandbox writes, LD_LIBRARY_PATH=/workspace/lib say), so each is blanked for
+# the host's execs: no sandbox-written library loads before the helper or the rescue archiver
+# has even started.
+LOADER_VARIABLES = (
+    "GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES", "LD_AUDIT", "LD_DEBUG", "LD_DEBUG_OUTPUT",
+    "LD_LIBRARY_PATH", "LD_ORIGIN_PATH", "LD_PRELOAD", "LD_PROFILE", "LOCALDOMAIN", "LOCPATH",
+    "MALLOC_TRACE", "NIS_PATH", "NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS", "TZDIR",
+)
+
+
+def exec_environment(more: dict[str, str]) -> dict[str, str]:
+    """The environment of a host's `docker exec`: LOADER_VARIABLES blanked, then `more`."""
+    return {**dict.fromkeys(LOADER_VARIABLES, ""), **more}
+
+
 # argv[1]: seconds; argv[2:]: the helper, exec'd with the alarm pending (SIGALRM ends it)
 _ALARM_THEN_EXEC = "import os, signal, sys; signal.alarm(int(sys.argv[1])); os.execvp(sys.argv[2], sys.argv[2:])"
 
@@ -72,7 +91,7 @@ def with_alarm(python: Sequence[str], argv: Sequence[str], timeout: float) -> li
 def _run(api: Any, container_id: str, argv: Sequence[str], cwd: str, cap: int) -> CommandResult:
     """The exec, its two outputs (each capped at `cap` bytes: the rest is drained, not kept)."""
     created = api.exec_create(
-        container_id, list(argv), user=HELPER_USER, workdir=cwd, environment={"HOME": NO_HOME},
+        container_id, list(argv), user=HELPER_USER, workdir=cwd, environment=exec_environment({"HOME": NO_HOME}),
         stdout=True, stderr=True, stdin=False, tty=False,
     )  # fmt: skip
     out, err = bytearray(), bytearray()

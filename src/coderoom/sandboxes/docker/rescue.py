@@ -16,7 +16,9 @@ hide it), and an exec'd process, unlike init.py's forked helper, does not inheri
 stacked seccomp filter or its undumpable flag; run as init.py with --archive-once it installs the
 same filter first (and refuses to archive without it), marks itself undumpable, refuses to run
 beside any process but PID 1 (all were killed: nobody is left to race it or trace it), and is
-ended by SIGALRM at the archive deadline. It runs as the sandbox's uid, as the helper does, to
+ended by SIGALRM at the archive deadline; the loader's variables a manifest may have set are
+blanked (`helpers.exec_environment`), so no library the sandbox wrote loads first. It runs as
+the sandbox's uid, as the helper does, to
 read (and unlock, ART-11) everything the sandbox wrote. So it is the archive helper in another
 process: same seccomp, same container limits (its cgroup, rlimits, no capabilities,
 no-new-privileges), the same byte budget (`archive.stream_budget`, the archiver's apparent-size
@@ -45,7 +47,7 @@ from ..orphans import WorkspaceLost
 from .archive import ArchiveStream
 from .channel import Reply
 from .container import ARCHIVE_DEADLINE_S, DockerSandbox, remove_container, seccomp_program
-from .helpers import REPLY_SLACK_S
+from .helpers import REPLY_SLACK_S, exec_environment
 from .request import INIT_BOOTSTRAP, INIT_SOURCE, PYTHON, SANDBOX_UID, SECCOMP_ENV, _INIT_ENV
 
 ARCHIVE_ENV = "CODEROOM_ARCHIVE"  # init.py's ARCHIVE_ENV
@@ -79,7 +81,8 @@ class RescuedSandbox(DockerSandbox):
         api = self.client.api
         argv = [*PYTHON, "-I", "-S", "-c", INIT_BOOTSTRAP, "--seccomp", "--archive-once"]
         created = api.exec_create(
-            self.container_id, argv, user=f"{SANDBOX_UID}:{SANDBOX_UID}", workdir="/", environment=environment,
+            self.container_id, argv, user=f"{SANDBOX_UID}:{SANDBOX_UID}", workdir="/",
+            environment=exec_environment(environment),
             stdout=True, stderr=True, stdin=False, tty=False,
         )  # fmt: skip
         err = bytearray()
