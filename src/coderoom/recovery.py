@@ -16,7 +16,8 @@ says why; `serve` leaves it in place, `prune` then removes it as before. A works
 says is gone for good (`WorkspaceLost`: a Docker container that ended after its recovery window,
 or cannot be reached; see `sandboxes.docker.bindings`) ends its run at once, `error` naming what
 was lost and why, on a restart and in `prune` alike, unless the owner's own save had completed (a
-kill while closing): then it is `recovered` with what the run folder holds.
+kill while closing): then it is `recovered` with what the run folder holds; a backend that can
+let a workspace go unsaved (`Orphan.discard`: Docker's kept container) is not reopened then.
 """
 
 from __future__ import annotations
@@ -98,10 +99,13 @@ async def _recover(orphan: Orphan, limit: int, remove_unsaved: bool) -> Recovery
     try:
         report = SaveReport()
         try:
-            async with orphan.reopen(remove_on_failure=remove_unsaved) as session:
-                await save_workspace(session, orphan.run_dir, limit, into=report)
-                if WORKSPACE_ARCHIVE not in report.saved:
-                    raise NotRecoverable(report.refused.get(WORKSPACE_ARCHIVE) or report.incomplete or "not archived")
+            if orphan.discard is not None and _saved_before(orphan.run_dir, report):
+                await orphan.discard()  # the owner's own save had finished: nothing to save again
+            else:
+                async with orphan.reopen(remove_on_failure=remove_unsaved) as session:
+                    await save_workspace(session, orphan.run_dir, limit, into=report)
+                    if WORKSPACE_ARCHIVE not in report.saved:
+                        raise NotRecoverable(report.refused.get(WORKSPACE_ARCHIVE) or report.incomplete or "not archived")
         except NotRecoverable as exc:
             outcome.problem = f"the workspace was not saved: {exc}"
         except WorkspaceLost as exc:

@@ -121,6 +121,12 @@ def answered(client: subprocess.Popen[str], tool: str) -> None:
 CELL = "open('kept.txt', 'w').write('before the kill')\nopen('output/a.txt', 'w').write('a')\nwhile True: pass"
 
 
+def written(container: str, name: str) -> bool:
+    """Whether the workspace of `container` has `name` (the test looks in; coderoom does not)."""
+    look = ["docker", "exec", container, "test", "-f", f"/workspace/{name}"]
+    return subprocess.run(look, capture_output=True, timeout=60).returncode == 0
+
+
 def killed_mid_cell(runs: Path, cwd: Path, owners: list[int]) -> tuple[Path, int]:
     """A server killed (kill -9) while a cell runs that wrote kept.txt and output/a.txt first."""
     server = serve(runs, cwd)
@@ -128,7 +134,8 @@ def killed_mid_cell(runs: Path, cwd: Path, owners: list[int]) -> tuple[Path, int
     try:
         [run_dir] = runs.iterdir()
         wait_until(lambda: any(e["type"] == "tool_start" for e in events(run_dir)), "the cell")
-        time.sleep(1.0)  # the cell's first two lines ran (its loop is what the kill finds)
+        [container] = containers(server.process.pid)
+        wait_until(lambda: written(container, "output/a.txt"), "the cell's first lines (its loop is what the kill finds)")
         owner = kill(server, owners)
     finally:
         client.kill()

@@ -8,7 +8,7 @@ the host wrote (see `records`), and `run_dir` is still only a claim: recovery ve
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +33,10 @@ class Orphan:
     run_dir: Path
     owner: str
     reopen: Callable[..., AbstractAsyncContextManager[Any]]
+    # when set: how to let the workspace go without reopening it, used when the owner's own save
+    # had finished before it died (a kill while closing: recovery keeps what the run folder
+    # holds); None: it is reopened and saved again
+    discard: Callable[[], Awaitable[None]] | None = None
 
 
 class WorkspaceLost(Exception):

@@ -76,7 +76,8 @@ def abandoned_runs(limits: Limits) -> list[Orphan]:
         if owner is None or owner.alive() or bound is None:
             continue
         run_dir, run_id, container, root = bound
-        found.append(Orphan(folder, run_dir, run_id, partial(_reopen, folder, container, root, run_dir, limits)))
+        reopen, discard = partial(_reopen, folder, container, root, limits), partial(_discard, folder, container)
+        found.append(Orphan(folder, run_dir, run_id, reopen, discard))
     return found
 
 
@@ -98,21 +99,22 @@ def _bound(folder: Path) -> tuple[Path, str, str, str] | None:
     return bound[0], bound[1], bound[2]["container"], bound[2]["root"]
 
 
+async def _discard(folder: Path, container: str) -> None:
+    """`Orphan.discard`: the owner's own save had finished; its container and binding go."""
+    from .rescue import remove
+
+    await remove(container)
+    unbind(folder)
+
+
 @asynccontextmanager
 async def _reopen(
-    folder: Path, container: str, root: str, run_dir: Path, limits: Limits, *, remove_on_failure: bool
+    folder: Path, container: str, root: str, limits: Limits, *, remove_on_failure: bool
 ) -> AsyncIterator[Any]:
     """`rescue.reopen`; the binding goes once its container has (saved and removed, or lost;
-    after a failed save only with `remove_on_failure`: else a later recovery tries again). When
-    the owner's own save had finished (a kill while closing: its workspace.tar is only ever
-    renamed into place whole, and output/ may be published already), nothing is saved again:
-    the container is removed and recovery keeps what the run folder holds."""
-    from ...artifacts import WORKSPACE_ARCHIVE
-    from .rescue import reopen, saved_already
+    after a failed save only with `remove_on_failure`: else a later recovery tries again)."""
+    from .rescue import reopen
 
-    if (run_dir / WORKSPACE_ARCHIVE).is_file() and not (run_dir / WORKSPACE_ARCHIVE).is_symlink():
-        unbind(folder)
-        await saved_already(container)
     try:
         async with reopen(container, root, limits, remove_on_failure=remove_on_failure) as workspace:
             yield workspace

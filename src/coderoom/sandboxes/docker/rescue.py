@@ -135,9 +135,8 @@ def _state(client: Any, container: str) -> str | None:
     return None
 
 
-async def saved_already(container: str) -> None:
-    """The owner's own save had finished before it died: `container` is removed and
-    WorkspaceLost says so (recovery then keeps what the run folder holds, `recovered`)."""
+async def remove(container: str) -> None:
+    """Remove `container` (`Orphan.discard`: its owner's own save had finished)."""
     from .image import docker_client
 
     client = docker_client()
@@ -145,7 +144,6 @@ async def saved_already(container: str) -> None:
         await asyncio.to_thread(remove_container, client, container)
     finally:
         client.close()
-    raise WorkspaceLost("its owner's own save had finished; Docker container %s was removed" % shown(container[:12], 20))
 
 
 @asynccontextmanager
