@@ -88,6 +88,7 @@ async def test_a_bound_sandbox_outlives_its_host_alone_and_is_saved_by_exec(sand
     await host_gone(sandbox)
     await wait_for(lambda: not any("sleep 300" in p for p in processes(sandbox)), "every other process killed")
     assert running(sandbox) and len(processes(sandbox)) == 1  # PID 1 alone, waiting
+    assert await rescued(sandbox)._kept(GONE_WITHIN_S)
     archive = await rescued(sandbox).archive(snapshot=True)
     with tarfile.open(fileobj=archive) as tar:
         assert tar.extractfile("kept.txt").read() == b"before the host went"  # type: ignore[union-attr]
@@ -113,11 +114,26 @@ async def test_a_window_over_the_cap_is_refused(sandbox: Any) -> None:
 
 
 async def test_the_exec_archiver_refuses_to_run_beside_another_process(sandbox: Any) -> None:
-    """Not kept, host still attached: a live process runs, so --archive-once reads nothing."""
-    await sandbox.start_process(["sleep", "300"], tty=False, lifetime=None)
-    await wait_for(lambda: any("sleep 300" in p for p in processes(sandbox)), "the live process")
+    """PID 1 waits for a recovery, and a process started after its kill passes (a `docker exec`
+    of the test's) runs: --archive-once reads nothing."""
+    import subprocess
+
+    sandbox.keep_for_recovery(120)
+    await host_gone(sandbox)
+    assert await rescued(sandbox)._kept(GONE_WITHIN_S)
+    subprocess.run(["docker", "exec", "-d", sandbox.container_id, "sleep", "300"], check=True, timeout=60)
+    await wait_for(lambda: any("sleep 300" in p for p in processes(sandbox)), "the late process")
     with pytest.raises(SandboxLimitExceeded, match="other processes still run in the container"):
         await rescued(sandbox).archive()
+
+
+async def test_the_exec_archiver_refuses_while_pid_1_is_not_kept(sandbox: Any) -> None:
+    """The host still attached (or PID 1 still killing): PID 1 has not taken its kept name, and
+    --archive-once refuses, so it never races a normal archive or the kill passes."""
+    stream = _stream()
+    reply = await asyncio.to_thread(rescued(sandbox)._exec_archiver, probe_environment(sandbox.client), stream)
+    assert reply["code"] == 1 and b"PID 1 is not waiting for a recovery" in base64.b64decode(reply["err"])
+    assert not await rescued(sandbox)._kept(1.0)
 
 
 _PROBE = """
@@ -133,7 +149,7 @@ async def test_the_exec_archiver_runs_under_the_command_filter_undumpable(sandbo
     coderoom's stacked (2), no new privileges, not dumpable, the sandbox's uid."""
     sandbox.keep_for_recovery(120)
     await host_gone(sandbox)
-    await wait_for(lambda: len(processes(sandbox)) == 1, "PID 1 alone")
+    assert await rescued(sandbox)._kept(GONE_WITHIN_S)
     stream = _stream()
     environment = probe_environment(sandbox.client)
     reply = await asyncio.to_thread(rescued(sandbox)._exec_archiver, environment, stream)
@@ -164,7 +180,7 @@ async def test_the_exec_archiver_loads_no_library_a_manifest_variable_names() ->
         assert b"cannot be preloaded" in probe.stderr  # what a load from it looks like
         box.keep_for_recovery(120)
         await host_gone(box)
-        await wait_for(lambda: len(processes(box)) == 1, "PID 1 alone")
+        assert await rescued(box)._kept(GONE_WITHIN_S)
         archive = await rescued(box).archive()
         with tarfile.open(fileobj=archive) as tar:
             assert tar.extractfile("lib.so").read() == b"not a library"  # type: ignore[union-attr]

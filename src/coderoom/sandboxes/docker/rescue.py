@@ -14,8 +14,10 @@ archiver source and request a normal close runs as init.py's helper. Why this on
 be reattached (`StdinOnce`: init.py's EOF is how a dead host is seen, and a stdin kept open would
 hide it), and an exec'd process, unlike init.py's forked helper, does not inherit PID 1's
 stacked seccomp filter or its undumpable flag; run as init.py with --archive-once it installs the
-same filter first (and refuses to archive without it), marks itself undumpable, refuses to run
-beside any process but PID 1 (all were killed: nobody is left to race it or trace it), and is
+same filter first (and refuses to archive without it), marks itself undumpable, runs only once
+PID 1 has taken the name "coderoom-kept" (it does once every other process is dead; no other
+process can rename it; the host waits for it by the engine's `top`), refuses to run beside any
+process but PID 1 (all were killed: nobody is left to race it or trace it), and is
 ended by SIGALRM at the archive deadline; the loader's variables a manifest may have set are
 blanked (`helpers.exec_environment`), so no library the sandbox wrote loads first. It runs as
 the sandbox's uid, as the helper does, to
@@ -46,11 +48,12 @@ from ..limits import Limits
 from ..orphans import WorkspaceLost
 from .archive import ArchiveStream
 from .channel import Reply
-from .container import ARCHIVE_DEADLINE_S, DockerSandbox, remove_container, seccomp_program
+from .container import ARCHIVE_DEADLINE_S, QUIESCE_WAIT_S, DockerSandbox, remove_container, seccomp_program
 from .helpers import REPLY_SLACK_S, exec_environment
 from .request import INIT_BOOTSTRAP, INIT_SOURCE, PYTHON, SANDBOX_UID, SECCOMP_ENV, _INIT_ENV
 
 ARCHIVE_ENV = "CODEROOM_ARCHIVE"  # init.py's ARCHIVE_ENV
+KEPT_NAME = "coderoom-kept"  # init.py's KEPT_NAME: its name once it waits for a recovery
 MAX_STDERR = 65536
 
 
@@ -59,6 +62,9 @@ class RescuedSandbox(DockerSandbox):
     `docker exec` (module docstring) instead of over the lost channel."""
 
     async def _run_archiver(self, request: Reply, stream: ArchiveStream, over: asyncio.Event, wait: float) -> None:
+        if not await self._kept(min(wait, QUIESCE_WAIT_S)):
+            stream.fail(f"its init did not finish killing the container's processes within {QUIESCE_WAIT_S:g} s")
+            return
         program = base64.b64encode(await asyncio.to_thread(seccomp_program, self.client)).decode()
         environment = {
             _INIT_ENV: INIT_SOURCE,
@@ -74,6 +80,19 @@ class RescuedSandbox(DockerSandbox):
             return  # the archiver's own alarm ends it; the container is removed after
         self._check_helper(reply, stream)
         stream.end()
+
+    async def _kept(self, wait: float) -> bool:
+        """Wait (up to `wait` s) until init.py waits for a recovery: its name is KEPT_NAME, which
+        it takes once every other process is dead (the engine's `top`: nothing runs in the
+        container for it). An exec started before that could be killed by its kill passes."""
+        deadline = asyncio.get_running_loop().time() + wait
+        while True:
+            top = await asyncio.to_thread(self.client.api.top, self.container_id, ps_args="-o pid,comm")
+            if any(row[-1] == KEPT_NAME for row in top.get("Processes") or []):
+                return True
+            if asyncio.get_running_loop().time() > deadline:
+                return False
+            await asyncio.sleep(0.2)
 
     def _exec_archiver(self, environment: dict[str, str], stream: ArchiveStream) -> Reply:
         """The exec, its stdout fed to `stream` (stopped once past its budget), its stderr kept

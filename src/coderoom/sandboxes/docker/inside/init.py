@@ -630,6 +630,7 @@ QUIESCE_WAIT_S = 5.0  # how long SIGKILLed processes get to disappear
 RELAY_HIGH = 4 << 20  # pause a helper's stdout while this many reply bytes wait for the host
 KEEP_MAX_S = 3600  # the longest recovery window a "keep" may ask for
 ARCHIVE_ENV = "CODEROOM_ARCHIVE"  # --archive-once: the archive helper's request
+KEPT_NAME = "coderoom-kept"  # PID 1's name once it waits for a recovery, every other process dead
 
 
 def live_pids():
@@ -759,23 +760,44 @@ def _await_recovery(self):
     except RuntimeError as e:  # something the kill passes cannot end: keep nothing half-alive
         sys.stderr.write("coderoom init: not waiting for a recovery: %s\n" % e)
         os._exit(0)
+    set_name(KEPT_NAME)  # the sign --archive-once and the host wait for (no other process can set it)
     while time.monotonic() < deadline:
         self.reap()  # what a host's exec left behind
         time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
     os._exit(0)
 
 
+def set_name(name):
+    """This process's name (/proc/self/comm): only a thread of PID 1 itself can change PID 1's."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(15, name.encode(), 0, 0, 0)  # PR_SET_NAME
+    except Exception as e:
+        sys.stderr.write("coderoom init: could not set its name: %s\n" % e)
+
+
 def archive_once(refusal):
     """--archive-once: this file run by the host's `docker exec` in a container whose owner died
     (see `_await_recovery`), to write the workspace tar to stdout the way the archive helper does:
-    under the same stacked seccomp filter (refused without it) and undumpable, alone with PID 1
-    (no other process may run: PID 1 killed them all), ended by SIGALRM at the host's deadline.
+    under the same stacked seccomp filter (refused without it) and undumpable, only once PID 1
+    waits (its name is KEPT_NAME: it killed every other process) and alone with it, ended by
+    SIGALRM at the host's deadline.
     $CODEROOM_ARCHIVE holds {"source", "args", "timeout"}, the archive helper's request."""
     if refusal:
         sys.stderr.write("workspace archive refused: %s\n" % refusal)
         os._exit(1)
     request = json.loads(os.environ.pop(ARCHIVE_ENV))
     signal.alarm(max(1, int(float(request["timeout"]) + 0.999)))
+    try:
+        with open("/proc/1/comm") as f:
+            kept = f.read().strip() == KEPT_NAME
+    except OSError:
+        kept = False
+    if not kept:
+        sys.stderr.write("workspace archive refused: PID 1 is not waiting for a recovery (its host is attached, "
+                         "or it is still killing the container's processes)\n")
+        os._exit(1)
     others = sorted(pid for pid in live_pids() if pid != 1)
     if others:
         sys.stderr.write("workspace archive refused: other processes still run in the container: %s\n" % others[:20])
