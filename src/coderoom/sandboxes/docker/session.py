@@ -423,7 +423,8 @@ def _assert_coderoom_container(
         if egress_dir is None:
             raise ValueError("the container's egress proxy is not this client's; create a fresh sandbox session")
         expected.append((str(egress_dir), egress.INSIDE_DIR))
-    if [(m.get("Source"), m.get("Destination")) for m in binds] != expected:
+    found = [(str(m.get("Source")), str(m.get("Destination"))) for m in binds]
+    if sorted(found) != sorted(expected):  # the engine lists mounts in no set order (a Go map)
         raise ValueError("the container's bind mounts are not coderoom's; create a fresh sandbox session")
     network_mode = (attrs.get("HostConfig") or {}).get("NetworkMode")
     if network_mode != (network_name(state.session_id.hex) if limits.network else "none"):
