@@ -47,6 +47,7 @@ def batch(
     memory: Annotated[Optional[str], typer.Option(help="sandbox memory per job, e.g. 2G")] = None,
     timeout: Annotated[Optional[float], typer.Option(help="seconds per command")] = None,
     limit: Limit = [],
+    model_concurrency: Annotated[Optional[int], typer.Option(min=1, help="model requests in flight at once across the whole batch (with --ray: across the cluster), under a provider's rate limit; default: no bound")] = None,
     ray: Annotated[Optional[str], typer.Option("--ray", help="run each job on the Ray cluster at HOST:PORT (or auto: the one on this machine); pip install 'coderoom[ray]'")] = None,
 ) -> None:
     """Run many jobs, at most --parallel at once, each in its own sandbox and run folder.
@@ -85,7 +86,9 @@ def batch(
 
             async def whole_batch() -> list[JobOutcome]:
                 await check_models(plan.to_run, environ)  # a bad model spec: exit 2, nothing written yet
-                run: JobRunner = here(environ) if ray is None else cluster.RayJobs(environ, out)
+                run: JobRunner = (
+                    here(environ, model_concurrency) if ray is None else cluster.RayJobs(environ, out, model_concurrency)
+                )
                 return await run_batch(plan, out, parallel=parallel, run=run, watcher=progress)
 
             with progress.status:
