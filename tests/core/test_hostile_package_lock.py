@@ -3,11 +3,13 @@ have written it): the host parses it with bounds and takes only plain [name, ver
 
 from __future__ import annotations
 
+import io
 import json
+import tarfile
 
 import pytest
 
-from coderoom.hostile.package_lock import MAX_LOCK_BYTES, MAX_LOCKED, parse_lock
+from coderoom.hostile.package_lock import MAX_LOCK_BYTES, MAX_LOCKED, lock_from_archive, parse_lock
 
 
 def test_a_list_of_pairs_is_read_sorted_with_names_normalised_as_pip_does() -> None:
@@ -35,3 +37,23 @@ def test_a_list_of_pairs_is_read_sorted_with_names_normalised_as_pip_does() -> N
 def test_anything_else_refuses_the_whole_list(data: bytes) -> None:
     with pytest.raises(ValueError, match="the image's package list"):
         parse_lock(data)
+
+
+def _tar(name: str, data: bytes, kind: bytes = tarfile.REGTYPE) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.size, info.type = (len(data), kind) if kind == tarfile.REGTYPE else (0, kind)
+        tar.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
+    return out.getvalue()
+
+
+def test_the_engine_s_archive_of_the_list_is_read_within_bounds() -> None:
+    listed = json.dumps([["crtiny", "1.2.3"]]).encode()
+    assert lock_from_archive([_tar("packages-lock.json", listed)]) == (("crtiny", "1.2.3"),)
+    with pytest.raises(ValueError, match="not a file"):
+        lock_from_archive([_tar("packages-lock.json", b"", tarfile.SYMTYPE)])
+    with pytest.raises(ValueError, match="over"):
+        lock_from_archive(iter(lambda: b"\0" * 65536, None))  # endless: read no further than the bound
+    with pytest.raises(ValueError, match="does not read"):
+        lock_from_archive([b"not a tar"])

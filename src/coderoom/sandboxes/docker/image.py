@@ -9,10 +9,8 @@ their registries exactly as they would from the host, and no bridge network is i
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import shlex
-import tarfile
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable
@@ -30,7 +28,6 @@ IMAGE_DIR = Path(__file__).with_name("inside")
 DEFAULT_BASE_IMAGE = "python:3.12-slim"
 PACKAGES_LABEL = "org.coderoom.packages"
 LOCK_PATH = "/usr/local/share/coderoom/packages-lock.json"  # written by Dockerfile.packages
-_TAR_OVERHEAD = 64 * 1024  # of the one-file tar the engine sends around the lock file
 
 Progress = Callable[[str], None]
 
@@ -144,7 +141,7 @@ def image_lock(client: Any, tag: str, declared: list[str]) -> dict[str, object]:
     recorded as such, without versions."""
     import docker.errors
 
-    from ...hostile.package_lock import MAX_LOCK_BYTES, parse_lock
+    from ...hostile.package_lock import lock_from_archive
 
     lock: dict[str, object] = {"image": tag, "declared": declared}
     container = client.api.create_container(
@@ -152,21 +149,11 @@ def image_lock(client: Any, tag: str, declared: list[str]) -> dict[str, object]:
     )
     try:
         chunks, _stat = client.api.get_archive(container["Id"], LOCK_PATH)
-        data = bytearray()
-        for chunk in chunks:
-            data += chunk
-            if len(data) > MAX_LOCK_BYTES + _TAR_OVERHEAD:
-                raise ValueError(f"the image's package list is over {MAX_LOCK_BYTES} bytes")
-        with tarfile.open(fileobj=io.BytesIO(bytes(data))) as tar:
-            member = tar.next()
-            if member is None or not member.isfile() or member.size > MAX_LOCK_BYTES:
-                raise ValueError("the image's package list is not a file within its size limit")
-            handle = tar.extractfile(member)
-            installed = parse_lock(handle.read(MAX_LOCK_BYTES + 1) if handle is not None else b"")
+        installed = lock_from_archive(chunks)
     except docker.errors.NotFound:
         lock["unknown"] = f"the image has no {LOCK_PATH} (built by an older coderoom, or not by coderoom)"
         return lock
-    except (ValueError, tarfile.TarError) as exc:
+    except ValueError as exc:
         lock["unknown"] = str(exc)[:200]
         return lock
     finally:
