@@ -152,12 +152,15 @@ class OpenAIServer:
         n_ctx: int | None = None,
         models: Iterable[str] | None = None,
         streams: bool = True,
+        hold: float = 0.0,
     ) -> None:
         """`n_ctx`: behave like llama.cpp with that context: `GET /props` says it, and a Chat
         Completions request whose body (at ~4 bytes a token) plus max_tokens exceeds it is refused
         with llama.cpp's 400. `models`: the ids `GET /v1/models` lists (None: no such endpoint).
         `streams=False`: a server that does not stream, answering a `stream: true` request with
-        its plain JSON answer."""
+        its plain JSON answer.
+        `hold`: seconds each model request is held before its answer (so that concurrent ones
+        overlap); `peak` is the most model requests that were in flight at once."""
         self.streams = streams
         self.api_key = api_key
         self.n_ctx = n_ctx
@@ -167,6 +170,9 @@ class OpenAIServer:
         self.requests: list[Seen] = []
         self.errors: list[str] = []
         self._steps: list[Step] = list(script)
+        self.hold = hold
+        self.in_flight = 0
+        self.peak = 0
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._ids = itertools.count(1)
@@ -529,13 +535,20 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
                     return
             step = server._next_step()
             server.requests.append(Seen(path, headers, body, step))
+            with server._lock:
+                server.in_flight += 1
+                server.peak = max(server.peak, server.in_flight)
             try:
+                time.sleep(server.hold)
                 self._answer(path, body, step)
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client gave up (timeout); nothing to answer
             except Exception as exc:  # a bug in the script or in this server: make the test fail
                 server.errors.append(f"{type(exc).__name__}: {exc}")
                 self._error(500, f"openai_server bug: {exc}", "server_error", None, retry=False)
+            finally:
+                with server._lock:
+                    server.in_flight -= 1
 
         def _answer(self, path: str, body: dict[str, Any], step: Step | None) -> None:
             if step is None:

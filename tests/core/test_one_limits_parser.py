@@ -1,7 +1,8 @@
 """Every command that starts a sandbox reads its limits through one parser
-(`sandboxes.limits.parse_limits`, reached from flags by `limits_from_flags`): the same bad
-`--limit` (or short form) gets the same words and exit 2 from each, before any run folder exists,
-and no other module turns flags, job files or service options into `Limits` on its own."""
+(`sandboxes.limits.parse_limits`, reached from flags only through `sandboxes.flags.SandboxFlags`,
+which reads `--package` too): the same bad `--limit` (or short form) or `--package` gets the same
+words and exit 2 from each, before any run folder exists, and no other module turns flags, job
+files or service options into `Limits` or an environment on its own."""
 
 from __future__ import annotations
 
@@ -72,6 +73,21 @@ def test_every_command_refuses_a_bad_limit_in_the_same_words_before_any_run_fold
     assert not (tmp_path / "runs").exists()
 
 
+def test_every_command_refuses_a_bad_package_in_the_same_words_before_any_run_folder(tmp_path: Path) -> None:
+    answers = {}
+    for name, argv in _commands(tmp_path).items():
+        if name == "rerun":  # takes no --package: it installs only what the user grants
+            continue
+        command = [*argv, "--package", "numpy; import os"] + (["--", "true"] if name.startswith("sandbox run") else [])
+        done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        answers[name] = (done.returncode, done.stderr.strip().splitlines()[-1:])
+    said = answers["run"][1]
+    assert said == ["coderoom: error: --package: not a plain pip requirement: 'numpy; import os' (use a name with "
+                    "optional extras and version specifiers, e.g. 'statsmodels==0.14.*')"], said
+    assert answers == dict.fromkeys(answers, (2, said))
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_job_file_names_itself_and_the_limit_in_the_same_words(tmp_path: Path) -> None:
     from coderoom.errors import JobError
     from coderoom.jobs import load_job
@@ -131,9 +147,9 @@ ALLOWED_CALLS = {
     "parse_size": {"sandboxes/limits.py", "sandboxes/spec.py"},  # spec: [sandbox.environment] max_size
     "flag_values": {"sandboxes/limits.py"},
     "parse_limits": {"sandboxes/limits.py", "sandboxes/spec.py", "export/rerun.py"},  # rerun: the record's, as data
-    "limits_from_flags": {
-        "cli/run_cmd.py", "cli/batch_cmd.py", "cli/sandbox_run.py", "cli/serve_cmd.py", "cli/mcp_cmd.py", "export/rerun.py",
-    },
+    "limits_from_flags": {"sandboxes/flags.py"},  # `SandboxFlags`, which every command's flags go through
+    "with_allowlist": {"sandboxes/flags.py"},
+    "with_packages": {"sandboxes/flags.py"},
     "Limits(...)": {"export/rerun.py"},  # the replay's defaults; `Limits()` (all defaults) is anyone's
 }
 

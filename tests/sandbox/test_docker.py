@@ -313,3 +313,37 @@ async def test_archive_reads_what_sandbox_code_locked(session: Any) -> None:
     with tarfile.open(fileobj=archive) as tar:
         assert tar.extractfile("locked/deep/f").read() == b"one\n"  # type: ignore[union-attr]
         assert tar.extractfile("secret").read() == b"two\n"  # type: ignore[union-attr]
+
+
+async def test_the_run_record_keeps_the_exact_versions_the_derived_image_installed(client: Any, tmp_path: Any) -> None:
+    """As on the local backend: `run_start.environment` lists what the build installed (the
+    declared package and its dependency, not the base image's), read from the image without
+    starting it."""
+    from agents.testing import ScriptedModel, assistant_message
+    from support.wheels import make_wheel
+
+    from coderoom.jobs import build_job
+    from coderoom.models import ResolvedModel
+    from coderoom.record import read_record
+    from coderoom.run import run_job
+    from coderoom.sandboxes.docker.image import ensure_image
+
+    make_wheel(tmp_path / "wheels", "crlockdocker", "2.0.1", "VALUE = 1\n", requires=["crlockdep"])
+    make_wheel(tmp_path / "wheels", "crlockdep", "0.3.0", "VALUE = 2\n")
+    environment = {"packages": ["crlockdocker>=2"], "find_links": [str(tmp_path / "wheels")]}
+    job = build_job({"name": "lock", "prompt": "p", "sandbox": {"backend": "docker", "environment": environment}})
+    model = ResolvedModel(model=ScriptedModel([[assistant_message("done")]]), label="scripted", api="offline",
+                          accepts_images=False, tracing_disabled=True)  # fmt: skip
+    try:
+        result = await run_job(job, run_dir=tmp_path / "run", model=model)
+        assert result.ok, result.error
+        start = read_record(tmp_path / "run").events[0]
+        assert start.environment == {
+            "image": ensure_image(job.sandbox),
+            "declared": ["crlockdocker>=2"],
+            "installed": [{"name": "crlockdep", "version": "0.3.0"}, {"name": "crlockdocker", "version": "2.0.1"}],
+        }
+        # the reader's container is gone, as is the run's (the engine is shared: only this image's)
+        assert client.containers.list(all=True, filters={"ancestor": ensure_image(job.sandbox)}) == []
+    finally:
+        client.images.remove(ensure_image(job.sandbox), force=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from agents.testing import ScriptedModel, assistant_message, function_call
 from backends import require_backend
-from support.wheels import make_wheel
+from support.wheels import make_sdist, make_wheel
 
 from coderoom.errors import EnvironmentBuildError
 from coderoom.jobs import load_job
@@ -240,3 +240,23 @@ def test_an_incomplete_environment_in_the_cache_is_built_again(cache: Path, whee
     (leftover / "venv").mkdir(parents=True)
     built = packages.ensure(env)
     assert built is not None and built.folder == leftover and (built.site / "crtiny" / "__init__.py").is_file()
+
+
+def test_a_package_with_only_an_sdist_is_refused_before_its_code_runs_on_the_host(
+    tmp_path: Path, cache: Path, wheels: Path
+) -> None:
+    """security.md P13: pip builds an sdist by running its code (setup.py, a build backend) on
+    the host; the local backend installs wheels only, so such a package is exit 2, named."""
+    canary = tmp_path / "CANARY-built"
+    make_sdist(wheels, "crsource", "1.0", canary)
+    folder = job_folder(tmp_path, f'packages = ["crtiny", "crsource"]\nfind_links = ["{wheels}"]')
+    run_dir = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "coderoom", "run", str(folder), "--model", "offline", "--out", str(run_dir)],
+        capture_output=True, text=True, timeout=600, env={**os.environ, packages.CACHE_VARIABLE: str(cache)},
+    )  # fmt: skip
+    assert not canary.exists(), "the sdist's code ran on the host"
+    assert done.returncode == 2 and not run_dir.exists(), done.stderr
+    message = [line for line in done.stderr.splitlines() if line.startswith("coderoom: error:")]
+    assert len(message) == 1, done.stderr
+    assert "no wheel of 'crsource'" in message[0] and "setup.py would run here" in message[0], done.stderr

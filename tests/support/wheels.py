@@ -34,3 +34,28 @@ def make_wheel(folder: Path, name: str, version: str, source: str, *, requires: 
         for path, data in files.items():
             archive.writestr(path, data)
     return wheel
+
+
+def make_sdist(folder: Path, name: str, version: str, canary: Path) -> Path:
+    """`folder/NAME-VERSION.tar.gz`, a source distribution whose in-tree build backend writes
+    `canary` the moment pip asks it anything: whoever builds it runs its code (no index needed)."""
+    import io
+    import tarfile
+
+    hook = f"open({str(canary)!r}, 'w').write('built on this host')\n"
+    backend = hook + "def get_requires_for_build_wheel(config_settings=None):\n    return []\n"
+    files = {
+        "PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        "pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n',
+        "backend.py": backend,
+        "setup.py": hook,
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    sdist = folder / f"{name}-{version}.tar.gz"
+    with tarfile.open(sdist, "w:gz") as archive:
+        for path, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{name}-{version}/{path}")
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return sdist

@@ -11,7 +11,8 @@ errors stop here: joining is a usage error (exit 2), a job Ray could not finish 
 A node lost mid-job: Ray runs the task again elsewhere (at most NODE_RETRIES times); each
 attempt sent its record lines to the driver's `AttemptLog` as it went, so an attempt that did not
 finish is written as a run folder of its own (its partial record) and listed in the job's one
-end line (`lost`). Only the model's settings (OPENAI_*, CODEROOM_MODEL*) go to the nodes, not the
+end line (`lost`). `--model-concurrency N`: one `models.budget.ModelSlots` actor on the driver's
+node leases N slots, and every job's model requests, on any node, hold one while in flight. Only the model's settings (OPENAI_*, CODEROOM_MODEL*) go to the nodes, not the
 driver's whole environment.
 """
 
@@ -32,6 +33,8 @@ from typing import Any
 
 from ..errors import UsageError, missing_extra
 from ..hostile.archive import ArchiveError
+from ..models.base import client_settings
+from ..models.budget import ModelSlots, lease_seconds
 from ..record.names import RECORD_FILE
 from ..run import new_run_dir
 from ..sandboxes.limits import shown_size
@@ -146,7 +149,7 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: " + (str(exc).strip().splitlines() or [""])[0][:300]
 
 
-def _attempt(entry: BatchEntry, inputs: bytes, run_name: str, environ: Mapping[str, str], log: Any) -> Any:
+def _attempt(entry: BatchEntry, inputs: bytes, run_name: str, environ: Mapping[str, str], log: Any, slots: Any) -> Any:
     """The Ray task: where it runs, told to the driver's log and waited for (so the log is up
     and the record lines that follow, sent without waiting, reach it as they are written),
     then the job (`on_node.run_on_node`)."""
@@ -155,13 +158,15 @@ def _attempt(entry: BatchEntry, inputs: bytes, run_name: str, environ: Mapping[s
     place = Place(ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address())
     attempt = secrets.token_hex(8)
     ray.get(log.begin.remote(entry.key, attempt, place))
-    return run_on_node(entry, inputs, run_name, environ, log, place, attempt)
+    return run_on_node(entry, inputs, run_name, environ, log, place, attempt, slots)
 
 
 class RayJobs:
     """The `runner.JobRunner` of a `--ray` batch (after `connect`): a job a task on the cluster."""
 
-    def __init__(self, environ: Mapping[str, str], out: Path) -> None:
+    def __init__(self, environ: Mapping[str, str], out: Path, model_concurrency: int | None = None) -> None:
+        """`model_concurrency`: at most that many model requests in flight among every node's
+        jobs, through one `ModelSlots` actor on the driver's node that each request leases a slot of."""
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -170,6 +175,10 @@ class RayJobs:
         self._environ = model_environ(environ)
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         self._log: Any = ray.remote(AttemptLog).options(num_cpus=0, scheduling_strategy=here).remote()
+        self._slots: Any = None
+        if model_concurrency is not None:
+            lease_s = lease_seconds(client_settings(environ)[1])
+            self._slots = ray.remote(ModelSlots).options(num_cpus=0, scheduling_strategy=here).remote(model_concurrency, lease_s)
         self._task = ray.remote(_attempt)
 
     async def __call__(self, entry: BatchEntry, run_dir: Path, end: EndOfRun) -> JobOutcome:
@@ -181,7 +190,7 @@ class RayJobs:
         limits = entry.job.sandbox.limits
         ref = self._task.options(
             num_cpus=limits.cpus, memory=limits.memory, max_retries=NODE_RETRIES, retry_exceptions=False
-        ).remote(entry, inputs, run_dir.name, self._environ, self._log)
+        ).remote(entry, inputs, run_dir.name, self._environ, self._log, self._slots)
         try:
             result = await ref
         except asyncio.CancelledError:

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from ..errors import CoderoomError
 from ..hostile.tree import WorkspaceLimitError
+from ..models.budget import ModelSlotsHandle, SlotsBudget
 from ..record.events import LIVE_ONLY, Event
 from ..record.writer import encode
 from .manifest import BatchEntry
@@ -67,10 +68,12 @@ def run_on_node(
     log: AttemptLogHandle,
     place: Place,
     attempt: str,
+    slots: ModelSlotsHandle | None = None,
 ) -> NodeResult:
     """Run attempt `attempt` of `entry` here (the driver's log has been told it began), in a
     temporary folder removed afterwards, on this node's own backend (prepared as every command
-    prepares it; a backend that cannot run here is the job's error, with its one-line reason)."""
+    prepares it; a backend that cannot run here is the job's error, with its one-line reason);
+    its model requests hold slots of the batch's `slots` actor, if any (`--model-concurrency`)."""
     try:
         prepare_backend(entry.job.sandbox, lambda line: None)
     except CoderoomError as exc:
@@ -84,7 +87,8 @@ def run_on_node(
     with tempfile.TemporaryDirectory(prefix="coderoom-batch-") as tmp:
         copies = unpack_inputs(entry.job, inputs, Path(tmp))
         run_dir = Path(tmp) / run_name
-        outcome = asyncio.run(run_one(entry, run_dir, environ, listeners=[forward], inputs_from=copies))
+        budget = SlotsBudget(slots) if slots is not None else None
+        outcome = asyncio.run(run_one(entry, run_dir, environ, listeners=[forward], inputs_from=copies, budget=budget))
         try:
             folder: bytes | None = pack_run_folder(run_dir)
         except WorkspaceLimitError:

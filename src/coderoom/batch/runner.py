@@ -21,6 +21,7 @@ from typing import Protocol, cast, get_args
 
 from ..errors import CoderoomError, UsageError
 from ..models import resolve_model
+from ..models.budget import LocalBudget, ModelBudget
 from ..record.events import Event, Listener, RunEnd
 from ..run import new_run_dir, run_job
 from .ledger import LEDGER_FILE, JobEnded, JobStarted, Ledger, Status, bounded_error, read_ledger
@@ -103,13 +104,16 @@ async def run_one(
     end: EndOfRun | None = None,
     listeners: Sequence[Listener] = (),
     inputs_from: Mapping[str, Path] | None = None,
+    budget: ModelBudget | None = None,
 ) -> JobOutcome:
     """Run one job into `run_dir` (fresh, empty) and say how it ended; `listeners` see each
     record event as it is written, `inputs_from` is where its inputs are read here (on a
-    cluster node: the events sent on to the driver, the inputs the node's copy)."""
+    cluster node: the events sent on to the driver, the inputs the node's copy); its model
+    requests hold slots of `budget`, shared by the batch's jobs (`--model-concurrency`)."""
     end = end or EndOfRun()
     try:
         model = resolve_model(entry.job.model or None, environ=environ)
+        model.budget = budget
         await run_job(
             entry.job, run_dir=run_dir, listeners=[end, *listeners], environ=dict(environ), model=model,
             inputs_from=inputs_from,
@@ -164,11 +168,13 @@ JobRunner = Callable[[BatchEntry, Path, EndOfRun], Awaitable[JobOutcome]]
 or on a cluster node (`cluster.RayJobs`). On a cancel it raises, `EndOfRun` saying how far it got."""
 
 
-def here(environ: Mapping[str, str]) -> JobRunner:
-    """Each job on this machine."""
+def here(environ: Mapping[str, str], model_concurrency: int | None = None) -> JobRunner:
+    """Each job on this machine; with `model_concurrency`, at most that many model requests in
+    flight among them all."""
+    budget = LocalBudget(model_concurrency) if model_concurrency is not None else None
 
     def run(entry: BatchEntry, run_dir: Path, end: EndOfRun) -> Awaitable[JobOutcome]:
-        return run_one(entry, run_dir, environ, end)
+        return run_one(entry, run_dir, environ, end, budget=budget)
 
     return run
 

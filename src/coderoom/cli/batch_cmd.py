@@ -15,7 +15,8 @@ from rich.console import Console
 from rich.text import Text
 
 from ..sandboxes import backend_names
-from ..sandboxes.limits import limits_from_flags
+from ..sandboxes.flags import SandboxFlags
+from ..sandboxes.requirements import PACKAGE_HELP
 from ..sandboxes.registry import prepare_backend
 from .application import app
 from .display import safe
@@ -47,6 +48,8 @@ def batch(
     memory: Annotated[Optional[str], typer.Option(help="sandbox memory per job, e.g. 2G")] = None,
     timeout: Annotated[Optional[float], typer.Option(help="seconds per command")] = None,
     limit: Limit = [],
+    package: Annotated[list[str], typer.Option("--package", help=PACKAGE_HELP + "; every job's")] = [],
+    model_concurrency: Annotated[Optional[int], typer.Option(min=1, help="model requests in flight at once across the whole batch (with --ray: across the cluster), under a provider's rate limit; default: no bound")] = None,
     ray: Annotated[Optional[str], typer.Option("--ray", help="run each job on the Ray cluster at HOST:PORT (or auto: the one on this machine); pip install 'coderoom[ray]'")] = None,
 ) -> None:
     """Run many jobs, at most --parallel at once, each in its own sandbox and run folder.
@@ -65,10 +68,12 @@ def batch(
         entries: list[BatchEntry] = []
         progress: BatchProgress | None = None
         try:
+            flags = SandboxFlags(limit, {"memory": memory, "timeout": timeout}, packages=package)
             entries = [
                 replace(entry, job=apply_overrides(
                     entry.job, model=model, max_turns=max_turns, backend=sandbox,
-                    limits=limits_from_flags(limit, base=entry.job.sandbox.limits, memory=memory, timeout=timeout),
+                    limits=flags.limits(entry.job.sandbox.limits),
+                    environment=flags.environment(entry.job.sandbox.environment) if package else None,
                 ))  # fmt: skip
                 for entry in batch_entries(jobs, job_file)
             ]
@@ -85,7 +90,9 @@ def batch(
 
             async def whole_batch() -> list[JobOutcome]:
                 await check_models(plan.to_run, environ)  # a bad model spec: exit 2, nothing written yet
-                run: JobRunner = here(environ) if ray is None else cluster.RayJobs(environ, out)
+                run: JobRunner = (
+                    here(environ, model_concurrency) if ray is None else cluster.RayJobs(environ, out, model_concurrency)
+                )
                 return await run_batch(plan, out, parallel=parallel, run=run, watcher=progress)
 
             with progress.status:

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..errors import UsageError
-from ..sandboxes.limits import limits_from_flags, with_allowlist
+from ..sandboxes.flags import SandboxFlags
 from ..sandboxes import backend_names, get_backend
 from ..sandboxes.defaults import default_backend_name
 from ..serving.backends import prepare_backends
@@ -47,6 +47,7 @@ def mcp(
     limit: Limit = [],
     allow_host: options.AllowHost = [],
     resolve: options.Resolve = [],
+    package: options.Package = [],
     max_sessions: Annotated[int, typer.Option(help="live sessions at once")] = 8,
     idle_timeout: options.IdleTimeout = options.IDLE_TIMEOUT_DEFAULT_S,
     client_grace: Annotated[float, typer.Option(help="--http: seconds the sessions of a client that went away (dropped call, event stream or MCP session) wait for it to come back before they are closed and saved")] = RECONNECT_GRACE_S,
@@ -64,7 +65,7 @@ def mcp(
         from ..mcp_server.client_config import render, server_args
 
         typer.echo(render(server_args(allow_read=allow_read, runs=runs, model=model, sandbox=sandbox, memory=memory,
-                                      timeout=timeout, limits=limit, allow_hosts=allow_host, resolves=resolve)))
+                                      timeout=timeout, limits=limit, allow_hosts=allow_host, resolves=resolve, packages=package)))
         return
     from ..interrupts import Interrupted, exit_now, raising_on_signals, run_interruptible
 
@@ -80,11 +81,12 @@ def mcp(
         backend = sandbox or default_backend_name()
         if backend not in backend_names():
             raise UsageError(f"--sandbox {backend!r}: choose one of {', '.join(backend_names())}")
-        limits = with_allowlist(limits_from_flags(limit, memory=memory, timeout=timeout), allow_host, resolve)
+        flags = SandboxFlags(limit, {"memory": memory, "timeout": timeout}, allow_host, resolve, package)
+        limits, environment = flags.limits(), flags.environment()
         options.check_pool(pool, pool_max_idle, idle_timeout)
         if not client_grace >= 0:
             raise UsageError(f"--client-grace {client_grace:g}: give 0 or more seconds")
-        spec = SandboxSpec(backend=backend, limits=limits)
+        spec = SandboxSpec(backend=backend, limits=limits, environment=environment)
         reason = get_backend(backend).unavailable_reason(spec)
         if reason is not None:
             raise UsageError(reason)
@@ -93,11 +95,11 @@ def mcp(
         asyncio.run(resolve_model(model, environ=dict(os.environ)).aclose())  # a bad spec: exit 2 now
         with ReadPolicy(allow_read) as policy:  # the roots stay open until the server stops (SVC-M1)
             sock = bind(host, port, allow_remote) if http else None  # a taken port: exit 2, before any session
-            prepare_backends([backend], limits, lambda line: console.print(Text(line)))
+            prepare_backends([backend], limits, lambda line: console.print(Text(line)), environment)
             warm = WarmPool(pool, pool_max_idle, spec) if pool > 0 else None
             manager = SessionManager(max_sessions=max_sessions, idle_timeout_s=idle_timeout, limits=limits,
-                                     sandbox=backend, model=model, runs_dir=runs, pool=warm)
-            server = build_server(manager, ServerSettings(model, backend, limits, runs, policy), Presence(manager, client_grace))
+                                     environment=environment if package else None, sandbox=backend, model=model, runs_dir=runs, pool=warm)
+            server = build_server(manager, ServerSettings(model, backend, limits, runs, policy, environment if package else None), Presence(manager, client_grace))
             try:
                 if sock is not None:
                     token = new_token()

@@ -20,7 +20,7 @@ from ..errors import JobError, RecordError
 from ..sandboxes import backend_names
 from ..sandboxes.registry import prepare_backend
 from ..sandboxes.stops import how_to_raise
-from ..sandboxes.limits import limits_from_flags, with_allowlist
+from ..sandboxes.flags import SandboxFlags
 from ..sandboxes.requirements import PACKAGE_HELP
 from .application import app
 from .display import safe, safe_markdown, shown
@@ -106,11 +106,9 @@ def run(
     with raising_on_signals(), reported():
         try:
             job = _job_from_flags(target, prompt, inputs, outputs)
-            limits = limits_from_flags(limit, base=job.sandbox.limits, memory=memory, timeout=timeout, network=network)
-            from ..sandboxes.spec import with_packages
-
-            environment = with_packages(job.sandbox.environment, package) if package else None
-            limits = with_allowlist(limits, allow_host, resolve)
+            flags = SandboxFlags(limit, {"memory": memory, "timeout": timeout, "network": network}, allow_host, resolve, package)
+            limits = flags.limits(job.sandbox.limits)
+            environment = flags.environment(job.sandbox.environment) if package else None
             job = apply_overrides(
                 job, model=model, max_turns=max_turns, tool_choice=tool_choice, max_tokens=max_tokens,
                 temperature=temperature, backend=sandbox, limits=limits, environment=environment,

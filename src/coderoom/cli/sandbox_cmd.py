@@ -15,7 +15,7 @@ from ..errors import EXIT_FAILED
 from ..sandboxes import backend_names, get_backend
 from .application import app
 from .errors import reported, show
-from .sandbox_run import COMMAND_HELP, OPTIONS, SUMMARY, execute, limits_of
+from .sandbox_run import COMMAND_HELP, OPTIONS, SUMMARY, execute, flags_of
 
 if TYPE_CHECKING:
     from ..sandboxes.spec import SandboxSpec
@@ -53,10 +53,8 @@ sandbox_app.command("run")(run)
 
 def _spec(values: dict[str, Any]) -> SandboxSpec:
     from ..sandboxes import SandboxSpec
-    from ..sandboxes.spec import EnvironmentSpec, with_packages
-
-    environment = with_packages(EnvironmentSpec(), values["package"])
-    spec = SandboxSpec(backend=values["sandbox"], limits=limits_of(values), environment=environment)
+    flags = flags_of(values)
+    spec = SandboxSpec(backend=values["sandbox"], limits=flags.limits(), environment=flags.environment())
     get_backend(spec.backend)  # an unknown or unconfined backend is a usage error
     return spec
 

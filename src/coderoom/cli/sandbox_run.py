@@ -27,7 +27,8 @@ from .. import signal_masks
 from ..errors import CoderoomError
 from ..hostile.text import terminal_safe, terminal_safe_bytes
 from ..sandboxes.defaults import default_backend_name
-from ..sandboxes.limits import FLAG_HELP, Limits, limits_from_flags, with_allowlist
+from ..sandboxes.flags import SandboxFlags
+from ..sandboxes.limits import FLAG_HELP, Limits
 from ..sandboxes.requirements import PACKAGE_HELP
 from ..sandboxes.registry import backend_names, get_backend, prepare_backend
 from .errors import show
@@ -118,10 +119,15 @@ def parse_plain(argv: list[str]) -> tuple[dict[str, Any], list[str]] | None:
     return values, command
 
 
+def flags_of(values: dict[str, Any]) -> SandboxFlags:
+    """`sandbox run`'s sandbox options, on both paths, for the one parser (`sandboxes.flags`)."""
+    short_forms = {name: values[name] for name in SHORT_FORMS}
+    return SandboxFlags(values["limit"], short_forms, values["allow_host"], values["resolve"], values["package"])
+
+
 def limits_of(values: dict[str, Any]) -> Limits:
     """The limits `sandbox run`'s options ask for, on both paths (a bad one: UsageError)."""
-    limits = limits_from_flags(values["limit"], **{name: values[name] for name in SHORT_FORMS})
-    return with_allowlist(limits, values["allow_host"], values["resolve"])
+    return flags_of(values).limits()
 
 
 def plain_spec(values: dict[str, Any]) -> SimpleNamespace:

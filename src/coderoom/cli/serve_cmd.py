@@ -20,7 +20,7 @@ import typer
 from rich.console import Console
 
 from ..errors import UsageError
-from ..sandboxes.limits import limits_from_flags, with_allowlist
+from ..sandboxes.flags import SandboxFlags
 from ..serving.backends import prepare_backends
 from ..serving.bind import bind, host_headers, shown_host
 from . import service_options as options
@@ -49,6 +49,7 @@ def serve(
     limit: Limit = [],
     allow_host: options.AllowHost = [],
     resolve: options.Resolve = [],
+    package: options.Package = [],
     idle_timeout: options.IdleTimeout = options.IDLE_TIMEOUT_DEFAULT_S,
     pool: Annotated[int, typer.Option(help="warm sandboxes of the default sandbox kept ready (0: none)")] = 0,
     pool_max_idle: options.PoolMaxIdle = options.POOL_MAX_IDLE_DEFAULT_S,
@@ -59,21 +60,24 @@ def serve(
     with raising_on_signals(), reported():
         if max_sessions < 1:
             raise UsageError(f"--max-sessions {max_sessions}: at least 1")
-        limits = with_allowlist(limits_from_flags(limit, memory=memory, timeout=timeout), allow_host, resolve)
+        flags = SandboxFlags(limit, {"memory": memory, "timeout": timeout}, allow_host, resolve, package)
+        limits, environment = flags.limits(), flags.environment() if package else None
         options.check_pool(pool, pool_max_idle, idle_timeout)
         choices = _choices(model or [], sandbox or [])
         sock = bind(host, port, allow_remote)
-        prepare_backends(choices.sandboxes, limits, lambda line: console.print(safe(line)))
-    sessions = Sessions(max_sessions, limits, idle_timeout, pool, pool_max_idle)
+        prepare_backends(choices.sandboxes, limits, lambda line: console.print(safe(line)), environment)
+    sessions = Sessions(max_sessions, limits, environment, idle_timeout, pool, pool_max_idle)
     _serve(sock, host, runs_dir, choices, public_host or [], sessions)
 
 
 @dataclass(frozen=True)
 class Sessions:
-    """What every session of this server gets: the cap, the limits, the idle timeout, the pool."""
+    """What every session of this server gets: the cap, the limits, the declared packages
+    (`--package`; None: none), the idle timeout, the pool."""
 
     max_sessions: int
     limits: Any
+    environment: Any
     idle_timeout_s: float
     pool: int
     pool_max_idle_s: float
@@ -134,10 +138,12 @@ async def _serve_until_cancelled(
     warm = None
     if sessions.pool > 0:
         spec = SandboxSpec(backend=default_sandbox, limits=sessions.limits)
+        if sessions.environment is not None:
+            spec = spec.model_copy(update={"environment": sessions.environment})
         warm = WarmPool(sessions.pool, sessions.pool_max_idle_s, spec)
     async with SessionManager(
         runs_dir=runs_dir, max_sessions=sessions.max_sessions, idle_timeout_s=sessions.idle_timeout_s,
-        limits=sessions.limits, sandbox=default_sandbox, pool=warm,
+        limits=sessions.limits, environment=sessions.environment, sandbox=default_sandbox, pool=warm,
     ) as manager:
         if warm is not None:
             await warm.start()

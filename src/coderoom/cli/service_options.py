@@ -1,7 +1,8 @@
 """What `coderoom serve` and `coderoom mcp` both take about their sessions: the sandbox limits
 every session gets (no client chooses them; `--limit` is `limit_option`'s, read by
 `sandboxes.limits.limits_from_flags`), the allowlist (`--allow-host`, `--resolve`, which `run`
-takes too, read by `sandboxes.limits.with_allowlist`) and the warm pool. One definition, so the
+takes too), the declared packages (`--package`, as `run`'s), all read by the one parser
+(`sandboxes.flags.SandboxFlags`), and the warm pool. One definition, so the
 servers cannot drift apart in names, defaults or validation."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import UsageError
+from ..sandboxes.requirements import PACKAGE_HELP
 
 Memory = Annotated[Optional[str], typer.Option(help="sandbox memory of every session, e.g. 2G")]
 Timeout = Annotated[Optional[float], typer.Option(help="seconds per command or cell")]
@@ -22,6 +24,7 @@ Resolve = Annotated[
     list[str],
     typer.Option("--resolve", metavar="HOST=ADDRESS", help="HOST=ADDRESS: the address the proxy uses for HOST (repeatable; the only way to reach loopback or private addresses)"),
 ]
+Package = Annotated[list[str], typer.Option("--package", help=PACKAGE_HELP + "; every session's sandbox has it")]
 IdleTimeout = Annotated[float, typer.Option(help="seconds before an unused session is closed")]
 Pool = Annotated[int, typer.Option(help="warm sandboxes kept ready (0: none)")]
 PoolMaxIdle = Annotated[float, typer.Option(help="seconds before an unclaimed warm sandbox is recycled")]

@@ -39,7 +39,8 @@ from ..jobs import Job, build_job
 from ..outputs import OutputCheck
 from ..record import read_record
 from ..record.events import SessionOpen
-from ..sandboxes.limits import LIMIT_NAMES, Limits, limits_from_flags, parse_limits
+from ..sandboxes.flags import SandboxFlags
+from ..sandboxes.limits import LIMIT_NAMES, Limits, parse_limits
 from ..sandboxes.registry import backend_names, get_backend
 from ..sandboxes.defaults import default_backend_name
 from ..sandboxes.session import open_session
@@ -77,7 +78,7 @@ def granted_sandbox(
     """The rerun's sandbox from the user's choices alone (`--limit NAME=VALUE` flags and their
     short forms); the replay is one command, so the per-command time limit is the whole replay's."""
     replay = Limits(timeout=REPLAY_TIMEOUT)
-    granted = limits_from_flags(limits, base=replay, timeout=timeout, network=network or None)
+    granted = SandboxFlags(limits, {"timeout": timeout, "network": network or None}).limits(replay)
     return SandboxSpec(backend=backend or default_backend_name(), limits=granted)
 
 

@@ -38,6 +38,7 @@ from ..hostile.tree import open_beneath
 from ..record.events import Egress
 from ..record.notes import egress_line, egress_row
 from ..sandboxes.limits import Limits
+from ..sandboxes.spec import EnvironmentSpec
 from ..service import SessionManager
 from . import content
 from .policy import ReadPolicy
@@ -72,6 +73,7 @@ class ServerSettings:
     limits: Limits
     runs_dir: Path
     policy: ReadPolicy
+    environment: EnvironmentSpec | None = None  # the declared packages (`--package`); None: none
 
 
 def _error(message: str) -> CallToolResult:
@@ -334,7 +336,10 @@ async def _run_job(settings: ServerSettings, request: str, outputs: list[str], f
         job = build_job({
             "name": "mcp-job", "prompt": request, "inputs": inputs, "outputs": outputs,
             "model": settings.model or "",
-            "sandbox": {"backend": settings.sandbox, "limits": settings.limits},
+            "sandbox": {
+                "backend": settings.sandbox, "limits": settings.limits,
+                **({"environment": settings.environment.model_dump()} if settings.environment is not None else {}),
+            },
         }, source="run_job")
         result = await run_job(job, run_dir=new_run_dir(job, settings.runs_dir))
     finally:

@@ -17,6 +17,7 @@ from agents import Model
 from openai import AsyncOpenAI
 
 from ..errors import ModelSpecError
+from .budget import ModelBudget
 from .failures import Notify
 from .options import Api
 from .server import ServerProbe
@@ -47,6 +48,7 @@ class ResolvedModel:
     client: AsyncOpenAI | None = field(default=None, repr=False)
     max_retries: int = 0
     probe: ServerProbe | None = field(default=None, repr=False)  # the server's own facts, if any
+    budget: ModelBudget | None = field(default=None, repr=False)  # slots shared with other runs (`budget`)
 
     def declined(self) -> str | None:
         """The model's last answer if it declined the request (see `DecliningModel`), else None."""
@@ -55,11 +57,12 @@ class ResolvedModel:
     def agent_model(self, notify: Notify, context_size: int | None) -> Model:
         """The SDK Model one agent is built with: a guarded HTTP model made for that run
         (reporting through its `notify`, fitted to its job's declared `context_size` when the
-        server does not say), the resolved one left as it is; any other model itself."""
+        server does not say, its requests within `budget`), the resolved one left as it is; any
+        other model itself (it sends no request to bound)."""
         from .guard import GuardedModel
 
         if isinstance(self.model, GuardedModel):
-            return self.model.for_run(notify, context_size)
+            return self.model.for_run(notify, context_size, self.budget)
         return self.model
 
     async def aclose(self) -> None:

@@ -9,12 +9,15 @@ limit: the SDK's ModelResponse carries no finish_reason) is never taken silently
 answer: the model is asked once to finish it, and a second cut is marked and recorded.
 Every request, the continuation too, is first fitted into the model's context (`context`), and
 carries a cap on its output tokens when the job set none (`output_cap`). A run with a listener
-for it takes each reply as a stream (`streaming`), so its tokens are seen as they arrive.
+for it takes each reply as a stream (`streaming`), so its tokens are seen as they arrive. Each
+request holds a slot of the run's `budget` while in flight, if it has one (`budget`: `coderoom
+batch --model-concurrency`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -27,6 +30,7 @@ from agents.retry import ModelRetryAdvice, ModelRetryAdviceRequest
 from openai import APIError
 from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 
+from .budget import ModelBudget
 from .context import ContextGuard
 from .failures import DEADLINE_ADVICE, ModelAnswerError, ModelDeadlineExceeded, Notify
 from .output_cap import reply_cap
@@ -53,11 +57,13 @@ class GuardedModel(Model):
         max_tokens: int | None = None,
         cap_from_context: bool = False,
         stream: StreamSupport | None = None,
+        budget: ModelBudget | None = None,
     ) -> None:
         """`max_tokens`: the cap when the job sets none (CODEROOM_MODEL_MAX_TOKENS);
         `cap_from_context`: without either, derive one from the context (Chat Completions);
         `stream`: whether the server streams (None: replies are not streamed, as in a model
-        check, which has no one to show them to)."""
+        check, which has no one to show them to); `budget`: slots shared with other runs, one
+        held per request in flight."""
         self.inner = inner
         self.server = server
         self.deadline_s = deadline_s
@@ -67,14 +73,17 @@ class GuardedModel(Model):
         self.notify: Notify = notify or (lambda *_args, **_fields: None)
         self.stream = stream
         self._streams = stream or StreamSupport()  # shared by the runs `for_run` makes
+        self.budget = budget
 
-    def for_run(self, notify: Notify, context_size: int | None) -> GuardedModel:
+    def for_run(self, notify: Notify, context_size: int | None, budget: ModelBudget | None = None) -> GuardedModel:
         """The same model and server for one run: its retries and cut replies reported through
-        `notify`, its context the server's figure or else the job's `context_size`."""
+        `notify`, its context the server's figure or else the job's `context_size`, its
+        requests within `budget` (if any)."""
         context = ContextGuard(self.server, self.context.probe, declared=context_size)
         return GuardedModel(
             self.inner, self.server, self.deadline_s, context, notify,
             max_tokens=self.max_tokens, cap_from_context=self.cap_from_context, stream=self._streams,
+            budget=budget,
         )
 
     def get_retry_advice(self, request: ModelRetryAdviceRequest) -> ModelRetryAdvice | None:
@@ -111,8 +120,13 @@ class GuardedModel(Model):
             cap = reply_cap((await self.context.window()).size)
         return settings if cap is None else settings.resolve(ModelSettings(max_tokens=cap))
 
-    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-        return self.inner.stream_response(*args, **kwargs)
+    async def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        async with self._slot():
+            async for event in self.inner.stream_response(*args, **kwargs):
+                yield event
+
+    def _slot(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return self.budget.slot() if self.budget is not None else contextlib.nullcontext()
 
     async def close(self) -> None:
         await self.inner.close()
@@ -130,7 +144,7 @@ class GuardedModel(Model):
         if trimmed is not None:
             self.notify("context_trimmed", **trimmed)
         try:
-            async with asyncio.timeout(self.deadline_s):
+            async with self._slot(), asyncio.timeout(self.deadline_s):  # waiting for a slot is not the server's time
                 return await self._answer(system_instructions, input, model_settings, tools, *args, **kwargs)
         except TimeoutError:
             raise ModelDeadlineExceeded(

@@ -233,7 +233,8 @@ class RunStart(_Event):
     coderoom_version: str = ""
     run_id: str | None = None  # what ties the sandbox serving the run to this record (`coderoom.recovery`); older records lack it
     # a declared package environment: its declaration and the exact versions installed for it
-    # ({"key", "declared": [...], "installed": [{"name", "version"}]}); None when none was declared
+    # ({"key", "declared": [...], "installed": [{"name", "version"}]}; Docker: "image" for "key", and
+    # "unknown" with why for "installed" when its image holds no readable list); None when none was declared
     environment: dict[str, Any] | None = None
 
 

@@ -14,13 +14,16 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import TooManySessions, UnknownSession
 from ..sandboxes.base import SandboxBackend
 from ..sandboxes.limits import Limits
 from .pool import WarmPool
 from .session import Session
+
+if TYPE_CHECKING:
+    from ..sandboxes.spec import EnvironmentSpec
 
 MAX_SESSIONS = 8  # live sessions at once, by default
 IDLE_TIMEOUT_S = 900.0  # a session nobody used for this long is closed (its record kept)
@@ -40,6 +43,7 @@ class SessionManager:
         max_sessions: int = MAX_SESSIONS,
         idle_timeout_s: float = IDLE_TIMEOUT_S,
         limits: Limits | None = None,
+        environment: EnvironmentSpec | None = None,
         sandbox: str = "local",
         model: str | None = None,
         runs_dir: Path = Path("runs"),
@@ -47,14 +51,15 @@ class SessionManager:
         instructions: str = "",
         backend: SandboxBackend | None = None,
     ) -> None:
-        """`backend`: an object to run every session's sandbox instead of the registry's, named
-        by `sandbox` (tests hand in the fake; see `registry.backend_for`)."""
+        """`environment`: the packages every session's sandbox has (`--package`); `backend`: an
+        object to run every session's sandbox instead of the registry's, named by `sandbox`
+        (tests hand in the fake; see `registry.backend_for`)."""
         if max_sessions < 1 or idle_timeout_s <= 0:
             raise ValueError("max_sessions must be >= 1 and idle_timeout_s > 0")
         self.max_sessions = max_sessions
         self.idle_timeout_s = idle_timeout_s
         self.defaults: dict[str, Any] = {
-            "limits": limits or Limits(), "sandbox": sandbox, "model": model, "runs_dir": runs_dir,
+            "limits": limits or Limits(), "environment": environment, "sandbox": sandbox, "model": model, "runs_dir": runs_dir,
             "pool": pool, "instructions": instructions, "backend": backend,
         }
         self.pool = pool
@@ -153,7 +158,7 @@ class SessionManager:
         from ..recovery import recover
         from ..sandboxes.spec import SandboxSpec
 
-        spec = SandboxSpec(backend=self.defaults["sandbox"], limits=self.defaults["limits"])
+        spec = SandboxSpec(backend=self.defaults["sandbox"], limits=self.defaults["limits"])  # recovery needs no packages
         for outcome in await recover(spec, self.defaults["runs_dir"], backend=self.defaults["backend"]):
             print(f"coderoom: {outcome.describe()}", file=sys.stderr, flush=True)
         return self

@@ -43,6 +43,7 @@ from ..record.events import Cell, Egress, Event
 from ..record.hooks import MAX_ARGUMENT_CHARS
 from ..run import DECLINED, AgentRig, new_run_dir
 from ..sandboxes.limits import Limits
+from ..sandboxes.spec import EnvironmentSpec
 from ..sandboxes.base import SandboxBackend
 from ..sandboxes.defaults import default_backend_name
 from ..sandboxes.registry import backend_for
@@ -131,9 +132,11 @@ class ConnectionTap:
 
 
 def session_job(
-    *, name: str, model: str | None, sandbox: str, limits: Limits, instructions: str, handed_in: bool = False
+    *, name: str, model: str | None, sandbox: str, limits: Limits, instructions: str, handed_in: bool = False,
+    environment: EnvironmentSpec | None = None,
 ) -> Job:
-    """The job a session's record carries: what `rerun` and `show` read back. A backend object
+    """The job a session's record carries: what `rerun` and `show` read back (`environment`: the
+    server's declared packages, if any, built for the sandbox and recorded as a run's). A backend object
     `handed_in` by the calling code (a test's fake) is one no job may name: the job is checked
     with the default backend, then names `sandbox` as given, so the record says what ran."""
     job = build_job(
@@ -142,7 +145,10 @@ def session_job(
             "prompt": SESSION_PROMPT,
             "instructions": instructions or DEFAULT_INSTRUCTIONS,
             "model": model or "",
-            "sandbox": {"backend": default_backend_name() if handed_in else sandbox, "limits": limits},
+            "sandbox": {
+                "backend": default_backend_name() if handed_in else sandbox, "limits": limits,
+                **({"environment": environment.model_dump()} if environment is not None else {}),
+            },
         },
         source="session",
     )
@@ -185,6 +191,7 @@ class Session:
         model: str | ResolvedModel | None = None,
         sandbox: str = "local",
         limits: Limits | None = None,
+        environment: EnvironmentSpec | None = None,
         files: Mapping[str, bytes | Path] | None = None,
         runs_dir: Path = Path("runs"),
         name: str = "session",
@@ -202,7 +209,7 @@ class Session:
         spec = model if isinstance(model, str) or model is None else None
         job = session_job(
             name=name, model=spec, sandbox=sandbox, limits=limits or Limits(), instructions=instructions,
-            handed_in=backend is not None,
+            handed_in=backend is not None, environment=environment,
         )
         # usage errors (model spec, backend unavailable) come before the run folder exists
         resolved = model if isinstance(model, ResolvedModel) else resolve_model(job.model or None, environ=environ)

@@ -12,14 +12,19 @@ from collections.abc import Callable, Iterable
 
 from ..sandboxes.limits import Limits
 from ..sandboxes.registry import prepare_backend
-from ..sandboxes.spec import SandboxSpec
+from ..sandboxes.spec import EnvironmentSpec, SandboxSpec
 
 
-def prepare_backends(names: Iterable[str], limits: Limits, say: Callable[[str], None]) -> None:
+def prepare_backends(
+    names: Iterable[str], limits: Limits, say: Callable[[str], None], environment: EnvironmentSpec | None = None
+) -> None:
     """`registry.prepare_backend` (refused first when it cannot run here) for each of `names`
-    with the server's limits; its progress lines go to `say`, each prefixed by the backend's name."""
+    with the server's limits and declared packages (`--package`: built now, so a package that
+    cannot be installed is exit 2 before any session); its progress lines go to `say`, each
+    prefixed by the backend's name."""
     for name in dict.fromkeys(names):
-        prepare_backend(SandboxSpec(backend=name, limits=limits), _prefixed(name, say))
+        spec = SandboxSpec(backend=name, limits=limits, environment=environment or EnvironmentSpec())
+        prepare_backend(spec, _prefixed(name, say))
 
 
 def _prefixed(name: str, say: Callable[[str], None]) -> Callable[[str], None]:

@@ -75,6 +75,13 @@ class DockerBackend:
 
         ensure_image(spec, progress=progress)
 
+    def packages_lock(self, spec: SandboxSpec) -> dict[str, object] | None:
+        """The declared packages and the exact versions the derived image's build installed for
+        them, for the run record (read from the image without running it: `image.image_lock`)."""
+        from .image import docker_client, ensure_image, image_lock
+
+        return image_lock(docker_client(), ensure_image(spec), spec.environment.packages)
+
     async def start(self, spec: SandboxSpec) -> DockerSandbox:
         """A started sandbox for `spec` (the image is built first if it is missing)."""
         import asyncio

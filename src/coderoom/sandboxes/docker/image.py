@@ -21,12 +21,13 @@ from ...errors import ImageBuildError
 from .. import requirements
 from ..limits import shown_size
 from ..spec import EnvironmentSpec, SandboxSpec
-from .labels import DEFAULT_IMAGE
+from .labels import DEFAULT_IMAGE, LABEL, owner_labels
 from .options import docker_options
 
 IMAGE_DIR = Path(__file__).with_name("inside")
 DEFAULT_BASE_IMAGE = "python:3.12-slim"
 PACKAGES_LABEL = "org.coderoom.packages"
+LOCK_PATH = "/usr/local/share/coderoom/packages-lock.json"  # written by Dockerfile.packages
 
 Progress = Callable[[str], None]
 
@@ -89,7 +90,8 @@ def derived_tag(client: Any, base_tag: str, packages: list[str], sources: list[o
     """Content address of `base_tag` + `packages`: the base's image id (so a rebuilt base gives a
     new tag), the sorted package list and where they come from (`_sources`)."""
     base_id = client.images.get(base_tag).id
-    content: list[object] = [base_id, packages] + ([sources] if sources else [])
+    recipe = hashlib.sha256((IMAGE_DIR / "Dockerfile.packages").read_bytes()).hexdigest()  # a new recipe: new images
+    content: list[object] = [base_id, packages, recipe] + ([sources] if sources else [])
     digest = hashlib.sha256(json.dumps(content).encode()).hexdigest()[:16]
     repository = base_tag.rsplit(":", 1)[0] if ":" in base_tag.rsplit("/", 1)[-1] else base_tag
     return f"{repository}:pkgs-{digest}"
@@ -129,6 +131,35 @@ def build_with_packages(
             hint="pip needs PyPI, the [sandbox.environment] index_url or find_links to install extra packages",
         )
     return tag
+
+
+def image_lock(client: Any, tag: str, declared: list[str]) -> dict[str, object]:
+    """What the run record keeps of a derived image's packages, as the local backend's lock: the
+    declaration and the exact versions its build installed, read from LOCK_PATH in a container
+    created from `tag` and never started (nothing of the image runs), then parsed with bounds
+    (`hostile.package_lock`). An image without the list, or with one that does not parse, is
+    recorded as such, without versions."""
+    import docker.errors
+
+    from ...hostile.package_lock import lock_from_archive
+
+    lock: dict[str, object] = {"image": tag, "declared": declared}
+    container = client.api.create_container(
+        tag, command=["true"], network_disabled=True, labels={LABEL: "1", **owner_labels()}
+    )
+    try:
+        chunks, _stat = client.api.get_archive(container["Id"], LOCK_PATH)
+        installed = lock_from_archive(chunks)
+    except docker.errors.NotFound:
+        lock["unknown"] = f"the image has no {LOCK_PATH} (built by an older coderoom, or not by coderoom)"
+        return lock
+    except ValueError as exc:
+        lock["unknown"] = str(exc)[:200]
+        return lock
+    finally:
+        client.api.remove_container(container["Id"], force=True)
+    lock["installed"] = [{"name": name, "version": version} for name, version in installed]
+    return lock
 
 
 def _sources(environment: EnvironmentSpec | None) -> list[object]:

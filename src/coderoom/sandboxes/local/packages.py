@@ -1,5 +1,6 @@
 """Declared package environments (`[sandbox.environment]`, `--package`): built on the host, once
-per content, and bound read-only into the local sandbox.
+per content, and bound read-only into the local sandbox. Wheels only (`ONLY_WHEELS`): an sdist
+would run its setup.py on the host, so a package without a wheel is refused (exit 2, named).
 
 The environment is a venv made from the runtime's base interpreter that sees the runtime's
 packages (the host venv's site-packages through a `.pth`, the base's through
@@ -49,13 +50,18 @@ from ..requirements import project_name
 from ..spec import EnvironmentSpec
 from . import bwrap
 
-FORMAT = 1  # of the environment's layout and record: a new one gives new keys
+FORMAT = 2  # of the environment's layout and record (2: wheels only): a new one gives new keys
 CACHE_VARIABLE = "CODEROOM_ENV_CACHE"
 RECORD_FILE = "environment.json"
 LOG_FILE = "build.log"
 VENV_DIR = "venv"
 _BUILD_PTH = "_coderoom_build.pth"  # the host runtime's folders, for pip; removed after the build
 _RUNTIME_PTH = "_coderoom_runtime.pth"  # the same folders as the sandbox mounts them
+ONLY_WHEELS = "--only-binary=:all:"  # pip option: wheels only, for every package and dependency
+NO_SDISTS = (
+    "source distributions are not built on this host (their setup.py would run here, outside any "
+    "sandbox): give a wheel of it in find_links or the index, or use --sandbox docker, which builds in a container"
+)
 _MAX_LISTED = 10_000  # files of a local find-links folder that go into the key
 _MISSING = re.compile(
     r"(?:No matching distribution found for|Could not find a version that satisfies the requirement)\s+(\S+)"
@@ -246,6 +252,7 @@ def _install(env: EnvironmentSpec, venv: Path, log: BinaryIO) -> tuple[tuple[str
     pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install"]
     pip += ["--no-input", "--disable-pip-version-check", "--no-warn-script-location", "--progress-bar", "off"]
     pip.append("--no-compile")  # compiled below with the sandbox's paths, not the build folder's
+    pip.append(ONLY_WHEELS)  # building an sdist runs its setup.py here, on the host (security.md P13)
     if env.index_url:
         pip += ["--index-url", env.index_url]
     elif env.find_links:
@@ -307,7 +314,7 @@ def _failed_package(env: EnvironmentSpec, log_path: Path) -> str:
         text = ""
     match = _MISSING.search(text)
     if match:
-        return f"pip found no version of {match.group(1)!r} that it could install"
+        return f"pip found no wheel of {match.group(1)!r} that it could install ({NO_SDISTS})"
     return f"pip could not install {', '.join(repr(p) for p in env.packages)}"
 
 
