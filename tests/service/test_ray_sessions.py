@@ -56,7 +56,7 @@ def manager(runs: Path) -> Any:
 
 
 def node_running_a_sandbox(nodes: list[Any]) -> Any:
-    [node] = [n for n in nodes if n in alive(nodes) and has_descendant(n.all_processes["raylet"][0].process.pid, "bwrap")]
+    [node] = [n for n in alive(nodes) if has_descendant(n.all_processes["raylet"][0].process.pid, "bwrap")]
     return node
 
 
@@ -65,7 +65,8 @@ async def types_of(events: Any) -> list[str]:
 
 
 def alive(nodes: list[Any]) -> list[Any]:
-    return [n for n in nodes if n.all_processes["raylet"][0].process.poll() is None]
+    """The nodes not removed (a removed node's processes are gone from `all_processes`)."""
+    return [n for n in nodes if "raylet" in n.all_processes and n.all_processes["raylet"][0].process.poll() is None]
 
 
 async def test_a_session_runs_on_a_node_and_its_run_folder_comes_back_as_a_local_one(joined, tmp_path: Path) -> None:
@@ -119,8 +120,9 @@ def test_serve_ray_reports_a_session_whose_node_is_lost_as_gone(joined, tmp_path
     runs.mkdir()
     server = serve(runs, "--ray", started.address, "--model", "offline", "--sandbox", "local", "--limit", "cpus=1")
     try:
+        csrf = {"X-Coderoom-CSRF": json.loads(server.authed("GET", "/api/config").body)["csrf"]}
         headers, body = multipart({}, [("x.csv", b"a\n1\n")])
-        opened = server.authed("POST", "/api/sessions", headers, body)
+        opened = server.authed("POST", "/api/sessions", {**headers, **csrf}, body)
         assert opened.status == 200, opened.body
         sid, run = json.loads(opened.body)["id"], json.loads(opened.body)["run"]
         listed = server.authed("GET", f"/api/sessions/{sid}/files")
@@ -131,7 +133,7 @@ def test_serve_ray_reports_a_session_whose_node_is_lost_as_gone(joined, tmp_path
             assert time.monotonic() < deadline, "the lost session was never reported"
             time.sleep(1)
         assert reply.status == 410 and b"lost" in reply.body, reply
-        assert json.loads(server.authed("POST", f"/api/sessions/{sid}/ask", {"Content-Type": "application/json"},
+        assert json.loads(server.authed("POST", f"/api/sessions/{sid}/ask", {"Content-Type": "application/json", **csrf},
                                         b'{"request": "hi"}').body)["error"].startswith(f"session {sid} was lost")
     finally:
         assert server.stop() in (0, 143)

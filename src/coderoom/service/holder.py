@@ -56,3 +56,11 @@ class LiveSession(Protocol):
 
 Opener = Callable[..., Awaitable[LiveSession]]
 """Opens a live session from `Session.open`'s keyword arguments."""
+
+
+def lost_message(session_id: str, cause: str, run_dir: Path) -> str:
+    """What every call on a lost session says (`SessionLost`), from the session or the manager."""
+    return (
+        f"session {session_id} was lost: {cause}. Its record so far is in {run_dir} (ended 'lost'); "
+        "its workspace and kernel were on that node and are gone"
+    )

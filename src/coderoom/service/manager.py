@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import SessionLost, TooManySessions, UnknownSession
 from ..sandboxes.base import SandboxBackend
 from ..sandboxes.limits import Limits
-from .holder import LiveSession, Opener
+from .holder import LiveSession, Opener, lost_message
 from .pool import WarmPool
 from .session import Session
 
@@ -74,7 +74,8 @@ class SessionManager:
 
     @property
     def live(self) -> list[LiveSession]:
-        return list(self._sessions.values())
+        """The sessions open now (not one whose node was lost, which `get` still explains)."""
+        return [session for session in self._sessions.values() if session.lost is None]
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
@@ -108,15 +109,17 @@ class SessionManager:
 
     def get(self, session_id: str) -> LiveSession:
         """The live session `session_id`: UnknownSession when there is none, SessionLost (with
-        the reason) for one whose node went away since."""
-        try:
-            return self._sessions[session_id]
-        except KeyError:
-            if session_id in self._lost:
-                raise SessionLost(self._lost[session_id]) from None
+        the reason) for one whose node went away (forgotten here from then on)."""
+        session = self._sessions.get(session_id)
+        if session is not None and session.lost is not None:
+            self._forget_lost(session)
+        if session_id in self._lost:
+            raise SessionLost(self._lost[session_id])
+        if session is None:
             raise UnknownSession(
                 f"no live session {session_id[:40]!r}: it was closed, idled out, or never opened"
-            ) from None
+            )
+        return session
 
     async def close(self, session_id: str) -> Path:
         """Close one session (its run folder); an unknown id is UnknownSession. A session whose
@@ -203,6 +206,6 @@ class SessionManager:
 
     def _forget_lost(self, session: LiveSession) -> None:
         self._sessions.pop(session.id, None)
-        self._lost[session.id] = f"session {session.id} was lost: {session.lost}; its record so far is in {session.run_dir}"
+        self._lost[session.id] = lost_message(session.id, session.lost or "", session.run_dir)
         while len(self._lost) > MAX_LOST_KEPT:
             del self._lost[next(iter(self._lost))]

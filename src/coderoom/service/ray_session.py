@@ -46,6 +46,7 @@ from ..record.reader import MAX_LINE_BYTES, MAX_RECORD_BYTES
 from ..record.writer import encode
 from ..sandboxes.limits import Limits
 from .events import EventHub
+from .holder import lost_message
 from .on_node import TAIL_WAIT_S, SessionActor
 from .session import MAX_READ_BYTES, AskResult, CellResult, CommandResult, FileInfo, workspace_content
 
@@ -177,10 +178,7 @@ class RaySession:
             raise SessionClosed(f"session {self.id} is closed; its record is in {self.run_dir}")
 
     def _lost_message(self) -> str:
-        return (
-            f"session {self.id} was lost: {self.lost}. Its record so far is in {self.run_dir} (ended 'lost'); "
-            "its workspace and kernel were on that node and are gone"
-        )
+        return lost_message(self.id, self.lost or "", self.run_dir)
 
     # -- calls ---------------------------------------------------------------------------
 
