@@ -52,6 +52,7 @@ from .session import MAX_READ_BYTES, AskResult, CellResult, CommandResult, FileI
 
 OPEN_TIMEOUT_S = 600.0  # for a node with room to take the session and start its sandbox
 CLOSE_TAIL_S = 3 * TAIL_WAIT_S  # after the close, for the record's last lines to arrive
+CONFIRM_S = 60.0  # an actor Ray calls unavailable: how long it has to answer again before it counts as lost
 CLEANUP_S = 30.0  # for the node to remove its copy of the run folder before the actor is ended
 
 
@@ -206,13 +207,38 @@ class RaySession:
                 ray.cancel(ref)
             raise
         except ray.exceptions.RayActorError as exc:
-            raise self._lose(f"its Ray actor on node {self.node[:12]} ({self.host}) died ({first_line(exc)})") from None
+            why: str | None = first_line(exc)
+            if isinstance(exc, ray.exceptions.ActorUnavailableError):
+                why = await self._gone()
+                if why is None:
+                    raise SandboxFailed(
+                        f"session {self.id}: the call was cut off by the cluster and may or may not have run "
+                        f"({first_line(exc)}); the session is still there"
+                    ) from None
+            raise self._lose(f"its Ray actor on node {self.node[:12]} ({self.host}) died ({why})") from None
         except ray.exceptions.RayTaskError as exc:
             if isinstance(exc.cause, CoderoomError):
                 raise exc.cause from None
             raise SandboxFailed(f"session {self.id}: its node failed the call ({first_line(exc)})") from None
         except ray.exceptions.RayError as exc:
             raise SandboxFailed(f"session {self.id}: the cluster failed the call ({first_line(exc)})") from None
+
+    async def _gone(self) -> str | None:
+        """After Ray's "actor unavailable" (a connection to it dropped: its node going away, or a
+        blip): None when the actor answers again, else why it is gone (Ray's "died", once it
+        knows the node is lost, or no answer either way for CONFIRM_S)."""
+        deadline = time.monotonic() + CONFIRM_S
+        while time.monotonic() < deadline and self.lost is None:
+            try:
+                await asyncio.wait_for(_awaited(self._actor.place.remote()), CONFIRM_S)
+                return None
+            except self._ray.exceptions.ActorUnavailableError:
+                await asyncio.sleep(1.0)
+            except self._ray.exceptions.RayError as exc:
+                return first_line(exc)
+            except TimeoutError:
+                break
+        return self.lost or f"it did not answer for {CONFIRM_S:g} s"
 
     async def ask(self, request: str) -> AskResult:
         result: AskResult = await self._call("ask", request)
