@@ -94,7 +94,12 @@ class RayOpener:
             self._ray.kill(actor, no_restart=True)
             raise _opening_error(self._ray, exc) from None
         session = RaySession(self._ray, actor, run_dir, limits, (str(place[0]), str(place[1])))
-        await session.follow()
+        try:
+            await session.follow()
+        except BaseException:
+            with contextlib.suppress(Exception):  # what it can save, saved; the actor ended
+                await session.close(keep_unsaved=False)
+            raise
         return session
 
 
@@ -280,8 +285,10 @@ class RaySession:
         while not self._ended:
             try:
                 self._copy(await self._remote("tail", self._offset))
-            except CoderoomError:  # lost (said by `_lose`), or the node's session gone after its close
+            except SessionClosed:  # lost (said by `_lose`), or the node's session gone after its close
                 return
+            except CoderoomError:  # a tail cut off by a blip, its actor still there: ask again
+                await asyncio.sleep(1.0)
 
     def _copy(self, data: bytes) -> None:
         """The node's record lines: each checked as an event, copied into the run folder here
