@@ -65,7 +65,8 @@ def mcp(
         from ..mcp_server.client_config import render, server_args
 
         typer.echo(render(server_args(allow_read=allow_read, runs=runs, model=model, sandbox=sandbox, memory=memory,
-                                      timeout=timeout, limits=limit, allow_hosts=allow_host, resolves=resolve)))
+                                      timeout=timeout, limits=limit, allow_hosts=allow_host, resolves=resolve,
+                                      ray=ray)))
         return
     from ..interrupts import Interrupted, exit_now, raising_on_signals, run_interruptible
 
