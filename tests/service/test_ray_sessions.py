@@ -114,6 +114,19 @@ async def test_mcp_ray_serves_a_session_from_a_node_to_the_sdk_client(joined, tm
     assert read_record(run_dir).events[-1].status == "ok" and (run_dir / "workspace.tar").is_file()
 
 
+async def test_a_session_no_node_can_hold_is_refused_at_once_and_nothing_is_started(joined, tmp_path: Path) -> None:
+    from coderoom import SessionManager
+    from coderoom.errors import SandboxUnavailable
+    from coderoom.service.ray_session import RayOpener
+
+    runs = tmp_path / "runs"
+    async with SessionManager(model="offline", runs_dir=runs, limits=Limits(cpus=2), opener=RayOpener({})) as sessions:
+        with pytest.raises(SandboxUnavailable, match="needs 2 cpus .* at most 1 cpus"):
+            await sessions.open()  # Ray would wait for such a node forever
+        assert sessions.live == []
+    assert not runs.exists() or list(runs.iterdir()) == []
+
+
 def test_serve_ray_reports_a_session_whose_node_is_lost_as_gone(joined, tmp_path: Path) -> None:
     started, nodes = joined
     runs = tmp_path / "runs"
