@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,6 +62,18 @@ def node_running_a_sandbox(nodes: list[Any]) -> Any:
     return node
 
 
+def left_on_the_node(run_name: str) -> list[Path]:
+    """The session's temporary runs folder on its node (`SessionActor`), if still there."""
+    return [folder for folder in Path(tempfile.gettempdir()).glob("coderoom-session-*") if (folder / run_name).is_dir()]
+
+
+def remove_what_the_lost_node_left(run_name: str) -> None:
+    """A lost machine takes its disk with it; a node lost on this machine leaves the session's
+    temporary runs folder behind in /tmp: removed here."""
+    [left] = left_on_the_node(run_name)
+    shutil.rmtree(left)
+
+
 async def types_of(events: Any) -> list[str]:
     return [event.type async for event in events]
 
@@ -93,6 +107,7 @@ async def test_a_session_runs_on_a_node_and_its_run_folder_comes_back_as_a_local
     assert cells == [1, 2]
     assert seen[-1] == "run_end" and seen.count("tool_result") == 3
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [run_dir.name]  # no staging left behind
+    assert left_on_the_node(run_dir.name) == []  # the node removed its copy
 
 
 async def test_mcp_ray_serves_a_session_from_a_node_to_the_sdk_client(joined, tmp_path: Path) -> None:
@@ -112,6 +127,7 @@ async def test_mcp_ray_serves_a_session_from_a_node_to_the_sdk_client(joined, tm
         run_dir = Path(closed.structured_content["run_folder"])
     assert run_dir.parent == tmp_path / "runs"
     assert read_record(run_dir).events[-1].status == "ok" and (run_dir / "workspace.tar").is_file()
+    assert left_on_the_node(run_dir.name) == []
 
 
 async def test_a_session_no_node_can_hold_is_refused_at_once_and_nothing_is_started(joined, tmp_path: Path) -> None:
@@ -150,6 +166,7 @@ def test_serve_ray_reports_a_session_whose_node_is_lost_as_gone(joined, tmp_path
                                         b'{"request": "hi"}').body)["error"].startswith(f"session {sid} was lost")
     finally:
         assert server.stop() in (0, 143)
+    remove_what_the_lost_node_left(run)
     end = read_record(runs / run).events[-1]
     assert (end.type, end.status) == ("run_end", "lost") and "died" in (end.cause or "")
 
@@ -177,6 +194,7 @@ async def test_a_cell_in_flight_when_its_node_is_lost_ends_lost_without_a_hang(j
         assert sessions.live == []
         with pytest.raises(SessionLost, match="was lost"):
             sessions.get(session.id)
+    remove_what_the_lost_node_left(session.run_dir.name)
     events = read_record(session.run_dir).events
     assert [e.type for e in events][:2] == ["run_start", "session_open"]
     assert [e.type for e in events][-2:] == ["tool_start", "run_end"]
