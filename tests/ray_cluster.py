@@ -21,9 +21,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -90,6 +91,50 @@ def ray_head(num_cpus: int = 2) -> Iterator[Head]:
         stop(process)
         log.close()
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@contextmanager
+def multi_node_cluster(workers: int = 2, cpus: int = 1) -> Iterator[tuple[Any, list[Any]]]:
+    """Ray's own one-machine multi-node cluster (`ray.cluster_utils.Cluster`): a head that runs
+    nothing (no CPUs) and `workers` nodes of `cpus` CPUs each, all on 127.0.0.1; (cluster, nodes).
+    A node can be removed as a machine is lost (`lose_node`). Every process is stopped by its PID
+    afterwards (Cluster.shutdown). Ray must not be imported before (`LOOPBACK_ENV`)."""
+    require_ray()
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in LOOPBACK_ENV.items():  # before Ray is imported: its servers on 127.0.0.1 only
+            patch.setenv(name, value)
+        from ray._private import ray_constants
+        from ray.cluster_utils import Cluster
+
+        assert not ray_constants.ENABLE_RAY_CLUSTER, "Ray was imported before LOOPBACK_ENV was set"
+        temp_dir = str(short_temp_dir())
+        # Cluster.add_node writes the head's address into RAY_TMPDIR/ray (/tmp/ray by default),
+        # which it does not create: kept in this cluster's own folder, not anyone's /tmp/ray
+        patch.setenv("RAY_TMPDIR", temp_dir)
+        (Path(temp_dir) / "ray").mkdir()
+        one_machine = {"node_ip_address": "127.0.0.1", "temp_dir": temp_dir}
+        head_args = {"num_cpus": 0, "include_dashboard": False, **one_machine}
+        started = Cluster(initialize_head=True, head_node_args=head_args)
+        try:
+            nodes = [started.add_node(num_cpus=cpus, **one_machine) for _ in range(workers)]
+            yield started, nodes
+        finally:
+            started.shutdown()
+            shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def lose_node(cluster: Any, node: Any) -> None:
+    """The machine goes at once: the processes under its raylet frozen (a worker outliving its
+    raylet could still hand a result back), the node's Ray processes killed with no grace, then
+    the frozen ones killed."""
+    frozen = descendants(node.all_processes["raylet"][0].process.pid)
+    for pid in frozen:
+        with suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+    cluster.remove_node(node, allow_graceful=False)
+    for pid in frozen:
+        with suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:

@@ -116,6 +116,11 @@ class SessionClosed(SessionError):
     """The session was closed (by its client, its idle timeout or shutdown) before this request."""
 
 
+class SessionLost(SessionClosed):
+    """The session's cluster node (or its Ray actor) went away under it (`serve --ray`, `mcp
+    --ray`): its record so far is in its run folder, ended with the cause; its workspace is lost."""
+
+
 class TooManySessions(SessionError):
     """The cap on live sessions is reached; close one or wait for one to idle out."""
 

@@ -9,12 +9,8 @@ node; the node is removed (its processes killed, no grace) while its job's sandb
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import os
-import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -25,7 +21,7 @@ import pytest
 
 from backends import require_backend
 from coderoom.record import read_record
-from ray_cluster import LOOPBACK_ENV, descendants, has_descendant, require_ray, short_temp_dir
+from ray_cluster import has_descendant, lose_node, multi_node_cluster
 from test_batch import COMMAND, JOB_TOML, ends, env, ledger
 
 
@@ -42,27 +38,10 @@ def minutely_csv(days: int) -> str:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[tuple[Any, Any, Any]]:
-    """(cluster, node_a, node_b); every process stopped by its PID afterwards (Cluster.shutdown)."""
-    require_ray()
+    """(cluster, node_a, node_b): `ray_cluster.multi_node_cluster`, two one-CPU nodes."""
     require_backend("local")
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in LOOPBACK_ENV.items():  # before Ray is imported: its servers on 127.0.0.1 only
-            patch.setenv(name, value)
-        from ray._private import ray_constants
-        from ray.cluster_utils import Cluster
-
-        assert not ray_constants.ENABLE_RAY_CLUSTER, "Ray was imported before LOOPBACK_ENV was set"
-        temp_dir = str(short_temp_dir())
-        one_machine = {"node_ip_address": "127.0.0.1", "temp_dir": temp_dir}
-        head_args = {"num_cpus": 0, "include_dashboard": False, **one_machine}
-        started = Cluster(initialize_head=True, head_node_args=head_args)
-        try:
-            node_a = started.add_node(num_cpus=1, **one_machine)
-            node_b = started.add_node(num_cpus=1, **one_machine)
-            yield started, node_a, node_b
-        finally:
-            started.shutdown()
-            shutil.rmtree(temp_dir, ignore_errors=True)
+    with multi_node_cluster(workers=2, cpus=1) as (started, (node_a, node_b)):
+        yield started, node_a, node_b
 
 
 def test_a_job_whose_node_is_lost_reruns_elsewhere_once_with_its_partial_attempt_kept(cluster, tmp_path) -> None:
@@ -83,16 +62,7 @@ def test_a_job_whose_node_is_lost_reruns_elsewhere_once_with_its_partial_attempt
         while not has_descendant(raylet_a, "bwrap"):  # node a's job is in its sandbox
             assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
             time.sleep(0.05)
-        # the machine goes at once: its job's processes frozen (a worker outliving its raylet
-        # could still hand its result back), the node's Ray processes killed, then the frozen ones
-        frozen = descendants(raylet_a)
-        for pid in frozen:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGSTOP)
-        started.remove_node(node_a, allow_graceful=False)
-        for pid in frozen:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        lose_node(started, node_a)
         stdout, stderr = driver.communicate(timeout=300)
     finally:
         if driver.poll() is None:

@@ -211,7 +211,7 @@ EXITS = {
     "coderoom.mcp_server.tools": "MCP read_file and resources",
     "coderoom.export.steps": "export's embedded images",
     "coderoom.export.rerun": "rerun's restore of archived inputs",
-    "coderoom.batch.transfer": "a run folder sent back from a Ray node",
+    "coderoom.cluster.transfer": "a run folder sent back from a Ray node (a batch's job, a live session's)",
 }
 
 

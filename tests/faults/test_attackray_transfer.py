@@ -16,7 +16,7 @@ import pytest
 
 from coderoom.batch.ledger import LEDGER_FILE, read_ledger
 from coderoom.batch.on_node import MAX_PARTIAL_BYTES, AttemptLog, Place
-from coderoom.batch.transfer import MAX_RUN_FOLDER_BYTES, unpack_run_folder
+from coderoom.cluster.transfer import MAX_RUN_FOLDER_BYTES, unpack_run_folder
 from coderoom.errors import RecordError
 from coderoom.hostile.archive import MAX_FILES, ArchiveError
 from coderoom.hostile.exits import LEFT_OUT_NOTE
@@ -87,7 +87,7 @@ def test_a_run_folder_tar_cut_short_is_an_archive_error_the_driver_records(tmp_p
 
 
 def test_run_folder_bytes_over_the_cap_are_refused_before_any_is_extracted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import coderoom.batch.transfer as transfer
+    import coderoom.cluster.transfer as transfer
 
     monkeypatch.setattr(transfer, "MAX_RUN_FOLDER_BYTES", 1024)
     data = _tar([(_info("big", size=30 * 1024 * 1024), b"x" * 30 * 1024 * 1024)])
@@ -157,7 +157,7 @@ def test_a_run_folder_over_the_cap_still_sends_its_record_back(tmp_path: Path, m
     run folder cannot come back, but its record (host-written) must, or nothing on the driver
     says what the code did. It came back as nothing, the record included."""
     import coderoom.batch.on_node as on_node
-    import coderoom.batch.transfer as transfer
+    import coderoom.cluster.transfer as transfer
 
     monkeypatch.setattr(transfer, "MAX_RUN_FOLDER_BYTES", 64 * 1024)
     monkeypatch.setattr(on_node, "prepare_backend", lambda sandbox, say: None)
@@ -172,9 +172,10 @@ def test_a_run_folder_over_the_cap_still_sends_its_record_back(tmp_path: Path, m
     (tmp_path / "shared.toml").write_text('prompt = "p"\nmodel = "offline"\n')
     (tmp_path / "jobs.jsonl").write_text('{"name": "a"}\n')
     from coderoom.batch.manifest import batch_entries
+    from coderoom.batch.transfer import pack_inputs
 
     entry = batch_entries([tmp_path / "jobs.jsonl"], tmp_path / "shared.toml")[0]
-    result = on_node.run_on_node(entry, transfer.pack_inputs(entry.job), "a-1", {}, _Log(), Place(NODE, "h"), "1111")
+    result = on_node.run_on_node(entry, pack_inputs(entry.job), "a-1", {}, _Log(), Place(NODE, "h"), "1111")
     assert result.outcome.status == "error" and "only its record was kept" in (result.outcome.error or "")
     assert result.folder is not None
     transfer.unpack_run_folder(result.folder, tmp_path / "back")
@@ -184,7 +185,7 @@ def test_a_run_folder_over_the_cap_still_sends_its_record_back(tmp_path: Path, m
 def test_ray_auto_refuses_a_cluster_address_file_another_user_wrote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """/tmp/ray is anyone's to create: another local user who writes ray_current_cluster there
     would have `--ray auto` send the model key and every job's inputs to a cluster of theirs."""
-    from coderoom.batch.cluster import _resolved
+    from coderoom.cluster.connect import _resolved
     from coderoom.errors import UsageError
 
     if os.getuid() != 0:

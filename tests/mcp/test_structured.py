@@ -106,16 +106,16 @@ def test_print_config_gives_a_configuration_that_starts_the_server_from_anywhere
     (tmp_path / "data").mkdir()
     done = subprocess.run(
         [sys.executable, "-m", "coderoom", "mcp", "--print-config", "--allow-read", "data", "--runs", "runs",
-         "--timeout", "30", "--package", "crtiny>=1"],
+         "--timeout", "30", "--package", "crtiny>=1", "--ray", "127.0.0.1:6379"],
         capture_output=True, text=True, timeout=120, env=server_env(), cwd=tmp_path, stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 0, done.stderr
     entry = json.loads(done.stdout)["mcpServers"]["coderoom"]
     command = Path(entry["command"])
     assert command.is_absolute() and os.access(command, os.X_OK)
-    assert entry["args"][-9:] == ["mcp", "--allow-read", str(tmp_path / "data"), "--runs", str(tmp_path / "runs"),
-                                  "--timeout", "30", "--package", "crtiny>=1"]
-    assert not (tmp_path / "runs").exists()  # nothing was started
+    assert entry["args"][-11:] == ["mcp", "--allow-read", str(tmp_path / "data"), "--runs", str(tmp_path / "runs"),
+                                  "--timeout", "30", "--package", "crtiny>=1", "--ray", "127.0.0.1:6379"]
+    assert not (tmp_path / "runs").exists()  # nothing was started, no cluster joined
 
 
 async def test_the_printed_configuration_runs_as_a_client_would_start_it(tmp_path: Path) -> None:

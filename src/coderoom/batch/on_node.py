@@ -1,6 +1,6 @@
 """The part of a `--ray` batch that runs on a cluster node: one job, through the same `run_one`
 as on one machine, in the node's own sandbox backend, into a run folder on the node's disk that
-goes back to the driver as bounded bytes (`transfer`).
+goes back to the driver as bounded bytes (`cluster.transfer`).
 
 Each attempt (Ray runs a job again when its node is lost) has an id of its own, has told the
 driver's `AttemptLog` where it runs (`cluster._attempt`) and sends it each record line as it is
@@ -18,14 +18,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import CoderoomError
-from ..hostile.tree import WorkspaceLimitError
 from ..models.budget import ModelSlotsHandle, SlotsBudget
 from ..record.events import LIVE_ONLY, Event
 from ..record.writer import encode
 from .manifest import BatchEntry
 from ..sandboxes.registry import prepare_backend
 from .runner import JobOutcome, run_one
-from .transfer import MAX_RUN_FOLDER_BYTES, pack_record, pack_run_folder, unpack_inputs
+from ..cluster.transfer import pack_back
+from .transfer import unpack_inputs
 
 MAX_PARTIAL_BYTES = 16 * 1024**2  # of one attempt's record, kept by the driver's AttemptLog
 
@@ -89,17 +89,9 @@ def run_on_node(
         run_dir = Path(tmp) / run_name
         budget = SlotsBudget(slots) if slots is not None else None
         outcome = asyncio.run(run_one(entry, run_dir, environ, listeners=[forward], inputs_from=copies, budget=budget))
-        try:
-            folder: bytes | None = pack_run_folder(run_dir)
-        except WorkspaceLimitError:
-            try:
-                folder, kept = pack_record(run_dir), "only its record was kept"
-            except (WorkspaceLimitError, OSError):
-                folder, kept = None, "it was not kept"
-            outcome = replace(outcome, status="error", error=(
-                f"the run folder is over {MAX_RUN_FOLDER_BYTES:,} bytes (MAX_RUN_FOLDER_BYTES), "
-                f"too large to send back from its node; {kept}"
-            ))  # fmt: skip
+        folder, problem = pack_back(run_dir)
+        if problem is not None:
+            outcome = replace(outcome, status="error", error=problem)
     return NodeResult(outcome, place, attempt, folder)
 
 

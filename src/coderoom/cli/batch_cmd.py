@@ -83,8 +83,9 @@ def batch(
                     prepare_backend(spec, lambda line: console.print(Text.assemble((f"{spec.backend}:", "dim"), " ", safe(line))))
             else:  # each node prepares its own backend
                 from ..batch import cluster
+                from ..cluster.connect import connect
 
-                cluster.connect(ray)
+                connect(ray)
                 cluster.check_fits(plan.to_run)
             progress = BatchProgress(console, total=len(entries), earlier=plan.earlier)
 

@@ -54,6 +54,7 @@ def mcp(
     pool: options.Pool = 0,
     pool_max_idle: options.PoolMaxIdle = options.POOL_MAX_IDLE_DEFAULT_S,
     runs: Annotated[Path, typer.Option(help="where session and job run folders go")] = Path("runs"),
+    ray: options.Ray = None,
     print_config: Annotated[bool, typer.Option("--print-config", help="print an MCP client's configuration for these options (absolute paths) and exit")] = False,
 ) -> None:
     """Serve coderoom sessions over MCP: open_session, run_python, exec, files, close, run_job.
@@ -65,7 +66,8 @@ def mcp(
         from ..mcp_server.client_config import render, server_args
 
         typer.echo(render(server_args(allow_read=allow_read, runs=runs, model=model, sandbox=sandbox, memory=memory,
-                                      timeout=timeout, limits=limit, allow_hosts=allow_host, resolves=resolve, packages=package)))
+                                      timeout=timeout, limits=limit, allow_hosts=allow_host, resolves=resolve, packages=package,
+                                      ray=ray)))
         return
     from ..interrupts import Interrupted, exit_now, raising_on_signals, run_interruptible
 
@@ -95,10 +97,13 @@ def mcp(
         asyncio.run(resolve_model(model, environ=dict(os.environ)).aclose())  # a bad spec: exit 2 now
         with ReadPolicy(allow_read) as policy:  # the roots stay open until the server stops (SVC-M1)
             sock = bind(host, port, allow_remote) if http else None  # a taken port: exit 2, before any session
+            opener = options.ray_opener(ray, pool)
+            # run_job runs here, --ray or not
             prepare_backends([backend], limits, lambda line: console.print(Text(line)), environment)
             warm = WarmPool(pool, pool_max_idle, spec) if pool > 0 else None
             manager = SessionManager(max_sessions=max_sessions, idle_timeout_s=idle_timeout, limits=limits,
-                                     environment=environment if package else None, sandbox=backend, model=model, runs_dir=runs, pool=warm)
+                                     environment=environment if package else None, sandbox=backend, model=model,
+                                     runs_dir=runs, pool=warm, opener=opener)
             server = build_server(manager, ServerSettings(model, backend, limits, runs, policy, environment if package else None), Presence(manager, client_grace))
             try:
                 if sock is not None:

@@ -53,6 +53,7 @@ def serve(
     idle_timeout: options.IdleTimeout = options.IDLE_TIMEOUT_DEFAULT_S,
     pool: Annotated[int, typer.Option(help="warm sandboxes of the default sandbox kept ready (0: none)")] = 0,
     pool_max_idle: options.PoolMaxIdle = options.POOL_MAX_IDLE_DEFAULT_S,
+    ray: options.Ray = None,
 ) -> None:
     """Serve the web page: upload files, ask, watch the run live, browse past runs."""
     from ..interrupts import raising_on_signals
@@ -65,8 +66,10 @@ def serve(
         options.check_pool(pool, pool_max_idle, idle_timeout)
         choices = _choices(model or [], sandbox or [])
         sock = bind(host, port, allow_remote)
-        prepare_backends(choices.sandboxes, limits, lambda line: console.print(safe(line)), environment)
-    sessions = Sessions(max_sessions, limits, environment, idle_timeout, pool, pool_max_idle)
+        opener = options.ray_opener(ray, pool)
+        if opener is None:  # with --ray each node prepares its own backend
+            prepare_backends(choices.sandboxes, limits, lambda line: console.print(safe(line)), environment)
+    sessions = Sessions(max_sessions, limits, environment, idle_timeout, pool, pool_max_idle, opener)
     _serve(sock, host, runs_dir, choices, public_host or [], sessions)
 
 
@@ -81,6 +84,7 @@ class Sessions:
     idle_timeout_s: float
     pool: int
     pool_max_idle_s: float
+    opener: Any  # `ray_session.RayOpener` with --ray, else None (in this process)
 
 
 def _choices(models: list[str], sandboxes: list[str]):  # noqa: ANN202  (web.live.Choices)
@@ -144,6 +148,7 @@ async def _serve_until_cancelled(
     async with SessionManager(
         runs_dir=runs_dir, max_sessions=sessions.max_sessions, idle_timeout_s=sessions.idle_timeout_s,
         limits=sessions.limits, environment=sessions.environment, sandbox=default_sandbox, pool=warm,
+        opener=sessions.opener,
     ) as manager:
         if warm is not None:
             await warm.start()

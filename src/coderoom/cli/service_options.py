@@ -7,7 +7,7 @@ servers cannot drift apart in names, defaults or validation."""
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -29,6 +29,11 @@ IdleTimeout = Annotated[float, typer.Option(help="seconds before an unused sessi
 Pool = Annotated[int, typer.Option(help="warm sandboxes kept ready (0: none)")]
 PoolMaxIdle = Annotated[float, typer.Option(help="seconds before an unclaimed warm sandbox is recycled")]
 
+Ray = Annotated[
+    Optional[str],
+    typer.Option("--ray", metavar="ADDRESS", help="place each session on a node of the Ray cluster at HOST:PORT (or auto: the one on this machine), as a Ray actor; pip install 'coderoom[ray]'"),
+]
+
 IDLE_TIMEOUT_DEFAULT_S = 900.0
 POOL_MAX_IDLE_DEFAULT_S = 600.0
 
@@ -38,3 +43,19 @@ def check_pool(pool: int, pool_max_idle: float, idle_timeout: float) -> None:
         raise UsageError(f"--pool {pool}: 0 or more")
     if pool_max_idle <= 0 or idle_timeout <= 0:
         raise UsageError("--pool-max-idle and --idle-timeout: more than 0 seconds")
+
+
+def ray_opener(address: str | None, pool: int) -> Any:
+    """With `--ray ADDRESS`: the cluster joined (a usage error when there is none, as `batch
+    --ray`'s) and the manager's opener that places each session on a node; None without it."""
+    if address is None:
+        return None
+    if pool > 0:
+        raise UsageError("--pool with --ray: a warm pool per node is not built; each --ray session starts its sandbox on its node")
+    import os
+
+    from ..cluster.connect import connect
+    from ..service.ray_session import RayOpener
+
+    connect(address)
+    return RayOpener(os.environ)

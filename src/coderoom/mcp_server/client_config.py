@@ -33,7 +33,8 @@ def installed_command() -> list[str]:
 
 def server_args(*, allow_read: Sequence[Path], runs: Path, model: str | None, sandbox: str | None,
                 memory: str | None, timeout: float | None, limits: Sequence[str],
-                allow_hosts: Sequence[str] = (), resolves: Sequence[str] = (), packages: Sequence[str] = ()) -> list[str]:
+                allow_hosts: Sequence[str] = (), resolves: Sequence[str] = (), packages: Sequence[str] = (),
+                ray: str | None = None) -> list[str]:
     """`mcp` and the options given with --print-config, host paths made absolute."""
     args = ["mcp"]
     for folder in allow_read:
@@ -51,6 +52,7 @@ def server_args(*, allow_read: Sequence[Path], runs: Path, model: str | None, sa
         args += ["--resolve", item]
     for package in packages:
         args += ["--package", package]
+    args += ["--ray", ray] if ray else []
     return args
 
 

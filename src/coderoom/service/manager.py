@@ -16,9 +16,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import TooManySessions, UnknownSession
+from ..errors import SessionLost, TooManySessions, UnknownSession
 from ..sandboxes.base import SandboxBackend
 from ..sandboxes.limits import Limits
+from .holder import LiveSession, Opener, lost_message
 from .pool import WarmPool
 from .session import Session
 
@@ -29,6 +30,7 @@ MAX_SESSIONS = 8  # live sessions at once, by default
 IDLE_TIMEOUT_S = 900.0  # a session nobody used for this long is closed (its record kept)
 REAP_INTERVAL_MAX_S = 5.0  # how often, at most this far apart, idle sessions are looked for
 REAP_INTERVAL_MIN_S = 0.1  # and at least this far apart
+MAX_LOST_KEPT = 256  # lost sessions whose reason `get` still gives (then: no such session)
 MAX_CONCURRENT_OPENS = 2
 """Sessions being opened at once (their files read, sandboxes started); more wait their turn,
 each already holding its slot, so a burst of opens costs at most this many uploads in memory."""
@@ -50,10 +52,13 @@ class SessionManager:
         pool: WarmPool | None = None,
         instructions: str = "",
         backend: SandboxBackend | None = None,
+        opener: Opener | None = None,
     ) -> None:
         """`environment`: the packages every session's sandbox has (`--package`); `backend`: an
         object to run every session's sandbox instead of the registry's, named by `sandbox`
-        (tests hand in the fake; see `registry.backend_for`)."""
+        (tests hand in the fake; see `registry.backend_for`). `opener`: what opens a session from
+        these settings, `Session.open` (in this process) unless given (`ray_session.RayOpener`: on
+        a Ray cluster's node)."""
         if max_sessions < 1 or idle_timeout_s <= 0:
             raise ValueError("max_sessions must be >= 1 and idle_timeout_s > 0")
         self.max_sessions = max_sessions
@@ -63,7 +68,9 @@ class SessionManager:
             "pool": pool, "instructions": instructions, "backend": backend,
         }
         self.pool = pool
-        self._sessions: dict[str, Session] = {}
+        self._opener: Opener = opener or Session.open
+        self._sessions: dict[str, LiveSession] = {}
+        self._lost: dict[str, str] = {}  # session id -> why it was lost (its node went away)
         self._opening = 0
         self._open_turns = asyncio.Semaphore(MAX_CONCURRENT_OPENS)
         self._reaper: asyncio.Task[None] | None = None
@@ -71,8 +78,9 @@ class SessionManager:
         self._wake = asyncio.Event()  # a release: the reaper looks again at once, at its grace's pace
 
     @property
-    def live(self) -> list[Session]:
-        return list(self._sessions.values())
+    def live(self) -> list[LiveSession]:
+        """The sessions open now (not one whose node was lost, which `get` still explains)."""
+        return [session for session in self._sessions.values() if session.lost is None]
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
@@ -89,7 +97,7 @@ class SessionManager:
         finally:
             self._opening -= 1
 
-    async def open(self, *, prepare: Callable[[], Awaitable[dict[str, Any]]] | None = None, **kw: Any) -> Session:
+    async def open(self, *, prepare: Callable[[], Awaitable[dict[str, Any]]] | None = None, **kw: Any) -> LiveSession:
         """A new session with the manager's settings (`kw` overrides them, see `Session.open`).
 
         `prepare` gives more of `kw` (the files, read from a request): it is awaited only once a
@@ -100,17 +108,23 @@ class SessionManager:
             async with self._open_turns:
                 if prepare is not None:
                     kw = {**kw, **await prepare()}
-                session = await Session.open(**{**self.defaults, **kw})
+                session = await self._opener(**{**self.defaults, **kw})
             self._sessions[session.id] = session
         return session
 
-    def get(self, session_id: str) -> Session:
-        try:
-            return self._sessions[session_id]
-        except KeyError:
+    def get(self, session_id: str) -> LiveSession:
+        """The live session `session_id`: UnknownSession when there is none, SessionLost (with
+        the reason) for one whose node went away (forgotten here from then on)."""
+        session = self._sessions.get(session_id)
+        if session is not None and session.lost is not None:
+            self._forget_lost(session)
+        if session_id in self._lost:
+            raise SessionLost(self._lost[session_id])
+        if session is None:
             raise UnknownSession(
                 f"no live session {session_id[:40]!r}: it was closed, idled out, or never opened"
-            ) from None
+            )
+        return session
 
     async def close(self, session_id: str) -> Path:
         """Close one session (its run folder); an unknown id is UnknownSession. A session whose
@@ -182,6 +196,9 @@ class SessionManager:
             self._wake.clear()
             now = time.monotonic()
             for session in list(self._sessions.values()):
+                if session.lost is not None:  # its node went away: said once on stderr, its reason kept for `get`
+                    self._forget_lost(session)
+                    continue
                 left = self._released.get(session.id)
                 gone = left is not None and now >= left[1] and not session.busy
                 if gone or session.idle_for() > self.idle_timeout_s:
@@ -191,3 +208,9 @@ class SessionManager:
                         print(f"coderoom: session {session.id} closed and saved {left[0]:g} s after its client went away: "
                               f"{session.run_dir}", file=sys.stderr, flush=True)
             self._released = {sid: left for sid, left in self._released.items() if sid in self._sessions}
+
+    def _forget_lost(self, session: LiveSession) -> None:
+        self._sessions.pop(session.id, None)
+        self._lost[session.id] = lost_message(session.id, session.lost or "", session.run_dir)
+        while len(self._lost) > MAX_LOST_KEPT:
+            del self._lost[next(iter(self._lost))]

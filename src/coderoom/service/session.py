@@ -161,6 +161,7 @@ class Session:
     """A live session; make one with `await Session.open(...)`, end it with `await close()`."""
 
     max_read_bytes = MAX_READ_BYTES  # the most read_file reads, for callers that do not import this module
+    lost: str | None = None  # never: it runs in this process (a `RaySession` can lose its node)
 
     def __init__(self, lifecycle: RunLifecycle, hub: EventHub, tap: ConnectionTap) -> None:
         self.id = secrets.token_urlsafe(16)
@@ -215,7 +216,7 @@ class Session:
         resolved = model if isinstance(model, ResolvedModel) else resolve_model(job.model or None, environ=environ)
         try:
             # a bad name, an oversized or unreadable file: refused before the run folder exists
-            staged = {str(_workspace_name(name)): _content(name, data, job.sandbox.limits) for name, data in (files or {}).items()}
+            staged = {str(_workspace_name(name)): workspace_content(name, data, job.sandbox.limits) for name, data in (files or {}).items()}
             reason = backend_for(job.sandbox, backend).unavailable_reason(job.sandbox)
             if reason is not None:
                 raise SandboxUnavailable(reason)
@@ -443,7 +444,7 @@ class Session:
 
     async def _write(self, path: str, data: bytes | Path) -> str:
         rel = _workspace_name(path)
-        content = _content(path, data, self.limits)
+        content = workspace_content(path, data, self.limits)
         session = self._live.session
         if len(rel.parts) > 1:
             try:
@@ -591,7 +592,7 @@ def _workspace_name(path: str) -> PurePosixPath:
         raise RequestRefused(f"not a workspace path: {exc}") from None
 
 
-def _content(name: str, data: bytes | Path, limits: Limits) -> bytes:
+def workspace_content(name: str, data: bytes | Path, limits: Limits) -> bytes:
     """A file's bytes for the workspace, at most MAX_UPLOAD_BYTES and the file_size limit."""
     cap = min(MAX_UPLOAD_BYTES, limits.file_size)
     content = _read_host_file(data, cap) if isinstance(data, Path) else data
@@ -616,4 +617,4 @@ def _read_host_file(path: Path, cap: int) -> bytes:
         return handle.read(cap + 1)
 
 
-__all__ = ["AskResult", "CellResult", "CommandResult", "FileInfo", "Session"]
+__all__ = ["AskResult", "CellResult", "CommandResult", "FileInfo", "Session", "workspace_content"]

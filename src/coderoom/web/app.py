@@ -32,7 +32,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..errors import (
-    EXIT_USAGE, CoderoomError, HostWriteFailed, NoSuchFile, ReadTooLarge, RequestRefused, SessionClosed, TooManySessions, UnknownSession,
+    EXIT_USAGE, CoderoomError, HostWriteFailed, NoSuchFile, ReadTooLarge, RequestRefused, SessionClosed, SessionLost, TooManySessions, UnknownSession,
 )
 from ..hostile.names import UnsafePath
 from . import files as artifact_files
@@ -199,7 +199,7 @@ def notebook_text(run_dir: Path) -> str:
 
 
 HTTP_STATUS = {
-    UnknownSession: 404, SessionClosed: 409, TooManySessions: 429, NoSuchFile: 404, ReadTooLarge: 413, JsonTooLarge: 413,
+    UnknownSession: 404, SessionLost: 410, SessionClosed: 409, TooManySessions: 429, NoSuchFile: 404, ReadTooLarge: 413, JsonTooLarge: 413,
     RequestRefused: 400,
     HostWriteFailed: 507,  # the runs disk is full or read-only: the server keeps answering, the message says what is kept
 }

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from ..errors import CoderoomError, UsageError
+from ..errors import CoderoomError, SessionLost, UsageError
 from ..record import read_record
 from ..record.events import LIVE_ONLY, EventsLost
 from .bodies import complete_form, json_body
@@ -58,6 +58,8 @@ class Live:
     def session(self, session_id: str) -> Any:
         try:
             return self.manager.get(session_id)
+        except SessionLost:
+            raise  # its node went away: 410 with the reason, not "no such session"
         except (KeyError, LookupError, CoderoomError):
             return None
 

@@ -1,0 +1,130 @@
+"""The part of a `--ray` live session that runs on its cluster node: `SessionActor`, one
+`Session` (its sandbox, kernel and workspace on this node, in the node's own sandbox backend,
+prepared as every command prepares it) in a temporary runs folder of its own, removed when the
+session is done. `ray_session` makes it a Ray actor; its calls are the session's, and
+`tail` hands the record's lines to the driver as they are written, which keeps a copy of them
+so that a session whose node is lost still has its record so far.
+
+Nothing here imports Ray but `place` (where the actor runs), asked only inside the actor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+from ..cluster.transfer import pack_back
+from ..errors import SessionClosed
+from ..record.names import RECORD_FILE
+from ..sandboxes.registry import prepare_backend
+from ..sandboxes.spec import EnvironmentSpec, SandboxSpec
+from .session import AskResult, CellResult, CommandResult, FileInfo, Session
+
+TAIL_BYTES = 4 * 1024**2  # of record lines one `tail` hands back (a longer line goes whole)
+TAIL_WAIT_S = 5.0  # how long a `tail` with nothing new waits for a line before it answers empty
+
+
+class SessionActor:
+    """One live session on this node. Its methods are `Session`'s, called by `RaySession`."""
+
+    def __init__(self) -> None:
+        self._folder = Path(tempfile.mkdtemp(prefix="coderoom-session-"))
+        self._session: Session | None = None
+        self._written = asyncio.Event()  # set at each record event; `tail` waits on it
+        self._follower: asyncio.Task[None] | None = None
+
+    def place(self) -> tuple[str, str]:
+        """This node's Ray id and address."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
+
+    async def open(self, settings: dict[str, Any]) -> str:
+        """Open the session here (`Session.open`'s keywords but the runs folder, which is this
+        actor's); its run folder's name."""
+        environment = settings["environment"] or EnvironmentSpec()
+        prepare_backend(SandboxSpec(backend=settings["sandbox"], limits=settings["limits"], environment=environment), lambda line: None)
+        session = await Session.open(**settings, runs_dir=self._folder)
+        self._session = session
+        self._follower = asyncio.ensure_future(self._follow(session))
+        return session.run_dir.name
+
+    async def _follow(self, session: Session) -> None:
+        async for _ in session.subscribe():
+            self._written.set()
+        self._written.set()
+
+    @property
+    def session(self) -> Session:
+        if self._session is None:
+            raise SessionClosed("the session is not open on its node")
+        return self._session
+
+    async def tail(self, offset: int) -> bytes:
+        """The record's whole lines from byte `offset` on (at most TAIL_BYTES, or one longer line),
+        waiting up to TAIL_WAIT_S when there are none yet; b"" when none came."""
+        path = self.session.run_dir / RECORD_FILE
+        while True:
+            self._written.clear()
+            data = await asyncio.to_thread(_lines_from, path, offset)
+            if data:
+                return data
+            try:
+                await asyncio.wait_for(self._written.wait(), TAIL_WAIT_S)
+            except TimeoutError:
+                return b""
+
+    async def ask(self, request: str) -> AskResult:
+        return await self.session.ask(request)
+
+    async def run_python(self, code: str) -> CellResult:
+        return await self.session.run_python(code)
+
+    async def interrupt(self) -> bool:
+        return await self.session.interrupt()
+
+    async def stop(self) -> Literal["ask", "cell"] | None:
+        return await self.session.stop()
+
+    async def exec(self, command: str, timeout: float | None) -> CommandResult:
+        return await self.session.exec(command, timeout)
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        await self.session.write_file(path, data)
+
+    async def read_file(self, path: str, max_bytes: int, head: bool) -> bytes:
+        return await self.session.read_file(path, max_bytes, head=head)
+
+    async def files(self, quiet: bool) -> list[FileInfo]:
+        return await self.session.files(quiet=quiet)
+
+    async def close(self, keep_unsaved: bool) -> tuple[bytes | None, str | None]:
+        """Close and save the session as on one machine (`SaveFailed` with `keep_unsaved`
+        leaves it open), then its run folder as `cluster.transfer.pack_back` sends it."""
+        session = self.session
+        await session.close(keep_unsaved=keep_unsaved)
+        return await asyncio.to_thread(pack_back, session.run_dir)
+
+    def remove(self) -> None:
+        """The temporary runs folder, once the driver has the run folder (or gave up on it)."""
+        shutil.rmtree(self._folder, ignore_errors=True)
+
+
+def _lines_from(path: Path, offset: int) -> bytes:
+    """Whole lines of `path` from `offset`: up to the last newline within TAIL_BYTES, or the one
+    line that starts there if it is longer (the record's own bound, MAX_LINE_BYTES, holds it)."""
+    try:
+        with path.open("rb") as file:
+            file.seek(offset)
+            data = file.read(TAIL_BYTES)
+            end = data.rfind(b"\n")
+            if end < 0 and len(data) == TAIL_BYTES:
+                file.seek(offset)
+                line = file.readline()
+                return line if line.endswith(b"\n") else b""  # still being written
+    except OSError:
+        return b""
+    return data[: end + 1]

@@ -1,0 +1,418 @@
+"""Live sessions on a Ray cluster (`coderoom serve --ray`, `coderoom mcp --ray`): each session a
+Ray actor (`on_node.SessionActor`) placed by its limits (`cpus` as num_cpus, `memory` as memory)
+on some node, its sandbox, kernel and workspace there; `RaySession` is what the manager, the page
+and the MCP server hold instead of a `Session`, each call an actor call.
+
+Why the record is copied as it is written: the run folder is the session's truth. The node
+writes it; this side follows it (`SessionActor.tail`), keeps a copy in the run folder on this
+machine and streams its events to the page, so a node lost mid-session leaves its record so far
+here, ended by a `run_end` with status "lost" and the cause. A session closed normally comes back
+whole, as a local session's run folder, through the exit policy (`cluster.transfer`), replacing
+the copy. A call in flight when the node goes raises `SessionLost` (the page's 410, the MCP
+tool's error) as soon as Ray knows the actor died, instead of waiting.
+
+What is lost with a node: the workspace and the kernel (nothing of them is on this machine until
+the close); what the record had said of them stays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from ..cluster.connect import first_line, model_environ, room_for
+from ..cluster.transfer import unpack_run_folder
+from ..errors import (
+    CoderoomError, RunFolderUnavailable, SandboxFailed, SaveFailed, SandboxUnavailable, SessionClosed, SessionLost, UsageError,
+)
+from ..hostile.archive import ArchiveError
+from ..hostile.names import UnsafePath, safe_relative_path
+from ..hostile.tree import WorkspaceLimitError
+from ..record.events import EVENT_TYPES, Event, RunEnd
+from ..record.names import RECORD_FILE
+from ..record.reader import MAX_LINE_BYTES, MAX_RECORD_BYTES
+from ..record.writer import encode
+from ..sandboxes.limits import Limits
+from ..sandboxes.spec import EnvironmentSpec
+from .events import EventHub
+from .holder import lost_message
+from .on_node import TAIL_WAIT_S, SessionActor
+from .session import MAX_READ_BYTES, AskResult, CellResult, CommandResult, FileInfo, workspace_content
+
+OPEN_TIMEOUT_S = 600.0  # for a node with room to take the session and start its sandbox
+CLOSE_TAIL_S = 3 * TAIL_WAIT_S  # after the close, for the record's last lines to arrive
+CONFIRM_S = 60.0  # an actor Ray calls unavailable: how long it has to answer again before it counts as lost
+CLEANUP_S = 30.0  # for the node to remove its copy of the run folder before the actor is ended
+
+
+class RayOpener:
+    """`SessionManager`'s opener under `--ray` (after `cluster.connect.connect`). Only the model's
+    settings of `environ` (`cluster.connect.model_environ`) go to the nodes."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        import ray
+
+        self._ray = ray
+        self._environ = model_environ(environ)
+        self._actor: Any = ray.remote(SessionActor)
+
+    async def __call__(
+        self, *, model: Any = None, sandbox: str = "local", limits: Limits | None = None,
+        files: Mapping[str, bytes | Path] | None = None, runs_dir: Path = Path("runs"), name: str = "session",
+        pool: Any = None, instructions: str = "", backend: Any = None, environment: EnvironmentSpec | None = None,
+    ) -> RaySession:  # fmt: skip
+        """`Session.open`'s settings, the session opened on a node with room for its limits; its
+        host files read here (the nodes have not this machine's disk). Declared packages
+        (`environment`) are built on the node, from the index its pip is configured for."""
+        if pool is not None or backend is not None:
+            raise UsageError("a --ray session takes no warm pool and no backend object (its node runs its own backend)")
+        if model is not None and not isinstance(model, str):
+            raise UsageError("a --ray session's model is a spec (--model's forms): it is resolved on its node")
+        limits = limits or Limits()
+        problem = await asyncio.to_thread(room_for, limits)
+        if problem is not None:
+            raise SandboxUnavailable(f"no node of the Ray cluster can hold this session: it {problem}")
+        staged = {path: workspace_content(path, data, limits) for path, data in (files or {}).items()}
+        settings = {"model": model, "sandbox": sandbox, "limits": limits, "files": staged, "name": name,
+                    "instructions": instructions, "environ": self._environ, "environment": environment}  # fmt: skip
+        actor: Any = self._actor.options(num_cpus=limits.cpus, memory=limits.memory, max_restarts=0, max_task_retries=0).remote()
+        try:
+            run_name = await asyncio.wait_for(_awaited(actor.open.remote(settings)), OPEN_TIMEOUT_S)
+            place = await actor.place.remote()
+            run_dir = _host_folder(runs_dir, run_name)
+        except BaseException as exc:
+            self._ray.kill(actor, no_restart=True)
+            raise _opening_error(self._ray, exc) from None
+        session = RaySession(self._ray, actor, run_dir, limits, (str(place[0]), str(place[1])))
+        try:
+            await session.follow()
+        except BaseException:
+            with contextlib.suppress(Exception):  # what it can save, saved; the actor ended
+                await session.close(keep_unsaved=False)
+            raise
+        return session
+
+
+async def _awaited(ref: Any) -> Any:
+    return await ref
+
+
+def _opening_error(ray: Any, exc: BaseException) -> BaseException:
+    """What a failed open is to the caller: the node's own error (a bad model spec, a backend
+    that cannot run there, an unsafe file name), or why the cluster could not hold it."""
+    if isinstance(exc, ray.exceptions.RayTaskError) and isinstance(exc.cause, Exception):
+        return exc.cause
+    if isinstance(exc, TimeoutError):
+        return SandboxUnavailable(f"no node of the Ray cluster took the session within {OPEN_TIMEOUT_S:g} s (all busy?)")
+    if isinstance(exc, ray.exceptions.RayError):
+        return SandboxFailed(f"the session could not be opened on the cluster ({first_line(exc)})")
+    return exc
+
+
+def _host_folder(runs_dir: Path, run_name: str) -> Path:
+    """The run folder on this machine, named as its node named it (one plain name, checked)."""
+    try:
+        name = safe_relative_path(run_name)
+    except UnsafePath:
+        raise SandboxFailed("the session's node named its run folder with an unsafe name") from None
+    if len(name.parts) != 1:
+        raise SandboxFailed("the session's node named its run folder with more than one name")
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    folder = runs_dir / str(name)
+    try:
+        folder.mkdir()
+    except OSError as exc:
+        raise RunFolderUnavailable(f"the session's run folder {folder} could not be made here ({exc.strerror})") from None
+    return folder
+
+
+class RaySession:
+    """A live session held by a Ray actor on a cluster node (see the module's docstring); the
+    calls are `Session`'s (`holder.LiveSession`)."""
+
+    max_read_bytes = MAX_READ_BYTES
+
+    def __init__(self, ray: Any, actor: Any, run_dir: Path, limits: Limits, place: tuple[str, str]) -> None:
+        self.id = secrets.token_urlsafe(16)
+        self.run_dir = run_dir
+        self.limits = limits
+        self.node, self.host = place
+        self.lost: str | None = None
+        self.last_used = time.monotonic()
+        self._ray = ray
+        self._actor = actor
+        self._hub = EventHub()
+        self._offset = 0  # of the node's record, read so far
+        self._copied = 0  # bytes of it copied here
+        self._last_t = 0.0
+        self._ended = False  # the record here has its run_end
+        self._closed = False
+        self._active = 0
+        self._follower: asyncio.Task[None] | None = None
+        self._close_lock = asyncio.Lock()
+
+    # -- state ---------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def busy(self) -> bool:
+        return self._active > 0
+
+    def idle_for(self) -> float:
+        return 0.0 if self.busy else time.monotonic() - self.last_used
+
+    def subscribe(self) -> AsyncIterator[Event]:
+        return self._hub.subscribe()
+
+    def _check_open(self) -> None:
+        if self.lost is not None:
+            raise SessionLost(self._lost_message())
+        if self._closed:
+            raise SessionClosed(f"session {self.id} is closed; its record is in {self.run_dir}")
+
+    def _lost_message(self) -> str:
+        return lost_message(self.id, self.lost or "", self.run_dir)
+
+    # -- calls ---------------------------------------------------------------------------
+
+    async def _call(self, method: str, *args: Any, use: bool = True) -> Any:
+        self._check_open()
+        if use:
+            self._active += 1
+        try:
+            return await self._remote(method, *args)
+        finally:
+            if use:
+                self._active -= 1
+                self.last_used = time.monotonic()
+
+    async def _remote(self, method: str, *args: Any) -> Any:
+        """One actor call: its result, the node's own exception, or SessionLost when the actor
+        died (its node lost, its process killed). A cancelled caller cancels the call on the
+        node (a cell is interrupted there, as on one machine)."""
+        ray = self._ray
+        ref = getattr(self._actor, method).remote(*args)
+        try:
+            return await ref
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                ray.cancel(ref)
+            raise
+        except ray.exceptions.RayActorError as exc:
+            why: str | None = first_line(exc)
+            if isinstance(exc, ray.exceptions.ActorUnavailableError):
+                why = await self._gone()
+                if why is None:
+                    raise SandboxFailed(
+                        f"session {self.id}: the call was cut off by the cluster and may or may not have run "
+                        f"({first_line(exc)}); the session is still there"
+                    ) from None
+            raise self._lose(f"its Ray actor on node {self.node[:12]} ({self.host}) died ({why})") from None
+        except ray.exceptions.RayTaskError as exc:
+            if isinstance(exc.cause, CoderoomError):
+                raise exc.cause from None
+            raise SandboxFailed(f"session {self.id}: its node failed the call ({first_line(exc)})") from None
+        except ray.exceptions.RayError as exc:
+            raise SandboxFailed(f"session {self.id}: the cluster failed the call ({first_line(exc)})") from None
+
+    async def _gone(self) -> str | None:
+        """After Ray's "actor unavailable" (a connection to it dropped: its node going away, or a
+        blip): None when the actor answers again, else why it is gone (Ray's "died", once it
+        knows the node is lost, or no answer either way for CONFIRM_S)."""
+        deadline = time.monotonic() + CONFIRM_S
+        while time.monotonic() < deadline and self.lost is None:
+            try:
+                await asyncio.wait_for(_awaited(self._actor.place.remote()), CONFIRM_S)
+                return None
+            except self._ray.exceptions.ActorUnavailableError:
+                await asyncio.sleep(1.0)
+            except self._ray.exceptions.RayError as exc:
+                return first_line(exc)
+            except TimeoutError:
+                break
+        return self.lost or f"it did not answer for {CONFIRM_S:g} s"
+
+    async def ask(self, request: str) -> AskResult:
+        result: AskResult = await self._call("ask", request)
+        return result
+
+    async def run_python(self, code: str) -> CellResult:
+        result: CellResult = await self._call("run_python", code)
+        return result
+
+    async def interrupt(self) -> bool:
+        return bool(await self._call("interrupt", use=False))
+
+    async def stop(self) -> Literal["ask", "cell"] | None:
+        stopped: Literal["ask", "cell"] | None = await self._call("stop", use=False)
+        return stopped
+
+    async def exec(self, command: str, timeout: float | None = None) -> CommandResult:
+        result: CommandResult = await self._call("exec", command, timeout)
+        return result
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        await self._call("write_file", path, data)
+
+    async def read_file(self, path: str, max_bytes: int = MAX_READ_BYTES, *, head: bool = False) -> bytes:
+        return bytes(await self._call("read_file", path, max_bytes, head))
+
+    async def files(self, *, quiet: bool = False) -> list[FileInfo]:
+        found: list[FileInfo] = await self._call("files", quiet, use=not quiet)
+        return found
+
+    # -- the record, followed --------------------------------------------------------------
+
+    async def follow(self) -> None:
+        """Copy the record so far (its run_start), then follow it in the background."""
+        self._copy(await self._remote("tail", 0))
+        self._follower = asyncio.ensure_future(self._follow())
+
+    async def _follow(self) -> None:
+        while not self._ended:
+            try:
+                self._copy(await self._remote("tail", self._offset))
+            except SessionClosed:  # lost (said by `_lose`), or the node's session gone after its close
+                return
+            except CoderoomError:  # a tail cut off by a blip, its actor still there: ask again
+                await asyncio.sleep(1.0)
+
+    def _copy(self, data: bytes) -> None:
+        """The node's record lines: each checked as an event, copied into the run folder here
+        (within the record's own bounds) and published to the session's subscribers."""
+        self._offset += len(data)
+        events: list[Event] = []
+        for line in data.splitlines():
+            event = _event(line)
+            if event is not None:
+                events.append(event)
+        self._append(events)
+
+    def _append(self, events: list[Event]) -> None:
+        lines = []
+        for event in events:
+            text = encode(event)
+            if self._ended or self._copied + len(text) > MAX_RECORD_BYTES:
+                break
+            lines.append(text)
+            self._copied += len(text)
+            self._last_t = max(self._last_t, event.t)
+            self._ended = event.type == "run_end"
+        with contextlib.suppress(OSError):  # a full disk here: the page still streams; the close says more
+            with (self.run_dir / RECORD_FILE).open("a", encoding="ascii") as record:
+                record.write("".join(lines))
+        for event in events[: len(lines)]:
+            self._hub.publish(event)  # type: ignore[arg-type]
+        if self._ended:
+            self._hub.close()
+
+    def _lose(self, cause: str) -> SessionLost:
+        """The actor is gone: the record here is ended 'lost' with the cause (unless the node had
+        ended it), the session is closed, and its callers get SessionLost."""
+        if self.lost is None:
+            self.lost = cause
+            self._closed = True
+            if not self._ended:
+                end = RunEnd(t=self._last_t, status="lost", error=f"the session was lost: {cause}", cause=cause,
+                             saved=[RECORD_FILE] if self._copied else [])  # fmt: skip
+                self._append([end])  # type: ignore[list-item]
+            self._hub.close()
+            if self._follower is not None and self._follower is not asyncio.current_task():
+                self._follower.cancel()
+            with contextlib.suppress(Exception):
+                self._ray.kill(self._actor, no_restart=True)
+            print(f"coderoom: session {self.id} lost: {cause}; its record so far: {self.run_dir}", file=sys.stderr, flush=True)
+        return SessionLost(self._lost_message())
+
+    # -- the end ---------------------------------------------------------------------------
+
+    async def close(self, *, keep_unsaved: bool = True) -> Path:
+        """Close and save the session on its node as on one machine, then bring its run folder
+        here through the exit policy in place of the copy; the actor is ended. Idempotent. A
+        save the node's disk refused (SaveFailed, with `keep_unsaved`) leaves it open."""
+        async with self._close_lock:
+            if self.lost is not None:
+                raise SessionLost(self._lost_message())
+            if self._closed:
+                return self.run_dir
+            self._closed = True
+            try:
+                folder, problem = await self._remote("close", keep_unsaved)
+            except SaveFailed:
+                if keep_unsaved:
+                    self._closed = False  # open as it was, its files in the sandbox: a close later saves them
+                else:
+                    await self._end_actor()
+                raise
+            await self._last_lines()
+            try:
+                if folder is not None:
+                    await asyncio.to_thread(self._bring_back, folder)
+            finally:
+                self._hub.close()
+                await self._end_actor()
+            if problem is not None:
+                raise SandboxFailed(f"session {self.id} was closed: {problem}; its record is in {self.run_dir}")
+        return self.run_dir
+
+    async def _last_lines(self) -> None:
+        if self._follower is None:
+            return
+        with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(self._follower), CLOSE_TAIL_S)
+        self._follower.cancel()
+
+    def _bring_back(self, folder: bytes) -> None:
+        """The node's run folder, extracted (exit policy) beside the copy, then put in its place."""
+        staging = Path(tempfile.mkdtemp(prefix=".coderoom-incoming-", dir=self.run_dir.parent))
+        try:
+            unpack_run_folder(folder, staging / "run")
+            for entry in (staging / "run").iterdir():
+                os.replace(entry, self.run_dir / entry.name)
+        except (OSError, ArchiveError, WorkspaceLimitError) as exc:
+            raise SandboxFailed(
+                f"session {self.id} was closed on its node, but its run folder could not be brought here ({exc}); "
+                f"its record is in {self.run_dir}"
+            ) from None
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    async def _end_actor(self) -> None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(_awaited(self._actor.remove.remote()), CLEANUP_S)
+        with contextlib.suppress(Exception):
+            self._ray.kill(self._actor, no_restart=True)
+
+
+def _event(line: bytes) -> Event | None:
+    """One of the node's record lines as an event, or None (too long, not JSON, not an event of
+    this version): what the node sends is checked here as a record read from disk is."""
+    if len(line) > MAX_LINE_BYTES:
+        return None
+    try:
+        raw = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    kind = raw.get("type") if isinstance(raw, dict) else None
+    model = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
+    if model is None:
+        return None
+    try:
+        return model.model_validate(raw)  # type: ignore[return-value]
+    except ValidationError:
+        return None
