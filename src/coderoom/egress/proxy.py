@@ -22,6 +22,9 @@ through `policy.host_of` before it is looked at. For each connection:
   `Connection: close` both ways (one request per connection: a later request on the same
   connection cannot name another host).
 
+To a host with a secret, TRACE and TRACK are refused (plain HTTP and HTTPS): a server that
+answers them sends the request back, the secret's header included.
+
 Every attempt becomes an `Attempt` handed to `on_event` when it ends. A `Budget` shared by the
 run's connections counts bytes both ways and connections; past either, the connection is cut or
 refused with the limit's name. A connection that moves no bytes either way for IDLE_TIMEOUT_S
@@ -64,6 +67,9 @@ _HOP_HEADERS = {
     b"connection", b"keep-alive", b"proxy-connection", b"proxy-authorization", b"proxy-authenticate",
     b"te", b"trailer", b"upgrade", b"host",
 }  # fmt: skip  (transfer-encoding stays: h11 frames the body again from it)
+# Methods whose answer is the request as the server got it (RFC 9110 9.3.8; TRACK is IIS's), on by
+# default in servers such as Apache httpd: to a host with a secret, they would hand it back.
+_REFLECTING_METHODS = {b"TRACE", b"TRACK"}
 
 
 @dataclass
@@ -406,6 +412,8 @@ class Proxy:
         if any(name == b"transfer-encoding" for name, _ in headers):  # h11 framed the body by it:
             headers = [(n, v) for n, v in headers if n != b"content-length"]  # RFC 9112 6.3, no smuggling
         if secret is not None:
+            if request.method.upper() in _REFLECTING_METHODS:
+                raise Refused(f"{host}: {_shown(request.method)} asks the server to reflect the request, which would hand back its secret")
             value = secret.value(self._environ)
             if value is None:
                 raise Refused(f"{host}: its secret's environment variable {secret.env} is not set on the host")
