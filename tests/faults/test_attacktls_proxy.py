@@ -6,50 +6,14 @@ socket (the bytes code inside can send); upstreams are on 127.0.0.1 only, reache
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import http.server
-import ssl
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from egress.proxyclient import get, https_through, running
-from egress.upstreams import TestCA, tcp_recorder
+from egress.upstreams import TestCA, http_upstream, tcp_recorder
 
 CANARY = "canary-attacktls-8c3e51a0"
 SECRET = {"host": "api.test", "header": "Authorization", "env": "TOKEN", "format": "Bearer {}"}
-
-
-@contextlib.contextmanager
-def trace_upstream(tls: ssl.SSLContext | None = None) -> Iterator[int]:
-    """A server that answers TRACE as RFC 9110 9.3.8 says (Apache httpd does by default,
-    `TraceEnable On`): the request it received, headers included, as the body. Its port."""
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_TRACE(self) -> None:
-            body = f"{self.requestline}\r\n{self.headers.as_string()}".encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "message/http")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    if tls is not None:
-        server.socket = tls.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def trace(target: str, host: str, method: str = "TRACE") -> bytes:
@@ -58,35 +22,35 @@ def trace(target: str, host: str, method: str = "TRACE") -> bytes:
 
 @pytest.mark.parametrize("method", ["TRACE", "TRACK", "trace"])
 async def test_a_request_the_server_reflects_whole_is_refused_for_a_host_with_a_secret_on_plain_http(tmp_path: Path, method: str) -> None:
-    with trace_upstream() as port:
-        target = f"api.test:{port}"
+    with http_upstream() as seen:
+        target = f"api.test:{seen.port}"
         proxy = await running(tmp_path, {"allow": [target], "resolve": {"api.test": "127.0.0.1"}, "secrets": [SECRET]}, environ={"TOKEN": CANARY})
         answer = await proxy.send(trace(f"http://{target}/", target, method))
         await proxy.proxy.close()
-    assert CANARY.encode() not in answer
+    assert CANARY.encode() not in answer and seen.requests == []  # refused before anything went upstream
     assert answer.startswith(b"HTTP/1.1 403") and b"reflect" in answer, answer
 
 
 async def test_a_request_the_server_reflects_whole_is_refused_inside_https_for_a_host_with_a_secret(tmp_path: Path) -> None:
     test_ca = TestCA(tmp_path)
-    with trace_upstream(tls=test_ca.server_context("api.test")) as port:
-        target = f"api.test:{port}"
+    with http_upstream(tls=test_ca.server_context("api.test")) as seen:
+        target = f"api.test:{seen.port}"
         proxy = await running(
             tmp_path, {"allow": [target], "resolve": {"api.test": "127.0.0.1"}, "secrets": [SECRET]},
             environ={"TOKEN": CANARY}, upstream_cafile=test_ca.cafile,
         )  # fmt: skip
         assert proxy.proxy.ca is not None
-        answer, _ = await asyncio.to_thread(https_through, proxy, "api.test", port, trace("/", target), pem=proxy.proxy.ca.pem())
+        answer, _ = await asyncio.to_thread(https_through, proxy, "api.test", seen.port, trace("/", target), pem=proxy.proxy.ca.pem())
         await proxy.proxy.close()
-    assert CANARY.encode() not in answer
+    assert CANARY.encode() not in answer and seen.requests == []  # refused before anything went upstream
     assert answer.startswith(b"HTTP/1.1 403") and b"reflect" in answer, answer
     (event,) = proxy.events
     assert (event.method, event.allowed, event.intercepted) == ("TRACE", False, True)
 
 
 async def test_trace_to_a_host_without_a_secret_is_the_hosts_business(tmp_path: Path) -> None:
-    with trace_upstream() as port:
-        target = f"other.test:{port}"
+    with http_upstream() as seen:
+        target = f"other.test:{seen.port}"
         proxy = await running(tmp_path, {"allow": [target], "resolve": {"other.test": "127.0.0.1"}})
         answer = await proxy.send(trace(f"http://{target}/", target))
         await proxy.proxy.close()
