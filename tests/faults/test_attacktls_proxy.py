@@ -24,7 +24,8 @@ def trace(target: str, host: str, method: str = "TRACE") -> bytes:
 async def test_a_request_the_server_reflects_whole_is_refused_for_a_host_with_a_secret_on_plain_http(tmp_path: Path, method: str) -> None:
     with http_upstream() as seen:
         target = f"api.test:{seen.port}"
-        proxy = await running(tmp_path, {"allow": [target], "resolve": {"api.test": "127.0.0.1"}, "secrets": [SECRET]}, environ={"TOKEN": CANARY})
+        table = {"allow": [target], "resolve": {"api.test": "127.0.0.1"}, "secrets": [{**SECRET, "plain_http": True}]}
+        proxy = await running(tmp_path, table, environ={"TOKEN": CANARY})
         answer = await proxy.send(trace(f"http://{target}/", target, method))
         await proxy.proxy.close()
     assert CANARY.encode() not in answer and seen.requests == []  # refused before anything went upstream
@@ -57,16 +58,23 @@ async def test_trace_to_a_host_without_a_secret_is_the_hosts_business(tmp_path: 
     assert answer.startswith(b"HTTP/1.1 200") and b"TRACE / HTTP/1.1" in answer
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="E-B3, open: a secret is sent on plain HTTP too (documented, tested); the sandbox picks the "
-    "scheme, so a secret meant for HTTPS crosses the network in clear text on any port its host is "
-    "allowed on (no port: 80 as well). Making plain HTTP an opt-in of each secret is the owner's call.",
-)
 async def test_a_sandbox_cannot_make_a_secret_cross_the_network_in_clear_text(tmp_path: Path) -> None:
     with tcp_recorder() as wire:  # what an observer on the path would read
         target = f"api.test:{wire.port}"
-        proxy = await running(tmp_path, {"allow": [target], "resolve": {"api.test": "127.0.0.1"}, "secrets": [SECRET]}, environ={"TOKEN": CANARY}, reset_ok=True)
+        proxy = await running(tmp_path, {"allow": [target], "resolve": {"api.test": "127.0.0.1"}, "secrets": [SECRET]}, environ={"TOKEN": CANARY})
+        answer = await proxy.send(get(f"http://{target}/", target))
+        await proxy.proxy.close()
+    assert wire.raw == []  # refused before the proxy connected
+    assert answer.startswith(b"HTTP/1.1 403") and b"only inside HTTPS" in answer and b"plain_http" in answer, answer
+    (event,) = proxy.events
+    assert (event.host, event.allowed) == ("api.test", False) and "clear text" in event.reason
+
+
+async def test_a_secret_that_allows_plain_http_is_sent_there_as_its_owner_chose(tmp_path: Path) -> None:
+    with tcp_recorder() as wire:
+        target = f"api.test:{wire.port}"
+        table = {"allow": [target], "resolve": {"api.test": "127.0.0.1"}, "secrets": [{**SECRET, "plain_http": True}]}
+        proxy = await running(tmp_path, table, environ={"TOKEN": CANARY}, reset_ok=True)
         await proxy.send(get(f"http://{target}/", target))
         await proxy.proxy.close()
-    assert not any(CANARY.encode() in sent for sent in wire.raw)
+    assert [CANARY.encode() in sent for sent in wire.raw] == [True]

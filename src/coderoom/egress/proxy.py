@@ -18,7 +18,8 @@ through `policy.host_of` before it is looked at. For each connection:
   normal trust store (plus the host-only `upstream_cafile`). One request per connection.
 * absolute-form `GET http://host[:port]/path` (plain HTTP): the Host header must name the same
   host and port; the request is sent upstream in origin form with hop-by-hop and proxy headers
-  dropped, the secret's header (if the host has one) set from the host's environment, and
+  dropped, the secret's header (if the host has one, and it allows plain HTTP: `plain_http`;
+  else the request is refused) set from the host's environment, and
   `Connection: close` both ways (one request per connection: a later request on the same
   connection cannot name another host).
 
@@ -489,7 +490,10 @@ class Proxy:
             shown = _shown(named[0]) if named else "none"
             raise Refused(f"the Host header ({shown}) does not name the request's host {host}:{port}")
         addresses = await self._check(host, port, attempt)
-        headers = self._upstream_headers(request, host, port, self.policy.secret_for(host), default_port=80)
+        secret = self.policy.secret_for(host)
+        if secret is not None and not secret.plain_http:
+            raise Refused(f"{host}: its secret goes only inside HTTPS (https://), never in clear text; plain_http = true in its secret allows it")
+        headers = self._upstream_headers(request, host, port, secret, default_port=80)
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         up_reader, up_writer = await self._connect(addresses, port, attempt)
         attempt.allowed = True
