@@ -1,10 +1,12 @@
 """The host proxy on its socket, driven as a sandbox would drive it: `running` starts one in a
 test's folder, `Running.send` plays the sandbox's side of one connection, `get` writes a proxy
-request head. Shared by tests/egress and the egress fault tests (one copy)."""
+request head, `https_through` a request inside HTTPS through the proxy. Shared by tests/egress and the egress fault tests (one copy)."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
+import ssl
 from pathlib import Path
 
 from coderoom.egress.policy import parse_policy
@@ -56,3 +58,22 @@ async def running(
 def get(target: str, host: str, extra: str = "") -> bytes:
     """A proxy request head: `GET target` with `Host: host` and `extra` header lines."""
     return f"GET {target} HTTP/1.1\r\nHost: {host}\r\n{extra}\r\n".encode()
+
+
+def https_through(proxy: Running, host: str, port: int, request: bytes, *, cafile: Path | None = None, pem: bytes = b"") -> tuple[bytes, dict[str, object]]:
+    """As a sandbox would: CONNECT host:port on the proxy's socket, TLS trusting `cafile` or
+    `pem`, then `request`; (everything answered, the server's certificate)."""
+    with socket.socket(socket.AF_UNIX) as raw:
+        raw.settimeout(30)
+        raw.connect(str(proxy.proxy.socket_path))
+        raw.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+        head = raw.recv(4096)
+        assert head.startswith(b"HTTP/1.1 200"), head
+        context = ssl.create_default_context(cafile=str(cafile) if cafile else None, cadata=pem.decode() if pem else None)
+        with context.wrap_socket(raw, server_hostname=host) as tls:
+            peer = tls.getpeercert()
+            tls.sendall(request)
+            answer = b""
+            while chunk := tls.recv(65536):
+                answer += chunk
+    return answer, peer or {}

@@ -15,30 +15,11 @@ import pytest
 from coderoom.egress.interception import SessionCA
 from coderoom.egress.proxy import MAX_HEAD_BYTES
 
-from .proxyclient import Running, get, running
+from .proxyclient import get, https_through, running
 from .upstreams import TestCA, http_upstream, server_context
 
 CANARY = "canary-tls-5b0e21d9f4"
 SECRET = {"host": "api.test", "header": "Authorization", "env": "TOKEN", "format": "Bearer {}"}
-
-
-def https_through(proxy: Running, host: str, port: int, request: bytes, *, cafile: Path | None = None, pem: bytes = b"") -> tuple[bytes, dict[str, object]]:
-    """As a sandbox would: CONNECT host:port on the proxy's socket, TLS trusting `cafile` or
-    `pem`, then `request`; (everything answered, the server's certificate)."""
-    with socket.socket(socket.AF_UNIX) as raw:
-        raw.settimeout(30)
-        raw.connect(str(proxy.proxy.socket_path))
-        raw.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
-        head = raw.recv(4096)
-        assert head.startswith(b"HTTP/1.1 200"), head
-        context = ssl.create_default_context(cafile=str(cafile) if cafile else None, cadata=pem.decode() if pem else None)
-        with context.wrap_socket(raw, server_hostname=host) as tls:
-            peer = tls.getpeercert()
-            tls.sendall(request)
-            answer = b""
-            while chunk := tls.recv(65536):
-                answer += chunk
-    return answer, peer or {}
 
 
 def issuer(peer: dict[str, object]) -> str:

@@ -91,6 +91,7 @@ def test_a_job_table_parses_into_rules_resolves_and_secrets() -> None:
     assert policy.address_for("api.test") == "127.0.0.1"
     secret = policy.secret_for("api.test")
     assert secret is not None and secret.value({"TOKEN": "t0k"}) == "Bearer t0k"
+    assert not secret.plain_http  # only inside HTTPS unless the secret says plain_http = true
     assert parse_policy(policy.table(), source=SOURCE) == policy
 
 
@@ -118,9 +119,10 @@ def test_a_secret_for_a_host_allowed_on_https_only_is_accepted_and_one_for_an_un
         {"host": "api.test", "header": "X-Key", "env": "K=1"},
         {"host": "api.test", "header": "X-Key", "env": "K", "format": "no placeholder"},
         {"host": "api.test", "header": "X-Key", "env": "K", "format": "a{}\r\nX: {}"},
+        {"host": "api.test", "header": "X-Key", "env": "K", "plain_http": "yes"},
     ],
 )
-def test_bad_secrets_are_refused(secret: dict[str, str]) -> None:
+def test_bad_secrets_are_refused(secret: dict[str, object]) -> None:
     with pytest.raises(UsageError):
         parse_policy({"allow": ["api.test"], "secrets": [secret]}, source=SOURCE)
 

@@ -74,7 +74,7 @@ async def test_the_secret_is_added_on_the_bound_host_only_and_a_sandbox_copy_is_
         table = {
             "allow": [f"api.test:{seen.port}", f"other.test:{seen.port}"],
             "resolve": {"api.test": "127.0.0.1", "other.test": "127.0.0.1"},
-            "secrets": [{"host": "api.test", "header": "Authorization", "env": "TOKEN", "format": "Bearer {}"}],
+            "secrets": [{"host": "api.test", "header": "Authorization", "env": "TOKEN", "format": "Bearer {}", "plain_http": True}],
         }
         proxy = await running(tmp_path, table, environ={"TOKEN": CANARY})
         fake = "Authorization: Bearer from-the-sandbox\r\n"
@@ -92,7 +92,7 @@ async def test_a_secret_whose_variable_is_unset_refuses_rather_than_sending_with
     with http_upstream() as seen:
         table = {
             "allow": [f"api.test:{seen.port}"], "resolve": {"api.test": "127.0.0.1"},
-            "secrets": [{"host": "api.test", "header": "X-Key", "env": "UNSET_TOKEN"}],
+            "secrets": [{"host": "api.test", "header": "X-Key", "env": "UNSET_TOKEN", "plain_http": True}],
         }  # fmt: skip
         proxy = await running(tmp_path, table)
         answer = await proxy.send(get(f"http://api.test:{seen.port}/", f"api.test:{seen.port}"))
@@ -213,7 +213,7 @@ async def test_a_secret_a_header_cannot_hold_is_refused_without_showing_it(tmp_p
     with http_upstream() as seen:
         table = {
             "allow": [f"api.test:{seen.port}"], "resolve": {"api.test": "127.0.0.1"},
-            "secrets": [{"host": "api.test", "header": "X-Key", "env": "TOKEN"}],
+            "secrets": [{"host": "api.test", "header": "X-Key", "env": "TOKEN", "plain_http": True}],
         }  # fmt: skip
         proxy = await running(tmp_path, table, environ={"TOKEN": value})
         answer = await proxy.send(get(f"http://api.test:{seen.port}/", f"api.test:{seen.port}"))

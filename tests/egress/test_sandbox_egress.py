@@ -93,7 +93,7 @@ async def test_the_secret_reaches_the_bound_host_only_and_never_the_sandbox_or_t
 ) -> None:
     monkeypatch.setenv("EGRESS_TEST_TOKEN", CANARY)
     with http_upstream() as seen:
-        secret = {"host": "api.test", "header": "Authorization", "env": "EGRESS_TEST_TOKEN", "format": "Bearer {}"}
+        secret = {"host": "api.test", "header": "Authorization", "env": "EGRESS_TEST_TOKEN", "format": "Bearer {}", "plain_http": True}
         limits = allowlist(seen.port, allow=[f"api.test:{seen.port}", f"other.test:{seen.port}"], secrets=[secret])
         session = await Session.open(model="offline", sandbox=backend, limits=limits, runs_dir=tmp_path)
         try:

@@ -35,7 +35,8 @@ def http_upstream(
     body: bytes = b"hello from upstream\n", redirect_to: str | None = None, tls: ssl.SSLContext | None = None
 ) -> Iterator[Seen]:
     """An HTTP/1.1 server on 127.0.0.1 (HTTPS with `tls`): `GET /big?n=N` answers N bytes,
-    `GET /go` a redirect to `redirect_to`, anything else `body`."""
+    `GET /go` a redirect to `redirect_to`, TRACE (and TRACK) the request it got, anything else
+    `body`."""
     seen = Seen()
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -63,6 +64,17 @@ def http_upstream(
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
+
+        def do_TRACE(self) -> None:  # as RFC 9110 9.3.8 says, and Apache httpd by default: the request back
+            seen.requests.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
+            reflected = f"{self.requestline}\r\n{self.headers.as_string()}".encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "message/http")
+            self.send_header("Content-Length", str(len(reflected)))
+            self.end_headers()
+            self.wfile.write(reflected)
+
+        do_TRACK = do_TRACE  # IIS's name for it
 
         def log_message(self, *args: object) -> None:
             pass

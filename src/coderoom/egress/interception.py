@@ -6,7 +6,9 @@ its own CA (`SessionCA`) with the `cryptography` package:
 
 * constrained by X.509 NameConstraints (critical) to the hosts that carry a secret, so a leaf it
   signs for any other name fails verification in the sandbox even if the key leaked (RFC 5280 DNS
-  constraints also admit subdomains of those hosts: the proxy itself never signs for them);
+  constraints also admit subdomains of those hosts: the proxy itself never signs for them). The
+  name type no secret host uses (IP addresses, or DNS names) is excluded whole: a constraint
+  binds only the types it names (`name_constraints`);
 * valid for CA_VALID_S only (and from a minute before it was made, for clock skew);
 * its private key, and the leaf keys, exist only in the host process's memory: never in the
   sandbox, the record or any folder. Python's ssl loads a certificate chain only from a path,
@@ -61,6 +63,25 @@ def _subtree(host: str) -> x509.GeneralName:
     return x509.IPAddress(ipaddress.ip_network(address))  # exactly that one address
 
 
+# Every name of a type: an empty DNS constraint matches all names (OpenSSL, Go), /0 all addresses.
+_EVERY_NAME = x509.DNSName("")
+_EVERY_ADDRESS = (x509.IPAddress(ipaddress.ip_network("0.0.0.0/0")), x509.IPAddress(ipaddress.ip_network("::/0")))
+
+
+def name_constraints(hosts: Iterable[str]) -> x509.NameConstraints:
+    """Only `hosts`, whatever their kind. RFC 5280 constrains only the name types that have a
+    permitted subtree: a CA that permits DNS names alone would still sign for any IP address
+    (and one that permits addresses alone, for any DNS name), so the types no host uses are
+    excluded whole."""
+    permitted = [_subtree(host) for host in hosts]
+    excluded: list[x509.GeneralName] = []
+    if not any(isinstance(name, x509.DNSName) for name in permitted):
+        excluded.append(_EVERY_NAME)
+    if not any(isinstance(name, x509.IPAddress) for name in permitted):
+        excluded.extend(_EVERY_ADDRESS)
+    return x509.NameConstraints(permitted_subtrees=permitted, excluded_subtrees=excluded or None)
+
+
 class SessionCA:
     """A CA for one egress session that may sign only for `hosts` (names or IP literals)."""
 
@@ -90,7 +111,7 @@ class SessionCA:
                 ),
                 critical=True,
             )  # fmt: skip
-            .add_extension(x509.NameConstraints(permitted_subtrees=[_subtree(h) for h in self.hosts], excluded_subtrees=None), critical=True)
+            .add_extension(name_constraints(self.hosts), critical=True)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
             .sign(self._key, hashes.SHA256())
         )
@@ -104,15 +125,19 @@ class SessionCA:
         """A server certificate (PEM) for `host` and its key. Any name may be asked for; only
         the constrained hosts verify (that is what a test of the constraint asks for)."""
         key = ec.generate_private_key(ec.SECP256R1())
+        # An address is named by the SAN only: verifiers read a CN that looks like a name as a DNS
+        # name under the constraints, which the excluded DNS subtree (or another host's) refuses.
+        by_address = literal_ip(host) is not None
+        subject = [] if by_address else [x509.NameAttribute(NameOID.COMMON_NAME, host)]
         certificate = (
             x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)]))
+            .subject_name(x509.Name(subject))
             .issuer_name(self.certificate.subject)
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(self.not_before)
             .not_valid_after(self.not_after)
-            .add_extension(x509.SubjectAlternativeName([_general_name(host)]), critical=False)
+            .add_extension(x509.SubjectAlternativeName([_general_name(host)]), critical=by_address)  # RFC 5280: critical with an empty subject
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .add_extension(

@@ -150,10 +150,10 @@ def _resolve_entry(name: object, address: object) -> tuple[str, str]:
 def _secret(entry: object, rules: tuple[Rule, ...]) -> Secret:
     if not isinstance(entry, Mapping):
         raise ValueError(f"{_shown(entry)}: a secret is a table with host, header and env")
-    unknown = set(entry) - {"host", "header", "env", "format"}
+    unknown = set(entry) - {"host", "header", "env", "format", "plain_http"}
     if unknown:
-        raise ValueError(f"unknown key {_shown(sorted(map(str, unknown))[0])}; a secret has host, header, env, format")
-    host, header, env, fmt = (entry.get(key) for key in ("host", "header", "env", "format"))
+        raise ValueError(f"unknown key {_shown(sorted(map(str, unknown))[0])}; a secret has host, header, env, format, plain_http")
+    host, header, env, fmt, plain = (entry.get(key) for key in ("host", "header", "env", "format", "plain_http"))
     if not isinstance(host, str):
         raise ValueError("a secret needs host = \"NAME\"")
     name = host_of(host)
@@ -166,7 +166,9 @@ def _secret(entry: object, rules: tuple[Rule, ...]) -> Secret:
         raise ValueError(f"{name}: format must hold '{{}}' once, e.g. 'Bearer {{}}'")
     if not any(rule.matches(name, port) for rule in rules for port in rule.ports()):
         raise ValueError(f"{name}: a secret's host must be in allow")
-    return Secret(name, header, env, fmt)
+    if plain is not None and not isinstance(plain, bool):
+        raise ValueError(f"{name}: plain_http is true or false")
+    return Secret(name, header, env, fmt, plain_http=bool(plain))
 
 
 def parse_policy(table: object, *, source: str) -> Policy:

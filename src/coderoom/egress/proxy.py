@@ -18,9 +18,13 @@ through `policy.host_of` before it is looked at. For each connection:
   normal trust store (plus the host-only `upstream_cafile`). One request per connection.
 * absolute-form `GET http://host[:port]/path` (plain HTTP): the Host header must name the same
   host and port; the request is sent upstream in origin form with hop-by-hop and proxy headers
-  dropped, the secret's header (if the host has one) set from the host's environment, and
+  dropped, the secret's header (if the host has one, and it allows plain HTTP: `plain_http`;
+  else the request is refused) set from the host's environment, and
   `Connection: close` both ways (one request per connection: a later request on the same
   connection cannot name another host).
+
+To a host with a secret, TRACE and TRACK are refused (plain HTTP and HTTPS): a server that
+answers them sends the request back, the secret's header included.
 
 Every attempt becomes an `Attempt` handed to `on_event` when it ends. A `Budget` shared by the
 run's connections counts bytes both ways and connections; past either, the connection is cut or
@@ -64,6 +68,9 @@ _HOP_HEADERS = {
     b"connection", b"keep-alive", b"proxy-connection", b"proxy-authorization", b"proxy-authenticate",
     b"te", b"trailer", b"upgrade", b"host",
 }  # fmt: skip  (transfer-encoding stays: h11 frames the body again from it)
+# Methods whose answer is the request as the server got it (RFC 9110 9.3.8; TRACK is IIS's), on by
+# default in servers such as Apache httpd: to a host with a secret, they would hand it back.
+_REFLECTING_METHODS = {b"TRACE", b"TRACK"}
 
 
 @dataclass
@@ -406,6 +413,8 @@ class Proxy:
         if any(name == b"transfer-encoding" for name, _ in headers):  # h11 framed the body by it:
             headers = [(n, v) for n, v in headers if n != b"content-length"]  # RFC 9112 6.3, no smuggling
         if secret is not None:
+            if request.method.upper() in _REFLECTING_METHODS:
+                raise Refused(f"{host}: {_shown(request.method)} asks the server to reflect the request, which would hand back its secret")
             value = secret.value(self._environ)
             if value is None:
                 raise Refused(f"{host}: its secret's environment variable {secret.env} is not set on the host")
@@ -481,7 +490,10 @@ class Proxy:
             shown = _shown(named[0]) if named else "none"
             raise Refused(f"the Host header ({shown}) does not name the request's host {host}:{port}")
         addresses = await self._check(host, port, attempt)
-        headers = self._upstream_headers(request, host, port, self.policy.secret_for(host), default_port=80)
+        secret = self.policy.secret_for(host)
+        if secret is not None and not secret.plain_http:
+            raise Refused(f"{host}: its secret goes only inside HTTPS (https://), never in clear text; plain_http = true in its secret allows it")
+        headers = self._upstream_headers(request, host, port, secret, default_port=80)
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         up_reader, up_writer = await self._connect(addresses, port, attempt)
         attempt.allowed = True

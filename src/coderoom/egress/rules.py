@@ -35,12 +35,15 @@ class Rule:
 @dataclass(frozen=True)
 class Secret:
     """A header the proxy adds for `host`: `format` with the value of the host's environment
-    variable `env` (read by the proxy when it sends; never given to the sandbox)."""
+    variable `env` (read by the proxy when it sends; never given to the sandbox). Only inside
+    HTTPS unless `plain_http`: the sandbox picks the scheme, and plain HTTP would carry the
+    secret in clear text past every network on the way."""
 
     host: str
     header: str
     env: str
     format: str = "{}"
+    plain_http: bool = False
 
     def value(self, environ: Mapping[str, str]) -> str | None:
         raw = environ.get(self.env)
@@ -70,6 +73,7 @@ class Policy:
             "allow": [str(rule) for rule in self.allow],
             "resolve": dict(self.resolve),
             "secrets": [
-                {"host": s.host, "header": s.header, "env": s.env, "format": s.format} for s in self.secrets
+                {"host": s.host, "header": s.header, "env": s.env, "format": s.format, "plain_http": s.plain_http}
+                for s in self.secrets
             ],
         }
