@@ -90,6 +90,24 @@ def test_commands_that_need_no_agent_do_not_import_the_sdk(args: list[str], exit
     assert modules == []
 
 
+# What no command's help needs: the servers' starlette, anyio and mcp, asyncio, the sandbox spec's
+# pydantic. A command module that imports one of them at the top (rather than in its body) puts it
+# under every `coderoom --help`: mcp's presence and guard brought starlette and the spec's pydantic
+# in and --help took twice as long.
+SERVING = ("starlette", "anyio", "mcp", "asyncio", "h11", "docker", "requests")
+HELP_HEAVY = ("agents", "pydantic", *SERVING)
+
+
+def test_help_imports_only_the_cli(tmp_path: Path) -> None:
+    assert heavy_modules("--help", cwd=tmp_path, heavy=HELP_HEAVY) == (0, [])
+
+
+@pytest.mark.parametrize("command", ["mcp", "serve", "batch", "run", "sandbox"])
+def test_a_command_s_help_imports_none_of_what_it_runs(command: str, tmp_path: Path) -> None:
+    """A command's own --help builds its options (typer converts them with pydantic) and no more."""
+    assert heavy_modules(command, "--help", cwd=tmp_path, heavy=("agents", *SERVING)) == (0, [])
+
+
 def test_show_and_export_of_a_run_do_not_import_the_sdk(run_dir: Path, tmp_path: Path) -> None:
     for args in (
         ["show", str(run_dir)],

@@ -4,7 +4,6 @@ DIR/batch.jsonl (`coderoom.batch`)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -58,6 +57,8 @@ def batch(
     manifest row or flag, or a --ray cluster that cannot be joined (before anything runs). SIGINT, SIGTERM and SIGHUP stop the running
     jobs as `coderoom run` stops one (saved, recorded "interrupted"), exit 130 / 143 / 129.
     """
+    import asyncio
+
     from ..batch.manifest import batch_entries
     from ..batch.runner import JobRunner, check_models, here, plan_batch, run_batch
     from ..interrupts import Interrupted, exit_now, raising_on_signals, run_interruptible

@@ -6,7 +6,6 @@ bearer token is printed once on stderr at start; clients send it as `Authorizati
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 from typing import Annotated, Optional
@@ -19,14 +18,12 @@ from ..errors import UsageError
 from ..sandboxes.flags import SandboxFlags
 from ..sandboxes import backend_names, get_backend
 from ..sandboxes.defaults import default_backend_name
-from ..serving.backends import prepare_backends
 from ..serving.bind import bind, check_bind
-from ..serving.guard import new_token
 from . import service_options as options
 from .application import app
 from .errors import reported
 from .limit_option import Limit
-from ..mcp_server.presence import RECONNECT_GRACE_S
+from ..mcp_server import RECONNECT_GRACE_S
 
 console = Console(stderr=True)
 
@@ -69,6 +66,8 @@ def mcp(
                                       timeout=timeout, limits=limit, allow_hosts=allow_host, resolves=resolve, packages=package,
                                       ray=ray)))
         return
+    import asyncio
+
     from ..interrupts import Interrupted, exit_now, raising_on_signals, run_interruptible
 
     with raising_on_signals(), reported():
@@ -79,6 +78,8 @@ def mcp(
         from ..models import resolve_model
         from ..sandboxes.spec import SandboxSpec
         from ..service import SessionManager, WarmPool
+        from ..serving.backends import prepare_backends
+        from ..serving.guard import new_token
 
         backend = sandbox or default_backend_name()
         if backend not in backend_names():

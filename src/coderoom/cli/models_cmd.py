@@ -6,7 +6,6 @@ What the server said is shown through `display` (escaped, never markup).
 
 from __future__ import annotations
 
-import asyncio
 import os
 from typing import Annotated
 
@@ -28,6 +27,8 @@ out = Console(highlight=False)
 def check(spec: Annotated[str, typer.Argument(help="openai-compatible:MODEL@BASE_URL, an OpenAI name, or offline")]) -> None:
     """Check that a model answers, makes a forced tool call, and say its context size and whether
     it takes images."""
+    import asyncio
+
     from ..models import resolve_model
     from ..models.check import check_model, passed
 

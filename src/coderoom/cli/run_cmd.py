@@ -5,7 +5,6 @@ Everything shown that a model or a sandbox chose goes through `display` (termina
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
@@ -97,6 +96,8 @@ def run(
     SIGINT, SIGTERM and SIGHUP stop it the same way (see `coderoom.interrupts`): the workspace
     is saved, the sandbox closed, the record ends "interrupted"; exit 130 / 143 / 129.
     """
+    import asyncio
+
     from ..interrupts import Interrupted, exit_now, raising_on_signals, run_interruptible
     from .progress import Progress
     from ..models import resolve_model

@@ -21,7 +21,6 @@ from rich.console import Console
 
 from ..errors import UsageError
 from ..sandboxes.flags import SandboxFlags
-from ..serving.backends import prepare_backends
 from ..serving.bind import bind, host_headers, shown_host
 from . import service_options as options
 from .application import app
@@ -57,6 +56,7 @@ def serve(
 ) -> None:
     """Serve the web page: upload files, ask, watch the run live, browse past runs."""
     from ..interrupts import raising_on_signals
+    from ..serving.backends import prepare_backends
 
     with raising_on_signals(), reported():
         if max_sessions < 1:

@@ -38,11 +38,11 @@ import anyio
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from . import RECONNECT_GRACE_S
+
 if TYPE_CHECKING:
     from ..service import SessionManager
 
-RECONNECT_GRACE_S = 60.0
-"""How long the sessions of a client that went away wait for it (or any caller) to come back."""
 SCOPE_KEY = "coderoom.client_request"  # where `Watch` leaves each request's `ClientRequest`
 MCP_SESSION_HEADER = "mcp-session-id"
 T = TypeVar("T")
