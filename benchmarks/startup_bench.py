@@ -6,7 +6,8 @@ of them interleaved round by round so load on the machine falls on each alike: o
 machine the ratios are the result, the milliseconds move with the load. `coderoom` is timed
 three ways: the command on PATH (with pyenv, a bash shim that adds its own start), the real
 entry-point script, and `python3 -m coderoom`. `--also SRC` adds `python3 -m coderoom` run from
-another checkout's `src` (say, the code before a change), side by side in the same rounds.
+another checkout's `src` (say, the code before a change; its `sandbox run` forms and `--help`),
+side by side in the same rounds.
 Targets: local `sandbox run -- true` under half of `docker run --rm IMAGE true`; `sandbox run
 --sandbox docker -- true` under 1.5 times it; `coderoom --help` within 0.3 s.
 
@@ -92,6 +93,7 @@ def commands(also: list[Path]) -> dict[str, tuple[list[str], dict[str, str] | No
             found[f"python3 -m coderoom ({src}) sandbox run --sandbox docker -- true"] = (
                 [*PYTHON, "-m", "coderoom", *DOCKER_RUN], env
             )
+        found[f"python3 -m coderoom ({src}) --help"] = ([*PYTHON, "-m", "coderoom", "--help"], env)
     if shutil.which("docker"):
         found[DOCKER] = (["docker", "run", "--rm", "--network", "none", DEFAULT_IMAGE, "true"], None)
     found["python3 -c 'import (the fast path's modules)'"] = ([*PYTHON, "-c", FAST_IMPORTS], None)
@@ -158,6 +160,10 @@ def report(samples: dict[str, list[float]], also: list[Path]) -> str:
     for src in also:
         before = median[f"python3 -m coderoom ({src}) sandbox run -- true"]
         lines.append(f"| python3 -m coderoom sandbox run, this code / {src} | {now / before:.2f} | |")
+        for what, command in (("sandbox run --sandbox docker", " sandbox run --sandbox docker -- true"), ("--help", " --help")):
+            if f"python3 -m coderoom ({src}){command}" in median:
+                ratio = median[f"python3 -m coderoom{command}"] / median[f"python3 -m coderoom ({src}){command}"]
+                lines.append(f"| python3 -m coderoom {what}, this code / {src} | {ratio:.2f} | |")
         if docker is not None:
             lines.append(f"| python3 -m coderoom ({src}) sandbox run / docker run | {before / docker:.2f} | |")
     return "\n".join(rows + lines)

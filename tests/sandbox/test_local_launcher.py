@@ -109,3 +109,31 @@ async def test_a_timeout_kills_one_command_and_spares_the_others() -> None:
             await session.exec("sleep 30", timeout=0.5)
         assert (await slow).stdout == b"survived\n"
 
+
+
+def mount_namespaces_held(bwrap_pid: int) -> int:
+    """How many mount namespace fds the session's processes hold (the launcher's, per slot)."""
+    from coderoom.sandboxes.local.disk import session_pids
+
+    held = 0
+    for pid in session_pids(bwrap_pid):
+        try:
+            names = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for name in names:
+            try:
+                held += os.readlink(f"/proc/{pid}/fd/{name}").startswith("mnt:[")
+            except OSError:
+                continue
+    return held
+
+
+async def test_the_launcher_lets_each_ended_command_s_mount_namespace_go() -> None:
+    """The launcher holds a slot's mount namespace so that init's exit does not unmount it before
+    the exit is reported; it lets it go right after the report, before the next request."""
+    async with open_session(SandboxSpec(backend="local")) as session:
+        for _ in range(8):
+            assert (await session.exec("true")).exit_code == 0
+        held = mount_namespaces_held(inner(session)._launcher.pid)
+    assert held <= 2  # the next slot's, and the last command's if not yet let go (one per command ever run if none were)

@@ -11,7 +11,9 @@ costs about 2, because the launcher prepares the next command's sandbox before i
 * init: pid 1 of the command's namespace; mounts /proc, /tmp, /dev/shm, forks the stub, reaps
   orphans and exits with the command's status, which makes the kernel kill everything left in
   the namespace. The launcher reaps init only after that, so "exit reported" means "the whole
-  tree is gone"; a kill is a SIGKILL to init, with the same effect.
+  tree is gone"; a kill is a SIGKILL to init, with the same effect. The launcher holds the
+  command's mount namespace until it has reported the exit (`Slot`): its unmounting is not on
+  the way of the report.
 * stub: drops every capability (effective, permitted, inheritable; the launcher has already
   emptied the bounding and ambient sets), sets the rlimits, installs the seccomp filter, starts
   a new session, then waits on its socket. Given a command, it takes the stdio pipes, closes
@@ -336,12 +338,29 @@ def _init(sock, config):
 
 
 class Slot:
-    """A prepared command sandbox: its init's pid and pidfd, and the socket to its stub."""
+    """A prepared command sandbox: its init's pid and pidfd, the socket to its stub, and its
+    mount namespace (`mounts`).
+
+    The launcher holds the mount namespace so that init's exit does not tear it down: the last
+    process of a namespace unmounts all of it (the session's 30 or so mounts, copied at the
+    clone, and the command's /proc, /tmp, /dev/shm and /dev/pts) in its own exit, before its
+    parent can see it gone, which delayed every command's exit report. `release` does it once the
+    report is sent, before the launcher reads its next request, so no later command starts before
+    the namespace is gone, as before; only the host hears of the exit sooner."""
 
     def __init__(self, pid, sock):
         self.pid = pid
-        self.pidfd = os.pidfd_open(pid)
         self.sock = sock
+        self.mounts = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            self.pidfd = os.pidfd_open(pid)
+        except OSError:
+            os.close(self.mounts)
+            raise
+
+    def release(self):
+        """Let the mount namespace go (torn down here if its init is gone)."""
+        os.close(self.mounts)
 
 
 class Launcher:
@@ -390,13 +409,20 @@ class Launcher:
             for slot in [self.ready, *(slot for _, slot in self.running.values())]:
                 if slot is not None:
                     os.close(slot.pidfd)
+                    os.close(slot.mounts)
                     slot.sock.close()
             _init(theirs, self.config)
         theirs.close()
         if pid < 0:
             ours.close()
             raise OSError(_ctypes.get_errno(), "cannot create a command's namespaces")
-        return Slot(pid, ours)
+        try:
+            return Slot(pid, ours)
+        except OSError:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            ours.close()
+            raise
 
     def _receive(self):
         try:
@@ -442,6 +468,7 @@ class Launcher:
         os.close(pidfd)
         _, status = os.waitpid(slot.pid, 0)
         self.sock.send(b"exit %d %d" % (command_id, _exit_code(status)))
+        slot.release()
 
     def _stop_all(self):
         slots = [slot for _, slot in self.running.values()] + ([self.ready] if self.ready else [])
