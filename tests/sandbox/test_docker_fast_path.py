@@ -21,7 +21,7 @@ import pytest
 
 from backends import require_backend
 from coderoom.sandboxes.docker import plain
-from coderoom.sandboxes.docker.engine import DEFAULT_SOCKET, Engine, socket_path
+from coderoom.sandboxes.docker.engine import DEFAULT_SOCKET, Engine, EngineError, socket_path
 from coderoom.sandboxes.docker.frames import Lines, frames, line_bound
 from coderoom.sandboxes.docker.labels import CREATED_LABEL, HOST_PID_LABEL, LABEL
 from coderoom.sandboxes.limits import Limits
@@ -135,20 +135,36 @@ def test_a_signal_removes_the_container_and_exits_128_plus_n(docker: None, signu
 def test_a_call_cut_short_leaves_the_engine_usable(docker: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """A signal's exception in the middle of a call (the request sent, no answer read) must not
     leave the connection mid-request: the removal that follows is a call on the same Engine."""
-    import http.client
+    from coderoom.sandboxes.docker import engine as engine_module
 
     engine = Engine(DEFAULT_SOCKET if socket_path(os.environ) is None else str(socket_path(os.environ)))
-    real = http.client.HTTPConnection.getresponse
+    real = engine_module._Answers.read
 
-    def interrupted(self: http.client.HTTPConnection) -> Any:
-        monkeypatch.setattr(http.client.HTTPConnection, "getresponse", real)
+    def interrupted(self: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(engine_module._Answers, "read", real)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(http.client.HTTPConnection, "getresponse", interrupted)
+    monkeypatch.setattr(engine_module._Answers, "read", interrupted)
     with pytest.raises(KeyboardInterrupt):
         engine.call("GET", "/version")
     assert "Arch" in engine.call("GET", "/version")
     engine.close()
+
+
+def test_answers_of_either_framing_follow_each_other_on_one_connection(docker: None) -> None:
+    """The engine sends a long answer chunked (GET /info) and a short one with its length
+    (GET /version), an error with its message; `Engine` reads each whole, and the next call goes
+    on the same connection."""
+    engine = Engine(DEFAULT_SOCKET if socket_path(os.environ) is None else str(socket_path(os.environ)))
+    try:
+        for _ in range(2):
+            assert "ServerVersion" in engine.call("GET", "/info")
+            assert "Arch" in engine.call("GET", "/version")
+            with pytest.raises(EngineError) as refused:
+                engine.call("GET", "/containers/coderoom-no-such-container/json")
+            assert refused.value.status == 404 and "coderoom-no-such-container" in refused.value.message
+    finally:
+        engine.close()
 
 
 def test_nothing_is_left_behind(docker: None) -> None:

@@ -2,8 +2,9 @@
 
 docker-py with requests and urllib3 took about 400 ms of a whole `sandbox run --sandbox docker`
 to import; the five calls a one-shot sandbox makes (version, create, attach, start, remove) need
-no more than http.client over an AF_UNIX socket and, for the attach, the connection taken over
-raw (`Upgrade: tcp`), as the docker CLI does. Paths carry no API version: the engine then speaks
+no more than HTTP/1.1 over an AF_UNIX socket (`_Answers` reads the engine's answers: http.client
+would bring email's parser and ssl, about a tenth of this path's imports) and, for the attach, the
+connection taken over raw (`Upgrade: tcp`), as the docker CLI does. Paths carry no API version: the engine then speaks
 its own, which is what docker-py's `from_env` negotiates too. Only a local engine is spoken to:
 DOCKER_HOST naming anything but a Unix socket leaves the run to docker-py (`socket_path`).
 Answers are bounded (MAX_ANSWER) before they are parsed.
@@ -11,7 +12,6 @@ Answers are bounded (MAX_ANSWER) before they are parsed.
 
 from __future__ import annotations
 
-import http.client
 import json
 import socket
 from collections.abc import Callable, Mapping
@@ -19,6 +19,7 @@ from typing import Any
 
 DEFAULT_SOCKET = "/var/run/docker.sock"
 MAX_ANSWER = 1 << 20
+MAX_HEAD = 65536
 CALL_TIMEOUT_S = 60.0  # docker-py's default per call
 
 
@@ -41,45 +42,49 @@ def socket_path(environ: Mapping[str, str]) -> str | None:
     return None
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("docker", timeout=timeout)
-        self._path = path
-
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(self._path)
-
-
 class Engine:
     """Calls to the engine at `path`, one kept-alive connection for them (not thread-safe); a
     call cut short (an error, or a signal's exception) drops it, so the next starts afresh."""
 
     def __init__(self, path: str, timeout: float = CALL_TIMEOUT_S) -> None:
         self.path, self.timeout = path, timeout
-        self._connection = _UnixConnection(path, timeout)
+        self._answers: _Answers | None = None
 
     def call(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> Any:
         """The parsed JSON answer (None when it has none); EngineError for a status of 400 or
         more; OSError when the engine cannot be reached."""
-        data = None if body is None else json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"} if data is not None else {}
+        data = b"" if body is None else json.dumps(body).encode()
+        kind = "Content-Type: application/json\r\n" if body is not None else ""
+        head = f"{method} {path} HTTP/1.1\r\nHost: docker\r\n{kind}Content-Length: {len(data)}\r\n\r\n"
         try:
-            self._connection.request(method, path, body=data, headers=headers)
-            answer = self._connection.getresponse()
-            raw = answer.read(MAX_ANSWER + 1)
+            if self._answers is None:
+                self._answers = _Answers(self._connect())
+            answers = self._answers
+            answers.sock.sendall(head.encode() + data)
+            status, headers, raw = answers.read(bodiless=method == "HEAD")
         except BaseException:  # a signal or an error mid-call: the next call (the removal) reconnects
             self.close()
             raise
+        if answers.spent or headers.get("connection", "").lower() == "close":
+            self.close()
         if len(raw) > MAX_ANSWER:
             self.close()  # what is left of an oversized answer must not be read as the next one
-            raise EngineError(answer.status, f"an answer over {MAX_ANSWER} bytes")
-        parsed = json.loads(raw) if raw and answer.getheader("Content-Type", "").startswith("application/json") else None
-        if answer.status >= 400:
+            raise EngineError(status, f"an answer over {MAX_ANSWER} bytes")
+        parsed = json.loads(raw) if raw and headers.get("content-type", "").startswith("application/json") else None
+        if status >= 400:
             message = parsed.get("message") if isinstance(parsed, dict) else raw[:500].decode(errors="replace")
-            raise EngineError(answer.status, str(message))
+            raise EngineError(status, str(message))
         return parsed
+
+    def _connect(self) -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout)
+            sock.connect(self.path)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
 
     def attach(self, container_id: str) -> tuple[socket.socket, Callable[[int], bytes]]:
         """A new connection attached to the container's stdin, stdout and stderr (a created
@@ -93,23 +98,22 @@ class Engine:
                 f"POST /containers/{container_id}/attach?stream=1&stdin=1&stdout=1&stderr=1 HTTP/1.1\r\n"
                 "Host: docker\r\nConnection: Upgrade\r\nUpgrade: tcp\r\nContent-Length: 0\r\n\r\n".encode()
             )
-            head = b""
-            while b"\r\n\r\n" not in head:
-                piece = raw.recv(4096)
-                if not piece or len(head) > 65536:
-                    raise EngineError(0, "the attach answer ended before its headers")
-                head += piece
-            head, _, early = head.partition(b"\r\n\r\n")
-            status = int(head.split(b" ", 2)[1])
+            answers = _Answers(raw)
+            try:
+                status, _ = answers.head()
+            except ConnectionError:
+                raise EngineError(0, "the attach answer ended before its headers") from None
             if status not in (101, 200):
-                raise EngineError(status, head[:500].decode(errors="replace"))
+                raise EngineError(status, f"the attach was answered {status}")
         except BaseException:
             raw.close()
             raise
-        return raw, _replaying(early, raw)
+        return raw, _replaying(answers.rest(), raw)
 
     def close(self) -> None:
-        self._connection.close()
+        if self._answers is not None:
+            self._answers.sock.close()
+            self._answers = None
 
 
 def _replaying(early: bytes, raw: socket.socket) -> Callable[[int], bytes]:
@@ -125,3 +129,105 @@ def _replaying(early: bytes, raw: socket.socket) -> Callable[[int], bytes]:
         return raw.recv(size)
 
     return recv
+
+
+class _Answers:
+    """HTTP/1.1 answers read off a kept-alive connection: the status, the headers (names in
+    lower case) and the body, by Content-Length, chunked, or to the end of the connection. No
+    more than MAX_ANSWER + 1 bytes of a body are kept (the caller refuses such an answer and drops
+    the connection), nor more than MAX_HEAD bytes of headers."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.spent = False  # an answer read to the end of the connection: nothing more comes
+        self._buffer = b""
+
+    def read(self, *, bodiless: bool = False) -> tuple[int, dict[str, str], bytes]:
+        while True:  # 1xx answers (100 Continue) come before the real one
+            status, headers = self.head()
+            if not 100 <= status < 200:
+                break
+        if bodiless or status in (204, 304):
+            return status, headers, b""
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            return status, headers, self._chunked()
+        length = headers.get("content-length")
+        if length is not None:
+            if not length.isdigit():
+                raise EngineError(status, f"an answer with Content-Length {length[:40]!r}")
+            return status, headers, self._exactly(min(int(length), MAX_ANSWER + 1))
+        return status, headers, self._to_end()
+
+    def head(self) -> tuple[int, dict[str, str]]:
+        """The next answer's status and headers; what came after them stays in `rest()`."""
+        head = self._line_block()
+        status_line, *lines = head.split(b"\r\n")
+        parts = status_line.split(b" ", 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+            raise EngineError(0, f"not an HTTP answer: {status_line[:80]!r}")
+        headers = {}
+        for line in lines:
+            name, sep, value = line.partition(b":")
+            if sep:
+                headers[name.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
+        return int(parts[1]), headers
+
+    def _line_block(self) -> bytes:
+        while b"\r\n\r\n" not in self._buffer:
+            if len(self._buffer) > MAX_HEAD:
+                raise EngineError(0, f"an answer's headers over {MAX_HEAD} bytes")
+            self._fill()
+        head, _, self._buffer = self._buffer.partition(b"\r\n\r\n")
+        return head
+
+    def _line(self) -> bytes:
+        while b"\r\n" not in self._buffer:
+            if len(self._buffer) > MAX_HEAD:
+                raise EngineError(0, "a chunk size line too long")
+            self._fill()
+        line, _, self._buffer = self._buffer.partition(b"\r\n")
+        return line
+
+    def _chunked(self) -> bytes:
+        body = b""
+        while True:
+            size_text = self._line().split(b";", 1)[0].strip()
+            try:
+                size = int(size_text, 16)
+            except ValueError:
+                raise EngineError(0, f"a bad chunk size {size_text[:40]!r}") from None
+            if size == 0:
+                while self._line():  # trailers, up to the empty line
+                    pass
+                return body
+            if len(body) + size > MAX_ANSWER:
+                return body + self._exactly(MAX_ANSWER + 1 - len(body))  # refused and dropped by `call`
+            body += self._exactly(size)
+            self._line()  # the chunk's CRLF
+
+    def rest(self) -> bytes:
+        """What has been received past what was read (a raw stream's first bytes)."""
+        data, self._buffer = self._buffer, b""
+        return data
+
+    def _exactly(self, size: int) -> bytes:
+        while len(self._buffer) < size:
+            self._fill()
+        data, self._buffer = self._buffer[:size], self._buffer[size:]
+        return data
+
+    def _to_end(self) -> bytes:
+        self.spent = True
+        while len(self._buffer) <= MAX_ANSWER:
+            piece = self.sock.recv(65536)
+            if not piece:
+                break
+            self._buffer += piece
+        data, self._buffer = self._buffer[: MAX_ANSWER + 1], b""
+        return data
+
+    def _fill(self) -> None:
+        piece = self.sock.recv(65536)
+        if not piece:
+            raise ConnectionError("the engine closed the connection mid-answer")
+        self._buffer += piece

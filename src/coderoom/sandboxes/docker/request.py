@@ -28,7 +28,6 @@ from ..core import CommandResult
 from ..limits import CPU_KILL_GRACE_S, Limits
 from ..seccomp import arch_named, build_filter
 from ..stops import named_stop, stop_note
-from .egress import INSIDE_DIR, INSIDE_SOCKET
 from .labels import CONTACT_WITHIN_S, CREATED_LABEL, LABEL, SESSION_LABEL, owner_labels
 from .network import IPV6_OFF, network_name
 
@@ -107,6 +106,7 @@ def create_request(
     cmd = ["--exit-on-eof", "--seccomp", f"--contact-within={CONTACT_WITHIN_S:g}"]
     if egress_dir is not None:
         from ...egress.session import FORWARDER_PORT, bundle_path, forwarder_source, sandbox_env  # not on the fast path
+        from .egress import INSIDE_DIR, INSIDE_SOCKET
 
         assert limits.egress is not None
         env.update(sandbox_env(bundle=bundle_path(limits.egress, INSIDE_DIR)))
