@@ -65,6 +65,23 @@ async def test_inside_https_the_host_header_must_name_the_tls_host(tmp_path: Pat
     assert "does not name the TLS host" in proxy.events[0].reason
 
 
+async def test_inside_https_a_connect_is_refused_and_nothing_goes_upstream(tmp_path: Path) -> None:
+    """A tunnel inside the intercepted one would not be relayed: refused before any upstream connect."""
+    test_ca = TestCA(tmp_path)
+    with http_upstream(tls=test_ca.server_context("api.test")) as seen:
+        target = f"api.test:{seen.port}"
+        proxy = await running(
+            tmp_path, {"allow": [target], "resolve": {"api.test": "127.0.0.1"}, "secrets": [SECRET]},
+            environ={"TOKEN": CANARY}, upstream_cafile=test_ca.cafile,
+        )  # fmt: skip
+        assert proxy.proxy.ca is not None
+        head = f"CONNECT / HTTP/1.1\r\nHost: {target}\r\n\r\n".encode()
+        answer, _ = await asyncio.to_thread(https_through, proxy, "api.test", seen.port, head, pem=proxy.proxy.ca.pem())
+        await proxy.proxy.close()
+    assert answer.startswith(b"HTTP/1.1 403") and b"CONNECT inside" in answer
+    assert seen.requests == [] and "CONNECT inside" in proxy.events[0].reason
+
+
 async def test_an_upstream_whose_certificate_fails_verification_is_refused_and_recorded(tmp_path: Path) -> None:
     trusted, untrusted = TestCA(tmp_path, "trusted CA"), TestCA(tmp_path, "untrusted CA")
     with http_upstream(tls=untrusted.server_context("api.test")) as seen:

@@ -220,3 +220,15 @@ async def test_a_secret_a_header_cannot_hold_is_refused_without_showing_it(tmp_p
         await proxy.proxy.close()
     assert b"403" in answer and CANARY.encode() not in answer and seen.requests == []
     assert CANARY not in repr(proxy.events[0].fields())
+
+
+async def test_headers_the_sandbox_names_in_connection_stay_on_its_hop(tmp_path: Path) -> None:
+    """A proxy drops what `Connection` names (RFC 9110 7.6.1); the body's framing stays h11's."""
+    with http_upstream() as seen:
+        proxy = await running(tmp_path, {"allow": [f"api.test:{seen.port}"], "resolve": {"api.test": "127.0.0.1"}})
+        hop = "Connection: keep-alive, X-Hop-State, Content-Length\r\nX-Hop-State: 1\r\nX-End: 2\r\n"
+        answer = await proxy.send(get(f"http://api.test:{seen.port}/", f"api.test:{seen.port}", hop))
+        await proxy.proxy.close()
+    assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"hello from upstream\n")
+    headers = seen.requests[0][1]
+    assert "x-hop-state" not in headers and headers["x-end"] == "2"

@@ -41,7 +41,7 @@ import os
 import socket
 import ssl
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -68,6 +68,7 @@ _HOP_HEADERS = {
     b"connection", b"keep-alive", b"proxy-connection", b"proxy-authorization", b"proxy-authenticate",
     b"te", b"trailer", b"upgrade", b"host",
 }  # fmt: skip  (transfer-encoding stays: h11 frames the body again from it)
+_FRAMING = {b"content-length", b"transfer-encoding"}  # how h11 frames a body: never dropped by name
 # Methods whose answer is the request as the server got it (RFC 9110 9.3.8; TRACK is IIS's), on by
 # default in servers such as Apache httpd: to a host with a secret, they would hand it back.
 _REFLECTING_METHODS = {b"TRACE", b"TRACK"}
@@ -385,6 +386,8 @@ class Proxy:
             attempt.method = _shown(request.method)
             if not request.target.startswith(b"/"):
                 raise Refused(f"{_shown(request.target)}: inside HTTPS only origin-form requests (/path)")
+            if request.method.upper() == b"CONNECT":  # a tunnel inside the tunnel the proxy would not relay
+                raise Refused(f"{host}: CONNECT inside an intercepted HTTPS connection")
             named = [value for name, value in request.headers if name == b"host"]
             if len(named) != 1 or _authority(named[0], default_port=443) != (host, port):
                 raise Refused(f"the Host header ({_shown(named[0]) if named else 'none'}) does not name the TLS host {host}:{port}")
@@ -409,7 +412,7 @@ class Proxy:
         """The request's headers as they go upstream: hop-by-hop and proxy headers dropped, the
         secret's header (if any) set from the host's environment in place of the sandbox's,
         Host named by the proxy, `Connection: close`."""
-        headers = [(name, value) for name, value in request.headers if name not in _HOP_HEADERS]
+        headers = _end_to_end(request.headers)
         if any(name == b"transfer-encoding" for name, _ in headers):  # h11 framed the body by it:
             headers = [(n, v) for n, v in headers if n != b"content-length"]  # RFC 9112 6.3, no smuggling
         if secret is not None:
@@ -525,7 +528,7 @@ class Proxy:
         while True:
             event = await _next(up_reader, upstream, count=lambda data: self._charge(attempt, data, False), idle=(idle, why))
             if isinstance(event, h11.Response):
-                kept = [(n, v) for n, v in event.headers if n not in _HOP_HEADERS]
+                kept = _end_to_end(event.headers)
                 response = h11.Response(status_code=event.status_code, headers=[*kept, (b"Connection", b"close")], reason=event.reason)
                 writer.write(conn.send(response) or b"")
                 attempt.replied = True
@@ -563,6 +566,15 @@ async def _next(
             except asyncio.TimeoutError:
                 raise Refused(idle[1]) from None
         conn.receive_data(count(data) if count and data else data)
+
+
+def _end_to_end(headers: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """`headers` without the hop-by-hop ones: the fixed set and those a `Connection` header names
+    (RFC 9110 7.6.1; a proxy forwarding them lets one side smuggle per-hop state to the other).
+    The body's framing is h11's to keep, whatever `Connection` names."""
+    named = {token.strip().lower() for name, value in headers if name == b"connection" for token in value.split(b",")}
+    dropped = (_HOP_HEADERS | named) - _FRAMING
+    return [(name, value) for name, value in headers if name not in dropped]
 
 
 def _head_bytes(event: h11.Request | h11.Response | h11.InformationalResponse) -> int:
