@@ -153,7 +153,7 @@ class GuardedModel(Model):
             ) from None
         except APIError:
             raise  # the retry policy and explain_model_error handle these
-        except (json.JSONDecodeError, pydantic.ValidationError, AttributeError, TypeError,
+        except (json.JSONDecodeError, UnicodeDecodeError, pydantic.ValidationError, AttributeError, TypeError,
                 ModelBehaviorError) as exc:
             detail = " ".join(str(exc).split())[:300]
             raise ModelAnswerError(
