@@ -17,7 +17,7 @@ from coderoom.jobs import build_job
 from coderoom.record import read_record
 from coderoom.record.events import Event, ModelCall, ModelStream
 from coderoom.run import run_job
-from openai_server import Fail, OpenAIServer, Stream, call, chunk, say, spec_for
+from openai_server import Fail, OpenAIServer, Stream, call, chunk, say, server_environ, spec_for
 
 HEAD = chunk({"role": "assistant", "content": ""})
 HALF = "The total revenue for March is"
@@ -118,3 +118,19 @@ async def test_a_retried_request_and_one_with_retries_off_still_send_text_conten
     assert retried.status == "ok" and without.status == "ok", (retried.error, without.error)
     assert assistant_contents(server.requests[2]) == [""]  # the retry of the second request
     assert assistant_contents(server_without.requests[1]) == [""]
+
+
+async def test_a_responses_stream_cut_before_its_completed_event_is_retried_and_streaming_stays_on(tmp_path: Path) -> None:
+    """W-S05: before, such a stream counted as "the server does not stream": the request went
+    again without streaming, unreported, and no later reply of the process streamed."""
+    with OpenAIServer() as server:
+        events = list(server.response_events({"model": "gpt-5.4", "input": "x"}, say(WHOLE)))
+        began = [e for e in events if e["type"] in ("response.created", "response.output_item.added",
+                                                    "response.content_part.added", "response.output_text.delta")]
+        server.script([Stream(tuple(began), end="eof"), say(WHOLE)])
+        job = build_job({"name": "stream-attack", "prompt": "Sum the revenue.", "model": "gpt-5.4", "max_turns": 2})
+        result = await run_job(job, run_dir=tmp_path / "run", environ=server_environ(server, CODEROOM_MODEL_MAX_RETRIES="1"))
+    assert not server.errors, server.errors
+    assert result.status == "ok" and result.final_output == WHOLE, result.error
+    assert [bool(r.body.get("stream")) for r in server.requests] == [True, True]
+    assert [e.type for e in read_record(result.run_dir).events].count("model_retry") == 1

@@ -22,19 +22,20 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx2 as httpx  # the HTTP library of the openai client
 import pydantic
 from agents import Model, ModelResponse, ModelSettings
 from agents.exceptions import ModelBehaviorError
 from agents.items import TResponseInputItem
 from agents.retry import ModelRetryAdvice, ModelRetryAdviceRequest
-from openai import APIError
+from openai import APIConnectionError, APIError
 from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 
 from .budget import ModelBudget
 from .context import ContextGuard
 from .failures import DEADLINE_ADVICE, ModelAnswerError, ModelDeadlineExceeded, Notify
 from .output_cap import reply_cap
-from .streaming import StreamNotOffered, StreamProgress, StreamSupport, collect
+from .streaming import StreamCut, StreamNotOffered, StreamProgress, StreamSupport, collect
 
 CUT_NOTE = "[coderoom: this reply was cut at the max_tokens limit]"
 CONTINUE = (
@@ -174,6 +175,8 @@ class GuardedModel(Model):
             return await collect(events, StreamProgress(self.notify))
         except StreamNotOffered:
             self.stream.streams = False
+        except StreamCut as cut:  # as a dropped connection is: retried, the server still streams
+            raise APIConnectionError(message=str(cut), request=httpx.Request("POST", self.server)) from cut
         finally:  # a stream cut short (the deadline, a cancel) closes its connection now
             close = getattr(events, "aclose", None)
             if close is not None:

@@ -3,9 +3,9 @@
 Why: the SDK's stream handler takes whatever arrived as the whole reply when a stream simply
 ends; it asks for a finish_reason only of OpenAI's own endpoint. A server that ends a stream
 cleanly in the middle of a reply (a worker that died behind a proxy, a hostile server) had its
-half reply recorded as the run's final answer (attack W-S01). Here such a stream raises, at its
-end, the `APIConnectionError` a dropped connection raises, so the retry policy treats the two
-alike. A stream that carried no chunk at all is left to `streaming.collect`: that is a server
+half reply recorded as the run's final answer (attack W-S01). Here such a stream raises
+`StreamCut` at its end, which the guard reports as the `APIConnectionError` a dropped connection
+raises, so the retry policy treats the two alike. A stream that carried no chunk at all is left to `streaming.collect`: that is a server
 that does not stream.
 """
 
@@ -14,19 +14,16 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from openai import APIConnectionError, AsyncOpenAI
+from openai import AsyncOpenAI
 
 from .client_copies import on_every_copy
+from .streaming import StreamCut
 
 CUT_MESSAGE = "the stream ended before its reply did (no finish_reason)"
 
 
-class StreamCut(Exception):
-    """The cause of the `APIConnectionError` a cut stream raises: what the error message names."""
-
-
 class WholeStream:
-    """The chunks of `stream` as they come; at its end, `APIConnectionError` unless a chunk gave
+    """The chunks of `stream` as they come; at its end, `StreamCut` unless a chunk gave
     choice 0 a finish_reason. Closing and the HTTP response are the wrapped stream's."""
 
     def __init__(self, stream: Any) -> None:
@@ -43,7 +40,7 @@ class WholeStream:
             finished = finished or any(c.index == 0 and c.finish_reason is not None for c in chunk.choices or ())
             yield chunk
         if started and not finished:
-            raise APIConnectionError(message=CUT_MESSAGE, request=self.response.request) from StreamCut(CUT_MESSAGE)
+            raise StreamCut(CUT_MESSAGE)
 
     async def close(self) -> None:
         await self._stream.close()

@@ -43,6 +43,11 @@ class StreamNotOffered(Exception):
     """The server answered a streaming request with nothing a stream carries."""
 
 
+class StreamCut(Exception):
+    """A stream that began a reply ended before it did (no finish_reason, no response.completed):
+    a cut connection, which the guard reports as one (retried), never a reply (attack W-S01)."""
+
+
 @dataclass
 class StreamSupport:
     """Whether the server streams: unknown until its first answer, shared by every run of one
@@ -99,6 +104,8 @@ async def collect(events: AsyncIterator[Any], progress: StreamProgress) -> Model
             done.append(event.item)
         elif isinstance(event, ResponseCompletedEvent):
             completed = event.response
+    if completed is None and progress.tokens:
+        raise StreamCut("the stream ended before its reply did (no response.completed)")
     if completed is None or (not completed.output and not done and completed.usage is None and not progress.tokens):
         raise StreamNotOffered("the server's answer to a streaming request carried no streamed reply")
     if progress.tokens > progress.reported:
