@@ -134,3 +134,29 @@ async def test_a_responses_stream_cut_before_its_completed_event_is_retried_and_
     assert result.status == "ok" and result.final_output == WHOLE, result.error
     assert [bool(r.body.get("stream")) for r in server.requests] == [True, True]
     assert [e.type for e in read_record(result.run_dir).events].count("model_retry") == 1
+
+
+def capped_job(server: OpenAIServer, max_tokens: int) -> Any:
+    return build_job({"name": "stream-attack", "prompt": "Sum the revenue.", "max_turns": 1,
+                      "model": {"spec": spec_for("chat_completions", server), "max_tokens": max_tokens}})
+
+
+async def test_a_stream_far_past_max_tokens_is_not_read_to_its_end(tmp_path: Path) -> None:
+    """W-S06: a server that ignores max_tokens streamed one-character deltas up to the 32 MiB answer
+    bound; each costs the host a pydantic parse (100,000 took 15 s of CPU, 40x the same text as one
+    answer). Past twice the cap (and a slack) the reply is refused, not retried."""
+    flood = Stream((HEAD, *[chunk({"content": "a"})] * 20_000, chunk({}, "stop")))
+    with OpenAIServer([flood, flood]) as server:
+        result = await run_job(capped_job(server, 100), run_dir=tmp_path / "run",
+                               environ={"CODEROOM_MODEL_MAX_RETRIES": "1"})
+    assert result.status != "ok" and "does not honour max_tokens" in (result.error or ""), result.error
+    assert server.url in (result.error or "") and len(server.requests) == 1  # not asked again
+    assert recorded_text(result.run_dir) == []
+
+
+async def test_a_stream_of_exactly_max_tokens_deltas_is_a_reply(tmp_path: Path) -> None:
+    whole = Stream((HEAD, *[chunk({"content": "a"})] * 100, chunk({}, "length")))
+    with OpenAIServer([whole, say("done.")]) as server:
+        result = await run_job(capped_job(server, 100), run_dir=tmp_path / "run",
+                               environ={"CODEROOM_MODEL_MAX_RETRIES": "1"})
+    assert result.status == "ok", result.error
