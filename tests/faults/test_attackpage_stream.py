@@ -160,3 +160,16 @@ async def test_a_stream_of_exactly_max_tokens_deltas_is_a_reply(tmp_path: Path) 
         result = await run_job(capped_job(server, 100), run_dir=tmp_path / "run",
                                environ={"CODEROOM_MODEL_MAX_RETRIES": "1"})
     assert result.status == "ok", result.error
+
+
+async def test_negative_usage_from_the_server_is_recorded_as_zero(tmp_path: Path) -> None:
+    """W-S10: the record kept -10^12 output tokens as the server said, and the run's totals with it."""
+    lying = {"prompt_tokens": -5, "completion_tokens": -10**12, "total_tokens": -7}
+    with OpenAIServer([Stream((HEAD, chunk({"content": WHOLE}), chunk({}, "stop"), chunk(None, usage=lying)))]) as server:
+        result = await run(server, tmp_path)
+    assert result.status == "ok", result.error
+    events = read_record(result.run_dir).events
+    (call_event,) = [e for e in events if isinstance(e, ModelCall)]
+    usage = call_event.usage
+    assert (usage.input_tokens, usage.output_tokens, usage.total_tokens) == (0, 0, 0) and usage.requests == 1
+    assert events[-1].usage.total_tokens == 0  # run_end's sum
