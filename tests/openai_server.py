@@ -83,7 +83,31 @@ class Raw:
     content_type: str = "application/json"
 
 
-Step = Reply | Fail | Stall | Trickle | Raw
+@dataclass(frozen=True)
+class Stream:
+    """A hostile SSE answer (Chat Completions): exactly these `data:` payloads (a dict is sent as
+    JSON, bytes as they are), one every `interval` seconds, then `end`: "done" (`[DONE]` and the
+    last chunk), "eof" (the body ends cleanly, no `[DONE]`) or "drop" (the connection closes in
+    the middle of the chunked body). `repeat` sends the payloads that many times."""
+
+    data: tuple[dict[str, Any] | bytes, ...]
+    end: str = "done"
+    interval: float = 0.0
+    repeat: int = 1
+
+
+def chunk(delta: dict[str, Any] | None, finish: str | None = None, usage: dict[str, int] | None = None) -> dict[str, Any]:
+    """One `chat.completion.chunk` of choice 0 (`delta` None: no choice, as a usage chunk has)."""
+    data: dict[str, Any] = {
+        "id": "chatcmpl-hostile", "object": "chat.completion.chunk", "created": 0, "model": "scripted",
+        "choices": [] if delta is None else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+    }
+    if usage is not None:
+        data["usage"] = usage
+    return data
+
+
+Step = Reply | Fail | Stall | Trickle | Raw | Stream
 
 
 def say(text: str) -> Reply:
@@ -564,6 +588,8 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
                 self._error(504, "stalled", "server_error", None)
             elif isinstance(step, Raw):
                 self._bytes(step.status, step.body, step.content_type)
+            elif isinstance(step, Stream):
+                self._hostile_sse(step)
             elif isinstance(step, Trickle) and body.get("stream") and server.streams and path == "/v1/chat/completions":
                 chunks = server.chat_chunks(body, step.reply, by_word=True)
                 self._sse([(None, chunk) for chunk in chunks], interval=step.interval)
@@ -636,6 +662,26 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
             if self.path.startswith("/v1/chat/completions"):
                 self._chunk(b"data: [DONE]\n\n")
             self.wfile.write(b"0\r\n\r\n")
+
+        def _hostile_sse(self, step: Stream) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for _ in range(step.repeat):
+                for data in step.data:
+                    if step.interval and server._stopping.wait(step.interval):
+                        return
+                    payload = data if isinstance(data, bytes) else json.dumps(data).encode()
+                    self._chunk(b"data: " + payload + b"\n\n")
+            if step.end == "drop":
+                self.wfile.flush()
+                self.close_connection = True
+                return
+            if step.end == "done":
+                self._chunk(b"data: [DONE]\n\n")
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
 
         def _chunk(self, data: bytes) -> None:
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))

@@ -16,6 +16,7 @@ from openai import AsyncOpenAI
 
 from ..errors import ModelSpecError
 from .base import ResolvedModel, check_base_url, client_settings, http_model, images_override
+from .stream_end import whole_streams
 from .transport import bounded_http_client
 from .wire import with_text_content
 from .server import ServerProbe
@@ -49,6 +50,7 @@ def resolve(rest: str, environ: Mapping[str, str]) -> ResolvedModel:
     client.organization = None
     client.project = None
     with_text_content(client)  # "" rather than null content: some servers refuse null
+    whole_streams(client)  # a stream that ends before its reply is a cut connection, retried
     override = images_override(environ)
     notice = None
     if urlsplit(base_url).path in ("", "/"):

@@ -22,19 +22,20 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx2 as httpx  # the HTTP library of the openai client
 import pydantic
 from agents import Model, ModelResponse, ModelSettings
 from agents.exceptions import ModelBehaviorError
 from agents.items import TResponseInputItem
 from agents.retry import ModelRetryAdvice, ModelRetryAdviceRequest
-from openai import APIError
+from openai import APIConnectionError, APIError
 from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 
 from .budget import ModelBudget
 from .context import ContextGuard
 from .failures import DEADLINE_ADVICE, ModelAnswerError, ModelDeadlineExceeded, Notify
 from .output_cap import reply_cap
-from .streaming import StreamNotOffered, StreamProgress, StreamSupport, collect
+from .streaming import StreamCut, StreamNotOffered, StreamOverCap, StreamProgress, StreamSupport, collect
 
 CUT_NOTE = "[coderoom: this reply was cut at the max_tokens limit]"
 CONTINUE = (
@@ -153,7 +154,7 @@ class GuardedModel(Model):
             ) from None
         except APIError:
             raise  # the retry policy and explain_model_error handle these
-        except (json.JSONDecodeError, pydantic.ValidationError, AttributeError, TypeError,
+        except (json.JSONDecodeError, UnicodeDecodeError, pydantic.ValidationError, AttributeError, TypeError,
                 ModelBehaviorError) as exc:
             detail = " ".join(str(exc).split())[:300]
             raise ModelAnswerError(
@@ -171,9 +172,16 @@ class GuardedModel(Model):
             model_settings = model_settings.resolve(ModelSettings(include_usage=True))
         events = self.inner.stream_response(system_instructions, input, model_settings, *args, **kwargs)
         try:
-            return await collect(events, StreamProgress(self.notify))
+            return await collect(events, StreamProgress(self.notify), model_settings.max_tokens)
         except StreamNotOffered:
             self.stream.streams = False
+        except StreamCut as cut:  # as a dropped connection is: retried, the server still streams
+            raise APIConnectionError(message=str(cut), request=httpx.Request("POST", self.server)) from cut
+        except StreamOverCap as over:  # not retried: the same server would do the same
+            raise ModelAnswerError(
+                f"the model server at {self.server} streamed {over}: it does not honour max_tokens, "
+                "and the reply was not read further"
+            ) from over
         finally:  # a stream cut short (the deadline, a cancel) closes its connection now
             close = getattr(events, "aclose", None)
             if close is not None:

@@ -32,6 +32,8 @@ from openai.types.responses import (
 REPORT_EVERY_S = 0.25  # a listener hears of a streaming reply at most this often
 MAX_PIECE_CHARS = 4_000  # of the text one report carries (the page shows it as it grows)
 TEXT_DELTAS = (ResponseTextDeltaEvent, ResponseRefusalDeltaEvent)
+MAX_DELTAS_PER_TOKEN = 2  # of a reply capped at max_tokens: a delta is a token or more on every server
+DELTAS_SLACK = 64
 OTHER_DELTAS = (ResponseFunctionCallArgumentsDeltaEvent, ResponseReasoningTextDeltaEvent,
                 ResponseReasoningSummaryTextDeltaEvent)
 
@@ -41,6 +43,18 @@ Report = Callable[..., Any]
 
 class StreamNotOffered(Exception):
     """The server answered a streaming request with nothing a stream carries."""
+
+
+class StreamOverCap(Exception):
+    """A stream went on past its output cap: the server does not honour max_tokens. Read further,
+    each delta costs the host far more than its bytes (the SDK parses each chunk into pydantic
+    models: 100,000 one-character deltas took 15 s of CPU, the same text as one answer 0.4 s),
+    up to the 32 MiB answer bound (attack W-S06)."""
+
+
+class StreamCut(Exception):
+    """A stream that began a reply ended before it did (no finish_reason, no response.completed):
+    a cut connection, which the guard reports as one (retried), never a reply (attack W-S01)."""
 
 
 @dataclass
@@ -88,17 +102,23 @@ class StreamProgress:
         self.piece, self.last_report, self.reported = "", now, self.tokens
 
 
-async def collect(events: AsyncIterator[Any], progress: StreamProgress) -> ModelResponse:
-    """The reply a stream of raw response events ends with, its deltas reported on the way."""
+async def collect(events: AsyncIterator[Any], progress: StreamProgress, max_tokens: int | None = None) -> ModelResponse:
+    """The reply a stream of raw response events ends with, its deltas reported on the way; a
+    stream of more deltas than a reply of `max_tokens` can have is not read to its end."""
     done: list[Any] = []
     completed = None
+    most = None if max_tokens is None else max_tokens * MAX_DELTAS_PER_TOKEN + DELTAS_SLACK
     async for event in events:
         if isinstance(event, TEXT_DELTAS + OTHER_DELTAS):
             progress.delta(event)
+            if most is not None and progress.tokens > most:
+                raise StreamOverCap(f"more than {most:,} deltas for a reply of at most max_tokens={max_tokens:,}")
         elif isinstance(event, ResponseOutputItemDoneEvent):
             done.append(event.item)
         elif isinstance(event, ResponseCompletedEvent):
             completed = event.response
+    if completed is None and progress.tokens:
+        raise StreamCut("the stream ended before its reply did (no response.completed)")
     if completed is None or (not completed.output and not done and completed.usage is None and not progress.tokens):
         raise StreamNotOffered("the server's answer to a streaming request carried no streamed reply")
     if progress.tokens > progress.reported:

@@ -12,9 +12,15 @@ from typing import Any
 
 from openai import AsyncOpenAI
 
+from .client_copies import on_every_copy
+
 
 def with_text_content(client: AsyncOpenAI) -> AsyncOpenAI:
-    """`client`, whose chat completions send "" for an assistant message's null content."""
+    """`client` (and its copies), whose chat completions send "" for an assistant message's null content."""
+    return on_every_copy(client, _send_text_content)
+
+
+def _send_text_content(client: AsyncOpenAI) -> None:
     completions = client.chat.completions
     create: Callable[..., Awaitable[Any]] = completions.create
 
@@ -25,7 +31,6 @@ def with_text_content(client: AsyncOpenAI) -> AsyncOpenAI:
         return await create(*args, **kwargs)
 
     completions.create = create_with_text  # type: ignore[method-assign]
-    return client
 
 
 def _text_content(message: Any) -> Any:

@@ -54,11 +54,10 @@ def _output_items(response: ModelResponse) -> list[dict[str, Any]]:
 
 
 def _usage(usage: Any) -> dict[str, int]:
+    """A reply's usage as the record keeps it: the server's own counts, a negative one (a server
+    may send anything, attack W-S10) as 0, so no total the record or the CLI adds up goes down."""
     return {
-        "requests": usage.requests,
-        "input_tokens": usage.input_tokens,
-        "output_tokens": usage.output_tokens,
-        "total_tokens": usage.total_tokens,
+        name: max(0, getattr(usage, name)) for name in ("requests", "input_tokens", "output_tokens", "total_tokens")
     }
 
 

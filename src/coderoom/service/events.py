@@ -4,6 +4,8 @@ Why bounded queues that drop the oldest: the web page streams a session's events
 browser that may be slow or gone; the run must never wait for it, and its memory must not grow
 with it. A subscriber that falls more than SUBSCRIBER_QUEUE events behind loses the oldest and
 gets one `events_lost` event (with the count) in their place; the record itself has them all.
+The count is of record events only: a dropped LIVE_ONLY event (a reply's progress) has no line in
+the record, and the page numbers its events by record line (attack W-S04).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import asyncio
 from collections import deque
 from collections.abc import AsyncIterator
 
-from ..record.events import Event, EventsLost
+from ..record.events import LIVE_ONLY, Event, EventsLost
 
 SUBSCRIBER_QUEUE = 1000  # events one subscriber may be behind before the oldest are dropped
 
@@ -24,7 +26,7 @@ class _Subscriber:
         self.ready = asyncio.Event()
 
     def put(self, event: Event) -> None:
-        if len(self.queue) == self.queue.maxlen:
+        if len(self.queue) == self.queue.maxlen and self.queue[0].type not in LIVE_ONLY:
             self.lost += 1  # the deque drops the oldest itself
         self.queue.append(event)
         self.ready.set()
