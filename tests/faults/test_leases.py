@@ -9,7 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .harness import COMMAND, clean_env, containers, no_leftovers, start_run, tool_started
+from .harness import COMMAND, clean_env, containers, events, no_leftovers, start_run, tool_started
 from openai_server import OpenAIServer, Stall, call, say
 
 
@@ -44,9 +44,11 @@ def test_prune_reclaims_a_killed_run_and_spares_a_live_one(backend: str, tmp_pat
     no_leftovers(live)
 
 
-def test_a_kill_before_the_first_command_leaks_no_container(tmp_path: Path) -> None:
+def test_a_kill_before_the_first_command_keeps_its_container_for_recovery_and_prune_takes_it(tmp_path: Path) -> None:
     """Killed while the container is up but no command was sent (the first model request
-    stalls): the host has attached at start, so the container goes when the host dies."""
+    stalls): the run was bound to it, so the container waits out the recovery window instead of
+    going with its owner (docs/reliability.md), and `prune` saves the workspace into the run
+    folder and removes the container."""
     from backends import require_backend
 
     require_backend("docker")
@@ -56,7 +58,12 @@ def test_a_kill_before_the_first_command_leaks_no_container(tmp_path: Path) -> N
         assert run.seen_containers, "the probe must see the container"
         run.process.send_signal(signal.SIGKILL)
         run.finish()
-    no_leftovers(run)  # without prune
+    assert containers(run.process.pid) == run.seen_containers, "a bound run's container is kept for recovery"
+    said = _prune()
+    assert f"into '{tmp_path / 'run'}" in said and "recovered" in said, said
+    (end,) = [event for event in events(tmp_path / "run") if event["type"] == "run_end"]
+    assert end["status"] == "recovered", end
+    no_leftovers(run)
 
 
 def test_prune_spares_a_live_run_in_another_pid_namespace(backend: str, tmp_path: Path) -> None:
