@@ -18,6 +18,7 @@ or cannot be reached; see `sandboxes.docker.bindings`) ends its run at once, `er
 was lost and why, on a restart and in `prune` alike, unless the owner's own save had completed (a
 kill while closing): then it is `recovered` with what the run folder holds; a backend that can
 let a workspace go unsaved (`Orphan.discard`: Docker's kept container) is not reopened then.
+One process at a time recovers a workspace (`sandboxes.recovering`), and no prune removes it meanwhile.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from .artifacts import OUTPUT_DIR, PARTIAL_SUFFIX, WORKSPACE_ARCHIVE, SaveReport
 from .hostile.names import shown
 from .record.events import RECORD_FILE, RECOVERED, Event, ExtractRefused, RunEnd
 from .record.writer import encode
-from .sandboxes import backend_names, get_backend
+from .sandboxes import backend_names, get_backend, recovering
 from .sandboxes.base import SandboxBackend
 from .sandboxes.orphans import FindsOrphans, Orphan, WorkspaceLost
 from .sandboxes.records import trusted_folder
@@ -90,6 +91,13 @@ async def recover(
 
 
 async def _recover(orphan: Orphan, limit: int, remove_unsaved: bool) -> Recovery:
+    with recovering.held(orphan.where) as mine:
+        if not mine:  # left to the process that holds it: nothing is ended or removed here
+            return Recovery(orphan.where, orphan.run_dir, problem=recovering.BUSY)
+        return await _recover_held(orphan, limit, remove_unsaved)
+
+
+async def _recover_held(orphan: Orphan, limit: int, remove_unsaved: bool) -> Recovery:
     outcome = Recovery(orphan.where, orphan.run_dir)
     try:
         record = _open_record(orphan.run_dir, orphan.owner)

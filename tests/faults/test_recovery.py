@@ -89,6 +89,26 @@ async def test_prune_recovers_a_killed_servers_session_and_says_where(sessions_t
     assert not list(sessions_tmp.glob("coderoom-local-*"))
 
 
+async def test_a_workspace_another_process_is_recovering_is_left_to_it(sessions_tmp: Path, tmp_path: Path) -> None:
+    """Two recoverers on one workspace (a restarted server and the user's prune): while one holds
+    it, the other neither ends its run nor removes it (before, the second prune removed what the
+    first was still archiving); once the first is done, prune recovers it."""
+    from coderoom.sandboxes import recovering
+
+    run_dir = await _killed_with_a_live_session(tmp_path / "runs", tmp_path)
+    (folder,) = sessions_tmp.glob("coderoom-local-*")
+    with recovering.held(folder) as mine:
+        assert mine
+        busy = subprocess.run([*COMMAND, "sandbox", "prune"], capture_output=True, text=True, env=clean_env(), timeout=120)
+    assert busy.returncode == 0, busy.stderr
+    assert recovering.BUSY in " ".join(busy.stdout.split()) + " ".join(busy.stderr.split())
+    assert folder.is_dir() and read_record(run_dir).events[-1].type != "run_end"
+    done = subprocess.run([*COMMAND, "sandbox", "prune"], capture_output=True, text=True, env=clean_env(), timeout=120)
+    assert f"into '{run_dir}' (workspace.tar" in done.stdout, done.stdout + done.stderr
+    _assert_recovered(run_dir)
+    assert not folder.exists()
+
+
 def test_prune_recovers_a_killed_one_shot_run(sessions_tmp: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     steps = [call("exec_command", cmd="echo kept > made.txt"), call("exec_command", cmd="sleep 60"), say("never")]

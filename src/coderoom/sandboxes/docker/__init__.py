@@ -152,7 +152,8 @@ def prune(client: Any | None = None, skipped: list[str] | None = None) -> int:
     to remove is added to `skipped` (with a list to add to) and the others are still pruned."""
     import docker.errors
 
-    from . import egress
+    from .. import recovering
+    from . import bindings, egress
     from .image import docker_client
     from .network import prune_networks
 
@@ -164,7 +165,10 @@ def prune(client: Any | None = None, skipped: list[str] | None = None) -> int:
         if not owner_gone(container.labels):
             continue
         try:
-            container.remove(force=True)
+            with recovering.all_held(bindings.of_container(container.id)) as mine:
+                if not mine:  # its workspace is being saved by another process: that one removes it
+                    continue
+                container.remove(force=True)
         except docker.errors.NotFound:
             continue
         except docker.errors.APIError as exc:

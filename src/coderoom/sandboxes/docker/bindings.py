@@ -27,7 +27,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from .. import records
+from .. import records, recovering
 from ..leases import read_lease, write_lease
 from ..limits import Limits
 from ..orphans import Orphan, WorkspaceLost
@@ -59,6 +59,11 @@ def bind(folder: Path | None, container: str, run_dir: Path, owner: str, root: s
     return folder
 
 
+def of_container(container_id: str) -> list[Path]:
+    """The binding folders of a container (named by its id's first 12 characters, see `bind`)."""
+    return sorted(Path(tempfile.gettempdir()).glob(f"{PREFIX}{container_id[:12]}-*"))
+
+
 def unbind(folder: Path | None) -> None:
     """The sandbox closed (or its loss was recorded): its binding goes."""
     if folder is not None:
@@ -82,13 +87,16 @@ def abandoned_runs(limits: Limits) -> list[Orphan]:
 
 
 def prune() -> int:
-    """Remove the bindings whose owner is gone (after recovery has named their loss); how many."""
+    """Remove the bindings whose owner is gone (after recovery has named their loss), but for
+    one another process is recovering now (`recovering`); how many."""
     removed = 0
     for folder in Path(tempfile.gettempdir()).glob(f"{PREFIX}*"):
         owner = read_lease(folder)
         if owner is not None and not owner.alive() and os.lstat(folder).st_uid == os.getuid():
-            shutil.rmtree(folder, ignore_errors=True)
-            removed += 1
+            with recovering.held(folder) as mine:
+                if mine:
+                    shutil.rmtree(folder, ignore_errors=True)
+                    removed += 1
     return removed
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from ...errors import SandboxUnavailable
 from ...hostile import tree
 from ...hostile.names import shown
-from .. import records
+from .. import records, recovering
 from ..leases import Owner, abandoned, read_lease
 from . import bwrap, cgroup, leases
 
@@ -210,7 +210,10 @@ def prune(skipped: list[str] | None = None) -> int:
         try:
             if not owned(folder) or not abandoned(folder):
                 continue
-            _reclaim(folder)
+            with recovering.held(folder) as mine:
+                if not mine:  # another process is saving it (its recovery said so): it removes it
+                    continue
+                _reclaim(folder)
         except Exception as exc:  # noqa: BLE001 - any failure is this folder's alone
             if skipped is not None:
                 skipped.append(f"{shown(folder, 200)} left in place: {type(exc).__name__}: {shown(exc, 200)}")
