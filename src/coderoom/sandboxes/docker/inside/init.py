@@ -634,19 +634,44 @@ KEPT_NAME = "coderoom-kept"  # PID 1's name once it waits for a recovery, every 
 
 
 def live_pids():
-    """pid -> state letter of every process but this one that is not a zombie."""
+    """pid -> state letter of every process but this one that still has a live thread. A process
+    whose leading thread exited alone (the raw exit syscall, not exit_group) is listed as a
+    zombie while its other threads run on: it counts as live, with its threads' state ("T" once
+    all of them are stopped), so the kill passes stop and kill it like any other."""
     me, table = os.getpid(), {}
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == me:
             continue
-        try:
-            with open("/proc/%s/stat" % name, "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state not in (b"Z", b"X"):
+        state = task_state("/proc/%s/stat" % name)
+        if state in (b"Z", b"X"):
+            state = threads_state(name)
+        if state is not None and state not in (b"Z", b"X"):
             table[int(name)] = state
     return table
+
+
+def task_state(stat_path):
+    """The state letter in a /proc stat file, or None when it cannot be read (gone)."""
+    try:
+        with open(stat_path, "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def threads_state(pid):
+    """The state of a zombie leader's process from its other threads: None when none is alive,
+    b"T" when all live ones are stopped, else the first running one's letter."""
+    try:
+        tasks = os.listdir("/proc/%s/task" % pid)
+    except OSError:
+        return None
+    states = [task_state("/proc/%s/task/%s/stat" % (pid, tid)) for tid in tasks if tid != pid]
+    live = [state for state in states if state is not None and state not in (b"Z", b"X")]
+    if not live:
+        return None
+    running = [state for state in live if state not in (b"T", b"t")]
+    return running[0] if running else b"T"
 
 
 def kill_all_but_me(reap):
