@@ -139,3 +139,18 @@ async def test_the_rescue_exec_runs_no_sandbox_code(sandbox: Any) -> None:
         names = tar.getnames()
     assert "kept.txt" in names and "escaped.txt" not in names
     assert read_as_root(sandbox, "/workspace/escaped.txt") == ""  # no script ran, in no filter
+
+
+async def test_the_host_waits_for_pid_1s_kept_name_not_an_impostors(sandbox: Any) -> None:
+    """A sandbox process names itself coderoom-kept while PID 1 is attached: the host's wait
+    for the name must not take it (its exec would be refused, and a prune then removes the
+    container unsaved)."""
+    from coderoom.sandboxes.docker.rescue import RescuedSandbox
+
+    impostor = "import ctypes, time; ctypes.CDLL(None).prctl(15, b'coderoom-kept', 0, 0, 0); time.sleep(300)"
+    await sandbox.start_process(["python3", "-c", impostor], tty=False, lifetime=None)
+    deadline = time.monotonic() + WITHIN_S
+    while "coderoom-kept" not in [row[2] for row in processes(sandbox)]:
+        assert time.monotonic() < deadline, processes(sandbox)
+        await asyncio.sleep(0.1)
+    assert not await RescuedSandbox(sandbox.client, sandbox.container_id, LIMITS, root=sandbox.root)._kept(1.0)

@@ -84,11 +84,15 @@ class RescuedSandbox(DockerSandbox):
     async def _kept(self, wait: float) -> bool:
         """Wait (up to `wait` s) until init.py waits for a recovery: its name is KEPT_NAME, which
         it takes once every other process is dead (the engine's `top`: nothing runs in the
-        container for it). An exec started before that could be killed by its kill passes."""
+        container for it). An exec started before that could be killed by its kill passes.
+        Only PID 1's row counts (the engine's State.Pid, a host pid as `top` lists): any sandbox
+        process can give itself that name while PID 1 is still attached or killing."""
         deadline = asyncio.get_running_loop().time() + wait
         while True:
+            init = await asyncio.to_thread(self.client.api.inspect_container, self.container_id)
             top = await asyncio.to_thread(self.client.api.top, self.container_id, ps_args="-o pid,comm")
-            if any(row[-1] == KEPT_NAME for row in top.get("Processes") or []):
+            pid = str((init.get("State") or {}).get("Pid"))
+            if any(row[0] == pid and row[-1] == KEPT_NAME for row in top.get("Processes") or []):
                 return True
             if asyncio.get_running_loop().time() > deadline:
                 return False
