@@ -74,11 +74,12 @@ def kill(server: HttpServer, owners: list[int]) -> int:
 
 
 def restart_and_stop(runs: Path, cwd: Path) -> str:
-    """What a restarted server says on stderr (its recoveries come before it listens)."""
+    """What a restarted server says on stderr (it recovers in the background; its shutdown waits
+    for that)."""
     server = serve(runs, cwd)
     server.process.send_signal(signal.SIGTERM)
-    server.process.wait(60)
-    return "".join(server.stderr)
+    server.process.wait(300)
+    return "".join(server.stderr) + server.process.stderr.read()
 
 
 def prune() -> str:
