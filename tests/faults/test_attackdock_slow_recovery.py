@@ -1,5 +1,5 @@
-"""Attack pass D-R (2026-12-06): a dead owner's workspace whose recovery is slow holds up the
-restart of `serve`/`mcp`, which recovers before it listens (`SessionManager.__aenter__`).
+"""Attack pass D-R (2026-12-06): a dead owner's workspace whose recovery is slow held up the
+restart of `serve`/`mcp`, which recovered before it listened (`SessionManager.__aenter__`).
 
 Measured with the real Docker backend (docs/security.md, D-R8): 99,000 empty files with
 200-character names under a 3,000-character path, written by sandbox code in 2 s within the
