@@ -26,7 +26,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -46,6 +46,7 @@ from ..record.reader import MAX_LINE_BYTES, MAX_RECORD_BYTES
 from ..record.writer import encode
 from ..sandboxes.limits import Limits
 from ..sandboxes.spec import EnvironmentSpec
+from .activity import Activity
 from .events import EventHub
 from .holder import lost_message
 from .on_node import TAIL_WAIT_S, SessionActor
@@ -138,46 +139,29 @@ def _host_folder(runs_dir: Path, run_name: str) -> Path:
     return folder
 
 
-class RaySession:
+class RaySession(Activity):
     """A live session held by a Ray actor on a cluster node (see the module's docstring); the
     calls are `Session`'s (`holder.LiveSession`)."""
 
     max_read_bytes = MAX_READ_BYTES
 
     def __init__(self, ray: Any, actor: Any, run_dir: Path, limits: Limits, place: tuple[str, str]) -> None:
+        super().__init__(EventHub())
         self.id = secrets.token_urlsafe(16)
         self.run_dir = run_dir
         self.limits = limits
         self.node, self.host = place
         self.lost: str | None = None
-        self.last_used = time.monotonic()
         self._ray = ray
         self._actor = actor
-        self._hub = EventHub()
         self._offset = 0  # of the node's record, read so far
         self._copied = 0  # bytes of it copied here
         self._last_t = 0.0
         self._ended = False  # the record here has its run_end
-        self._closed = False
-        self._active = 0
         self._follower: asyncio.Task[None] | None = None
         self._close_lock = asyncio.Lock()
 
-    # -- state ---------------------------------------------------------------------------
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    @property
-    def busy(self) -> bool:
-        return self._active > 0
-
-    def idle_for(self) -> float:
-        return 0.0 if self.busy else time.monotonic() - self.last_used
-
-    def subscribe(self) -> AsyncIterator[Event]:
-        return self._hub.subscribe()
+    # -- state (`closed`, `busy`, `idle_for`, `subscribe`: see Activity) ----------------
 
     def _check_open(self) -> None:
         if self.lost is not None:

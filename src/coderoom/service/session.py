@@ -19,7 +19,7 @@ import secrets
 import shutil
 import stat
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Literal
@@ -50,6 +50,7 @@ from ..sandboxes.registry import backend_for
 from ..tools.python_kernel import (
     MAX_CODE_BYTES, KernelClient, KernelError, cell_record, cell_timeout, format_result, keeps_processes, read_figure,
 )
+from .activity import Activity
 from .events import EventHub
 from .history import History
 from .sandbox import WARM_MODULES, warm_imports
@@ -157,13 +158,14 @@ def session_job(
     return job.model_copy(update={"sandbox": job.sandbox.model_copy(update={"backend": sandbox})})
 
 
-class Session:
+class Session(Activity):
     """A live session; make one with `await Session.open(...)`, end it with `await close()`."""
 
     max_read_bytes = MAX_READ_BYTES  # the most read_file reads, for callers that do not import this module
     lost: str | None = None  # never: it runs in this process (a `RaySession` can lose its node)
 
     def __init__(self, lifecycle: RunLifecycle, hub: EventHub, tap: ConnectionTap) -> None:
+        super().__init__(hub)
         self.id = secrets.token_urlsafe(16)
         self.job = lifecycle.job
         self.model = lifecycle.model
@@ -171,7 +173,6 @@ class Session:
         self.limits = self.job.sandbox.limits
         self._live = lifecycle  # the run this session is: its sandbox's SDK session is `_live.session`
         self._recorder = lifecycle.recorder
-        self._hub = hub
         self._tap = tap
         self._rig = AgentRig.build(self.job, self.model, self._recorder, lifecycle.session)
         self._history = History()
@@ -179,11 +180,8 @@ class Session:
         self._close_lock = asyncio.Lock()
         self._asking: asyncio.Task[Any] | None = None
         self._stopping = False  # the ask in flight is being stopped (`stop`), not closed
-        self._active = 0
         self._calls = 0
-        self._closed = False
         self._warming: asyncio.Future[bool] | None = None  # see `_warm`
-        self.last_used = time.monotonic()
 
     @classmethod
     async def open(
@@ -243,23 +241,7 @@ class Session:
             steps = [warm_imports((module,)) for module in WARM_MODULES]
             self._warming = asyncio.ensure_future(KernelClient(session).warm(steps, cell_timeout(self.limits.timeout)))
 
-    # -- state ---------------------------------------------------------------------------
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    @property
-    def busy(self) -> bool:
-        """A request is in flight: the idle reaper leaves the session alone."""
-        return self._active > 0
-
-    def idle_for(self) -> float:
-        return 0.0 if self.busy else time.monotonic() - self.last_used
-
-    def subscribe(self) -> AsyncIterator[Event]:
-        """The record's events from now on, as they are written, until run_end (see EventHub)."""
-        return self._hub.subscribe()
+    # -- state (`closed`, `busy`, `idle_for`, `subscribe`: see Activity) ----------------
 
     def _begin(self) -> None:
         self._check_open()
