@@ -162,7 +162,7 @@ def test_a_run_folder_over_the_cap_still_sends_its_record_back(tmp_path: Path, m
     monkeypatch.setattr(transfer, "MAX_RUN_FOLDER_BYTES", 64 * 1024)
     monkeypatch.setattr(on_node, "prepare_backend", lambda sandbox, say: None)
 
-    async def filled(entry, run_dir, environ, listeners=(), inputs_from=None):  # type: ignore[no-untyped-def]
+    async def filled(entry, run_dir, environ, listeners=(), inputs_from=None, budget=None):  # type: ignore[no-untyped-def]
         run_dir.mkdir()
         (run_dir / "run.jsonl").write_text('{"type":"run_start"}\n')
         (run_dir / "workspace.tar").write_bytes(b"\0" * 128 * 1024)  # the sandbox's workspace, filled
