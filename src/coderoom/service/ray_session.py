@@ -42,7 +42,7 @@ from ..hostile.names import UnsafePath, safe_relative_path
 from ..hostile.tree import WorkspaceLimitError
 from ..record.events import EVENT_TYPES, Event, RunEnd
 from ..record.names import RECORD_FILE
-from ..record.reader import MAX_LINE_BYTES, MAX_RECORD_BYTES
+from ..record.reader import MAX_EVENTS, MAX_LINE_BYTES, MAX_RECORD_BYTES
 from ..record.writer import encode
 from ..sandboxes.limits import Limits
 from ..sandboxes.spec import EnvironmentSpec
@@ -56,6 +56,7 @@ OPEN_TIMEOUT_S = 600.0  # for a node with room to take the session and start its
 CLOSE_TAIL_S = 3 * TAIL_WAIT_S  # after the close, for the record's last lines to arrive
 CONFIRM_S = 60.0  # an actor Ray calls unavailable: how long it has to answer again before it counts as lost
 CLEANUP_S = 30.0  # for the node to remove its copy of the run folder before the actor is ended
+END_ROOM_BYTES = 64 * 1024  # of the copy, kept for the run_end "lost" after the node's lines (its cause is one line)
 
 
 class RayOpener:
@@ -156,6 +157,7 @@ class RaySession(Activity):
         self._actor = actor
         self._offset = 0  # of the node's record, read so far
         self._copied = 0  # bytes of it copied here
+        self._count = 0  # events of it copied here
         self._last_t = 0.0
         self._ended = False  # the record here has its run_end
         self._follower: asyncio.Task[None] | None = None
@@ -287,14 +289,20 @@ class RaySession(Activity):
                 events.append(event)
         self._append(events)
 
-    def _append(self, events: list[Event]) -> None:
+    def _append(self, events: list[Event], *, end_room: bool = True) -> None:
+        """Append within the reader's bounds (MAX_RECORD_BYTES, MAX_EVENTS), so the copy stays a
+        readable record; the node's lines leave room (`end_room`) for the run_end "lost" that
+        `_lose` appends, so a lost session's record always says how it ended."""
+        room_bytes = MAX_RECORD_BYTES - (END_ROOM_BYTES if end_room else 0)
+        room_events = MAX_EVENTS - (1 if end_room else 0)
         lines = []
         for event in events:
             text = encode(event)
-            if self._ended or self._copied + len(text) > MAX_RECORD_BYTES:
+            if self._ended or self._copied + len(text) > room_bytes or self._count >= room_events:
                 break
             lines.append(text)
             self._copied += len(text)
+            self._count += 1
             self._last_t = max(self._last_t, event.t)
             self._ended = event.type == "run_end"
         with contextlib.suppress(OSError):  # a full disk here: the page still streams; the close says more
@@ -314,7 +322,7 @@ class RaySession(Activity):
             if not self._ended:
                 end = RunEnd(t=self._last_t, status="lost", error=f"the session was lost: {cause}", cause=cause,
                              saved=[RECORD_FILE] if self._copied else [])  # fmt: skip
-                self._append([end])  # type: ignore[list-item]
+                self._append([end], end_room=False)  # type: ignore[list-item]
             self._hub.close()
             if self._follower is not None and self._follower is not asyncio.current_task():
                 self._follower.cancel()
