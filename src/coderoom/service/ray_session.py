@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from ..cluster.connect import first_line, model_environ, room_for
+from ..cluster.connect import busy_for, first_line, model_environ, room_for
 from ..cluster.transfer import unpack_run_folder
 from ..errors import (
     CoderoomError, RunFolderUnavailable, SandboxFailed, SaveFailed, SandboxUnavailable, SessionClosed, SessionLost, UsageError,
@@ -86,6 +86,9 @@ class RayOpener:
         problem = await asyncio.to_thread(room_for, limits)
         if problem is not None:
             raise SandboxUnavailable(f"no node of the Ray cluster can hold this session: it {problem}")
+        busy = await asyncio.to_thread(busy_for, limits)
+        if busy is not None:
+            raise SandboxUnavailable(f"no room on the Ray cluster for this session now: it {busy}")
         staged = {path: workspace_content(path, data, limits) for path, data in (files or {}).items()}
         settings = {"model": model, "sandbox": sandbox, "limits": limits, "files": staged, "name": name,
                     "instructions": instructions, "environ": self._environ, "environment": environment}  # fmt: skip
