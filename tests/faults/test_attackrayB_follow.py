@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from coderoom.errors import RunFolderUnavailable, SandboxFailed
 from coderoom.record import read_record
 from coderoom.record.events import Egress, RunStart
 from coderoom.record.writer import encode
@@ -72,3 +73,21 @@ async def test_a_line_that_is_no_event_is_left_out_and_the_follower_goes_on(tmp_
     session._copy(_node_lines(1) + line + b"\n" + encode(Egress(t=2.0)).encode("ascii"))
     events = read_record(session.run_dir).events
     assert [e.type for e in events] == ["run_start", "egress", "egress"] and not session._ended
+
+
+@pytest.mark.parametrize("name", [
+    "..", "../x", "/etc", "a/b", ".", "x" * 300,  # out of the runs folder, or no one name
+    "\ud800",  # not encodable as a file name: was a UnicodeEncodeError out of the open (the page's 500)
+    "session-1\nforged line", "\u202eexe.txt", ".coderoom-incoming-x",  # was: made on the driver as named
+])
+def test_a_run_folder_name_the_node_reports_is_one_coderoom_makes_or_the_open_fails(tmp_path, name: str) -> None:
+    with pytest.raises(SandboxFailed, match="unsafe name"):
+        ray_session._host_folder(tmp_path / "runs", name)
+    assert not (tmp_path / "runs").exists() or list((tmp_path / "runs").iterdir()) == []
+
+
+def test_a_run_folder_name_already_taken_on_the_driver_is_not_reused(tmp_path) -> None:
+    (tmp_path / "runs" / "session-20261206-000000-abcdef").mkdir(parents=True)
+    with pytest.raises(RunFolderUnavailable, match="File exists"):
+        ray_session._host_folder(tmp_path / "runs", "session-20261206-000000-abcdef")
+    assert ray_session._host_folder(tmp_path / "runs", "web-20261206-000000-abcdef").is_dir()

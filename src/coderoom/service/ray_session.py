@@ -38,10 +38,9 @@ from ..errors import (
     CoderoomError, RunFolderUnavailable, SandboxFailed, SaveFailed, SandboxUnavailable, SessionClosed, SessionLost, UsageError,
 )
 from ..hostile.archive import ArchiveError
-from ..hostile.names import UnsafePath, safe_relative_path
 from ..hostile.tree import WorkspaceLimitError
 from ..record.events import EVENT_TYPES, Event, RunEnd
-from ..record.names import RECORD_FILE
+from ..record.names import RECORD_FILE, RUN_NAME
 from ..record.reader import MAX_EVENTS, MAX_LINE_BYTES, MAX_RECORD_BYTES
 from ..record.writer import encode
 from ..sandboxes.limits import Limits
@@ -127,15 +126,12 @@ def _opening_error(ray: Any, exc: BaseException) -> BaseException:
 
 
 def _host_folder(runs_dir: Path, run_name: str) -> Path:
-    """The run folder on this machine, named as its node named it (one plain name, checked)."""
-    try:
-        name = safe_relative_path(run_name)
-    except UnsafePath:
-        raise SandboxFailed("the session's node named its run folder with an unsafe name") from None
-    if len(name.parts) != 1:
-        raise SandboxFailed("the session's node named its run folder with more than one name")
+    """The run folder on this machine, named as its node named it: a run folder's name as
+    coderoom makes one (`RUN_NAME`: no separator, `..`, control, bidi or hidden name)."""
+    if not isinstance(run_name, str) or not RUN_NAME.fullmatch(run_name):
+        raise SandboxFailed("the session's node named its run folder with an unsafe name")
     runs_dir.mkdir(parents=True, exist_ok=True)
-    folder = runs_dir / str(name)
+    folder = runs_dir / run_name
     try:
         folder.mkdir()
     except OSError as exc:
