@@ -94,6 +94,25 @@ async def test_a_session_opened_when_every_node_is_taken_is_refused_at_once(join
     assert len(list((tmp_path / "runs").iterdir())) == 2  # the refused one left no run folder
 
 
+async def test_a_close_whose_caller_is_cancelled_still_saves_the_session_and_ends_its_actor(joined, tmp_path: Path) -> None:
+    sessions = manager(tmp_path / "runs")
+    async with sessions:
+        session = await sessions.open()
+        # a workspace that takes the node a while to save: the cancel lands while the node closes
+        assert (await session.exec("mkdir -p output && head -c 300M /dev/urandom > output/kept.bin")).exit_code == 0
+        closing = asyncio.ensure_future(sessions.close(session.id))
+        await asyncio.sleep(0.5)  # the close is on its way to the node
+        closing.cancel()  # an MCP client's cancel of its close_session, the reaper at shutdown
+        deadline = time.monotonic() + LOSS_DEADLINE_S
+        while left_on_the_node(session.run_dir.name):  # was: the actor lived on, its node's cpu held
+            assert time.monotonic() < deadline, "the cancelled close left its actor and its folder on the node"
+            await asyncio.sleep(1)
+        assert sessions.live == []
+    events = read_record(session.run_dir).events
+    assert (events[-1].type, events[-1].status) == ("run_end", "ok")
+    assert (session.run_dir / "workspace.tar").is_file()
+
+
 async def test_a_session_whose_actor_worker_is_killed_is_lost_and_its_sandbox_dies_with_it(joined, tmp_path: Path) -> None:
     _, nodes = joined
     sessions = manager(tmp_path / "runs")

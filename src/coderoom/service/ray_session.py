@@ -335,7 +335,20 @@ class RaySession(Activity):
     async def close(self, *, keep_unsaved: bool = True) -> Path:
         """Close and save the session on its node as on one machine, then bring its run folder
         here through the exit policy in place of the copy; the actor is ended. Idempotent. A
-        save the node's disk refused (SaveFailed, with `keep_unsaved`) leaves it open."""
+        save the node's disk refused (SaveFailed, with `keep_unsaved`) leaves it open.
+
+        A caller cancelled meanwhile (a client's cancel of its close, the manager's reaper at
+        shutdown) does not stop the close: cut short, it left the actor alive holding its node's
+        cpus for the server's life, the session already counted closed (a later close returned
+        at once), its run folder never brought back."""
+        closing = asyncio.ensure_future(self._close(keep_unsaved))
+        try:
+            return await asyncio.shield(closing)
+        except asyncio.CancelledError:
+            closing.add_done_callback(_retrieved)
+            raise
+
+    async def _close(self, keep_unsaved: bool) -> Path:
         async with self._close_lock:
             if self.lost is not None:
                 raise SessionLost(self._lost_message())
@@ -388,6 +401,13 @@ class RaySession(Activity):
             await asyncio.wait_for(_awaited(self._actor.remove.remote()), CLEANUP_S)
         with contextlib.suppress(Exception):
             self._ray.kill(self._actor, no_restart=True)
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """A close nobody waits for any more: its outcome is taken (and said on stderr by `_lose`
+    when the node was lost), not left for asyncio to report as never retrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _event(line: bytes) -> Event | None:
