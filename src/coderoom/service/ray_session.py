@@ -52,6 +52,7 @@ from .on_node import TAIL_WAIT_S, SessionActor
 from .session import MAX_READ_BYTES, AskResult, CellResult, CommandResult, FileInfo, workspace_content
 
 OPEN_TIMEOUT_S = 600.0  # for a node with room to take the session and start its sandbox
+BUSY_GRACE_S = 20.0  # for a full cluster to free room (a session just closed: Ray frees its actor's cpus after the close)
 CLOSE_TAIL_S = 3 * TAIL_WAIT_S  # after the close, for the record's last lines to arrive
 CONFIRM_S = 60.0  # an actor Ray calls unavailable: how long it has to answer again before it counts as lost
 CLEANUP_S = 30.0  # for the node to remove its copy of the run folder before the actor is ended
@@ -85,9 +86,11 @@ class RayOpener:
         problem = await asyncio.to_thread(room_for, limits)
         if problem is not None:
             raise SandboxUnavailable(f"no node of the Ray cluster can hold this session: it {problem}")
-        busy = await asyncio.to_thread(busy_for, limits)
-        if busy is not None:
-            raise SandboxUnavailable(f"no room on the Ray cluster for this session now: it {busy}")
+        deadline = time.monotonic() + BUSY_GRACE_S
+        while (busy := await asyncio.to_thread(busy_for, limits)) is not None:
+            if time.monotonic() >= deadline:
+                raise SandboxUnavailable(f"no room on the Ray cluster for this session now: it {busy}")
+            await asyncio.sleep(1.0)
         staged = {path: workspace_content(path, data, limits) for path, data in (files or {}).items()}
         settings = {"model": model, "sandbox": sandbox, "limits": limits, "files": staged, "name": name,
                     "instructions": instructions, "environ": self._environ, "environment": environment}  # fmt: skip
