@@ -1,7 +1,8 @@
 """Joining a Ray cluster, shared by every `--ray` command (`batch`, `serve`, `mcp`): the one
 place that decides which cluster is joined (`connect`: never one of our own, loopback kept on
 loopback), whether a sandbox of given limits fits on some live node (`room_for`: else Ray would
-wait forever), what of the driver's environment travels to the nodes (`model_environ`: the
+wait forever), whether the cluster has room for it now (`busy_for`: a live session is refused,
+not queued), what of the driver's environment travels to the nodes (`model_environ`: the
 model's settings only) and how a Ray error is told in one line (`first_line`).
 
 Nothing here imports Ray at module level: `ray` takes seconds to import, and a command without
@@ -113,6 +114,24 @@ def room_for(limits: Limits) -> str | None:
         f"needs {limits.cpus:g} cpus and {shown_size(limits.memory)} of memory on one node; "
         f"the cluster's nodes have at most {most_cpus:g} cpus and {shown_size(int(most_memory))} "
         "(lower --limit cpus / --memory, or add a larger node)"
+    )
+
+
+def busy_for(limits: Limits) -> str | None:
+    """None when the cluster has, free now, the cpus and memory of `limits` (summed over its live
+    nodes: when even the sum falls short no node has room); else what is free, for the refusal.
+    For a live session, which someone waits for: Ray would queue it until a node frees up
+    (a batch's jobs wait their turn on purpose; a session opened from the page must not)."""
+    import ray
+
+    free = ray.available_resources()
+    free_cpus, free_memory = free.get("CPU", 0), free.get("memory", 0)
+    if free_cpus >= limits.cpus and free_memory >= limits.memory:
+        return None
+    return (
+        f"needs {limits.cpus:g} cpus and {shown_size(limits.memory)} of memory; the cluster has "
+        f"{free_cpus:g} cpus and {shown_size(int(free_memory))} free now (its nodes are busy: close a "
+        "session, or try again later)"
     )
 
 

@@ -19,7 +19,6 @@ import asyncio
 import base64
 import binascii
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -36,6 +35,7 @@ from ..hostile.exits import LEFT_OUT_NOTE, ExitEntry, exit_policy, folder_entrie
 from ..hostile.names import UnsafePath, safe_relative_path
 from ..hostile.tree import open_beneath
 from ..record.events import Egress
+from ..record.names import RUN_NAME
 from ..record.notes import egress_line, egress_row
 from ..sandboxes.limits import Limits
 from ..sandboxes.spec import EnvironmentSpec
@@ -52,7 +52,6 @@ MAX_OPEN_TOTAL_BYTES = 256 * 1024**2
 """Of all files one open_session or run_job copies in (read from host paths and decoded)."""
 MAX_RESOURCE_BYTES = 16 * 1024**2  # one resource read
 MAX_LISTED_RESOURCES = 200  # session output files listed as resources
-RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,120}$")
 
 INSTRUCTIONS = (
     "coderoom runs Python and shell commands in an isolated sandbox (no network, resource "

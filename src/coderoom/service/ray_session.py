@@ -32,17 +32,16 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from ..cluster.connect import first_line, model_environ, room_for
+from ..cluster.connect import busy_for, first_line, model_environ, room_for
 from ..cluster.transfer import unpack_run_folder
 from ..errors import (
     CoderoomError, RunFolderUnavailable, SandboxFailed, SaveFailed, SandboxUnavailable, SessionClosed, SessionLost, UsageError,
 )
 from ..hostile.archive import ArchiveError
-from ..hostile.names import UnsafePath, safe_relative_path
 from ..hostile.tree import WorkspaceLimitError
 from ..record.events import EVENT_TYPES, Event, RunEnd
-from ..record.names import RECORD_FILE
-from ..record.reader import MAX_LINE_BYTES, MAX_RECORD_BYTES
+from ..record.names import RECORD_FILE, RUN_NAME
+from ..record.reader import MAX_EVENTS, MAX_LINE_BYTES, MAX_RECORD_BYTES
 from ..record.writer import encode
 from ..sandboxes.limits import Limits
 from ..sandboxes.spec import EnvironmentSpec
@@ -53,9 +52,11 @@ from .on_node import TAIL_WAIT_S, SessionActor
 from .session import MAX_READ_BYTES, AskResult, CellResult, CommandResult, FileInfo, workspace_content
 
 OPEN_TIMEOUT_S = 600.0  # for a node with room to take the session and start its sandbox
+BUSY_GRACE_S = 20.0  # for a full cluster to free room (a session just closed: Ray frees its actor's cpus after the close)
 CLOSE_TAIL_S = 3 * TAIL_WAIT_S  # after the close, for the record's last lines to arrive
 CONFIRM_S = 60.0  # an actor Ray calls unavailable: how long it has to answer again before it counts as lost
 CLEANUP_S = 30.0  # for the node to remove its copy of the run folder before the actor is ended
+END_ROOM_BYTES = 64 * 1024  # of the copy, kept for the run_end "lost" after the node's lines (its cause is one line)
 
 
 class RayOpener:
@@ -85,6 +86,11 @@ class RayOpener:
         problem = await asyncio.to_thread(room_for, limits)
         if problem is not None:
             raise SandboxUnavailable(f"no node of the Ray cluster can hold this session: it {problem}")
+        deadline = time.monotonic() + BUSY_GRACE_S
+        while (busy := await asyncio.to_thread(busy_for, limits)) is not None:
+            if time.monotonic() >= deadline:
+                raise SandboxUnavailable(f"no room on the Ray cluster for this session now: it {busy}")
+            await asyncio.sleep(1.0)
         staged = {path: workspace_content(path, data, limits) for path, data in (files or {}).items()}
         settings = {"model": model, "sandbox": sandbox, "limits": limits, "files": staged, "name": name,
                     "instructions": instructions, "environ": self._environ, "environment": environment}  # fmt: skip
@@ -123,15 +129,12 @@ def _opening_error(ray: Any, exc: BaseException) -> BaseException:
 
 
 def _host_folder(runs_dir: Path, run_name: str) -> Path:
-    """The run folder on this machine, named as its node named it (one plain name, checked)."""
-    try:
-        name = safe_relative_path(run_name)
-    except UnsafePath:
-        raise SandboxFailed("the session's node named its run folder with an unsafe name") from None
-    if len(name.parts) != 1:
-        raise SandboxFailed("the session's node named its run folder with more than one name")
+    """The run folder on this machine, named as its node named it: a run folder's name as
+    coderoom makes one (`RUN_NAME`: no separator, `..`, control, bidi or hidden name)."""
+    if not isinstance(run_name, str) or not RUN_NAME.fullmatch(run_name):
+        raise SandboxFailed("the session's node named its run folder with an unsafe name")
     runs_dir.mkdir(parents=True, exist_ok=True)
-    folder = runs_dir / str(name)
+    folder = runs_dir / run_name
     try:
         folder.mkdir()
     except OSError as exc:
@@ -156,6 +159,7 @@ class RaySession(Activity):
         self._actor = actor
         self._offset = 0  # of the node's record, read so far
         self._copied = 0  # bytes of it copied here
+        self._count = 0  # events of it copied here
         self._last_t = 0.0
         self._ended = False  # the record here has its run_end
         self._follower: asyncio.Task[None] | None = None
@@ -287,14 +291,20 @@ class RaySession(Activity):
                 events.append(event)
         self._append(events)
 
-    def _append(self, events: list[Event]) -> None:
+    def _append(self, events: list[Event], *, end_room: bool = True) -> None:
+        """Append within the reader's bounds (MAX_RECORD_BYTES, MAX_EVENTS), so the copy stays a
+        readable record; the node's lines leave room (`end_room`) for the run_end "lost" that
+        `_lose` appends, so a lost session's record always says how it ended."""
+        room_bytes = MAX_RECORD_BYTES - (END_ROOM_BYTES if end_room else 0)
+        room_events = MAX_EVENTS - (1 if end_room else 0)
         lines = []
         for event in events:
             text = encode(event)
-            if self._ended or self._copied + len(text) > MAX_RECORD_BYTES:
+            if self._ended or self._copied + len(text) > room_bytes or self._count >= room_events:
                 break
             lines.append(text)
             self._copied += len(text)
+            self._count += 1
             self._last_t = max(self._last_t, event.t)
             self._ended = event.type == "run_end"
         with contextlib.suppress(OSError):  # a full disk here: the page still streams; the close says more
@@ -314,7 +324,7 @@ class RaySession(Activity):
             if not self._ended:
                 end = RunEnd(t=self._last_t, status="lost", error=f"the session was lost: {cause}", cause=cause,
                              saved=[RECORD_FILE] if self._copied else [])  # fmt: skip
-                self._append([end])  # type: ignore[list-item]
+                self._append([end], end_room=False)  # type: ignore[list-item]
             self._hub.close()
             if self._follower is not None and self._follower is not asyncio.current_task():
                 self._follower.cancel()
@@ -328,7 +338,20 @@ class RaySession(Activity):
     async def close(self, *, keep_unsaved: bool = True) -> Path:
         """Close and save the session on its node as on one machine, then bring its run folder
         here through the exit policy in place of the copy; the actor is ended. Idempotent. A
-        save the node's disk refused (SaveFailed, with `keep_unsaved`) leaves it open."""
+        save the node's disk refused (SaveFailed, with `keep_unsaved`) leaves it open.
+
+        A caller cancelled meanwhile (a client's cancel of its close, the manager's reaper at
+        shutdown) does not stop the close: cut short, it left the actor alive holding its node's
+        cpus for the server's life, the session already counted closed (a later close returned
+        at once), its run folder never brought back."""
+        closing = asyncio.ensure_future(self._close(keep_unsaved))
+        try:
+            return await asyncio.shield(closing)
+        except asyncio.CancelledError:
+            closing.add_done_callback(_retrieved)
+            raise
+
+    async def _close(self, keep_unsaved: bool) -> Path:
         async with self._close_lock:
             if self.lost is not None:
                 raise SessionLost(self._lost_message())
@@ -381,6 +404,13 @@ class RaySession(Activity):
             await asyncio.wait_for(_awaited(self._actor.remove.remote()), CLEANUP_S)
         with contextlib.suppress(Exception):
             self._ray.kill(self._actor, no_restart=True)
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """A close nobody waits for any more: its outcome is taken (and said on stderr by `_lose`
+    when the node was lost), not left for asyncio to report as never retrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _event(line: bytes) -> Event | None:
