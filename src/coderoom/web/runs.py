@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import stat
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -19,9 +18,9 @@ from ..errors import RecordError
 from ..hostile.tree import open_beneath
 from ..record import read_record
 from ..record.events import RECORD_FILE
+from ..record.names import RUN_NAME
 from .view import bounded, event_json
 
-RUN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,199}$")
 MAX_RUNS_LISTED = 500
 SUMMARY_BYTES = 256 * 1024
 """Of a record read for the run list: its first line (run_start) and its end (run_end)."""
