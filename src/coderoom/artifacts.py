@@ -270,6 +270,13 @@ def _write_and_extract(archive: IO[bytes], run_dir: Path, limit: int, stop: thre
     if stop.is_set():
         report.incomplete = "interrupted before the outputs were extracted from workspace.tar"
         raise SaveAborted
+    publish_outputs(run_dir, limit, report)
+
+
+def publish_outputs(run_dir: Path, limit: int, report: SaveReport) -> None:
+    """Extract output/ from the run folder's workspace.tar through the exit policy and publish it
+    whole: the last step of a save, and what recovery does again when its owner was killed
+    between the archive's rename into place and this step (then output/ is not there at all)."""
     with _staging(run_dir) as staging:
         extracted = extract_leaving_out(run_dir / WORKSPACE_ARCHIVE, staging, members=[OUTPUT_DIR], max_bytes=limit)
         _publish(staging, run_dir)

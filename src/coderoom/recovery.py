@@ -26,11 +26,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .artifacts import OUTPUT_DIR, PARTIAL_SUFFIX, WORKSPACE_ARCHIVE, SaveReport, save_workspace
+from .artifacts import OUTPUT_DIR, PARTIAL_SUFFIX, WORKSPACE_ARCHIVE, SaveReport, publish_outputs, save_workspace
 from .hostile.names import shown
 from .record.events import RECORD_FILE, RECOVERED, Event, ExtractRefused, RunEnd
 from .record.writer import encode
@@ -107,7 +108,7 @@ async def _recover_held(orphan: Orphan, limit: int, remove_unsaved: bool) -> Rec
     try:
         report = SaveReport()
         try:
-            if orphan.discard is not None and _saved_before(orphan.run_dir, report):
+            if orphan.discard is not None and _saved_before(orphan.run_dir, report, limit):
                 await orphan.discard()  # the owner's own save had finished: nothing to save again
             else:
                 async with orphan.reopen(remove_on_failure=remove_unsaved) as session:
@@ -117,7 +118,7 @@ async def _recover_held(orphan: Orphan, limit: int, remove_unsaved: bool) -> Rec
         except NotRecoverable as exc:
             outcome.problem = f"the workspace was not saved: {exc}"
         except WorkspaceLost as exc:
-            if _saved_before(orphan.run_dir, report):  # killed after its save: nothing was lost
+            if _saved_before(orphan.run_dir, report, limit):  # killed after its save: nothing was lost
                 outcome.problem = None
             else:
                 outcome.problem, outcome.lost = f"the workspace was lost: {exc}", True
@@ -164,14 +165,18 @@ def _open_record(run_dir: Path, owner: str) -> int:
     return fd
 
 
-def _saved_before(run_dir: Path, report: SaveReport) -> bool:
-    """Whether the owner's own save had completed before it died (its workspace.tar is only ever
-    renamed into place whole): then `report` lists what is in the run folder, and a partial
-    archive left beside it by the kill is removed."""
+def _saved_before(run_dir: Path, report: SaveReport, limit: int) -> bool:
+    """Whether the owner's own save had archived the workspace before it died (its workspace.tar
+    is only ever renamed into place whole): then `report` lists what is in the run folder, output/
+    is extracted from that archive if the kill came before it was (it is published whole or not
+    at all), and a partial archive left beside it by the kill is removed."""
     with contextlib.suppress(FileNotFoundError):
         partial = run_dir / (WORKSPACE_ARCHIVE + PARTIAL_SUFFIX)
         if stat.S_ISREG(os.lstat(partial).st_mode):
             partial.unlink()
+    for staging in run_dir.glob(f".{OUTPUT_DIR}-*{PARTIAL_SUFFIX}"):  # an extraction the kill cut
+        if not staging.is_symlink() and staging.is_dir():
+            shutil.rmtree(staging, ignore_errors=True)
     try:
         if not stat.S_ISREG(os.lstat(run_dir / WORKSPACE_ARCHIVE).st_mode):
             return False
@@ -179,6 +184,9 @@ def _saved_before(run_dir: Path, report: SaveReport) -> bool:
         return False
     report.saved.append(WORKSPACE_ARCHIVE)
     output = run_dir / OUTPUT_DIR
+    if not output.is_symlink() and not output.exists():
+        publish_outputs(run_dir, limit, report)
+        return True
     if not output.is_symlink() and output.is_dir():
         for top, dirs, files in os.walk(output):  # links are not followed
             for name in sorted(files):
