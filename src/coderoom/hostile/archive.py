@@ -28,7 +28,8 @@ MAX_MEMBERS = MAX_ENTRIES  # members of any kind a tar may hold before reading s
 
 
 class ArchiveError(ValueError):
-    """A tar archive that is not what a workspace archive may be: compressed, or too many members."""
+    """A tar archive that is not what it may be: compressed, too many members, or (`one_file`)
+    not one regular file within its bound."""
 
 
 def each_member(tar: tarfile.TarFile, limit: int = MAX_MEMBERS) -> Iterator[tarfile.TarInfo]:
@@ -39,6 +40,42 @@ def each_member(tar: tarfile.TarFile, limit: int = MAX_MEMBERS) -> Iterator[tarf
             raise ArchiveError(f"more than {limit} members (MAX_MEMBERS): not read further")
         tar.members.clear()  # type: ignore[attr-defined]  # TarFile.members: untyped in typeshed
         yield member
+
+
+_ONE_FILE_SLACK = 64 * 1024  # the tar headers and padding around one file's bytes
+
+
+def one_file(chunks: Iterable[bytes], max_bytes: int) -> bytes:
+    """The bytes of the one regular file in the tar `chunks`, as Docker's archive API sends a
+    path of a container (`get_archive`), gathered no further than `max_bytes` allows.
+
+    Why one reader: the container's file is hostile (or the image's build's), so every caller
+    needs the same bounds: the stream is read to at most `max_bytes` plus the tar's own
+    headers and padding, the archive is uncompressed, it holds exactly one member, that member
+    is a regular file (not a link, a device, a directory), and it is at most `max_bytes`.
+    ArchiveError (a ValueError) says which of these failed."""
+    bound = max_bytes + _ONE_FILE_SLACK
+    data = bytearray()
+    for chunk in chunks:
+        data += chunk
+        if len(data) > bound:
+            raise ArchiveError(f"over {max_bytes} bytes: not read further")
+    try:
+        with tarfile.open(fileobj=io.BytesIO(bytes(data)), mode="r:") as tar:
+            member = tar.next()
+            if member is None or tar.next() is not None:
+                raise ArchiveError("not an archive of exactly one file")
+            if not member.isreg():
+                raise ArchiveError("its one member is not a regular file")
+            if member.size > max_bytes:
+                raise ArchiveError(f"over {max_bytes} bytes")
+            handle = tar.extractfile(member)
+            content = handle.read(max_bytes + 1) if handle is not None else b""
+    except (tarfile.TarError, OSError, EOFError):
+        raise ArchiveError("an archive that does not read as an uncompressed tar") from None
+    if len(content) != member.size:
+        raise ArchiveError("an archive cut short")
+    return content
 
 
 def open_plain(archive: IO[bytes] | Path) -> tarfile.TarFile:

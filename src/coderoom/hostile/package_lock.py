@@ -9,36 +9,26 @@ else refuses the whole list (ValueError), which the run record then says instead
 
 from __future__ import annotations
 
-import io
 import json
 import re
-import tarfile
 from collections.abc import Iterable
+
+from .archive import ArchiveError, one_file
 
 MAX_LOCK_BYTES = 256 * 1024
 MAX_LOCKED = 2000
-_TAR_OVERHEAD = 64 * 1024  # of the one-file tar the engine sends around the list
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,98}[A-Za-z0-9])?")
 _VERSION = re.compile(r"[A-Za-z0-9.+!_-]{1,64}")
 
 
 def lock_from_archive(chunks: Iterable[bytes]) -> tuple[tuple[str, str], ...]:
     """The pairs of the list in the one-file tar `chunks` (Docker's archive of a path), read
-    no further than the list's bound allows; ValueError naming what is wrong."""
-    data = bytearray()
-    for chunk in chunks:
-        data += chunk
-        if len(data) > MAX_LOCK_BYTES + _TAR_OVERHEAD:
-            raise ValueError(f"the image's package list is over {MAX_LOCK_BYTES} bytes")
+    with `archive.one_file`'s bounds; ValueError naming what is wrong."""
     try:
-        with tarfile.open(fileobj=io.BytesIO(bytes(data))) as tar:
-            member = tar.next()
-            if member is None or not member.isfile() or member.size > MAX_LOCK_BYTES:
-                raise ValueError("the image's package list is not a file within its size limit")
-            handle = tar.extractfile(member)
-            return parse_lock(handle.read(MAX_LOCK_BYTES + 1) if handle is not None else b"")
-    except tarfile.TarError:
-        raise ValueError("the image's package list came in an archive that does not read") from None
+        data = one_file(chunks, MAX_LOCK_BYTES)
+    except ArchiveError as exc:
+        raise ValueError(f"the image's package list: {exc}") from None
+    return parse_lock(data)
 
 
 def parse_lock(data: bytes) -> tuple[tuple[str, str], ...]:

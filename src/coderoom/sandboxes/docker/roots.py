@@ -10,38 +10,24 @@ still read with bounds (MAX_SYSTEM_BUNDLE_BYTES) and taken only as one regular f
 
 from __future__ import annotations
 
-import contextlib
-import io
-import tarfile
 from typing import Any
 
 import docker.errors
 
 from ...egress.interception import MAX_SYSTEM_BUNDLE_BYTES, SYSTEM_BUNDLES
-
-_TAR_SLACK = 64 * 1024  # the tar headers and padding around the one file
+from ...hostile.archive import ArchiveError, one_file
 
 
 def image_roots(client: Any, container_id: str) -> bytes | None:
-    """The first of SYSTEM_BUNDLES the container has, as a regular file within the bound, or
-    None (no such file, a link, too large: the caller keeps the host's roots)."""
+    """The first of SYSTEM_BUNDLES the container has, as one regular file within the bound
+    (`hostile.archive.one_file`), or None (no such file, a link, too large: the caller keeps
+    the host's roots)."""
     for path in SYSTEM_BUNDLES:
         try:
             chunks, _ = client.api.get_archive(container_id, path)
-            data = bytearray()
-            for chunk in chunks:
-                data += chunk
-                if len(data) > MAX_SYSTEM_BUNDLE_BYTES + _TAR_SLACK:
-                    return None
+            return one_file(chunks, MAX_SYSTEM_BUNDLE_BYTES)
         except docker.errors.NotFound:
             continue
-        except (docker.errors.APIError, OSError):
+        except (docker.errors.APIError, OSError, ArchiveError):
             return None
-        with contextlib.suppress(tarfile.TarError, OSError), tarfile.open(fileobj=io.BytesIO(bytes(data))) as archive:
-            members = archive.getmembers()
-            if len(members) == 1 and members[0].isreg() and members[0].size <= MAX_SYSTEM_BUNDLE_BYTES:
-                handle = archive.extractfile(members[0])
-                if handle is not None:
-                    return handle.read(MAX_SYSTEM_BUNDLE_BYTES)
-        return None
     return None
