@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,18 @@ async def test_a_living_owners_binding_is_left_alone_until_unbound(tmp_path: Pat
     assert bindings.prune() == 0 and folder.exists()
     bindings.unbind(folder)
     assert not folder.exists()
+
+
+def test_a_container_s_bindings_are_found_by_their_run_record_not_their_folder_name(tmp_path: Path) -> None:
+    run_dir = run_folder(tmp_path)
+    folder = bindings.bind(None, CONTAINER, run_dir, "r1", "/workspace")
+    renamed = folder.rename(folder.with_name(f"{bindings.PREFIX}renamed"))
+    look_alike = bindings.bind(None, CONTAINER[:12] + "f" * 52, run_dir, "r1", "/workspace")  # same first 12
+    assert look_alike.name.startswith(f"{bindings.PREFIX}{CONTAINER[:12]}-")
+    unrecorded = Path(tempfile.mkdtemp(prefix=f"{bindings.PREFIX}{CONTAINER[:12]}-"))  # no run record
+    oversized = Path(tempfile.mkdtemp(prefix=bindings.PREFIX))  # a record past its bound is not read
+    padded = {"container": CONTAINER, "run_dir": str(run_dir), "owner": "r1", "pad": "x" * records.MAX_RUN_RECORD}
+    records.write(oversized, records.RUN_FILE, json.dumps(padded).encode())
+    assert bindings.of_container(CONTAINER) == [renamed]
+    assert bindings.of_container(CONTAINER[:12]) == []  # the whole id, not a prefix
+    assert unrecorded.exists()

@@ -60,8 +60,17 @@ def bind(folder: Path | None, container: str, run_dir: Path, owner: str, root: s
 
 
 def of_container(container_id: str) -> list[Path]:
-    """The binding folders of a container (named by its id's first 12 characters, see `bind`)."""
-    return sorted(Path(tempfile.gettempdir()).glob(f"{PREFIX}{container_id[:12]}-*"))
+    """The binding folders whose `run` record names `container_id` (read as every binding is,
+    with `records`' bounds and trust checks). The record, not the folder's name (which `bind`
+    starts with the id's first 12 characters only for a person reading the temp dir), says
+    which container a binding is of: a renamed or differently named folder is still found, and
+    one whose name merely starts alike is not taken."""
+    found = []
+    for folder in sorted(Path(tempfile.gettempdir()).glob(f"{PREFIX}*")):
+        bound = records.bound_run(folder, "container")
+        if bound is not None and bound[2]["container"] == container_id:
+            found.append(folder)
+    return found
 
 
 def unbind(folder: Path | None) -> None:
