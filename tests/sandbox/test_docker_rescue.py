@@ -197,11 +197,11 @@ def seccomp_program_of(client: Any) -> bytes:
 
 
 def probe_environment(client: Any) -> dict[str, str]:
-    from coderoom.sandboxes.docker.request import INIT_SOURCE, SECCOMP_ENV, _INIT_ENV
+    from coderoom.sandboxes.docker.request import INIT_ENV, INIT_SOURCE, SECCOMP_ENV
     from coderoom.sandboxes.docker.rescue import ARCHIVE_ENV
 
     return {
-        _INIT_ENV: INIT_SOURCE,
+        INIT_ENV: INIT_SOURCE,
         SECCOMP_ENV: base64.b64encode(seccomp_program_of(client)).decode(),
         ARCHIVE_ENV: json.dumps({"source": _PROBE, "args": None, "timeout": 10}),
     }

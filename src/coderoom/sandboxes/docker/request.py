@@ -34,8 +34,8 @@ from .network import IPV6_OFF, network_name
 SANDBOX_UID = 1000
 WORKSPACE = "/workspace"
 INIT_SOURCE = (Path(__file__).with_name("inside") / "init.py").read_text()
-_INIT_ENV = "CODEROOM_INIT"
-INIT_BOOTSTRAP = f"import os; exec(compile(os.environ.pop({_INIT_ENV!r}), 'coderoom-init', 'exec'))"
+INIT_ENV = "CODEROOM_INIT"  # init.py's source, popped by INIT_BOOTSTRAP (also rescue.py's exec)
+INIT_BOOTSTRAP = f"import os; exec(compile(os.environ.pop({INIT_ENV!r}), 'coderoom-init', 'exec'))"
 SECCOMP_ENV = "CODEROOM_SECCOMP"  # init.py's SECCOMP_ENV
 FORWARDER_ENV = "CODEROOM_FORWARDER"  # init.py's FORWARDER_ENV: the egress forwarder's source
 NO_HOME = "/nonexistent"
@@ -100,7 +100,7 @@ def create_request(
         "HOME": NO_HOME,  # init.py gives each command its own
         # The source travels in the environment so `ps` in the sandbox shows a short PID 1;
         # init.py drops the variable before it starts any command.
-        _INIT_ENV: INIT_SOURCE,
+        INIT_ENV: INIT_SOURCE,
         SECCOMP_ENV: base64.b64encode(program).decode(),
     }
     cmd = ["--exit-on-eof", "--seccomp", f"--contact-within={CONTACT_WITHIN_S:g}"]

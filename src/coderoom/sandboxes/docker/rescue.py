@@ -50,7 +50,7 @@ from .archive import ArchiveStream
 from .channel import Reply
 from .container import ARCHIVE_DEADLINE_S, QUIESCE_WAIT_S, DockerSandbox, remove_container, seccomp_program
 from .helpers import REPLY_SLACK_S, exec_environment
-from .request import INIT_BOOTSTRAP, INIT_SOURCE, PYTHON, SANDBOX_UID, SECCOMP_ENV, _INIT_ENV
+from .request import INIT_BOOTSTRAP, INIT_ENV, INIT_SOURCE, PYTHON, SANDBOX_UID, SECCOMP_ENV
 
 ARCHIVE_ENV = "CODEROOM_ARCHIVE"  # init.py's ARCHIVE_ENV
 KEPT_NAME = "coderoom-kept"  # init.py's KEPT_NAME: its name once it waits for a recovery
@@ -67,7 +67,7 @@ class RescuedSandbox(DockerSandbox):
             return
         program = base64.b64encode(await asyncio.to_thread(seccomp_program, self.client)).decode()
         environment = {
-            _INIT_ENV: INIT_SOURCE,
+            INIT_ENV: INIT_SOURCE,
             SECCOMP_ENV: program,
             ARCHIVE_ENV: json.dumps({key: request[key] for key in ("source", "args", "timeout")}),
         }
