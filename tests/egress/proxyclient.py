@@ -1,16 +1,23 @@
 """The host proxy on its socket, driven as a sandbox would drive it: `running` starts one in a
 test's folder, `Running.send` plays the sandbox's side of one connection, `get` writes a proxy
-request head, `https_through` a request inside HTTPS through the proxy. Shared by tests/egress and the egress fault tests (one copy)."""
+request head, `https_through` a request inside HTTPS through the proxy, `intercepting` an HTTPS upstream
+behind a proxy holding its secret. Shared by tests/egress and the egress fault tests (one copy)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import ssl
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from coderoom.egress.policy import parse_policy
 from coderoom.egress.proxy import Attempt, Budget, Proxy
+
+from .upstreams import Seen, TestCA, http_upstream
+
+SECRET = {"host": "api.test", "header": "Authorization", "env": "TOKEN", "format": "Bearer {}"}
 
 
 class Running:
@@ -77,3 +84,21 @@ def https_through(proxy: Running, host: str, port: int, request: bytes, *, cafil
             while chunk := tls.recv(65536):
                 answer += chunk
     return answer, peer or {}
+
+
+@contextlib.asynccontextmanager
+async def intercepting(
+    tmp_path: Path, token: str, *, secret: dict[str, object] = SECRET, shown_by: TestCA | None = None
+) -> AsyncIterator[tuple[Seen, Running]]:
+    """An HTTPS upstream for api.test on 127.0.0.1 (its certificate from a test CA, or from
+    `shown_by`) and a started proxy allowing it whose `secret` is $TOKEN=`token`, trusting that
+    test CA upstream: so the proxy intercepts. The proxy is closed on leaving."""
+    test_ca = TestCA(tmp_path)
+    with http_upstream(tls=(shown_by or test_ca).server_context("api.test")) as seen:
+        table = {"allow": [f"api.test:{seen.port}"], "resolve": {"api.test": "127.0.0.1"}, "secrets": [secret]}
+        proxy = await running(tmp_path, table, environ={"TOKEN": token}, upstream_cafile=test_ca.cafile)
+        assert proxy.proxy.ca is not None
+        try:
+            yield seen, proxy
+        finally:
+            await proxy.proxy.close()

@@ -15,11 +15,10 @@ import pytest
 from coderoom.egress.interception import SessionCA
 from coderoom.egress.proxy import MAX_HEAD_BYTES
 
-from .proxyclient import get, https_through, running
+from .proxyclient import SECRET, get, https_through, intercepting, running
 from .upstreams import TestCA, http_upstream, server_context
 
 CANARY = "canary-tls-5b0e21d9f4"
-SECRET = {"host": "api.test", "header": "Authorization", "env": "TOKEN", "format": "Bearer {}"}
 
 
 def issuer(peer: dict[str, object]) -> str:
@@ -27,18 +26,12 @@ def issuer(peer: dict[str, object]) -> str:
 
 
 async def test_the_secret_is_added_inside_https_in_place_of_the_sandboxs_own_header(tmp_path: Path) -> None:
-    test_ca = TestCA(tmp_path)
-    with http_upstream(tls=test_ca.server_context("api.test")) as seen:
-        target = f"api.test:{seen.port}"
-        proxy = await running(
-            tmp_path, {"allow": [target], "resolve": {"api.test": "127.0.0.1"}, "secrets": [SECRET]},
-            environ={"TOKEN": CANARY}, upstream_cafile=test_ca.cafile,
-        )  # fmt: skip
+    async with intercepting(tmp_path, CANARY) as (seen, proxy):
         assert proxy.proxy.ca is not None
+        target = f"api.test:{seen.port}"
         answer, peer = await asyncio.to_thread(
             https_through, proxy, "api.test", seen.port, get("/x", target, "Authorization: mine\r\n"), pem=proxy.proxy.ca.pem()
         )
-        await proxy.proxy.close()
     assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"hello from upstream\n")
     assert issuer(peer) == "coderoom egress session CA"  # the proxy's leaf, not the upstream's
     assert seen.requests == [("/x", seen.requests[0][1])]
@@ -49,17 +42,11 @@ async def test_the_secret_is_added_inside_https_in_place_of_the_sandboxs_own_hea
 
 
 async def test_inside_https_the_host_header_must_name_the_tls_host(tmp_path: Path) -> None:
-    test_ca = TestCA(tmp_path)
-    with http_upstream(tls=test_ca.server_context("api.test")) as seen:
-        proxy = await running(
-            tmp_path, {"allow": [f"api.test:{seen.port}"], "resolve": {"api.test": "127.0.0.1"}, "secrets": [SECRET]},
-            environ={"TOKEN": CANARY}, upstream_cafile=test_ca.cafile,
-        )  # fmt: skip
+    async with intercepting(tmp_path, CANARY) as (seen, proxy):
         assert proxy.proxy.ca is not None
         answer, _ = await asyncio.to_thread(
             https_through, proxy, "api.test", seen.port, get("/x", "other.test"), pem=proxy.proxy.ca.pem()
         )
-        await proxy.proxy.close()
     assert answer.startswith(b"HTTP/1.1 403") and b"does not name the TLS host" in answer
     assert seen.requests == []
     assert "does not name the TLS host" in proxy.events[0].reason
@@ -67,33 +54,20 @@ async def test_inside_https_the_host_header_must_name_the_tls_host(tmp_path: Pat
 
 async def test_inside_https_a_connect_is_refused_and_nothing_goes_upstream(tmp_path: Path) -> None:
     """A tunnel inside the intercepted one would not be relayed: refused before any upstream connect."""
-    test_ca = TestCA(tmp_path)
-    with http_upstream(tls=test_ca.server_context("api.test")) as seen:
-        target = f"api.test:{seen.port}"
-        proxy = await running(
-            tmp_path, {"allow": [target], "resolve": {"api.test": "127.0.0.1"}, "secrets": [SECRET]},
-            environ={"TOKEN": CANARY}, upstream_cafile=test_ca.cafile,
-        )  # fmt: skip
+    async with intercepting(tmp_path, CANARY) as (seen, proxy):
         assert proxy.proxy.ca is not None
-        head = f"CONNECT / HTTP/1.1\r\nHost: {target}\r\n\r\n".encode()
+        head = f"CONNECT / HTTP/1.1\r\nHost: api.test:{seen.port}\r\n\r\n".encode()
         answer, _ = await asyncio.to_thread(https_through, proxy, "api.test", seen.port, head, pem=proxy.proxy.ca.pem())
-        await proxy.proxy.close()
     assert answer.startswith(b"HTTP/1.1 403") and b"CONNECT inside" in answer
     assert seen.requests == [] and "CONNECT inside" in proxy.events[0].reason
 
 
 async def test_an_upstream_whose_certificate_fails_verification_is_refused_and_recorded(tmp_path: Path) -> None:
-    trusted, untrusted = TestCA(tmp_path, "trusted CA"), TestCA(tmp_path, "untrusted CA")
-    with http_upstream(tls=untrusted.server_context("api.test")) as seen:
-        proxy = await running(
-            tmp_path, {"allow": [f"api.test:{seen.port}"], "resolve": {"api.test": "127.0.0.1"}, "secrets": [SECRET]},
-            environ={"TOKEN": CANARY}, upstream_cafile=trusted.cafile,
-        )  # fmt: skip
+    async with intercepting(tmp_path, CANARY, shown_by=TestCA(tmp_path, "untrusted CA")) as (seen, proxy):
         assert proxy.proxy.ca is not None
         answer, _ = await asyncio.to_thread(
             https_through, proxy, "api.test", seen.port, get("/x", f"api.test:{seen.port}"), pem=proxy.proxy.ca.pem()
         )
-        await proxy.proxy.close()
     assert answer.startswith(b"HTTP/1.1 403") and b"certificate failed verification" in answer
     assert seen.requests == []
     (event,) = proxy.events
@@ -202,16 +176,10 @@ def test_a_policy_with_secrets_gives_its_proxy_a_ca_for_their_hosts_only(tmp_pat
 
 
 async def test_a_secret_h11_cannot_send_is_refused_inside_tls_without_showing_it(tmp_path: Path) -> None:
-    test_ca = TestCA(tmp_path)
-    with http_upstream(tls=test_ca.server_context("api.test")) as seen:
-        target = f"api.test:{seen.port}"
-        proxy = await running(
-            tmp_path, {"allow": [target], "resolve": {"api.test": "127.0.0.1"}, "secrets": [{**SECRET, "format": "{}"}]},
-            environ={"TOKEN": f" {CANARY} "}, upstream_cafile=test_ca.cafile,
-        )  # fmt: skip
+    async with intercepting(tmp_path, f" {CANARY} ", secret={**SECRET, "format": "{}"}) as (seen, proxy):
         assert proxy.proxy.ca is not None
+        target = f"api.test:{seen.port}"
         answer, _ = await asyncio.to_thread(https_through, proxy, "api.test", seen.port, get("/x", target), pem=proxy.proxy.ca.pem())
-        await proxy.proxy.close()
     assert answer.startswith(b"HTTP/1.1 400") and b"could not forward" in answer  # read through TLS: not plain text
     assert CANARY.encode() not in answer and CANARY not in repr(proxy.events[0].fields())
     assert seen.requests == []

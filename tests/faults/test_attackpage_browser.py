@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from openai_server import OpenAIServer, Stream, chunk
-from web.served import Served, serve
-from web.test_browser import context, outside, page  # noqa: F401  (fixtures)
+from web.page_fixtures import context, model, outside, page, runs_dir, server  # noqa: F401  (fixtures)
+from web.served import Served
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -22,26 +21,6 @@ BIDI, LINE_SEP, ESC, CSI = "\u202e", "\u2028", "\x1b", "\x9b"
 HOSTILE_TEXT = f"<img src=x onerror=alert(1)>{ESC}]0;title{ESC}[31m red{CSI}1m {BIDI}fdp.exe{LINE_SEP}next "
 HOSTILE_HOST = f"<img src=x onerror=alert(1)>{BIDI}{ESC}[2J" + "h" * 250
 ROWS = 4_990  # the page shows a past run's first 5,000 events
-
-
-@pytest.fixture(scope="module")
-def runs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("attackpage") / "runs"
-    folder.mkdir()
-    return folder
-
-
-@pytest.fixture(scope="module")
-def model() -> Iterator[OpenAIServer]:
-    with OpenAIServer() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def server(runs_dir: Path, model: OpenAIServer) -> Iterator[Served]:
-    served = serve(runs_dir, "--model", f"openai-compatible:scripted@{model.url}", "--sandbox", "local")
-    yield served
-    served.stop()
 
 
 def test_streamed_markup_and_escapes_arrive_as_visible_escapes_never_as_markup(page: Any, server: Served,

@@ -9,11 +9,10 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from egress.proxyclient import get, https_through, running
-from egress.upstreams import TestCA, http_upstream, tcp_recorder
+from egress.proxyclient import SECRET, get, https_through, intercepting, running
+from egress.upstreams import http_upstream, tcp_recorder
 
 CANARY = "canary-attacktls-8c3e51a0"
-SECRET = {"host": "api.test", "header": "Authorization", "env": "TOKEN", "format": "Bearer {}"}
 
 
 def trace(target: str, host: str, method: str = "TRACE") -> bytes:
@@ -33,16 +32,10 @@ async def test_a_request_the_server_reflects_whole_is_refused_for_a_host_with_a_
 
 
 async def test_a_request_the_server_reflects_whole_is_refused_inside_https_for_a_host_with_a_secret(tmp_path: Path) -> None:
-    test_ca = TestCA(tmp_path)
-    with http_upstream(tls=test_ca.server_context("api.test")) as seen:
-        target = f"api.test:{seen.port}"
-        proxy = await running(
-            tmp_path, {"allow": [target], "resolve": {"api.test": "127.0.0.1"}, "secrets": [SECRET]},
-            environ={"TOKEN": CANARY}, upstream_cafile=test_ca.cafile,
-        )  # fmt: skip
+    async with intercepting(tmp_path, CANARY) as (seen, proxy):
         assert proxy.proxy.ca is not None
+        target = f"api.test:{seen.port}"
         answer, _ = await asyncio.to_thread(https_through, proxy, "api.test", seen.port, trace("/", target), pem=proxy.proxy.ca.pem())
-        await proxy.proxy.close()
     assert CANARY.encode() not in answer and seen.requests == []  # refused before anything went upstream
     assert answer.startswith(b"HTTP/1.1 403") and b"reflect" in answer, answer
     (event,) = proxy.events

@@ -7,14 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from web.page_fixtures import runs_dir  # noqa: F401  (fixture)
 from web.served import Served, serve
-
-
-@pytest.fixture(scope="module")
-def runs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("web") / "runs"
-    folder.mkdir()
-    return folder
 
 
 @pytest.fixture(scope="module")

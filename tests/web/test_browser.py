@@ -19,15 +19,15 @@ import sys
 import threading
 import tomllib
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from web.browser import chromium, require_browser, screenshot, serious_accessibility_violations
+from web.browser import require_browser, screenshot, serious_accessibility_violations
 from web.hostile_run import CANARY, forge_run
 from web.long_run import forge_long_run
+from web.page_fixtures import context, outside, page  # noqa: F401  (fixtures, on conftest's server)
 from web.served import Served
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -83,28 +83,6 @@ def cli_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr
     return out
-
-
-@pytest.fixture(scope="module")
-def outside() -> list[str]:
-    return []
-
-
-@pytest.fixture(scope="module")
-def context(server: Served, outside: list[str]) -> Iterator[Any]:
-    with chromium(server.base, outside) as context:
-        yield context
-
-
-@pytest.fixture
-def page(context: Any, server: Served, outside: list[str]) -> Iterator[Any]:
-    page = context.new_page()
-    page.goto(f"{server.base}/#token={server.token}")
-    page.wait_for_selector("body[data-ready='1']")
-    assert server.token not in page.url  # the fragment left the address bar
-    yield page
-    page.close()
-    assert outside == [], "the page asked for something outside the server"
 
 
 def test_without_the_token_there_is_no_page(context: Any, server: Served) -> None:

@@ -10,33 +10,18 @@ nothing serious on these views.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from openai_server import OpenAIServer, Trickle, call, say
-from web.served import Served, serve
-from web.test_browser import assert_accessible, assert_fits, context, outside, page  # noqa: F401  (fixtures)
+from web.page_fixtures import context, model, outside, page, server  # noqa: F401  (fixtures)
+from web.served import Served
+from web.test_browser import assert_accessible, assert_fits
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 ANSWER_TIMEOUT_MS = 120_000
-
-
-@pytest.fixture(scope="module")
-def model() -> Iterator[OpenAIServer]:
-    with OpenAIServer() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def server(runs_dir: Path, model: OpenAIServer) -> Iterator[Served]:
-    """`coderoom serve` offering the scripted model first (the page's default) and the local sandbox."""
-    served = serve(runs_dir, "--model", f"openai-compatible:scripted@{model.url}", "--sandbox", "local")
-    yield served
-    served.stop()
 
 
 def elapsed_seconds(page: Any) -> int:

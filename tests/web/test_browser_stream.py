@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from openai_server import OpenAIServer, Trickle, say
-from web.served import Served, serve
-from web.test_browser import assert_accessible, context, outside, page  # noqa: F401  (fixtures)
+from web.page_fixtures import context, outside, page, server  # noqa: F401  (fixtures; `model` is this module's, streaming or not)
+from web.served import Served
+from web.test_browser import assert_accessible
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -30,13 +31,6 @@ ANSWER = ("The readings rise through the morning, peak at noon and fall again by
 def model(request: pytest.FixtureRequest) -> Iterator[OpenAIServer]:
     with OpenAIServer(streams=request.param) as server:
         yield server
-
-
-@pytest.fixture(scope="module")
-def server(runs_dir: Path, model: OpenAIServer) -> Iterator[Served]:
-    served = serve(runs_dir, "--model", f"openai-compatible:scripted@{model.url}", "--sandbox", "local")
-    yield served
-    served.stop()
 
 
 STREAM_STATE = """() => {
