@@ -3,12 +3,14 @@ what is not the sandbox (sessions, the page, export, MCP) may run on the fake ba
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from backends import BACKENDS, fake_without_bubblewrap, require_backend
+from ray_cluster import multi_node_cluster
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
@@ -24,6 +26,25 @@ def shared_dir() -> Path:
     if not SHARED.is_dir():
         pytest.skip(f"../shared is absent ({SHARED}); the datasets live there")
     return SHARED
+
+
+@pytest.fixture(scope="module")
+def ray_sessions_cluster(request: pytest.FixtureRequest) -> Iterator[tuple[Any, list[Any]]]:
+    """For the tests of live sessions on Ray: Ray's one-machine multi-node cluster, a head with
+    no CPUs and the module's RAY_NODES one-CPU nodes (3 unless it says), so each session
+    (cpus = 1) takes a node of its own; joined by this process as `serve --ray` joins it
+    (`cluster.connect`); (the started head, the nodes). Sandboxes are real (local backend)."""
+    require_backend("local")
+    with multi_node_cluster(workers=getattr(request.module, "RAY_NODES", 3), cpus=1) as (started, nodes):
+        import ray
+
+        from coderoom.cluster.connect import connect
+
+        connect(started.address)
+        try:
+            yield started, nodes
+        finally:
+            ray.shutdown()
 
 
 @pytest.fixture

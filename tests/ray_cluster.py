@@ -174,3 +174,19 @@ def descendants(pid: int) -> dict[int, str]:
 def has_descendant(pid: int, name: str) -> bool:
     """Whether a process called `name` runs under process `pid`."""
     return name in descendants(pid).values()
+
+
+def ray_session_manager(runs: Path) -> Any:
+    """A SessionManager opening each session (cpus = 1, the offline model) as a Ray actor on a
+    node of the joined cluster (`RayOpener`), its run folders coming back into `runs`."""
+    from coderoom import SessionManager
+    from coderoom.sandboxes.limits import Limits
+    from coderoom.service.ray_session import RayOpener
+
+    return SessionManager(model="offline", runs_dir=runs, limits=Limits(cpus=1), opener=RayOpener({}))
+
+
+def left_on_the_node(run_name: str) -> list[Path]:
+    """A session's temporary runs folder on its node (`SessionActor`), if still there (the nodes
+    of these clusters share this machine's temp dir)."""
+    return [folder for folder in Path(tempfile.gettempdir()).glob("coderoom-session-*") if (folder / run_name).is_dir()]

@@ -2,7 +2,7 @@
 a session whose actor's worker process is killed (SIGKILL) while its machine lives on. See
 docs/security.md "Ray live-session pass" (R-B).
 
-The cluster is Ray's one-machine multi-node `Cluster` (`ray_cluster.multi_node_cluster`): a head
+The cluster is Ray's one-machine multi-node `Cluster` (`ray_sessions_cluster` in tests/conftest.py): a head
 with no CPUs and two one-CPU nodes, so two sessions (cpus = 1) fill it. Sandboxes are real (local).
 """
 
@@ -13,44 +13,21 @@ import contextlib
 import os
 import shutil
 import signal
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from backends import require_backend
 from coderoom.errors import SandboxUnavailable, SessionLost
 from coderoom.record import read_record
-from coderoom.sandboxes.limits import Limits
-from ray_cluster import descendants, multi_node_cluster
+from ray_cluster import descendants, left_on_the_node, ray_session_manager
 
 REFUSAL_S = 120  # "at once" on 2 busy cores; the open's own wait for a node is OPEN_TIMEOUT_S (600 s)
 LOSS_DEADLINE_S = 180
 
 
-@pytest.fixture(scope="module")
-def joined() -> Iterator[tuple[Any, list[Any]]]:
-    require_backend("local")
-    with multi_node_cluster(workers=2, cpus=1) as (started, nodes):
-        import ray
-
-        from coderoom.cluster.connect import connect
-
-        connect(started.address)
-        try:
-            yield started, nodes
-        finally:
-            ray.shutdown()
-
-
-def manager(runs: Path) -> Any:
-    from coderoom import SessionManager
-    from coderoom.service.ray_session import RayOpener
-
-    return SessionManager(model="offline", runs_dir=runs, limits=Limits(cpus=1), opener=RayOpener({}))
+RAY_NODES = 2  # two sessions fill the cluster (`ray_sessions_cluster`, tests/conftest.py)
 
 
 def sandbox_owner(node: Any) -> tuple[int, list[int]]:
@@ -60,10 +37,6 @@ def sandbox_owner(node: Any) -> tuple[int, list[int]]:
     parents = {int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]) for pid in sandboxes}
     [worker] = parents - set(sandboxes)
     return worker, sandboxes
-
-
-def left_on_the_node(run_name: str) -> list[Path]:
-    return [folder for folder in Path(tempfile.gettempdir()).glob("coderoom-session-*") if (folder / run_name).is_dir()]
 
 
 def remove_what_the_killed_actor_left(run_name: str) -> None:
@@ -80,8 +53,8 @@ def remove_what_the_killed_actor_left(run_name: str) -> None:
         shutil.rmtree(left, ignore_errors=True)
 
 
-async def test_a_session_opened_when_every_node_is_taken_is_refused_at_once(joined, tmp_path: Path) -> None:
-    sessions = manager(tmp_path / "runs")
+async def test_a_session_opened_when_every_node_is_taken_is_refused_at_once(ray_sessions_cluster, tmp_path: Path) -> None:
+    sessions = ray_session_manager(tmp_path / "runs")
     async with sessions:
         first, second = await sessions.open(), await sessions.open()  # one per node: the cluster is full
         assert first.node != second.node
@@ -97,8 +70,8 @@ async def test_a_session_opened_when_every_node_is_taken_is_refused_at_once(join
     assert len(list((tmp_path / "runs").iterdir())) == 3  # the refused one left no run folder
 
 
-async def test_a_close_whose_caller_is_cancelled_still_saves_the_session_and_ends_its_actor(joined, tmp_path: Path) -> None:
-    sessions = manager(tmp_path / "runs")
+async def test_a_close_whose_caller_is_cancelled_still_saves_the_session_and_ends_its_actor(ray_sessions_cluster, tmp_path: Path) -> None:
+    sessions = ray_session_manager(tmp_path / "runs")
     async with sessions:
         session = await sessions.open()
         # a workspace that takes the node a while to save: the cancel lands while the node closes
@@ -116,9 +89,9 @@ async def test_a_close_whose_caller_is_cancelled_still_saves_the_session_and_end
     assert (session.run_dir / "workspace.tar").is_file()
 
 
-async def test_a_session_whose_actor_worker_is_killed_is_lost_and_its_sandbox_dies_with_it(joined, tmp_path: Path) -> None:
-    _, nodes = joined
-    sessions = manager(tmp_path / "runs")
+async def test_a_session_whose_actor_worker_is_killed_is_lost_and_its_sandbox_dies_with_it(ray_sessions_cluster, tmp_path: Path) -> None:
+    _, nodes = ray_sessions_cluster
+    sessions = ray_session_manager(tmp_path / "runs")
     async with sessions:
         session = await sessions.open()
         node = next(n for n in nodes if n.node_id == session.node)
@@ -140,9 +113,9 @@ async def test_a_session_whose_actor_worker_is_killed_is_lost_and_its_sandbox_di
 
 @pytest.mark.xfail(strict=True, reason="R-B: nothing removes a killed actor's coderoom-session-* folder on its node "
                    "(`sandbox prune` knows only the backend's folders; its recovery saves the workspace into that folder)")
-async def test_nothing_of_a_killed_actors_session_is_left_in_its_nodes_temp_folder(joined, tmp_path: Path) -> None:
-    _, nodes = joined
-    sessions = manager(tmp_path / "runs")
+async def test_nothing_of_a_killed_actors_session_is_left_in_its_nodes_temp_folder(ray_sessions_cluster, tmp_path: Path) -> None:
+    _, nodes = ray_sessions_cluster
+    sessions = ray_session_manager(tmp_path / "runs")
     async with sessions:
         session = await sessions.open()
         worker, _ = sandbox_owner(next(n for n in nodes if n.node_id == session.node))
@@ -158,9 +131,9 @@ async def test_nothing_of_a_killed_actors_session_is_left_in_its_nodes_temp_fold
 @pytest.mark.xfail(strict=True, reason="R-B: no deadline on a call to an actor that stops answering while Ray still "
                    "counts it alive (its process stopped or stuck, its node healthy): the close, the reaper behind it "
                    "and the server's shutdown wait for ever")
-async def test_a_close_of_a_session_whose_actor_stopped_answering_ends(joined, tmp_path: Path) -> None:
-    _, nodes = joined
-    sessions = manager(tmp_path / "runs")
+async def test_a_close_of_a_session_whose_actor_stopped_answering_ends(ray_sessions_cluster, tmp_path: Path) -> None:
+    _, nodes = ray_sessions_cluster
+    sessions = ray_session_manager(tmp_path / "runs")
     async with sessions:
         session = await sessions.open()
         worker, _ = sandbox_owner(next(n for n in nodes if n.node_id == session.node))

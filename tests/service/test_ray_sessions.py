@@ -3,7 +3,7 @@ each session a Ray actor on a node, its sandbox and kernel there; cells and comm
 one machine; closed, its run folder is on this machine as a local session's; its node lost, the
 session is reported lost at once (no hang), its record so far kept and ended "lost" with the cause.
 
-The cluster is Ray's one-machine multi-node `Cluster` (`ray_cluster.multi_node_cluster`): a head
+The cluster is Ray's one-machine multi-node `Cluster` (`ray_sessions_cluster` in tests/conftest.py): a head
 with no CPUs and three one-CPU nodes, so each session (cpus = 1) takes a node of its own; a node
 is lost as a machine is (`ray_cluster.lose_node`). The sandboxes are real (local backend).
 """
@@ -13,9 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,48 +21,19 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from backends import require_backend
 from coderoom.errors import SessionLost
 from coderoom.record import read_record
 from coderoom.sandboxes.limits import Limits
 from mcp_process import server_env
-from ray_cluster import has_descendant, lose_node, multi_node_cluster
+from ray_cluster import has_descendant, left_on_the_node, lose_node, ray_session_manager
 from web.served import multipart, serve
 
 LOSS_DEADLINE_S = 180  # Ray takes its health checks' time to call a node dead; generous on 2 busy cores
 
 
-@pytest.fixture(scope="module")
-def joined() -> Iterator[tuple[Any, list[Any]]]:
-    """The cluster, joined by this process as `serve --ray` joins it (`cluster.connect`)."""
-    require_backend("local")
-    with multi_node_cluster(workers=3, cpus=1) as (started, nodes):
-        import ray
-
-        from coderoom.cluster.connect import connect
-
-        connect(started.address)
-        try:
-            yield started, nodes
-        finally:
-            ray.shutdown()
-
-
-def manager(runs: Path) -> Any:
-    from coderoom import SessionManager
-    from coderoom.service.ray_session import RayOpener
-
-    return SessionManager(model="offline", runs_dir=runs, limits=Limits(cpus=1), opener=RayOpener({}))
-
-
 def node_running_a_sandbox(nodes: list[Any]) -> Any:
     [node] = [n for n in alive(nodes) if has_descendant(n.all_processes["raylet"][0].process.pid, "bwrap")]
     return node
-
-
-def left_on_the_node(run_name: str) -> list[Path]:
-    """The session's temporary runs folder on its node (`SessionActor`), if still there."""
-    return [folder for folder in Path(tempfile.gettempdir()).glob("coderoom-session-*") if (folder / run_name).is_dir()]
 
 
 def remove_what_the_lost_node_left(run_name: str) -> None:
@@ -83,9 +52,9 @@ def alive(nodes: list[Any]) -> list[Any]:
     return [n for n in nodes if "raylet" in n.all_processes and n.all_processes["raylet"][0].process.poll() is None]
 
 
-async def test_a_session_runs_on_a_node_and_its_run_folder_comes_back_as_a_local_one(joined, tmp_path: Path) -> None:
-    _, nodes = joined
-    async with manager(tmp_path / "runs") as sessions:
+async def test_a_session_runs_on_a_node_and_its_run_folder_comes_back_as_a_local_one(ray_sessions_cluster, tmp_path: Path) -> None:
+    _, nodes = ray_sessions_cluster
+    async with ray_session_manager(tmp_path / "runs") as sessions:
         session = await sessions.open(files={"input/x.csv": b"a\n1\n2\n"})
         assert session.node in {n.node_id for n in nodes} and session.host == "127.0.0.1"
         streamed = asyncio.ensure_future(types_of(session.subscribe()))
@@ -110,8 +79,8 @@ async def test_a_session_runs_on_a_node_and_its_run_folder_comes_back_as_a_local
     assert left_on_the_node(run_dir.name) == []  # the node removed its copy
 
 
-async def test_mcp_ray_serves_a_session_from_a_node_to_the_sdk_client(joined, tmp_path: Path) -> None:
-    started, _ = joined
+async def test_mcp_ray_serves_a_session_from_a_node_to_the_sdk_client(ray_sessions_cluster, tmp_path: Path) -> None:
+    started, _ = ray_sessions_cluster
     params = StdioServerParameters(
         command=__import__("sys").executable, env=server_env(),
         args=["-m", "coderoom", "mcp", "--ray", started.address, "--runs", str(tmp_path / "runs")],
@@ -130,7 +99,7 @@ async def test_mcp_ray_serves_a_session_from_a_node_to_the_sdk_client(joined, tm
     assert left_on_the_node(run_dir.name) == []
 
 
-async def test_a_session_no_node_can_hold_is_refused_at_once_and_nothing_is_started(joined, tmp_path: Path) -> None:
+async def test_a_session_no_node_can_hold_is_refused_at_once_and_nothing_is_started(ray_sessions_cluster, tmp_path: Path) -> None:
     from coderoom import SessionManager
     from coderoom.errors import SandboxUnavailable
     from coderoom.service.ray_session import RayOpener
@@ -143,8 +112,8 @@ async def test_a_session_no_node_can_hold_is_refused_at_once_and_nothing_is_star
     assert not runs.exists() or list(runs.iterdir()) == []
 
 
-def test_serve_ray_reports_a_session_whose_node_is_lost_as_gone(joined, tmp_path: Path) -> None:
-    started, nodes = joined
+def test_serve_ray_reports_a_session_whose_node_is_lost_as_gone(ray_sessions_cluster, tmp_path: Path) -> None:
+    started, nodes = ray_sessions_cluster
     runs = tmp_path / "runs"
     runs.mkdir()
     server = serve(runs, "--ray", started.address, "--model", "offline", "--sandbox", "local", "--limit", "cpus=1")
@@ -171,9 +140,9 @@ def test_serve_ray_reports_a_session_whose_node_is_lost_as_gone(joined, tmp_path
     assert (end.type, end.status) == ("run_end", "lost") and "died" in (end.cause or "")
 
 
-async def test_a_cell_in_flight_when_its_node_is_lost_ends_lost_without_a_hang(joined, tmp_path: Path) -> None:
-    started, nodes = joined
-    async with manager(tmp_path / "runs") as sessions:
+async def test_a_cell_in_flight_when_its_node_is_lost_ends_lost_without_a_hang(ray_sessions_cluster, tmp_path: Path) -> None:
+    started, nodes = ray_sessions_cluster
+    async with ray_session_manager(tmp_path / "runs") as sessions:
         session = await sessions.open()
         cell = asyncio.ensure_future(session.run_python("import time\ntime.sleep(600)"))
         victim = next(n for n in alive(nodes) if n.node_id == session.node)
