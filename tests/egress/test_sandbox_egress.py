@@ -30,7 +30,7 @@ from coderoom.sandboxes.sdk_session_adapter import backend_session
 from coderoom.service.session import Session
 
 from .probes import PROBES
-from .upstreams import TestCA, http_upstream, server_context
+from .upstreams import EARLY_ANSWER, TestCA, early_answerer, http_upstream, server_context
 
 CANARY = "canary-egress-7d41b0e9c3"
 
@@ -357,3 +357,57 @@ async def test_https_to_the_secret_host_is_intercepted_to_add_it_and_nothing_els
     assert intercepted == [("GET", "api.test", True)] * len(paths)
     assert [(e.method, e.host) for e in events if e.host != "api.test"] == [("CONNECT", "own.test"), ("CONNECT", "other.test")]
     print("clients:", ["urllib", *ran], "absent:", [n for n in ("requests", "curl") if n not in ran])
+
+
+EARLY_PROBES = r"""
+import http.client, socket, sys
+port = int(sys.argv[1])
+target, host = f"http://api.test:{port}/upload", f"api.test:{port}"
+
+def show(name, run):
+    try:
+        print(name, run(), flush=True)
+    except Exception as exc:
+        print(name, "ERROR", type(exc).__name__, str(exc)[:200].replace("\n", " "), flush=True)
+
+def chunked_upload():
+    # 8 MiB, chunked: more than every buffer between here and the upstream holds
+    conn = http.client.HTTPConnection("127.0.0.1", 3128, timeout=60)
+    body = (b"u" * 65536 for _ in range(128))
+    conn.request("POST", target, body=body, headers={"Host": host}, encode_chunked=True)
+    answer = conn.getresponse()
+    said = f"{answer.status} {answer.read().decode().strip()}"
+    conn.close()
+    return said
+
+def expect_continue():
+    # the body waits for `100 Continue`; a server that refuses it answers at once instead
+    with socket.create_connection(("127.0.0.1", 3128), timeout=60) as s:
+        s.sendall(f"PUT {target} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 1000000\r\nExpect: 100-continue\r\n\r\n".encode())
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    return answer.split(b"\r\n")[0].decode() + " " + answer.rsplit(b"\r\n\r\n", 1)[-1].decode().strip()
+
+show("chunked_upload", chunked_upload)
+show("expect_continue", expect_continue)
+"""
+
+
+@pytest.mark.slow
+async def test_an_upstream_that_answers_before_reading_the_body_is_heard(tmp_path: Path, backend: str) -> None:
+    """E-N2: the upstream's early answer reaches the sandbox (the rest of the body is not sent)."""
+    with early_answerer() as seen:
+        session = await Session.open(model="offline", sandbox=backend, limits=allowlist(seen.port), runs_dir=tmp_path)
+        try:
+            await session.write_file("early.py", EARLY_PROBES.encode())
+            result = await session.exec(f"python3 early.py {seen.port}", timeout=110)
+        finally:
+            run_dir = await session.close()
+    got = outcome(result.stdout)
+    answer = EARLY_ANSWER.decode().strip()
+    events = [e for e in read_record(run_dir).events if e.type == "egress"]
+    assert got == {"chunked_upload": f"413 {answer}", "expect_continue": f"HTTP/1.1 413 Content Too Large {answer}"}, (result.stderr, events)
+    assert [head.split(b" ")[0] for head in seen.raw] == [b"POST", b"PUT"]
+    assert sorted((e.method, e.allowed, e.reason) for e in events) == [("POST", True, ""), ("PUT", True, "")]
+    assert all(e.bytes_up < 8 * 65536 * 128 for e in events)  # the body stopped with the answer

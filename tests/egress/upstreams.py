@@ -122,6 +122,48 @@ def tcp_recorder() -> Iterator[Seen]:
         server.close()
 
 
+EARLY_ANSWER = b"too large: not read\n"
+
+
+@contextlib.contextmanager
+def early_answerer() -> Iterator[Seen]:
+    """An HTTP server on 127.0.0.1 that answers each request from its head alone, before any of
+    its body (`413` with EARLY_ANSWER, `Connection: close`), then reads nothing more and keeps
+    the connection open until the test ends: a server that refuses an upload it never reads.
+    `seen.raw` keeps each request head."""
+    seen = Seen()
+    server = socket.create_server(("127.0.0.1", 0))
+    seen.port = server.getsockname()[1]
+    stop, held = threading.Event(), []
+
+    def serve() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except (TimeoutError, OSError):
+                continue
+            held.append(conn)
+            conn.settimeout(5)
+            head = b""
+            with contextlib.suppress(OSError):
+                while b"\r\n\r\n" not in head and len(head) < 65536:
+                    head += conn.recv(1)  # byte by byte: not one byte of the body is read
+                seen.raw.append(head)
+                conn.sendall(b"HTTP/1.1 413 Content Too Large\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(EARLY_ANSWER), EARLY_ANSWER))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield seen
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+        for conn in held:
+            conn.close()
+
+
 def client_hello(server_hostname: str | None) -> bytes:
     """The ClientHello Python's ssl sends for `server_hostname` (None: no SNI)."""
     context = ssl.create_default_context()

@@ -23,6 +23,10 @@ through `policy.host_of` before it is looked at. For each connection:
   `Connection: close` both ways (one request per connection: a later request on the same
   connection cannot name another host).
 
+Either way the response is relayed as it comes, while the body still goes up: an upstream may
+answer before it has read the whole body (a 413 to an upload, a refused `Expect: 100-continue`),
+and then the rest of the body is not sent (`_exchange`).
+
 To a host with a secret, TRACE and TRACK are refused (plain HTTP and HTTPS): a server that
 answers them sends the request back, the secret's header included.
 
@@ -61,6 +65,9 @@ IDLE_TIMEOUT_S = 120.0  # a body, a response or a tunnel that moves no byte eith
 CONNECT_TIMEOUT_S = 30.0  # to resolve a name and connect upstream
 MAX_OPEN = 64  # connections of one sandbox the proxy holds at once, refused ones included: each
 # holds up to two host descriptors; one past it is closed unanswered (never read, never waited on)
+LINGER_S = 30.0  # after an early response: how long the rest of the sandbox's body is read and dropped,
+LINGER_IDLE_S = 5.0  # ... ending sooner when it sends nothing this long (nginx's lingering_time/_timeout)
+LINGER_BYTES = 64 * 1024**2  # ... and how much of it at most
 _CHUNK = 64 * 1024
 _SHOWN_CHARS = 80
 # Never forwarded: they describe one hop, or the proxy, not the request.
@@ -162,6 +169,10 @@ class Writer(Protocol):
     def write(self, data: bytes) -> None: ...
 
     async def drain(self) -> None: ...
+
+    def can_write_eof(self) -> bool: ...
+
+    def write_eof(self) -> None: ...
 
 
 def _shown(value: object) -> str:
@@ -510,23 +521,63 @@ class Proxy:
         reader: Reader, writer: Writer,
         up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter, attempt: Attempt,
     ) -> None:  # fmt: skip
-        """Send the request and its body upstream, then the response back, through h11 both ways."""
-        idle, why = self.idle_timeout_s, self._idle_reason()
+        """Send the request upstream and its response back, through h11 both ways, at once.
+
+        Why at once: an upstream may answer before it has read the whole body (a 413 or 401 to a
+        chunked POST, a refusal of `Expect: 100-continue`) and then read no more; relaying the
+        body first left the proxy blocked on it and the sandbox with `connection lost` (E-N2).
+        So the response is relayed as it comes (a `100 Continue` the sandbox waits for too), and
+        once it has ended the rest of the body is not sent (RFC 9112 9.6: the connection to the
+        upstream is closed) and the sandbox's side is closed lingering (`_linger`)."""
         upstream = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
         up_writer.write(self._charge(attempt, upstream.send(h11.Request(method=method, target=path, headers=headers)) or b"", True))
+        moved = [time.monotonic()]  # a byte either way keeps both directions alive, as in `_relay`
+        sending = asyncio.ensure_future(self._send_body(conn, reader, upstream, up_writer, attempt, moved))
+        answering = asyncio.ensure_future(self._relay_response(conn, writer, upstream, up_reader, attempt, moved))
+        try:
+            await asyncio.wait((sending, answering), return_when=asyncio.FIRST_COMPLETED)
+            if not answering.done():
+                sending.result()  # the sandbox's body failed (refused, cut, idle): that is the outcome
+                await answering
+            answering.result()
+        finally:
+            for task in (sending, answering):
+                task.cancel()
+            await asyncio.gather(sending, answering, return_exceptions=True)
+        if conn.their_state is h11.SEND_BODY:  # answered early: the sandbox may still be sending
+            await _linger(reader, writer)
+
+    async def _send_body(
+        self, conn: h11.Connection, reader: Reader, upstream: h11.Connection, up_writer: asyncio.StreamWriter,
+        attempt: Attempt, moved: list[float],
+    ) -> None:  # fmt: skip
+        """The sandbox's request body, upstream. An upstream that stops taking it (it closed:
+        it may have answered already) ends the sending, not the exchange: its response, or its
+        lack of one, is `_relay_response`'s to tell."""
+        idle, why = self.idle_timeout_s, self._idle_reason()
         while True:
-            event = await _next(reader, conn, idle=(idle, why))
-            if isinstance(event, h11.Data):
-                up_writer.write(self._charge(attempt, upstream.send(event) or b"", True))
-                await _drain(up_writer, idle, why)
-            elif isinstance(event, h11.EndOfMessage):
-                up_writer.write(self._charge(attempt, upstream.send(h11.EndOfMessage()) or b"", True))
-                break
+            event = await _next(reader, conn, idle=(idle, why), moved=moved)
+            if isinstance(event, (h11.Data, h11.EndOfMessage)):
+                data = self._charge(attempt, upstream.send(event) or b"", True)
+                try:
+                    up_writer.write(data)
+                    await _drain(up_writer, idle, why)
+                except (ConnectionError, OSError):
+                    return
+                if isinstance(event, h11.EndOfMessage):
+                    return
             else:
                 raise Refused("the request body ended early")
-        await _drain(up_writer, idle, why)
+
+    async def _relay_response(
+        self, conn: h11.Connection, writer: Writer, upstream: h11.Connection, up_reader: asyncio.StreamReader,
+        attempt: Attempt, moved: list[float],
+    ) -> None:  # fmt: skip
+        """The upstream's response, back to the sandbox, whenever it comes; a `100 Continue`
+        only while the sandbox waits for one (`Expect: 100-continue`), other 1xx dropped."""
+        idle, why = self.idle_timeout_s, self._idle_reason()
         while True:
-            event = await _next(up_reader, upstream, count=lambda data: self._charge(attempt, data, False), idle=(idle, why))
+            event = await _next(up_reader, upstream, count=lambda data: self._charge(attempt, data, False), idle=(idle, why), moved=moved)
             if isinstance(event, h11.Response):
                 kept = _end_to_end(event.headers)
                 response = h11.Response(status_code=event.status_code, headers=[*kept, (b"Connection", b"close")], reason=event.reason)
@@ -540,18 +591,22 @@ class Proxy:
                 await _drain(writer, idle, why)
                 return
             elif isinstance(event, h11.InformationalResponse):
-                continue
+                if event.status_code == 100 and conn.they_are_waiting_for_100_continue:
+                    writer.write(conn.send(h11.InformationalResponse(status_code=100, headers=[])) or b"")
+                    await _drain(writer, idle, why)
             else:
                 raise Refused("the upstream closed before its response ended")
 
 
 async def _next(
     reader: Reader, conn: h11.Connection, count: Callable[[bytes], bytes] | None = None,
-    idle: tuple[float, str] | None = None,
+    idle: tuple[float, str] | None = None, moved: list[float] | None = None,
 ) -> object:  # fmt: skip
     """The next h11 event of `conn`, reading from `reader` as needed. A head is bounded twice:
     h11 refuses an incomplete one past MAX_HEAD_BYTES, and `_head_bytes` a whole one that
-    arrived in one read. With `idle` (seconds, reason), a read that waits longer is Refused."""
+    arrived in one read. With `idle` (seconds, reason), a read that waits longer is Refused,
+    unless `moved` (the time a byte last moved, shared by both directions of an exchange) says
+    the other direction moved within that time; a read that gets bytes sets `moved`."""
     while True:
         event = conn.next_event()
         if event is not h11.NEED_DATA:
@@ -564,7 +619,11 @@ async def _next(
             try:
                 data = await asyncio.wait_for(reader.read(_CHUNK), idle[0])
             except asyncio.TimeoutError:
+                if moved is not None and time.monotonic() - moved[0] < idle[0]:
+                    continue
                 raise Refused(idle[1]) from None
+            if moved is not None:
+                moved[0] = time.monotonic()
         conn.receive_data(count(data) if count and data else data)
 
 
@@ -581,6 +640,25 @@ def _head_bytes(event: h11.Request | h11.Response | h11.InformationalResponse) -
     """The size of `event`'s head as sent: its first line and each `name: value` line."""
     first = len(event.method) + len(event.target) if isinstance(event, h11.Request) else len(event.reason) + 4
     return first + 12 + sum(len(name) + len(value) + 4 for name, value in event.headers)
+
+
+async def _linger(reader: Reader, writer: Writer) -> None:
+    """Close the sandbox's side after a response that came before its whole request body, as
+    RFC 9112 9.6 says a server should: half-close (plain streams; TLS has no half close), then
+    read what it still sends and drop it, until it ends or pauses for LINGER_IDLE_S, for at most
+    LINGER_S and LINGER_BYTES.
+    Closing with its bytes unread would reset the connection, and a reset can discard the
+    response before the sandbox's client has read it. Nothing read here goes anywhere."""
+    with contextlib.suppress(OSError, NotImplementedError):
+        if writer.can_write_eof():
+            writer.write_eof()
+    deadline, dropped = time.monotonic() + LINGER_S, 0
+    with contextlib.suppress(asyncio.TimeoutError, ConnectionError, OSError, ssl.SSLError):
+        while dropped < LINGER_BYTES and (left := deadline - time.monotonic()) > 0:
+            data = await asyncio.wait_for(reader.read(_CHUNK), min(left, LINGER_IDLE_S))
+            if not data:
+                return
+            dropped += len(data)
 
 
 async def _drain(writer: Writer, idle: float, reason: str) -> None:
