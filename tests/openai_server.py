@@ -176,16 +176,19 @@ class OpenAIServer:
         n_ctx: int | None = None,
         models: Iterable[str] | None = None,
         streams: bool = True,
+        refuses_stream: int | None = None,
         hold: float = 0.0,
     ) -> None:
         """`n_ctx`: behave like llama.cpp with that context: `GET /props` says it, and a Chat
         Completions request whose body (at ~4 bytes a token) plus max_tokens exceeds it is refused
         with llama.cpp's 400. `models`: the ids `GET /v1/models` lists (None: no such endpoint).
         `streams=False`: a server that does not stream, answering a `stream: true` request with
-        its plain JSON answer.
+        its plain JSON answer. `refuses_stream`: a server that answers a `stream: true` request
+        with this HTTP status ("stream is not supported"), using no step of the script.
         `hold`: seconds each model request is held before its answer (so that concurrent ones
         overlap); `peak` is the most model requests that were in flight at once."""
         self.streams = streams
+        self.refuses_stream = refuses_stream
         self.api_key = api_key
         self.n_ctx = n_ctx
         self.models = None if models is None else list(models)
@@ -557,6 +560,10 @@ def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
                         None,
                     )
                     return
+            if server.refuses_stream is not None and body.get("stream"):
+                server.requests.append(Seen(path, headers, body, None))
+                self._error(server.refuses_stream, "stream is not supported", "invalid_request_error", None)
+                return
             step = server._next_step()
             server.requests.append(Seen(path, headers, body, step))
             with server._lock:

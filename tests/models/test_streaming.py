@@ -16,10 +16,11 @@ from rich.console import Console
 from coderoom.cli.progress import Progress
 from coderoom.jobs import build_job
 from coderoom.record import read_record
-from coderoom.record.events import Event, ModelCall, ModelStream
+from coderoom.record.events import Event, ModelCall, ModelStream, ModelStreamOff
+from coderoom.record.notes import run_notes
 from coderoom.run import run_job
 from llama_server import LlamaServer
-from openai_server import OpenAIServer, Trickle, call, say, spec_for
+from openai_server import Fail, OpenAIServer, Trickle, call, say, spec_for
 
 LONG_ANSWER = "The file has three rows and two columns, month and revenue, and nothing else in it."
 
@@ -99,3 +100,39 @@ async def test_a_server_that_does_not_stream_is_asked_once_more_without_and_the_
     assert not [e for e in heard if isinstance(e, ModelStream)]
     calls = [e for e in read_record(result.run_dir).events if isinstance(e, ModelCall)]
     assert len(calls) == 2 and calls[0].usage.requests == 1
+
+
+async def test_a_server_that_refuses_a_streaming_request_is_asked_once_without_and_never_to_stream_again(
+    tmp_path: Path,
+) -> None:
+    heard: list[Event] = []
+    script = [call("exec_command", cmd="echo hi"), say("done.")]
+    with OpenAIServer(script, refuses_stream=400) as server:
+        result = await run_job(job_for(spec_for("chat_completions", server), tmp_path), run_dir=tmp_path / "run",
+                               environ={"CODEROOM_MODEL_MAX_RETRIES": "0"}, listeners=[heard.append])
+    assert not server.errors, server.errors
+    sent = [(bool(r.body.get("stream")), "stream_options" in r.body) for r in server.requests]
+    assert sent == [(True, True), (False, False), (False, False)]  # refused, asked again without, then only so
+    assert result.status == "ok" and result.final_output == "done."
+    off = [e for e in read_record(result.run_dir).events if isinstance(e, ModelStreamOff)]
+    assert [(e.status, e.reason) for e in off] == [(400, "stream is not supported")]  # once
+    assert "the model server does not stream (HTTP 400: stream is not supported)" in " ".join(run_notes(read_record(result.run_dir).events))
+
+
+async def test_a_refusal_that_is_not_about_streaming_is_the_server_s_error_and_is_not_retried_again(
+    tmp_path: Path,
+) -> None:
+    with OpenAIServer([Fail(400, "the prompt is not valid")], refuses_stream=400) as server:
+        result = await run_job(job_for(spec_for("chat_completions", server), tmp_path), run_dir=tmp_path / "run",
+                               environ={"CODEROOM_MODEL_MAX_RETRIES": "0"})
+    assert [bool(r.body.get("stream")) for r in server.requests] == [True, False]  # one retry, no loop
+    assert result.status == "error" and "the prompt is not valid" in (result.error or "")
+    assert not [e for e in read_record(result.run_dir).events if isinstance(e, ModelStreamOff)]
+
+
+async def test_a_server_error_to_a_streaming_request_is_not_taken_for_a_refusal_to_stream(tmp_path: Path) -> None:
+    with OpenAIServer([], refuses_stream=401) as server:
+        result = await run_job(job_for(spec_for("chat_completions", server), tmp_path), run_dir=tmp_path / "run",
+                               environ={"CODEROOM_MODEL_MAX_RETRIES": "0"})
+    assert [bool(r.body.get("stream")) for r in server.requests] == [True]
+    assert result.status == "error"

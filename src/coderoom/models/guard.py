@@ -28,14 +28,17 @@ from agents import Model, ModelResponse, ModelSettings
 from agents.exceptions import ModelBehaviorError
 from agents.items import TResponseInputItem
 from agents.retry import ModelRetryAdvice, ModelRetryAdviceRequest
-from openai import APIConnectionError, APIError
+from openai import APIConnectionError, APIError, APIStatusError
 from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 
 from .budget import ModelBudget
 from .context import ContextGuard
 from .failures import DEADLINE_ADVICE, ModelAnswerError, ModelDeadlineExceeded, Notify
 from .output_cap import reply_cap
-from .streaming import StreamCut, StreamNotOffered, StreamOverCap, StreamProgress, StreamSupport, collect
+from .streaming import (
+    MAX_REASON_CHARS, STREAM_REFUSALS, StreamCut, StreamNotOffered, StreamOverCap, StreamProgress, StreamSupport,
+    collect,
+)
 
 CUT_NOTE = "[coderoom: this reply was cut at the max_tokens limit]"
 CONTINUE = (
@@ -165,16 +168,26 @@ class GuardedModel(Model):
 
     async def _answer(self, system_instructions: str | None, input: Any, model_settings: ModelSettings,
                       *args: Any, **kwargs: Any) -> ModelResponse:
-        """One request: streamed when this run streams and the server does, else as one answer."""
+        """One request: streamed when this run streams and the server does, else as one answer.
+
+        A server that does not stream (`streaming.STREAM_REFUSALS`) is asked once more, without
+        streaming; its answer to that is the outcome (a refusal of it too is the server's own
+        error, raised as it is, and streaming stays on: it was not what the server refused), and
+        once that answer came, no later request to this model streams (`_stream_off`)."""
         if self.stream is None or not self.stream.streams:
             return await self.inner.get_response(system_instructions, input, model_settings, *args, **kwargs)
-        if model_settings.include_usage is None:  # Chat Completions servers send usage in a stream only if asked
-            model_settings = model_settings.resolve(ModelSettings(include_usage=True))
-        events = self.inner.stream_response(system_instructions, input, model_settings, *args, **kwargs)
+        streamed = model_settings
+        if streamed.include_usage is None:  # Chat Completions servers send usage in a stream only if asked
+            streamed = streamed.resolve(ModelSettings(include_usage=True))
+        events = self.inner.stream_response(system_instructions, input, streamed, *args, **kwargs)
         try:
-            return await collect(events, StreamProgress(self.notify), model_settings.max_tokens)
+            return await collect(events, StreamProgress(self.notify), streamed.max_tokens)
         except StreamNotOffered:
-            self.stream.streams = False
+            status, reason = None, "its answer to a streaming request carried no streamed reply"
+        except APIStatusError as refused:
+            if refused.status_code not in STREAM_REFUSALS:
+                raise
+            status, reason = refused.status_code, _said(refused)
         except StreamCut as cut:  # as a dropped connection is: retried, the server still streams
             raise APIConnectionError(message=str(cut), request=httpx.Request("POST", self.server)) from cut
         except StreamOverCap as over:  # not retried: the same server would do the same
@@ -186,7 +199,23 @@ class GuardedModel(Model):
             close = getattr(events, "aclose", None)
             if close is not None:
                 await close()
-        return await self.inner.get_response(system_instructions, input, model_settings, *args, **kwargs)
+        response = await self.inner.get_response(system_instructions, input, model_settings, *args, **kwargs)
+        self._stream_off(status, reason)
+        return response
+
+    def _stream_off(self, status: int | None, reason: str) -> None:
+        """No later request to this model streams (its `StreamSupport` is shared by every run of
+        the resolved model); the run that found out records why, once (`model_stream_off`)."""
+        if self.stream is not None and self.stream.streams:
+            self.stream.streams = False
+            self.notify("model_stream_off", status=status, reason=reason)
+
+
+def _said(error: APIStatusError) -> str:
+    """The server's own words of a refusal (its error body's message), on one line, bounded."""
+    body = error.body if isinstance(error.body, dict) else {}
+    message = body.get("message") if isinstance(body.get("message"), str) else error.message
+    return " ".join(str(message).split())[:MAX_REASON_CHARS]
 
 
 def _as_list(input: str | list[TResponseInputItem]) -> list[Any]:

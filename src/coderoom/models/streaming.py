@@ -9,9 +9,16 @@ model for `stream_response` (the SDK's own stream handling: the same raw respons
 event. The record keeps that final reply only; the deltas reach listeners as `model_stream`
 events (`record.events.LIVE_ONLY`), at most one each REPORT_EVERY_S.
 
-A server that does not stream (it answers a `stream: true` request with a plain JSON body, which
-carries no server-sent event, or with no completed response) is asked again without streaming,
-and, for the rest of the process, only so (`StreamSupport`).
+A server that does not stream is asked again without streaming, once, and, for the rest of the
+process, only so (`StreamSupport`; the run records `model_stream_off` once). Not streaming is:
+an answer to a `stream: true` request that is a plain JSON body, which carries no server-sent
+event, or no completed response; or a refusal of that request with a status of STREAM_REFUSALS
+(a server that rejects `stream` or `stream_options` says 400 "stream is not supported", or 415
+or 422 for a field it does not take). Which refusal is about streaming cannot be told from its
+words, so the answer to the same request without streaming decides: if that is refused too, the
+refusal was the server's own error, reported as it is, and the next request streams again (one
+retry a request, never a loop). Other statuses (401, 403, 404, 408, 429, 5xx) are not about the
+request's form: the retry policy and `failures` handle them as for any request.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ from openai.types.responses import (
     ResponseTextDeltaEvent,
 )
 
+STREAM_REFUSALS = frozenset({400, 415, 422})  # a refused streaming request is asked again without
+MAX_REASON_CHARS = 200  # of the server's words kept in `model_stream_off`
 REPORT_EVERY_S = 0.25  # a listener hears of a streaming reply at most this often
 MAX_PIECE_CHARS = 4_000  # of the text one report carries (the page shows it as it grows)
 TEXT_DELTAS = (ResponseTextDeltaEvent, ResponseRefusalDeltaEvent)

@@ -313,6 +313,16 @@ class ModelReplyCut(_Event):
     retried: bool = False
 
 
+class ModelStreamOff(_Event):
+    """The model server does not stream: it refused a streaming request (`status`, its words in
+    `reason`, bounded) or answered one with nothing a stream carries (`status` None). The request
+    was sent again without streaming, and so is every later one to that model (`models.guard`)."""
+
+    type: Literal["model_stream_off"] = "model_stream_off"
+    status: int | None = None
+    reason: str = ""
+
+
 class ContextTrimmed(_Event):
     """The next request did not fit the model's context: old tool outputs were trimmed for it."""
 
@@ -421,15 +431,15 @@ class RunEnd(_Event):
 
 
 Event = Union[
-    RunStart, ModelStart, ModelCall, ModelRetry, ModelReplyCut, ContextTrimmed, ToolStart, ToolResult, Nudge,
-    ExtractRefused, SessionOpen, AskStart, AskEnd, FileWritten, FileRead, FilesListed, EventsLost, Egress, RunEnd,
+    RunStart, ModelStart, ModelCall, ModelRetry, ModelReplyCut, ModelStreamOff, ContextTrimmed, ToolStart, ToolResult,
+    Nudge, ExtractRefused, SessionOpen, AskStart, AskEnd, FileWritten, FileRead, FilesListed, EventsLost, Egress, RunEnd,
     ModelStream,
 ]
 Listener = Callable[[Event], None]
 
 EVENT_TYPES: dict[str, type[_Event]] = {
     model.model_fields["type"].default: model
-    for model in (RunStart, ModelStart, ModelCall, ModelRetry, ModelReplyCut, ContextTrimmed, ToolStart,
+    for model in (RunStart, ModelStart, ModelCall, ModelRetry, ModelReplyCut, ModelStreamOff, ContextTrimmed, ToolStart,
                   ToolResult, Nudge, ExtractRefused, SessionOpen, AskStart, AskEnd, FileWritten, FileRead,
                   FilesListed, EventsLost, Egress, RunEnd, ModelStream)
 }

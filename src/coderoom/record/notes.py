@@ -1,5 +1,6 @@
 """What a user should know about how a run went that its outputs do not show: the model never
-called a tool, replies were cut at max_tokens, the history was trimmed to fit the context. Read
+called a tool, replies were cut at max_tokens, the history was trimmed to fit the context, the
+model server does not stream. Read
 from the record's events, so `coderoom run` (at its end) and `coderoom show` say the same."""
 
 from __future__ import annotations
@@ -7,13 +8,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from .events import ContextTrimmed, Egress, Event, ModelCall, ModelReplyCut, ToolStart
+from .events import ContextTrimmed, Egress, Event, ModelCall, ModelReplyCut, ModelStreamOff, ToolStart
 
 
 def run_notes(events: Iterable[Event]) -> list[str]:
     calls = tools = 0
     cuts: list[ModelReplyCut] = []
     trims: list[ContextTrimmed] = []
+    stream_off: ModelStreamOff | None = None
     for event in events:
         if isinstance(event, ModelCall):
             calls += 1
@@ -23,6 +25,8 @@ def run_notes(events: Iterable[Event]) -> list[str]:
             cuts.append(event)
         elif isinstance(event, ContextTrimmed):
             trims.append(event)
+        elif isinstance(event, ModelStreamOff):
+            stream_off = event
     notes = []
     if calls and not tools:
         notes.append(f"the model never called a tool ({_count(calls, 'reply', 'replies')}, all text): nothing was run in the sandbox")
@@ -39,6 +43,9 @@ def run_notes(events: Iterable[Event]) -> list[str]:
             f"for {len(trims)} of {calls} requests; up to {max(t.chars_removed for t in trims):,} characters "
             f"of tool output left out ({last.method})"
         )
+    if stream_off is not None:
+        why = f"HTTP {stream_off.status}: {stream_off.reason}" if stream_off.status else stream_off.reason
+        notes.append(f"the model server does not stream ({why}): replies were asked for without streaming")
     return notes
 
 
