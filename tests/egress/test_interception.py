@@ -16,7 +16,7 @@ from coderoom.egress.interception import SessionCA
 from coderoom.egress.proxy import MAX_HEAD_BYTES
 
 from .proxyclient import SECRET, get, https_through, intercepting, running
-from .upstreams import TestCA, http_upstream, server_context
+from .upstreams import EARLY_ANSWER, TestCA, early_answerer, http_upstream, server_context
 
 CANARY = "canary-tls-5b0e21d9f4"
 
@@ -183,3 +183,24 @@ async def test_a_secret_h11_cannot_send_is_refused_inside_tls_without_showing_it
     assert answer.startswith(b"HTTP/1.1 400") and b"could not forward" in answer  # read through TLS: not plain text
     assert CANARY.encode() not in answer and CANARY not in repr(proxy.events[0].fields())
     assert seen.requests == []
+
+
+async def test_inside_https_an_upstream_s_early_answer_reaches_the_sandbox(tmp_path: Path) -> None:
+    """E-N2 inside intercepted TLS: the upstream refuses an upload from its head alone; the proxy
+    relays that, sends none of the body, and closes once the sandbox stops sending (TLS has no
+    half close)."""
+    test_ca = TestCA(tmp_path)
+    with early_answerer(tls=test_ca.server_context("api.test")) as seen:
+        target = f"api.test:{seen.port}"
+        proxy = await running(
+            tmp_path, {"allow": [target], "resolve": {"api.test": "127.0.0.1"}, "secrets": [SECRET]},
+            environ={"TOKEN": CANARY}, upstream_cafile=test_ca.cafile,
+        )  # fmt: skip
+        assert proxy.proxy.ca is not None
+        head = f"PUT /upload HTTP/1.1\r\nHost: {target}\r\nContent-Length: 1000000\r\nExpect: 100-continue\r\n\r\n".encode()
+        answer, _ = await asyncio.to_thread(https_through, proxy, "api.test", seen.port, head, pem=proxy.proxy.ca.pem())
+        await proxy.proxy.close()
+    assert answer.startswith(b"HTTP/1.1 413") and answer.endswith(EARLY_ANSWER), answer
+    assert [h.split(b"\r\n")[0] for h in seen.raw] == [b"PUT /upload HTTP/1.1"]
+    (event,) = proxy.events
+    assert (event.method, event.allowed, event.intercepted, event.reason) == ("PUT", True, True, "")

@@ -126,8 +126,8 @@ EARLY_ANSWER = b"too large: not read\n"
 
 
 @contextlib.contextmanager
-def early_answerer() -> Iterator[Seen]:
-    """An HTTP server on 127.0.0.1 that answers each request from its head alone, before any of
+def early_answerer(tls: ssl.SSLContext | None = None) -> Iterator[Seen]:
+    """An HTTP server on 127.0.0.1 (HTTPS with `tls`) that answers each request from its head alone, before any of
     its body (`413` with EARLY_ANSWER, `Connection: close`), then reads nothing more and keeps
     the connection open until the test ends: a server that refuses an upload it never reads.
     `seen.raw` keeps each request head."""
@@ -147,6 +147,9 @@ def early_answerer() -> Iterator[Seen]:
             conn.settimeout(5)
             head = b""
             with contextlib.suppress(OSError):
+                if tls is not None:
+                    conn = tls.wrap_socket(conn, server_side=True)
+                    held.append(conn)
                 while b"\r\n\r\n" not in head and len(head) < 65536:
                     head += conn.recv(1)  # byte by byte: not one byte of the body is read
                 seen.raw.append(head)
