@@ -11,7 +11,7 @@ import socket
 import ssl
 import threading
 import datetime
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,11 +93,10 @@ def http_upstream(
 
 
 @contextlib.contextmanager
-def tcp_recorder() -> Iterator[Seen]:
-    """A TCP server on 127.0.0.1 that keeps the first bytes of each connection and closes it."""
-    seen = Seen()
+def _tcp_server(handle: Callable[[socket.socket], None]) -> Iterator[int]:
+    """A TCP server on 127.0.0.1 handing each connection to `handle`, one at a time, on a thread
+    of its own until the context ends; its port."""
     server = socket.create_server(("127.0.0.1", 0))
-    seen.port = server.getsockname()[1]
     stop = threading.Event()
 
     def serve() -> None:
@@ -107,19 +106,30 @@ def tcp_recorder() -> Iterator[Seen]:
                 conn, _ = server.accept()
             except (TimeoutError, OSError):
                 continue
-            with conn:
-                conn.settimeout(5)
-                with contextlib.suppress(OSError):
-                    seen.raw.append(conn.recv(65536))
+            conn.settimeout(5)
+            handle(conn)
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     try:
-        yield seen
+        yield server.getsockname()[1]
     finally:
         stop.set()
         thread.join()
         server.close()
+
+
+@contextlib.contextmanager
+def tcp_recorder() -> Iterator[Seen]:
+    """A TCP server on 127.0.0.1 that keeps the first bytes of each connection and closes it."""
+    seen = Seen()
+
+    def record(conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):
+            seen.raw.append(conn.recv(65536))
+
+    with _tcp_server(record) as seen.port:
+        yield seen
 
 
 EARLY_ANSWER = b"too large: not read\n"
@@ -127,42 +137,28 @@ EARLY_ANSWER = b"too large: not read\n"
 
 @contextlib.contextmanager
 def early_answerer(tls: ssl.SSLContext | None = None) -> Iterator[Seen]:
-    """An HTTP server on 127.0.0.1 (HTTPS with `tls`) that answers each request from its head alone, before any of
-    its body (`413` with EARLY_ANSWER, `Connection: close`), then reads nothing more and keeps
-    the connection open until the test ends: a server that refuses an upload it never reads.
-    `seen.raw` keeps each request head."""
-    seen = Seen()
-    server = socket.create_server(("127.0.0.1", 0))
-    seen.port = server.getsockname()[1]
-    stop, held = threading.Event(), []
+    """An HTTP server on 127.0.0.1 (HTTPS with `tls`) that answers each request from its head
+    alone, before any of its body (`413` with EARLY_ANSWER, `Connection: close`), then reads
+    nothing more and keeps the connection open until the test ends: a server that refuses an
+    upload it never reads. `seen.raw` keeps each request head."""
+    seen, held = Seen(), []
 
-    def serve() -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except (TimeoutError, OSError):
-                continue
-            held.append(conn)
-            conn.settimeout(5)
-            head = b""
-            with contextlib.suppress(OSError):
-                if tls is not None:
-                    conn = tls.wrap_socket(conn, server_side=True)
-                    held.append(conn)
-                while b"\r\n\r\n" not in head and len(head) < 65536:
-                    head += conn.recv(1)  # byte by byte: not one byte of the body is read
-                seen.raw.append(head)
-                conn.sendall(b"HTTP/1.1 413 Content Too Large\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(EARLY_ANSWER), EARLY_ANSWER))
+    def answer(conn: socket.socket) -> None:
+        held.append(conn)
+        head = b""
+        with contextlib.suppress(OSError):
+            if tls is not None:
+                conn = tls.wrap_socket(conn, server_side=True)
+                held.append(conn)
+            while b"\r\n\r\n" not in head and len(head) < 65536:
+                head += conn.recv(1)  # byte by byte: not one byte of the body is read
+            seen.raw.append(head)
+            conn.sendall(b"HTTP/1.1 413 Content Too Large\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(EARLY_ANSWER), EARLY_ANSWER))
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
     try:
-        yield seen
+        with _tcp_server(answer) as seen.port:
+            yield seen
     finally:
-        stop.set()
-        thread.join()
-        server.close()
         for conn in held:
             conn.close()
 
