@@ -20,17 +20,20 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..cluster.connect import first_line, model_environ, room_for
+from ..cluster.progress import ProgressBox, read_report
 from ..cluster.transfer import unpack_run_folder
 from ..errors import UsageError
 from ..hostile.archive import ArchiveError
 from ..models.base import client_settings
 from ..models.budget import ModelSlots, lease_seconds
+from ..models.streaming import REPORT_EVERY_S
+from ..record.events import Listener
 from ..record.names import RECORD_FILE
 from ..run import new_run_dir
 from .ledger import MAX_LOST, bounded_error
@@ -51,7 +54,8 @@ def check_fits(entries: Iterable[BatchEntry]) -> None:
             raise UsageError(f"job {entry.key}: {problem}")
 
 
-def _attempt(entry: BatchEntry, inputs: bytes, run_name: str, environ: Mapping[str, str], log: Any, slots: Any) -> Any:
+def _attempt(entry: BatchEntry, inputs: bytes, run_name: str, environ: Mapping[str, str], log: Any, slots: Any,
+             progress: Any = None) -> Any:
     """The Ray task: where it runs, told to the driver's log and waited for (so the log is up
     and the record lines that follow, sent without waiting, reach it as they are written),
     then the job (`on_node.run_on_node`)."""
@@ -60,11 +64,12 @@ def _attempt(entry: BatchEntry, inputs: bytes, run_name: str, environ: Mapping[s
     place = Place(ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address())
     attempt = secrets.token_hex(8)
     ray.get(log.begin.remote(entry.key, attempt, place))
-    return run_on_node(entry, inputs, run_name, environ, log, place, attempt, slots)
+    return run_on_node(entry, inputs, run_name, environ, log, place, attempt, slots, progress)
 
 
 class RayJobs:
-    """The `runner.JobRunner` of a `--ray` batch (after `connect`): a job a task on the cluster."""
+    """The `runner.JobRunner` of a `--ray` batch (after `connect`): a job a task on the cluster.
+    `run` is the same with listeners on this side: the MCP server's `run_job` under `--ray`."""
 
     def __init__(self, environ: Mapping[str, str], out: Path, model_concurrency: int | None = None) -> None:
         """`model_concurrency`: at most that many model requests in flight among every node's
@@ -81,9 +86,16 @@ class RayJobs:
         if model_concurrency is not None:
             lease_s = lease_seconds(client_settings(environ)[1])
             self._slots = ray.remote(ModelSlots).options(num_cpus=0, scheduling_strategy=here).remote(model_concurrency, lease_s)
+        self._progress: Any = ray.remote(ProgressBox).options(num_cpus=0, scheduling_strategy=here).remote()
         self._task = ray.remote(_attempt)
 
     async def __call__(self, entry: BatchEntry, run_dir: Path, end: EndOfRun) -> JobOutcome:
+        return await self.run(entry, run_dir, end)
+
+    async def run(self, entry: BatchEntry, run_dir: Path, end: EndOfRun, listeners: Sequence[Listener] = ()) -> JobOutcome:
+        """Run `entry` on some node into `run_dir` here; with `listeners`, its streamed replies'
+        progress (`cluster.progress`) reaches them as a local run's does. `entry.key` names the
+        job among those running at once (its attempts, its progress)."""
         ray = self._ray
         try:
             inputs = pack_inputs(entry.job)
@@ -92,7 +104,8 @@ class RayJobs:
         limits = entry.job.sandbox.limits
         ref = self._task.options(
             num_cpus=limits.cpus, memory=limits.memory, max_retries=NODE_RETRIES, retry_exceptions=False
-        ).remote(entry, inputs, run_dir.name, self._environ, self._log, self._slots)
+        ).remote(entry, inputs, run_dir.name, self._environ, self._log, self._slots, self._progress if listeners else None)
+        relay = asyncio.ensure_future(self._relay(entry.key, listeners)) if listeners else None
         try:
             result = await ref
         except asyncio.CancelledError:
@@ -102,6 +115,10 @@ class RayJobs:
             raise
         except ray.exceptions.RayError as exc:
             return self._failed(entry, run_dir, f"the cluster could not run it ({first_line(exc)})", await self._lost(entry, None))
+        finally:
+            if relay is not None:
+                relay.cancel()
+                self._progress.take.remote(entry.key)  # what came after the last relay: forgotten, not awaited
         if not isinstance(result, NodeResult):
             return self._failed(entry, run_dir, f"its node sent back {type(result).__name__}, not a result", ())
         lost = await self._lost(entry, final=result.attempt)
@@ -111,6 +128,20 @@ class RayJobs:
             except (OSError, ArchiveError) as exc:
                 return self._failed(entry, run_dir, f"its run folder could not be read back: {exc}", lost)
         return replace(result.outcome, run_dir=run_dir.name, node=result.place.node, host=result.place.host, lost=lost)
+
+    async def _relay(self, key: str, listeners: Sequence[Listener]) -> None:
+        """Each REPORT_EVERY_S, the job's reports from its box to `listeners`, each read as
+        hostile data (`read_report`); a box that does not answer ends the relay, not the job."""
+        while True:
+            await asyncio.sleep(REPORT_EVERY_S)
+            try:
+                reports = await self._progress.take.remote(key)
+            except self._ray.exceptions.RayError:
+                return
+            for report in reports if isinstance(reports, list) else ():
+                if (event := read_report(report)) is not None:
+                    for listener in listeners:
+                        listener(event)
 
     @staticmethod
     def _failed(entry: BatchEntry, run_dir: Path, error: str, lost: tuple[LostAttempt, ...]) -> JobOutcome:

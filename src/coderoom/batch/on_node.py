@@ -19,11 +19,12 @@ from typing import Any, Protocol
 
 from ..errors import CoderoomError
 from ..models.budget import ModelSlotsHandle, SlotsBudget
-from ..record.events import LIVE_ONLY, Event
+from ..record.events import LIVE_ONLY, Event, Listener
 from ..record.writer import encode
 from .manifest import BatchEntry
 from ..sandboxes.registry import prepare_backend
 from .runner import JobOutcome, run_one
+from ..cluster.progress import NodeProgress, ProgressBoxHandle
 from ..cluster.transfer import pack_back
 from .transfer import unpack_inputs
 
@@ -69,11 +70,13 @@ def run_on_node(
     place: Place,
     attempt: str,
     slots: ModelSlotsHandle | None = None,
+    progress: ProgressBoxHandle | None = None,
 ) -> NodeResult:
     """Run attempt `attempt` of `entry` here (the driver's log has been told it began), in a
     temporary folder removed afterwards, on this node's own backend (prepared as every command
     prepares it; a backend that cannot run here is the job's error, with its one-line reason);
-    its model requests hold slots of the batch's `slots` actor, if any (`--model-concurrency`)."""
+    its model requests hold slots of the batch's `slots` actor, if any (`--model-concurrency`);
+    its streamed replies' progress goes to the driver's `progress` box, if any (`cluster.progress`)."""
     try:
         prepare_backend(entry.job.sandbox, lambda line: None)
     except CoderoomError as exc:
@@ -88,7 +91,8 @@ def run_on_node(
         copies = unpack_inputs(entry.job, inputs, Path(tmp))
         run_dir = Path(tmp) / run_name
         budget = SlotsBudget(slots) if slots is not None else None
-        outcome = asyncio.run(run_one(entry, run_dir, environ, listeners=[forward], inputs_from=copies, budget=budget))
+        listeners: list[Listener] = [forward] if progress is None else [forward, NodeProgress(progress, entry.key)]
+        outcome = asyncio.run(run_one(entry, run_dir, environ, listeners=listeners, inputs_from=copies, budget=budget))
         folder, problem = pack_back(run_dir)
         if problem is not None:
             outcome = replace(outcome, status="error", error=problem)

@@ -99,13 +99,14 @@ def mcp(
         with ReadPolicy(allow_read) as policy:  # the roots stay open until the server stops (SVC-M1)
             sock = bind(host, port, allow_remote) if http else None  # a taken port: exit 2, before any session
             opener = options.ray_opener(ray, pool)
-            # run_job runs here, --ray or not
-            prepare_backends([backend], limits, lambda line: console.print(Text(line)), environment)
+            cluster = options.ray_jobs(runs) if opener is not None else None  # run_job on the cluster too
+            if cluster is None:  # with --ray each node prepares its own backend
+                prepare_backends([backend], limits, lambda line: console.print(Text(line)), environment)
             warm = WarmPool(pool, pool_max_idle, spec) if pool > 0 else None
             manager = SessionManager(max_sessions=max_sessions, idle_timeout_s=idle_timeout, limits=limits,
                                      environment=environment if package else None, sandbox=backend, model=model,
                                      runs_dir=runs, pool=warm, opener=opener)
-            server = build_server(manager, ServerSettings(model, backend, limits, runs, policy, environment if package else None), Presence(manager, client_grace))
+            server = build_server(manager, ServerSettings(model, backend, limits, runs, policy, environment if package else None, cluster), Presence(manager, client_grace))
             try:
                 if sock is not None:
                     token = new_token()

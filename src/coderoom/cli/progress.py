@@ -22,7 +22,7 @@ from ..record.events import (
     ContextTrimmed, Event, ModelCall, ModelReplyCut, ModelRetry, ModelStart, ModelStream, Nudge, RunStart, ToolResult,
     ToolStart,
 )
-from ..record.notes import trim_line
+from ..record.notes import stream_text, trim_line
 from .display import first_line, safe
 
 
@@ -89,12 +89,6 @@ class Progress:
         elif isinstance(event, Nudge):
             missing = ", ".join(m.path for m in event.missing)
             self.console.print(Text.assemble(("outputs missing or invalid, asking the model again: ", "yellow"), safe(missing)))
-
-
-def stream_text(event: ModelStream) -> str:
-    """A streaming reply's progress: tokens so far and, once there are two, their rate."""
-    rate = f" at {event.rate:.1f} tokens/s" if event.rate is not None else ""
-    return f"{event.tokens:,} tokens{rate}"
 
 
 class _Rebuilt:

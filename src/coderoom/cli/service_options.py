@@ -7,6 +7,7 @@ servers cannot drift apart in names, defaults or validation."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
@@ -59,3 +60,13 @@ def ray_opener(address: str | None, pool: int) -> Any:
 
     connect(address)
     return RayOpener(os.environ)
+
+
+def ray_jobs(runs: Path) -> Any:
+    """After `ray_opener` joined the cluster: `coderoom mcp --ray`'s run_job runner, each run one
+    job as `coderoom batch --ray` runs it (`batch.cluster.RayJobs`), its run folder under `runs`."""
+    import os
+
+    from ..batch.cluster import RayJobs
+
+    return RayJobs(os.environ, out=runs)

@@ -109,12 +109,21 @@ class OutputStatus(_Result):
     uri: str | None = Field(description="a resource of the saved output, when it was saved")
 
 
+class LostRun(_Result):
+    run_folder: str = Field(description="the run folder holding the attempt's partial record")
+    node: str
+    host: str
+
+
 class JobRun(_Result):
     status: str = Field(description="ok, failed, error or interrupted")
     run_folder: str
     error: str | None
     outputs: list[OutputStatus]
     final_output: str
+    node: str | None = Field(default=None, description="with --ray: the Ray node that ran the job")
+    host: str | None = Field(default=None, description="with --ray: that node's address")
+    lost_attempts: list[LostRun] = Field(default_factory=list, description="with --ray: attempts whose node was lost (the job ran again)")
 
 
 def answer(result: _Result, *blocks: ContentBlock, is_error: bool = False) -> CallToolResult:

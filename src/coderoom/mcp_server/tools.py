@@ -41,10 +41,12 @@ from ..sandboxes.limits import Limits
 from ..sandboxes.spec import EnvironmentSpec
 from ..service import SessionManager
 from . import content
+from .cluster_job import JobEnd, on_cluster
+from .job_progress import JobProgress
 from .policy import ReadPolicy
 from .presence import ClientGone, Presence, client_request
-from .results import (CellRun, ClosedSession, CommandRun, Connection, FileList, JobRun, ListedFile, OpenedSession, OutputStatus,
-                      ReadFile, SessionLimits, WrittenFile, answer)
+from .results import (CellRun, ClosedSession, CommandRun, Connection, FileList, JobRun, ListedFile, LostRun, OpenedSession,
+                      OutputStatus, ReadFile, SessionLimits, WrittenFile, answer)
 
 MAX_UPLOAD_BYTES = 32 * 1024**2  # one file sent by a client (decoded), or read from an allowed path
 MAX_OPEN_FILES = 100  # files one open_session or run_job copies in
@@ -73,6 +75,7 @@ class ServerSettings:
     runs_dir: Path
     policy: ReadPolicy
     environment: EnvironmentSpec | None = None  # the declared packages (`--package`); None: none
+    cluster: Any = None  # with --ray: `batch.cluster.RayJobs`, where run_job runs (else: on this machine)
 
 
 def _error(message: str) -> CallToolResult:
@@ -236,7 +239,7 @@ def build_server(manager: SessionManager, settings: ServerSettings, presence: Pr
         a CSV with a header and no rows, is fine). Returns the answer and the outputs as resources."""
         async def work() -> CallToolResult:
             async with manager.slot():  # a whole run is a sandbox too: it counts against max_sessions
-                return await _run_job(settings, request, outputs or [], files, uploads)
+                return await _run_job(settings, request, outputs or [], files, uploads, ctx)
         return await _guarded(presence, ctx, work)
 
     @server.resource("coderoom://session/{session_id}/{+path}", mime_type="application/octet-stream")
@@ -320,12 +323,16 @@ def read_run_file(runs_dir: Path, run: str, path: str) -> bytes:
 
 
 async def _run_job(settings: ServerSettings, request: str, outputs: list[str], files: dict[str, str] | None,
-                   uploads: dict[str, str] | None) -> CallToolResult:
+                   uploads: dict[str, str] | None, ctx: Context) -> CallToolResult:
+    """One whole run, here or (`--ray`) on a cluster node as one job of `coderoom batch --ray`;
+    its progress told to the client alike (`job_progress`)."""
     from ..jobs import build_job
-    from ..run import new_run_dir, run_job
+    from ..run import new_run_dir
 
     gathered = await gather_files(settings.policy, files, uploads)
     staging = Path(tempfile.mkdtemp(prefix="coderoom-mcp-inputs-"))  # 0700, removed after the run
+    progress = JobProgress(lambda count, message: ctx.report_progress(count, None, message))
+    sender = asyncio.ensure_future(progress.sending())
     try:
         inputs: dict[str, Path] = {}
         for n, (name, data) in enumerate(gathered.items()):
@@ -340,25 +347,44 @@ async def _run_job(settings: ServerSettings, request: str, outputs: list[str], f
                 **({"environment": settings.environment.model_dump()} if settings.environment is not None else {}),
             },
         }, source="run_job")
-        result = await run_job(job, run_dir=new_run_dir(job, settings.runs_dir))
+        run_dir = new_run_dir(job, settings.runs_dir)
+        if settings.cluster is None:
+            ended = JobEnd.of_run(await _here(job, run_dir, progress))
+        else:
+            ended = JobEnd.of_cluster_job(await on_cluster(settings.cluster, job, run_dir, [progress]), run_dir)
     finally:
+        sender.cancel()
         shutil.rmtree(staging, ignore_errors=True)
-    checks = "\n".join(f"- {c.path}: {'ok' if c.ok else 'INVALID'} ({c.detail})" for c in result.checks)
-    summary = (f"status: {result.status}\nrun folder: {result.run_dir}\n"
-               + (f"error: {result.error}\n" if result.error else "")
-               + (f"outputs:\n{checks}\n" if checks else "") + f"\n{result.final_output}")
+    return _job_answer(ended)
+
+
+async def _here(job: Any, run_dir: Path, progress: JobProgress) -> Any:
+    from ..run import run_job
+
+    return await run_job(job, run_dir=run_dir, listeners=[progress])
+
+
+def _job_answer(ended: JobEnd) -> CallToolResult:
+    checks = "\n".join(f"- {c.path}: {'ok' if c.ok else 'INVALID'} ({c.detail})" for c in ended.checks)
+    where = f"node: {ended.node} ({ended.host})\n" if ended.node else ""
+    lost = "".join(f"lost attempt: node {a.node} ({a.host}), its partial record in {a.run_dir}\n" for a in ended.lost)
+    summary = (f"status: {ended.status}\nrun folder: {ended.run_dir}\n" + where + lost
+               + (f"error: {ended.error}\n" if ended.error else "")
+               + (f"outputs:\n{checks}\n" if checks else "") + f"\n{ended.final_output}")
     links: list[ContentBlock] = []
     uris: dict[str, str] = {}
-    output_dir = result.run_dir / "output"
-    for name in result.saved.saved:
+    output_dir = ended.run_dir / "output"
+    for name in ended.saved:
         rel = PurePosixPath(name)
         if rel.parts and rel.parts[0] == "output" and (output_dir.parent / rel).is_file():
-            uris[str(rel)] = uri = f"coderoom://run/{result.run_dir.name}/{rel}"
+            uris[str(rel)] = uri = f"coderoom://run/{ended.run_dir.name}/{rel}"
             links.append(ResourceLink(type="resource_link", uri=uri, name=str(rel)))
-    ran = JobRun(status=result.status, run_folder=str(result.run_dir), error=content.safe(result.error) if result.error else None,
-                 outputs=[OutputStatus(path=c.path, ok=c.ok, detail=c.detail, uri=uris.get(c.path)) for c in result.checks],
-                 final_output=content.safe(result.final_output))
-    return answer(ran, content.text(summary), *links, is_error=not result.ok)
+    ran = JobRun(status=ended.status, run_folder=str(ended.run_dir), error=content.safe(ended.error) if ended.error else None,
+                 outputs=[OutputStatus(path=content.safe(c.path), ok=c.ok, detail=content.safe(c.detail), uri=uris.get(c.path))
+                          for c in ended.checks],
+                 final_output=content.safe(ended.final_output), node=ended.node, host=ended.host,
+                 lost_attempts=[LostRun(run_folder=a.run_dir, node=a.node, host=a.host) for a in ended.lost])
+    return answer(ran, content.text(summary), *links, is_error=ended.status != "ok")
 
 
 MAX_CONNECTIONS_SHOWN = 200  # of one call's connection attempts in its result (the record has all)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from .events import ContextTrimmed, Egress, Event, ModelCall, ModelReplyCut, ModelStreamOff, ToolStart
+from .events import ContextTrimmed, Egress, Event, ModelCall, ModelReplyCut, ModelStream, ModelStreamOff, ToolStart
 
 
 def run_notes(events: Iterable[Event]) -> list[str]:
@@ -89,3 +89,10 @@ def egress_line(event: Egress) -> str:
 
 def _count(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
+
+
+def stream_text(event: ModelStream) -> str:
+    """A streaming reply's progress: tokens so far and, once there are two, their rate (the
+    CLI's status line and an MCP client's progress say it alike)."""
+    rate = f" at {event.rate:.1f} tokens/s" if event.rate is not None else ""
+    return f"{event.tokens:,} tokens{rate}"
