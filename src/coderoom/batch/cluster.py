@@ -30,6 +30,7 @@ from ..cluster.progress import ProgressBox, read_report
 from ..cluster.transfer import unpack_run_folder
 from ..errors import UsageError
 from ..hostile.archive import ArchiveError
+from ..interrupts import finish_uncancelled
 from ..models.base import client_settings
 from ..models.budget import ModelSlots, lease_seconds
 from ..models.streaming import REPORT_EVERY_S
@@ -111,7 +112,8 @@ class RayJobs:
         except asyncio.CancelledError:
             ray.cancel(ref, force=True)
             end.before = "interrupted: the batch was stopped, and the job on its node"
-            await self._keep_partial(entry, run_dir)
+            # not cut by a cancel that is delivered again (an MCP call's cancel scope): bounded by CANCEL_WAIT_S
+            await finish_uncancelled(self._keep_partial(entry, run_dir))
             raise
         except ray.exceptions.RayError as exc:
             return self._failed(entry, run_dir, f"the cluster could not run it ({first_line(exc)})", await self._lost(entry, None))
