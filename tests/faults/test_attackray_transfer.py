@@ -234,3 +234,16 @@ def test_resume_runs_only_this_batch_s_jobs_whatever_batch_jsonl_says(tmp_path: 
     plan = plan_batch(entries, out, resume=True)
     assert [entry.key for entry in plan.to_run] == ["b"]
     assert [(o.key, o.run_dir) for o in plan.earlier] == [("a", "a-2")]
+
+
+def test_what_the_node_s_own_exit_left_out_is_still_in_the_driver_s_note_escaped(tmp_path: Path) -> None:
+    """A node's run folder holds its note (its exit kept output/.git in): the driver refuses the
+    file as a name coderoom writes, and says the node's lines in its own note, escaped; it said
+    only that its own note was left out, and the repository went unmentioned."""
+    node_note = "coderoom left these out: ...\noutput/.git/config: VCS metadata\n\x1b]0;owned\x07: \x1b[31mred\nno separator\n"
+    members = [(_info("run.jsonl", size=2), b"{}"), (_info(LEFT_OUT_NOTE, size=len(node_note.encode())), node_note.encode())]
+    unpack_run_folder(_tar(members), tmp_path / "run")
+    note = (tmp_path / "run" / LEFT_OUT_NOTE).read_text()
+    assert "output/.git/config: VCS metadata (on its node)" in note
+    assert "\x1b" not in note and "no separator" not in note
+    assert f"{LEFT_OUT_NOTE}: named" not in note

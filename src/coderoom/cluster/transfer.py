@@ -5,7 +5,8 @@ The node packs it (`pack_run_folder`: at most MAX_RUN_FOLDER_BYTES; over it, `pa
 its record alone, so what the code did is still known); the driver treats it as it treats anything
 a sandbox produced and extracts it through the exit policy (`unpack_run_folder`, by
 `hostile.exits.extract_leaving_out`: regular files and folders only, names checked, bounded in
-count and size, no planted repository or hook), what it refused listed in the run folder's note;
+count and size, no planted repository or hook), what it refused listed in the run folder's note
+with what the node's own exit had left out;
 a tar cut short is an `ArchiveError`. It is an exit like the others.
 """
 
@@ -16,11 +17,13 @@ import tarfile
 from pathlib import Path, PurePosixPath
 
 from ..hostile.archive import MAX_FILES, ArchiveError, archive
-from ..hostile.exits import extract_leaving_out
+from ..hostile.exits import LEFT_OUT_NOTE, extract_leaving_out, write_note
 from ..hostile.tree import WorkspaceLimitError
 from ..record.names import RECORD_FILE
 
 MAX_RUN_FOLDER_BYTES = 1024**3  # a run folder, sent back to the driver
+MAX_NOTE_BYTES = 256 * 1024  # of the node's LEFT_OUT_NOTE, read into the driver's
+MAX_NOTE_LINES = 1000
 
 
 def pack_run_folder(run_dir: Path) -> bytes:
@@ -42,9 +45,28 @@ def unpack_run_folder(data: bytes, run_dir: Path) -> None:
     if len(data) > MAX_RUN_FOLDER_BYTES + MAX_FILES * 1024:  # the tar's headers on top
         raise WorkspaceLimitError(f"a run folder of {len(data):,} bytes came back, over MAX_RUN_FOLDER_BYTES")
     try:
-        extract_leaving_out(io.BytesIO(data), run_dir, max_bytes=MAX_RUN_FOLDER_BYTES)
+        report = extract_leaving_out(io.BytesIO(data), run_dir, max_bytes=MAX_RUN_FOLDER_BYTES, note=False)
+        said = _node_note(data)
     except (tarfile.TarError, EOFError) as exc:  # cut short or garbled: the job's error, not the batch's
         raise ArchiveError(f"the tar is cut short or malformed ({exc})") from None
+    refused = said + [(name, reason) for name, reason in report.refused if name != LEFT_OUT_NOTE]
+    if refused:
+        write_note(run_dir, refused)
+
+
+def _node_note(data: bytes) -> list[tuple[str, str]]:
+    """What the node's own exit left out (its LEFT_OUT_NOTE, which the driver's exit refuses as
+    a name coderoom writes): kept in the driver's note, or a repository the node's exit kept in
+    would go unmentioned. Read as hostile text: a regular file of at most MAX_NOTE_BYTES, at most
+    MAX_NOTE_LINES lines of `name: reason`, each said to be the node's (escaped when written)."""
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        for member in tar:
+            if member.name.lstrip("./") == LEFT_OUT_NOTE and member.isreg() and member.size <= MAX_NOTE_BYTES:
+                found = tar.extractfile(member)
+                text = found.read(MAX_NOTE_BYTES).decode("utf-8", "replace") if found is not None else ""
+                lines = [line.partition(": ") for line in text.splitlines()[1 : MAX_NOTE_LINES + 1]]
+                return [(name, f"{reason} (on its node)") for name, sep, reason in lines if sep]
+    return []
 
 
 def pack_back(run_dir: Path) -> tuple[bytes | None, str | None]:
