@@ -10,7 +10,7 @@ from typing import Any
 
 from coderoom.cluster.progress import MAX_JOBS, MAX_PENDING, MAX_REPORT_BYTES, NodeProgress, ProgressBox, read_report
 from coderoom.models.streaming import MAX_PIECE_CHARS, REPORT_EVERY_S
-from coderoom.record.events import ModelCall, ModelStream
+from coderoom.record.events import ModelCall, ModelStart, ModelStream, ToolResult, ToolStart
 from coderoom.record.writer import encode
 
 
@@ -37,7 +37,7 @@ def stream(tokens: int, text: str) -> ModelStream:
     return ModelStream(tokens=tokens, chars=len(text), text=text)
 
 
-def taken(box: Box, key: str = "job") -> list[ModelStream]:
+def taken(box: Box, key: str = "job") -> list[Any]:
     return [event for report in box.box.take(key) if (event := read_report(report)) is not None]
 
 
@@ -54,14 +54,22 @@ def test_the_node_sends_one_report_per_interval_merging_the_text_it_held_back() 
     assert [(e.tokens, e.text) for e in taken(box)] == [(4, "bcd")]
 
 
-def test_a_held_back_report_goes_before_the_next_record_event() -> None:
+def test_a_held_back_report_goes_before_the_next_record_event_and_the_steps_go_as_they_come() -> None:
     box, clock = Box(), Clock()
     progress = NodeProgress(box, "job", clock)
+    progress(ModelStart(turn=1))
     progress(stream(1, "a"))
     progress(stream(9, "rest"))  # held: too soon
     progress(ModelCall(turn=1))
-    assert [e.tokens for e in taken(box)] == [1, 9]
-    progress(ModelCall(turn=2))  # nothing held: nothing sent
+    progress(ToolStart(call_id="c1", name="exec_command", arguments="{}"))
+    progress(ToolResult(call_id="c1", name="exec_command", output="done"))  # no step of a progress line
+    assert [(e.type, getattr(e, "tokens", None)) for e in taken(box)] == [
+        ("model_start", None), ("model_stream", 1), ("model_stream", 9), ("model_call", None), ("tool_start", None)]
+
+
+def test_a_step_over_one_report_s_bytes_is_not_sent() -> None:
+    box = Box()
+    NodeProgress(box, "job")(ToolStart(call_id="c1", name="write", arguments="x" * MAX_REPORT_BYTES))
     assert taken(box) == []
 
 
@@ -102,8 +110,9 @@ def hostile(**fields: Any) -> str:
 
 def test_only_a_well_formed_model_stream_report_is_read() -> None:
     assert read_report(hostile(tokens=3, text="\x1b]52;c;ZXZpbA==\x07")).text.startswith("\x1b")  # escaped where shown
+    assert read_report(json.dumps({"type": "tool_start", "call_id": "c", "name": "exec", "arguments": ""})).name == "exec"
     refused = [
         "not json", "[]", hostile(tokens="many"), hostile(rate="fast"), json.dumps({"type": "run_end", "status": "ok"}),
-        hostile(text="a" * MAX_REPORT_BYTES), b"{}", None,
+        hostile(text="a" * MAX_REPORT_BYTES), b"{}", None, json.dumps({"type": ["model_stream"]}),
     ]
     assert [read_report(r) for r in refused] == [None] * len(refused)

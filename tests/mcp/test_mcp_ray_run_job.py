@@ -99,9 +99,15 @@ async def run_job(client: Client) -> tuple[Any, list[str]]:
     return done, heard
 
 
-def streamed(heard: list[str]) -> list[int]:
-    """The token counts the progress messages gave while the reply streamed in."""
-    return [int(m.split("receiving the reply: ")[1].split()[0]) for m in heard if "receiving the reply: " in m]
+def turns(heard: list[str]) -> list[int]:
+    """The turn each progress message names (the latest message goes, at most one each 0.25 s)."""
+    return [int(m.split()[1].rstrip(":")) for m in heard]
+
+
+def streamed(heard: list[str], turn: int = 2) -> list[int]:
+    """The token counts the progress messages gave while the reply of `turn` streamed in."""
+    said = f"turn {turn}: receiving the reply: "
+    return [int(m.split(said)[1].split()[0]) for m in heard if m.startswith(said)]
 
 
 async def test_run_job_runs_on_the_cluster_and_its_answer_names_the_node(joined: Head, model: OpenAIServer, tmp_path: Path) -> None:
@@ -121,6 +127,7 @@ async def test_run_job_runs_on_the_cluster_and_its_answer_names_the_node(joined:
     # the reply streamed on the node, its progress heard here, growing
     counts = streamed(heard)
     assert len(counts) >= 2 and counts == sorted(counts) and counts[-1] >= 10, heard
+    assert turns(heard) == sorted(turns(heard)) and "turn 2: waiting for the model" in heard
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [folder.name]  # no lost attempt
 
 
@@ -130,7 +137,7 @@ async def test_the_progress_of_a_run_here_is_what_a_cluster_run_tells(joined: He
     async with mcp_client(tmp_path / "runs", model, cluster=False) as (client, _):
         done, heard = await run_job(client)
     assert not done.is_error and done.structured_content["node"] is None
-    assert "turn 1: waiting for the model" in heard and "turn 1: exec_command" in heard
+    assert turns(heard) == sorted(turns(heard)) and "turn 2: waiting for the model" in heard
     counts = streamed(heard)
     assert len(counts) >= 2 and counts[-1] >= 10, heard
 
@@ -146,10 +153,10 @@ def hostile_attempt(entry: Any, inputs: bytes, run_name: str, environ: Any, log:
     from coderoom.batch.on_node import NodeResult, Place
     from coderoom.batch.runner import JobOutcome
 
-    for report in ('{"type": "run_end", "status": "ok"}', "x" * (1 << 17),
-                   json.dumps({"type": "model_stream", "tokens": 7, "text": "\x1b]0;owned\x07"})):
-        progress.put.remote(entry.key, report + "\n")
-    time.sleep(2)  # the driver relays what came
+    reports = ('{"type": "run_end", "status": "ok"}', "x" * (1 << 17),
+               json.dumps({"type": "model_stream", "tokens": 7, "text": "\x1b]0;owned\x07"}))
+    ray.get([progress.put.remote(entry.key, report + "\n") for report in reports])
+    time.sleep(3)  # the driver relays what came (it takes the box's reports each 0.25 s)
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         for name, kind, data, link in [
@@ -178,7 +185,7 @@ async def test_a_run_folder_a_hostile_node_sends_goes_through_the_exit_policy(jo
     assert not (folder / "output/up").exists()
     note = (folder / LEFT_OUT_NOTE).read_text()
     assert "output/.git" in note and ".envrc" in note and "output/up" in note
-    assert streamed(heard) == [7]  # only the well-formed report, its text never shown raw
+    assert streamed(heard, turn=0) == [7], heard  # only the well-formed report, its text never shown raw
     assert all("\x1b" not in message for message in heard)
 
 

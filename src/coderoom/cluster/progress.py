@@ -1,9 +1,11 @@
-"""A job's streamed-reply progress (`model_stream` events) on its way from the cluster node that
-runs it to the driver, bounded, so a caller on the driver (the MCP client of `run_job`) sees the
-same progress as when the job runs on the driver's own machine.
+"""A job's progress on its way from the cluster node that runs it to the driver, bounded, so a
+caller on the driver (the MCP client of `run_job`) sees the same progress as when the job runs on
+the driver's own machine: its streamed replies (`model_stream` events) and the steps a progress
+line names (`PROGRESS_TYPES`: a request sent, a reply come, a tool called).
 
-Why its own path: the record lines a node sends (`batch.on_node`) are the record's, and a reply's
-progress is no line of it (`record.events.LIVE_ONLY`); before this, a node dropped it.
+Why its own path: the record lines a node sends (`batch.on_node`) go to the `AttemptLog`, kept for
+a lost attempt's record, not handed to anyone as they come, and a reply's progress is no line of
+the record (`record.events.LIVE_ONLY`); before this, a node dropped it.
 
 Bounded both ways: the node sends at most one report each `streaming.REPORT_EVERY_S`, the
 reports it held back merged into the next (`NodeProgress`: the latest counts, the text pieces
@@ -26,11 +28,12 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from ..models.streaming import MAX_PIECE_CHARS, REPORT_EVERY_S
-from ..record.events import Event, ModelStream
+from ..record.events import Event, ModelCall, ModelStart, ModelStream, ToolStart
 from ..record.writer import encode
 
 MAX_REPORT_BYTES = 64 * 1024  # of one report (MAX_PIECE_CHARS of text, JSON-escaped, and its counts)
 MAX_PENDING = 32  # reports a job's box holds for the driver (it takes them each REPORT_EVERY_S)
+PROGRESS_TYPES = (ModelStart, ModelCall, ToolStart)  # the record events a progress line names, sent as they come
 MAX_JOBS = 1024  # jobs a box holds reports of (a late report of a finished job stays until pushed out)
 
 
@@ -42,8 +45,10 @@ class ProgressBoxHandle(Protocol):
 
 class NodeProgress:
     """On the node: a record listener that sends the job's `model_stream` events to `box` under
-    `key`, at most one each REPORT_EVERY_S; held-back reports are merged into the next, and sent
-    before the next record event (a reply's last count comes before its `model_call`)."""
+    `key`, at most one each REPORT_EVERY_S (held-back reports merged into the next, and sent
+    before the next record event: a reply's last count comes before its `model_call`), and its
+    PROGRESS_TYPES events as they come (one each a turn or a tool call; one over
+    MAX_REPORT_BYTES, a tool call's long arguments, is not sent)."""
 
     def __init__(self, box: ProgressBoxHandle, key: str, clock: Callable[[], float] = time.monotonic) -> None:
         self._box = box
@@ -57,8 +62,10 @@ class NodeProgress:
             self._held = event if self._held is None else _merged(self._held, event)
             if self._clock() - self._last >= REPORT_EVERY_S:
                 self.flush()
-        elif self._held is not None:
-            self.flush()
+            return
+        self.flush()
+        if isinstance(event, PROGRESS_TYPES) and len(line := encode(event)) <= MAX_REPORT_BYTES:
+            self._box.put.remote(self._key, line)
 
     def flush(self) -> None:
         if self._held is not None:
@@ -93,13 +100,18 @@ class ProgressBox:
         return list(found) if found is not None else []
 
 
-def read_report(report: object) -> ModelStream | None:
-    """A node's report as a `ModelStream` event, or None when it is anything else: bounded in
-    size, parsed as JSON, validated as the event's model (its text is still the model's, to be
-    rendered escaped)."""
+REPORTED = {model.model_fields["type"].default: model for model in (ModelStream, *PROGRESS_TYPES)}
+
+
+def read_report(report: object) -> Event | None:
+    """A node's report as a `ModelStream` or PROGRESS_TYPES event, or None when it is anything
+    else: bounded in size, parsed as JSON, validated as its type's model (its strings are still
+    the model's, to be rendered escaped)."""
     if not isinstance(report, str) or len(report) > MAX_REPORT_BYTES:
         return None
     try:
-        return ModelStream.model_validate(json.loads(report))
-    except (ValueError, ValidationError):  # JSONDecodeError is a ValueError
+        data = json.loads(report)
+        model = REPORTED.get(data.get("type")) if isinstance(data, dict) else None
+        return model.model_validate(data) if model is not None else None  # type: ignore[return-value]
+    except (ValueError, ValidationError, TypeError):  # JSONDecodeError is a ValueError; an unhashable "type"
         return None
