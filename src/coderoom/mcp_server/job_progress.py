@@ -54,11 +54,14 @@ class JobProgress:
 
     async def sending(self) -> None:
         """Send the latest message whenever there is a new one, at most one each REPORT_EVERY_S
-        (cancelled when the run ends)."""
+        (cancelled when the run ends); a send that fails ends the sending, never the run."""
         while True:
             await self._changed.wait()
             self._changed.clear()
             if self._message is not None:
                 self._count += 1
-                await self._send(self._count, self._message)
+                try:
+                    await self._send(self._count, self._message)
+                except Exception:  # the client's stream gone (anyio's, the SDK's own errors): the run goes on unheard
+                    return
             await asyncio.sleep(REPORT_EVERY_S)
