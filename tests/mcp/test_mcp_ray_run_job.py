@@ -219,3 +219,38 @@ def test_a_client_that_drops_its_run_job_leaves_nothing_running_on_the_node(head
     [folder] = [p for p in (tmp_path / "runs").iterdir() if p.name.startswith("mcp-job-")]
     events = read_record(folder).events
     assert events[0].type == "run_start" and any(e.type == "tool_start" for e in events)
+
+
+def dying_attempt(entry: Any, inputs: bytes, run_name: str, environ: Any, log: Any, slots: Any, progress: Any = None) -> Any:
+    """Each attempt's worker dies as a lost node's does, after telling the driver it began and
+    writing one record line (a lost attempt's partial record)."""
+    import os
+
+    import ray
+
+    from coderoom.batch.on_node import Place
+
+    attempt = os.urandom(4).hex()
+    ray.get(log.begin.remote(entry.key, attempt, Place(ray.get_runtime_context().get_node_id(), "127.0.0.1")))
+    ray.get(log.line.remote(entry.key, attempt, '{"type": "run_start", "t": 0.0, "job": {}}\n'))
+    os._exit(1)
+
+
+async def test_a_job_whose_every_attempt_is_lost_is_a_tool_error_naming_the_cause(joined: Head, model: OpenAIServer,
+                                                                                  tmp_path: Path) -> None:
+    """Run again as a batch job is (NODE_RETRIES), then the cause; each attempt's record kept."""
+    import ray
+
+    from coderoom.batch.cluster import NODE_RETRIES
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    async with mcp_client(tmp_path / "runs", model, cluster=True) as (client, jobs):
+        jobs._task = ray.remote(dying_attempt)
+        done, _ = await run_job(client)
+    assert done.is_error
+    job = done.structured_content
+    assert job["status"] == "error" and "the cluster could not run it (WorkerCrashedError" in job["error"]
+    lost = job["lost_attempts"]
+    assert len(lost) == NODE_RETRIES + 1 and {a["host"] for a in lost} == {"127.0.0.1"}
+    for attempt in lost:
+        assert read_record(tmp_path / "runs" / Path(attempt["run_folder"]).name).events[0].type == "run_start"
