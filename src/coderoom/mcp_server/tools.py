@@ -23,7 +23,7 @@ import shutil
 import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -374,8 +374,11 @@ def _job_answer(ended: JobEnd) -> CallToolResult:
     links: list[ContentBlock] = []
     uris: dict[str, str] = {}
     output_dir = ended.run_dir / "output"
-    for name in ended.saved:
-        rel = PurePosixPath(name)
+    for name in ended.saved:  # on a cluster, the node's record says these: names checked before use
+        try:
+            rel = safe_relative_path(name)
+        except UnsafePath:
+            continue
         if rel.parts and rel.parts[0] == "output" and (output_dir.parent / rel).is_file():
             uris[str(rel)] = uri = f"coderoom://run/{ended.run_dir.name}/{rel}"
             links.append(ResourceLink(type="resource_link", uri=uri, name=str(rel)))
