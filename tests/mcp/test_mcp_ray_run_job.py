@@ -13,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import shutil
 import sys
 import tarfile
+import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -219,6 +221,9 @@ def test_a_client_that_drops_its_run_job_leaves_nothing_running_on_the_node(head
     [folder] = [p for p in (tmp_path / "runs").iterdir() if p.name.startswith("mcp-job-")]
     events = read_record(folder).events
     assert events[0].type == "run_start" and any(e.type == "tool_start" for e in events)
+    # a forced cancel leaves the job's temporary folder on its node (docs/security.md R-C5): removed here
+    [left] = [p for p in Path(tempfile.gettempdir()).glob("coderoom-batch-*") if (p / folder.name).is_dir()]
+    shutil.rmtree(left)
 
 
 def dying_attempt(entry: Any, inputs: bytes, run_name: str, environ: Any, log: Any, slots: Any, progress: Any = None) -> Any:
