@@ -93,7 +93,7 @@ def http_upstream(
 
 
 @contextlib.contextmanager
-def _tcp_server(handle: Callable[[socket.socket], None]) -> Iterator[int]:
+def tcp_server(handle: Callable[[socket.socket], None]) -> Iterator[int]:
     """A TCP server on 127.0.0.1 handing each connection to `handle`, one at a time, on a thread
     of its own until the context ends; its port."""
     server = socket.create_server(("127.0.0.1", 0))
@@ -128,7 +128,7 @@ def tcp_recorder() -> Iterator[Seen]:
         with conn, contextlib.suppress(OSError):
             seen.raw.append(conn.recv(65536))
 
-    with _tcp_server(record) as seen.port:
+    with tcp_server(record) as seen.port:
         yield seen
 
 
@@ -156,7 +156,7 @@ def early_answerer(tls: ssl.SSLContext | None = None) -> Iterator[Seen]:
             conn.sendall(b"HTTP/1.1 413 Content Too Large\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(EARLY_ANSWER), EARLY_ANSWER))
 
     try:
-        with _tcp_server(answer) as seen.port:
+        with tcp_server(answer) as seen.port:
             yield seen
     finally:
         for conn in held:

@@ -541,11 +541,12 @@ class Proxy:
                 await answering
             answering.result()
         finally:
+            up_writer.close()  # what stops `_send_body`: a cancel can be lost (3.11's wait_for, E-R9)
             for task in (sending, answering):
                 task.cancel()
             await asyncio.gather(sending, answering, return_exceptions=True)
         if conn.their_state is h11.SEND_BODY:  # answered early: the sandbox may still be sending
-            await _linger(reader, writer)
+            await _linger(reader, writer, self.budget.take)
 
     async def _send_body(
         self, conn: h11.Connection, reader: Reader, upstream: h11.Connection, up_writer: asyncio.StreamWriter,
@@ -555,8 +556,10 @@ class Proxy:
         it may have answered already) ends the sending, not the exchange: its response, or its
         lack of one, is `_relay_response`'s to tell."""
         idle, why = self.idle_timeout_s, self._idle_reason()
-        while True:
+        while not up_writer.is_closing():  # closed by `_exchange` once the answer ended
             event = await _next(reader, conn, idle=(idle, why), moved=moved)
+            if up_writer.is_closing():
+                return
             if isinstance(event, (h11.Data, h11.EndOfMessage)):
                 data = self._charge(attempt, upstream.send(event) or b"", True)
                 try:
@@ -642,13 +645,14 @@ def _head_bytes(event: h11.Request | h11.Response | h11.InformationalResponse) -
     return first + 12 + sum(len(name) + len(value) + 4 for name, value in event.headers)
 
 
-async def _linger(reader: Reader, writer: Writer) -> None:
+async def _linger(reader: Reader, writer: Writer, take: Callable[[int], bool]) -> None:
     """Close the sandbox's side after a response that came before its whole request body, as
     RFC 9112 9.6 says a server should: half-close (plain streams; TLS has no half close), then
     read what it still sends and drop it, until it ends or pauses for LINGER_IDLE_S, for at most
     LINGER_S and LINGER_BYTES.
     Closing with its bytes unread would reset the connection, and a reset can discard the
-    response before the sandbox's client has read it. Nothing read here goes anywhere."""
+    response before the sandbox's client has read it. Nothing read here goes anywhere, but it is
+    `take`n from the run's byte budget (the host moved it; E-R1): past the budget, it stops."""
     with contextlib.suppress(OSError, NotImplementedError):
         if writer.can_write_eof():
             writer.write_eof()
@@ -656,7 +660,7 @@ async def _linger(reader: Reader, writer: Writer) -> None:
     with contextlib.suppress(asyncio.TimeoutError, ConnectionError, OSError, ssl.SSLError):
         while dropped < LINGER_BYTES and (left := deadline - time.monotonic()) > 0:
             data = await asyncio.wait_for(reader.read(_CHUNK), min(left, LINGER_IDLE_S))
-            if not data:
+            if not data or not take(len(data)):
                 return
             dropped += len(data)
 
