@@ -31,13 +31,13 @@ from agents.retry import ModelRetryAdvice, ModelRetryAdviceRequest
 from openai import APIConnectionError, APIError, APIStatusError
 from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 
+from ..record.events import MAX_STREAM_OFF_REASON_CHARS
 from .budget import ModelBudget
 from .context import ContextGuard
 from .failures import DEADLINE_ADVICE, ModelAnswerError, ModelDeadlineExceeded, Notify
 from .output_cap import reply_cap
 from .streaming import (
-    MAX_REASON_CHARS, STREAM_REFUSALS, StreamCut, StreamNotOffered, StreamOverCap, StreamProgress, StreamSupport,
-    collect,
+    STREAM_REFUSALS, StreamCut, StreamNotOffered, StreamOverCap, StreamProgress, StreamSupport, collect,
 )
 
 CUT_NOTE = "[coderoom: this reply was cut at the max_tokens limit]"
@@ -215,7 +215,7 @@ def _said(error: APIStatusError) -> str:
     """The server's own words of a refusal (its error body's message), on one line, bounded."""
     body = error.body if isinstance(error.body, dict) else {}
     message = body.get("message") if isinstance(body.get("message"), str) else error.message
-    return " ".join(str(message).split())[:MAX_REASON_CHARS]
+    return " ".join(str(message).split())[:MAX_STREAM_OFF_REASON_CHARS]
 
 
 def _as_list(input: str | list[TResponseInputItem]) -> list[Any]:

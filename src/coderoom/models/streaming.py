@@ -37,7 +37,6 @@ from openai.types.responses import (
 )
 
 STREAM_REFUSALS = frozenset({400, 415, 422})  # a refused streaming request is asked again without
-MAX_REASON_CHARS = 200  # of the server's words kept in `model_stream_off`
 REPORT_EVERY_S = 0.25  # a listener hears of a streaming reply at most this often
 MAX_PIECE_CHARS = 4_000  # of the text one report carries (the page shows it as it grows)
 TEXT_DELTAS = (ResponseTextDeltaEvent, ResponseRefusalDeltaEvent)

@@ -313,6 +313,11 @@ class ModelReplyCut(_Event):
     retried: bool = False
 
 
+MAX_STREAM_OFF_REASON_CHARS = 200
+"""Of a model server's words kept in `model_stream_off`: the writer cuts them there
+(`models.guard`); a record holding more is not coderoom's (`coderoom show` would print it all)."""
+
+
 class ModelStreamOff(_Event):
     """The model server does not stream: it refused a streaming request (`status`, its words in
     `reason`, bounded) or answered one with nothing a stream carries (`status` None). The request
@@ -320,7 +325,7 @@ class ModelStreamOff(_Event):
 
     type: Literal["model_stream_off"] = "model_stream_off"
     status: int | None = None
-    reason: str = ""
+    reason: str = Field(default="", max_length=MAX_STREAM_OFF_REASON_CHARS)
 
 
 class ContextTrimmed(_Event):
