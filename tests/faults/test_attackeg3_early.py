@@ -331,3 +331,45 @@ def _https_linger(socket_path: Path, host: str, port: int, request: bytes, pem: 
                 while chunk := tls.recv(65536):
                     answer += chunk
     return answer
+
+
+def _https_push_after_answer(socket_path: Path, host: str, port: int, pem: bytes, push: int) -> tuple[bytes, int]:
+    """Inside HTTPS through the proxy: an upload's head, its early answer read, then `push` bytes
+    of body; (the answer, how many bytes went before the proxy closed)."""
+    with socket.socket(socket.AF_UNIX) as raw:
+        raw.settimeout(10)
+        raw.connect(str(socket_path))
+        raw.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+        assert raw.recv(4096).startswith(b"HTTP/1.1 200")
+        context = ssl.create_default_context(cadata=pem.decode())
+        with context.wrap_socket(raw, server_hostname=host) as tls:
+            tls.sendall(f"PUT /upload HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Length: 100000000\r\n\r\n".encode())
+            answer = b""
+            while not answer.endswith(EARLY_ANSWER) and (chunk := tls.recv(65536)):
+                answer += chunk
+            pushed = 0
+            with contextlib.suppress(OSError, TimeoutError):
+                while pushed < push:
+                    tls.sendall(b"d" * 65536)
+                    pushed += 65536
+    return answer, pushed
+
+
+async def test_inside_https_bytes_sent_into_the_linger_count_in_egress_bytes(tmp_path: Path) -> None:
+    """E-R1 inside intercepted HTTPS (no half close: the linger reads TLS): 32 MiB pushed after the
+    answer with a 1 MiB budget are cut there, and the next connection is refused with its name."""
+    test_ca = TestCA(tmp_path)
+    with early_answerer(tls=test_ca.server_context("api.test")) as seen:
+        target = f"api.test:{seen.port}"
+        table = {"allow": [target], "resolve": {"api.test": "127.0.0.1"}, "secrets": [SECRET]}
+        proxy = await running(tmp_path, table, max_bytes=1024**2, environ={"TOKEN": CANARY}, upstream_cafile=test_ca.cafile, reset_ok=True)
+        assert proxy.proxy.ca is not None
+        push = 32 * 1024**2
+        answer, pushed = await asyncio.to_thread(_https_push_after_answer, proxy.proxy.socket_path, "api.test", seen.port, proxy.proxy.ca.pem(), push)
+        await _ended(proxy.events)
+        later = await proxy.send(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+        await proxy.proxy.close()
+    assert answer.startswith(b"HTTP/1.1 413") and CANARY.encode() not in answer
+    assert pushed < push and proxy.proxy.budget.exhausted is not None
+    assert b"egress_bytes" in later
+    assert proxy.events[0].bytes_up <= 1024 + 65536 and proxy.events[0].intercepted
