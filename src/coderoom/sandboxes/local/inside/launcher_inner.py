@@ -397,8 +397,7 @@ class Launcher:
         self.running = []  # started Slots whose init is not reaped yet (command None: reported)
 
     def serve(self):
-        self.ready = self._prepare()
-        self.sock.send(b"ready")
+        self.sock.send(b"ready")  # the host's first request comes while the first slot is made
         failed = False  # the last prepare failed: tried again after the next message or exit
         while True:
             wait = None
