@@ -9,11 +9,14 @@ costs about 2, because the launcher prepares the next command's sandbox before i
     launcher --clone(NEWPID|NEWNS|NEWIPC|NEWCGROUP)--> init (pid 1) --fork--> stub
 
 * init: pid 1 of the command's namespace; mounts /proc, /tmp, /dev/shm, forks the stub, reaps
-  orphans and exits with the command's status, which makes the kernel kill everything left in
-  the namespace. The launcher reaps init only after that, so "exit reported" means "the whole
-  tree is gone"; a kill is a SIGKILL to init, with the same effect. The launcher holds the
-  command's mount namespace until it has reported the exit (`Slot`): its unmounting is not on
-  the way of the report.
+  orphans and, once the command has exited, kills everything left in the namespace, reaps it
+  all, sends the command's status on the slot's socket and exits with it. The launcher reports
+  the exit on that message (or, if init died without one, once it has reaped init), so "exit
+  reported" means "the whole tree is gone", and init's own exit (tearing down its copy of the
+  launcher's memory) is not on the way of the report; a kill is a SIGKILL to init, which takes
+  the namespace down with it. The launcher holds the command's mount namespace until it has
+  reaped init (`Slot`): its unmounting is not on the way of the report either, and it happens
+  before the launcher starts another command.
 * stub: drops every capability (effective, permitted, inheritable; the launcher has already
   emptied the bounding and ambient sets), sets the rlimits, installs the seccomp filter, starts
   a new session, then waits on its socket. Given a command, it takes the stdio pipes, closes
@@ -369,9 +372,9 @@ class Slot:
     The launcher holds the mount namespace so that init's exit does not tear it down: the last
     process of a namespace unmounts all of it (the session's 30 or so mounts, copied at the
     clone, and the command's /proc, /tmp, /dev/shm and /dev/pts) in its own exit, before its
-    parent can see it gone, which delayed every command's exit report. `release` does it once the
-    report is sent, before the launcher reads its next request, so no later command starts before
-    the namespace is gone, as before; only the host hears of the exit sooner."""
+    parent can see it gone, which delayed every command's exit report. `release` does it once
+    init is reaped, after the report; a request that comes first waits for that (`Launcher._start`),
+    so no later command starts before the namespace is gone, as before; only the host hears sooner."""
 
     def __init__(self, pid, sock):
         self.pid = pid
