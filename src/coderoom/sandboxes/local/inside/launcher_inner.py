@@ -400,7 +400,8 @@ class Launcher:
         self.running = []  # started Slots whose init is not reaped yet (command None: reported)
 
     def serve(self):
-        self.sock.send(b"ready")  # the host's first request comes while the first slot is made
+        self.ready = self._prepare()
+        self.sock.send(b"ready")
         failed = False  # the last prepare failed: tried again after the next message or exit
         while True:
             wait = None
