@@ -489,16 +489,22 @@ class Launcher:
         return True
 
     def _try_prepare(self):
-        """A slot, or None when the kernel refuses one now (process limits): retried later."""
+        """A slot, or None when the kernel refuses one now (process limits): retried later.
+        Slots whose exit is reported are reaped first (their init is exiting), so that no clone
+        starts with a copy of an ended command's mount namespace."""
+        self._reap_reported()
         try:
             return self._prepare()
         except OSError as exc:
             sys.stderr.write(f"coderoom: {exc}\n")
             return None
 
-    def _start(self, command_id, fds):
+    def _reap_reported(self):
         for slot in [slot for slot in self.running if slot.command is None]:
-            self._reap(slot)  # reported, its init about to exit: no command starts before it is gone
+            self._reap(slot)  # its init is about to exit: no command starts before it is gone
+
+    def _start(self, command_id, fds):
+        self._reap_reported()
         for _ in range(2):
             slot, self.ready = self.ready or self._try_prepare(), None
             if slot is None:
