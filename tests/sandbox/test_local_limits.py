@@ -150,6 +150,24 @@ async def test_disk_taken_without_growing_a_visible_file_counts(argv: list[str],
     assert taken <= 300 * MiB  # what is left on the host's disk fits the limit
 
 
+# two 20 MiB files (each under RLIMIT_FSIZE) kept open by a process whose parent is gone
+ORPHAN_HOLDS = (
+    "(setsid python3 -c \"import os, time\n"
+    "held = [open(name, 'wb') for name in ('a', 'b')]\n"
+    "for f in held: f.write(b'x' * 20 * 2**20); f.flush(); os.unlink(f.name)\n"
+    "time.sleep(30)\" &); sleep 20"
+)
+
+
+async def test_a_deleted_file_held_by_an_orphaned_process_counts() -> None:
+    """An orphan is re-parented to its command's init, never to the launcher's own processes,
+    which the check skips (disk.LAUNCHER_DEPTH)."""
+    spec = SandboxSpec(backend="local", limits=Limits(workspace_size="30M"))
+    async with open_session(spec) as session:
+        result = await session.exec(ORPHAN_HOLDS)
+    assert b"in deleted files still open), over its workspace_size limit of 31457280 bytes" in result.stderr, result.stderr
+
+
 async def test_posix_fallocate_writes_zeros_and_stops_at_the_workspace_limit() -> None:
     spec = SandboxSpec(backend="local", limits=Limits(workspace_size="300M"))
     code = "import os; os.posix_fallocate(os.open('big', os.O_CREAT | os.O_WRONLY), 0, 5 * 2**30)"

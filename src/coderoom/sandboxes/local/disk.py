@@ -7,8 +7,8 @@ watchdog counts there, every 0.25 s while a command runs (and at its end):
   counts in full, and space reserved without growing a file counts too;
 * `fallocate` is refused by seccomp (EOPNOTSUPP), so reservation cannot run ahead of the watchdog
   (glibc's posix_fallocate then writes zeros, which RLIMIT_FSIZE and the watchdog see);
-* files deleted but still open, which no walk finds: the session's processes (bwrap's
-  descendants) are looked up through /proc/PID/fd and, as root, /proc/PID/map_files for the
+* files deleted but still open, which no walk finds: the session's payload processes (bwrap's
+  descendants below the launcher's own, `LAUNCHER_DEPTH`) are looked up through /proc/PID/fd and, as root, /proc/PID/map_files for the
   mappings /proc/PID/maps marks deleted (a deleted file kept only by an mmap), and each deleted
   regular file on the workspace's filesystem counts once (benchmarks/limits_bench.py prints
   what a full check of an idle session takes).
@@ -37,22 +37,31 @@ from pathlib import Path
 
 from ...hostile import tree
 
-def session_pids(bwrap_pid: int) -> list[int]:
-    """Host pids of every process of bwrap's sandbox (launcher, commands, their children).
+# How deep under bwrap the processes are that run no payload code: bwrap's pid 1 (1), the
+# launcher (2) and each command's init (3, the launcher's only children; see launcher_inner).
+# Payload processes descend from a command's stub (4): an orphan goes to its namespace's init,
+# never above, as nothing outlives that init in its namespace.
+LAUNCHER_DEPTH = 3
+
+
+def session_pids(bwrap_pid: int, *, below: int = 0) -> list[int]:
+    """Host pids of every process of bwrap's sandbox (launcher, commands, their children), or
+    only those more than `below` levels under bwrap.
 
     A walk down the process tree from bwrap (`/proc/PID/task/TID/children`), not a scan of all
     of /proc: every sandbox process descends from bwrap, since an orphan is re-parented to its
     command's PID-namespace init, itself the launcher's child. So the cost follows the
     session's own process count (bounded by `pids`), not the host's."""
     found: list[int] = []
-    pending = [bwrap_pid]
+    pending = [(bwrap_pid, 0)]
     while pending:
-        pid = pending.pop()
+        pid, depth = pending.pop()
         with contextlib.suppress(OSError):
             for task in os.listdir(f"/proc/{pid}/task"):
                 with contextlib.suppress(OSError):
-                    pending.extend(int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split())
-        if pid != bwrap_pid:
+                    children = Path(f"/proc/{pid}/task/{task}/children").read_text().split()
+                    pending.extend((int(c), depth + 1) for c in children)
+        if depth > below:
             found.append(pid)
     return found
 
@@ -124,7 +133,9 @@ def over_limit(workspace: Path, limit: int, bwrap_pid: int | None) -> str | None
         used = tree.usage(workspace)
     except tree.WorkspaceLimitError as exc:
         return f"workspace over its limits: {exc}"
-    held = held_deleted(session_pids(bwrap_pid), os.stat(workspace).st_dev) if bwrap_pid else 0
+    # the launcher's own processes hold no file of the payload's: none can pass them one
+    payload = session_pids(bwrap_pid, below=LAUNCHER_DEPTH) if bwrap_pid else []
+    held = held_deleted(payload, os.stat(workspace).st_dev)
     if used + held <= limit:
         return None
     detail = f" ({held} of them in deleted files still open)" if held else ""

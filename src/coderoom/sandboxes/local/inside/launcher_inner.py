@@ -9,11 +9,14 @@ costs about 2, because the launcher prepares the next command's sandbox before i
     launcher --clone(NEWPID|NEWNS|NEWIPC|NEWCGROUP)--> init (pid 1) --fork--> stub
 
 * init: pid 1 of the command's namespace; mounts /proc, /tmp, /dev/shm, forks the stub, reaps
-  orphans and exits with the command's status, which makes the kernel kill everything left in
-  the namespace. The launcher reaps init only after that, so "exit reported" means "the whole
-  tree is gone"; a kill is a SIGKILL to init, with the same effect. The launcher holds the
-  command's mount namespace until it has reported the exit (`Slot`): its unmounting is not on
-  the way of the report.
+  orphans and, once the command has exited, kills everything left in the namespace, reaps it
+  all, sends the command's status on the slot's socket and exits with it. The launcher reports
+  the exit on that message (or, if init died without one, once it has reaped init), so "exit
+  reported" means "the whole tree is gone", and init's own exit (tearing down its copy of the
+  launcher's memory) is not on the way of the report; a kill is a SIGKILL to init, which takes
+  the namespace down with it. The launcher holds the command's mount namespace until it has
+  reaped init (`Slot`): its unmounting is not on the way of the report either, and it happens
+  before the launcher starts another command.
 * stub: drops every capability (effective, permitted, inheritable; the launcher has already
   emptied the bounding and ambient sets), sets the rlimits, installs the seccomp filter, starts
   a new session, then waits on its socket. Given a command, it takes the stdio pipes, closes
@@ -329,28 +332,54 @@ def _init(sock, config):
     child = os.fork()
     if child == 0:
         _stub(sock, config)
-    sock.close()
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # pid 1: signals without a handler are ignored
     while True:
         pid, status = os.wait()
         if pid == child:
-            os._exit(_exit_code(status))
+            break
+    code = _exit_code(status)
+    _empty_namespace()
+    try:  # the launcher's end; the stub closed its copy before the command started
+        sock.send(b"%d" % code)
+    except OSError:
+        pass  # the launcher is gone or discarded the slot: exiting says it all the same
+    os._exit(code)
+
+
+def _empty_namespace():
+    """Kill every other process of this PID namespace and reap it: back in wait() each time one
+    is reaped (a fork racing the kill is killed by the next round), done when init has no child
+    left. Every process of the namespace descends from init (orphans are reparented to it, or to
+    a subreaper below it, before their parent can be reaped) and none can enter it (setns needs
+    capabilities the payload lacks), so then init is alone in it: the command's exit may be
+    reported before init's own exit, which tears down its copy of the launcher's memory."""
+    while True:
+        try:
+            os.kill(-1, signal.SIGKILL)  # pid 1 is spared: all but init
+        except ProcessLookupError:
+            pass
+        try:
+            os.wait()
+        except ChildProcessError:
+            return
 
 
 class Slot:
-    """A prepared command sandbox: its init's pid and pidfd, the socket to its stub, and its
-    mount namespace (`mounts`).
+    """A prepared command sandbox: its init's pid and pidfd, the socket to its stub and then to
+    its init (which reports the command's exit on it, see `_init`), and its mount namespace
+    (`mounts`). Once started it has its command's id (`command`) until the exit is reported.
 
     The launcher holds the mount namespace so that init's exit does not tear it down: the last
     process of a namespace unmounts all of it (the session's 30 or so mounts, copied at the
     clone, and the command's /proc, /tmp, /dev/shm and /dev/pts) in its own exit, before its
-    parent can see it gone, which delayed every command's exit report. `release` does it once the
-    report is sent, before the launcher reads its next request, so no later command starts before
-    the namespace is gone, as before; only the host hears of the exit sooner."""
+    parent can see it gone, which delayed every command's exit report. `release` does it once
+    init is reaped, after the report; a request that comes first waits for that (`Launcher._start`),
+    so no later command starts before the namespace is gone, as before; only the host hears sooner."""
 
     def __init__(self, pid, sock):
         self.pid = pid
         self.sock = sock
+        self.command = None
         self.mounts = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
         try:
             self.pidfd = os.pidfd_open(pid)
@@ -368,7 +397,7 @@ class Launcher:
         self.sock = sock
         self.config = config
         self.ready = None  # the next command's Slot
-        self.running = {}  # pidfd -> (command id, Slot)
+        self.running = []  # started Slots whose init is not reaped yet (command None: reported)
 
     def serve(self):
         self.ready = self._prepare()
@@ -377,12 +406,13 @@ class Launcher:
         while True:
             wait = None
             if self.ready is None and not failed:
-                if self.running:  # a short command's exit is reported before the next clone
-                    wait = _PREPARE_AFTER_S
+                if any(slot.command is not None for slot in self.running):
+                    wait = _PREPARE_AFTER_S  # a short command's exit is reported before the next clone
                 else:
                     self.ready = self._try_prepare()
                     failed = self.ready is None
-            readable, _, _ = select.select([self.sock, *self.running], [], [], wait)
+            watched = self._watched()
+            readable, _, _ = select.select([self.sock, *watched], [], [], wait)
             if not readable:  # the command runs on: prepare the next slot meanwhile
                 self.ready = self._try_prepare()
                 failed = self.ready is None
@@ -393,8 +423,23 @@ class Launcher:
                     if not self._receive():
                         self._stop_all()
                         return
-                else:
-                    self._reap(fd)
+                elif watched[fd] is self.ready:
+                    self._discard_ready()
+                elif watched[fd] not in self.running:
+                    continue  # reaped meanwhile (before a request that came with it): its fds are closed
+                elif fd == watched[fd].pidfd:
+                    self._reap(watched[fd])
+                elif watched[fd].sock is not None:
+                    self._on_report(watched[fd])
+
+    def _watched(self):
+        """fd -> Slot: every started slot's pidfd, and its socket until init has reported; the
+        ready slot's pidfd too (a slot that died before use is replaced, not left a zombie)."""
+        watched = {slot.pidfd: slot for slot in self.running}
+        watched.update((slot.sock.fileno(), slot) for slot in self.running if slot.sock is not None)
+        if self.ready is not None:
+            watched[self.ready.pidfd] = self.ready
+        return watched
 
     def _prepare(self):
         """Clone an init straight into new PID, mount and IPC namespaces (fork() plus flags)."""
@@ -406,11 +451,12 @@ class Launcher:
         if pid == 0:
             self.sock.close()
             ours.close()
-            for slot in [self.ready, *(slot for _, slot in self.running.values())]:
+            for slot in [self.ready, *self.running]:
                 if slot is not None:
                     os.close(slot.pidfd)
                     os.close(slot.mounts)
-                    slot.sock.close()
+                    if slot.sock is not None:
+                        slot.sock.close()
             _init(theirs, self.config)
         theirs.close()
         if pid < 0:
@@ -435,43 +481,81 @@ class Launcher:
         if message.get("op") == "run" and len(fds) == 4:
             self._start(message["id"], fds)
         elif message.get("op") == "kill":
-            for command_id, slot in self.running.values():
-                if command_id == message["id"]:
+            for slot in self.running:
+                if slot.command == message["id"]:
                     os.kill(slot.pid, signal.SIGKILL)  # init: everything in its namespace dies
         for fd in fds:
             os.close(fd)
         return True
 
     def _try_prepare(self):
-        """A slot, or None when the kernel refuses one now (process limits): retried later."""
+        """A slot, or None when the kernel refuses one now (process limits): retried later.
+        Slots whose exit is reported are reaped first (their init is exiting), so that no clone
+        starts with a copy of an ended command's mount namespace."""
+        self._reap_reported()
         try:
             return self._prepare()
         except OSError as exc:
             sys.stderr.write(f"coderoom: {exc}\n")
             return None
 
-    def _start(self, command_id, fds):
-        slot, self.ready = self.ready or self._try_prepare(), None
-        if slot is None:
-            os.write(fds[2], b"coderoom: cannot start the command: no process could be created\n")
-            self.sock.send(b"exit %d %d" % (command_id, _STUB_FAILED))
-            return
-        try:
-            _send_fds(slot.sock, b"run", fds)
-        except OSError:  # the stub is gone; its init's exit status says why
-            pass
-        slot.sock.close()
-        self.running[slot.pidfd] = (command_id, slot)
+    def _reap_reported(self):
+        for slot in [slot for slot in self.running if slot.command is None]:
+            self._reap(slot)  # its init is about to exit: no command starts before it is gone
 
-    def _reap(self, pidfd):
-        command_id, slot = self.running.pop(pidfd)
-        os.close(pidfd)
+    def _start(self, command_id, fds):
+        self._reap_reported()
+        for _ in range(2):
+            slot, self.ready = self.ready or self._try_prepare(), None
+            if slot is None:
+                break
+            try:
+                _send_fds(slot.sock, b"run", fds)
+            except OSError:  # init and stub were killed before use: a fresh slot, once
+                os.kill(slot.pid, signal.SIGKILL)
+                self._reap(slot)
+                continue
+            slot.command = command_id
+            self.running.append(slot)
+            return
+        os.write(fds[2], b"coderoom: cannot start the command: no process could be created\n")
+        self.sock.send(b"exit %d %d" % (command_id, _STUB_FAILED))
+
+    def _discard_ready(self):
+        """The ready slot died before use (killed from outside): reap it; the loop makes another."""
+        slot, self.ready = self.ready, None
+        self._reap(slot)
+
+    def _on_report(self, slot):
+        """Init's report: the command's exit code, sent once its namespace holds nothing else."""
+        try:
+            data = slot.sock.recv(16)
+        except OSError:
+            data = b""
+        slot.sock.close()
+        slot.sock = None
+        if data.isdigit() and len(data) <= 3 and slot.command is not None:
+            self._report(slot, int(data))
+
+    def _report(self, slot, code):
+        self.sock.send(b"exit %d %d" % (slot.command, code))
+        slot.command = None
+
+    def _reap(self, slot):
+        """Init is gone (or about to be): reap it, report the exit if init could not (killed),
+        and let the namespace go."""
+        if slot in self.running:
+            self.running.remove(slot)
         _, status = os.waitpid(slot.pid, 0)
-        self.sock.send(b"exit %d %d" % (command_id, _exit_code(status)))
+        if slot.command is not None:
+            self._report(slot, _exit_code(status))
+        os.close(slot.pidfd)
+        if slot.sock is not None:
+            slot.sock.close()
         slot.release()
 
     def _stop_all(self):
-        slots = [slot for _, slot in self.running.values()] + ([self.ready] if self.ready else [])
+        slots = self.running + ([self.ready] if self.ready else [])
         for slot in slots:
             os.kill(slot.pid, signal.SIGKILL)
         for slot in slots:
