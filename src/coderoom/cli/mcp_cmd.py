@@ -77,7 +77,7 @@ def mcp(
         from ..mcp_server.tools import ServerSettings, build_server
         from ..models import resolve_model
         from ..sandboxes.spec import SandboxSpec
-        from ..service import SessionManager, WarmPool
+        from ..service import SessionManager
         from ..serving.backends import prepare_backends
         from ..serving.guard import new_token
 
@@ -98,11 +98,11 @@ def mcp(
         asyncio.run(resolve_model(model, environ=dict(os.environ)).aclose())  # a bad spec: exit 2 now
         with ReadPolicy(allow_read) as policy:  # the roots stay open until the server stops (SVC-M1)
             sock = bind(host, port, allow_remote) if http else None  # a taken port: exit 2, before any session
-            opener = options.ray_opener(ray, pool)
+            opener = options.ray_opener(ray)
             cluster = options.ray_jobs(runs) if opener is not None else None  # run_job on the cluster too
             if cluster is None:  # with --ray each node prepares its own backend
                 prepare_backends([backend], limits, lambda line: console.print(Text(line)), environment)
-            warm = WarmPool(pool, pool_max_idle, spec) if pool > 0 else None
+            warm = options.warm_pool(pool, pool_max_idle, spec, on_ray=opener is not None)
             manager = SessionManager(max_sessions=max_sessions, idle_timeout_s=idle_timeout, limits=limits,
                                      environment=environment if package else None, sandbox=backend, model=model,
                                      runs_dir=runs, pool=warm, opener=opener)

@@ -50,7 +50,7 @@ def serve(
     resolve: options.Resolve = [],
     package: options.Package = [],
     idle_timeout: options.IdleTimeout = options.IDLE_TIMEOUT_DEFAULT_S,
-    pool: Annotated[int, typer.Option(help="warm sandboxes of the default sandbox kept ready (0: none)")] = 0,
+    pool: Annotated[int, typer.Option(help=f"of the default sandbox: {options.POOL_HELP}")] = 0,
     pool_max_idle: options.PoolMaxIdle = options.POOL_MAX_IDLE_DEFAULT_S,
     ray: options.Ray = None,
 ) -> None:
@@ -66,7 +66,7 @@ def serve(
         options.check_pool(pool, pool_max_idle, idle_timeout)
         choices = _choices(model or [], sandbox or [])
         sock = bind(host, port, allow_remote)
-        opener = options.ray_opener(ray, pool)
+        opener = options.ray_opener(ray)
         if opener is None:  # with --ray each node prepares its own backend
             prepare_backends(choices.sandboxes, limits, lambda line: console.print(safe(line)), environment)
     sessions = Sessions(max_sessions, limits, environment, idle_timeout, pool, pool_max_idle, opener)
@@ -130,7 +130,7 @@ async def _serve_until_cancelled(
     sock: socket.socket, host: str, runs_dir: Path, choices: Any, public_hosts: list[str], sessions: Sessions
 ) -> None:
     from ..sandboxes.spec import SandboxSpec
-    from ..service import SessionManager, WarmPool
+    from ..service import SessionManager
     from ..serving.server import serve_app
     from ..web.app import WebConfig, build_app
     from ..web.guard import Secrets
@@ -139,12 +139,10 @@ async def _serve_until_cancelled(
     secrets_ = Secrets()
     config = WebConfig(runs_dir=runs_dir, choices=choices, hosts=host_headers(host, port, public_hosts), secrets=secrets_)
     default_sandbox = choices.sandboxes[0]
-    warm = None
-    if sessions.pool > 0:
-        spec = SandboxSpec(backend=default_sandbox, limits=sessions.limits)
-        if sessions.environment is not None:
-            spec = spec.model_copy(update={"environment": sessions.environment})
-        warm = WarmPool(sessions.pool, sessions.pool_max_idle_s, spec)
+    spec = SandboxSpec(backend=default_sandbox, limits=sessions.limits)
+    if sessions.environment is not None:
+        spec = spec.model_copy(update={"environment": sessions.environment})
+    warm = options.warm_pool(sessions.pool, sessions.pool_max_idle_s, spec, on_ray=sessions.opener is not None)
     async with SessionManager(
         runs_dir=runs_dir, max_sessions=sessions.max_sessions, idle_timeout_s=sessions.idle_timeout_s,
         limits=sessions.limits, environment=sessions.environment, sandbox=default_sandbox, pool=warm,

@@ -1,8 +1,8 @@
 """Joining a Ray cluster, shared by every `--ray` command (`batch`, `serve`, `mcp`): the one
 place that decides which cluster is joined (`connect`: never one of our own, loopback kept on
-loopback), whether a sandbox of given limits fits on some live node (`room_for`: else Ray would
-wait forever), whether the cluster has room for it now (`busy_for`: a live session is refused,
-not queued), what of the driver's environment travels to the nodes (`model_environ`: the
+loopback), whether a sandbox of given limits fits on some live node (`room_for`, `nodes_holding`:
+else Ray would wait forever), what the cluster has free now (`busy_for`, for a live session's
+refusal: the room itself is taken atomically by `placement.reserve`), what of the driver's environment travels to the nodes (`model_environ`: the
 model's settings only) and how a Ray error is told in one line (`first_line`).
 
 Nothing here imports Ray at module level: `ray` takes seconds to import, and a command without
@@ -100,14 +100,26 @@ def _resolved(address: str) -> str:
     return address
 
 
-def room_for(limits: Limits) -> str | None:
-    """None when a sandbox of `limits` (cpus as Ray's num_cpus, memory as its memory) fits on some
-    live node of the joined cluster; else what the largest nodes have, for the refusal."""
+def nodes_holding(limits: Limits) -> set[str]:
+    """The ids of the live nodes large enough, when empty, for a sandbox of `limits` (cpus as
+    Ray's num_cpus, memory as its memory): where it can be placed at all, and where a warm pool
+    per node keeps sandboxes (`service.ray_pool`)."""
     import ray
 
-    nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
-    if any(node.get("CPU", 0) >= limits.cpus and node.get("memory", 0) >= limits.memory for node in nodes):
+    return {
+        str(node["NodeID"]) for node in ray.nodes()
+        if node.get("Alive") and node["Resources"].get("CPU", 0) >= limits.cpus and node["Resources"].get("memory", 0) >= limits.memory
+    }  # fmt: skip
+
+
+def room_for(limits: Limits) -> str | None:
+    """None when a sandbox of `limits` fits on some live node of the joined cluster
+    (`nodes_holding`); else what the largest nodes have, for the refusal."""
+    import ray
+
+    if nodes_holding(limits):
         return None
+    nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
     most_cpus = max((node.get("CPU", 0) for node in nodes), default=0)
     most_memory = max((node.get("memory", 0) for node in nodes), default=0)
     return (
@@ -120,8 +132,8 @@ def room_for(limits: Limits) -> str | None:
 def busy_for(limits: Limits) -> str | None:
     """None when the cluster has, free now, the cpus and memory of `limits` (summed over its live
     nodes: when even the sum falls short no node has room); else what is free, for the refusal.
-    For a live session, which someone waits for: Ray would queue it until a node frees up
-    (a batch's jobs wait their turn on purpose; a session opened from the page must not)."""
+    Only what the refusal of a live session says: the room itself is taken atomically
+    (`placement.reserve`), as a check of the free resources cannot (attack R-B1)."""
     import ray
 
     free = ray.available_resources()

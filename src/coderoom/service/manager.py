@@ -20,7 +20,7 @@ from ..errors import SessionLost, TooManySessions, UnknownSession
 from ..sandboxes.base import SandboxBackend
 from ..sandboxes.limits import Limits
 from .holder import LiveSession, Opener, lost_message
-from .pool import WarmPool
+from .pool import Pool
 from .session import Session
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ class SessionManager:
         sandbox: str = "local",
         model: str | None = None,
         runs_dir: Path = Path("runs"),
-        pool: WarmPool | None = None,
+        pool: Pool | None = None,
         instructions: str = "",
         backend: SandboxBackend | None = None,
         opener: Opener | None = None,

@@ -5,6 +5,9 @@ session is done. `ray_session` makes it a Ray actor; its calls are the session's
 `tail` hands the record's lines to the driver as they are written, which keeps a copy of them
 so that a session whose node is lost still has its record so far.
 
+A warm pool's actor (`ray_pool`) starts its sandbox and kernel before any session
+(`warm`, with the server's sandbox spec); the session opened in it later takes that sandbox.
+
 Nothing here imports Ray but `place` (where the actor runs), asked only inside the actor.
 """
 
@@ -21,6 +24,7 @@ from ..errors import SessionClosed
 from ..record.names import RECORD_FILE
 from ..sandboxes.registry import prepare_backend
 from ..sandboxes.spec import EnvironmentSpec, SandboxSpec
+from .sandbox import LiveSandbox
 from .session import AskResult, CellResult, CommandResult, FileInfo, Session
 
 TAIL_BYTES = 4 * 1024**2  # of record lines one `tail` hands back (a longer line goes whole)
@@ -35,6 +39,7 @@ class SessionActor:
         self._session: Session | None = None
         self._written = asyncio.Event()  # set at each record event; `tail` waits on it
         self._follower: asyncio.Task[None] | None = None
+        self._warm: LiveSandbox | None = None  # started ahead of the session (a warm pool's actor)
 
     def place(self) -> tuple[str, str]:
         """This node's Ray id and address."""
@@ -42,12 +47,29 @@ class SessionActor:
 
         return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
 
+    async def warm(self, spec: SandboxSpec) -> None:
+        """Start the sandbox of `spec` (the server's) and its kernel with WARM_MODULES imported,
+        for the session a later `open` opens here."""
+        prepare_backend(spec, lambda line: None)
+        live = await LiveSandbox.start(spec)
+        try:
+            await live.warm()
+        except BaseException:
+            await live.aclose()
+            raise
+        self._warm = live
+
+    async def answers(self) -> bool:
+        """Whether the warm sandbox is alive, its kernel answering with its state intact."""
+        return self._warm is not None and await self._warm.answers()
+
     async def open(self, settings: dict[str, Any]) -> str:
         """Open the session here (`Session.open`'s keywords but the runs folder, which is this
-        actor's); its run folder's name."""
+        actor's), in the warm sandbox if there is one; its run folder's name."""
         environment = settings["environment"] or EnvironmentSpec()
         prepare_backend(SandboxSpec(backend=settings["sandbox"], limits=settings["limits"], environment=environment), lambda line: None)
-        session = await Session.open(**settings, runs_dir=self._folder)
+        warm, self._warm = self._warm, None
+        session = await Session.open(**settings, runs_dir=self._folder, pool=_Handed(warm) if warm is not None else None)
         self._session = session
         self._follower = asyncio.ensure_future(self._follow(session))
         return session.run_dir.name
@@ -111,6 +133,27 @@ class SessionActor:
     def remove(self) -> None:
         """The temporary runs folder, once the driver has the run folder (or gave up on it)."""
         shutil.rmtree(self._folder, ignore_errors=True)
+
+    async def retire(self) -> None:
+        """A warm pool's actor no session took: its sandbox closed, its folder removed."""
+        warm, self._warm = self._warm, None
+        if warm is not None:
+            await warm.aclose()
+        self.remove()
+
+
+class _Handed:
+    """The warm sandbox, as `Session.open` takes one from a pool: for its own spec only (one
+    the driver's pool matched; another is closed, and the session starts its own)."""
+
+    def __init__(self, live: LiveSandbox) -> None:
+        self._live = live
+
+    async def claim(self, spec: SandboxSpec) -> LiveSandbox | None:
+        if spec.model_dump() == self._live.spec.model_dump():
+            return self._live
+        await self._live.aclose()
+        return None
 
 
 def _lines_from(path: Path, offset: int) -> bytes:

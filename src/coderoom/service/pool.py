@@ -1,7 +1,8 @@
 """`WarmPool`: sandboxes started ahead of need, each with a kernel that has numpy, pandas and
 matplotlib imported, so a new session's first cell costs what a warm cell costs.
 
-Rules: a pooled sandbox is handed to one session only and never comes back (`claim` removes it;
+The rules hold for every warm pool (`Refilled`): this machine's (`WarmPool`) and the one per
+node of a Ray cluster (`ray_pool.RayWarmPool`). A pooled sandbox is handed to one session only and never comes back (`claim` removes it;
 the session closes it); the pool starts a replacement at once. Before it is handed out, a
 sandbox is checked (its kernel answers, state intact: `LiveSandbox.answers`); a dead one is
 closed and replaced, and the session gets the next one or None (it then starts its own), never a
@@ -25,7 +26,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from ..hostile.text import terminal_safe
 from ..sandboxes.base import SandboxBackend
@@ -40,18 +41,48 @@ RETRY_MAX_S = 600.0  # ... and never longer than this, however many failed in a 
 log = logging.getLogger(__name__)
 
 
+T = TypeVar("T")
+
+
+class NotNow(Exception):
+    """From `_make`: nothing is wrong, there is no room for one more yet (a full Ray node); tried
+    again after `retry_base_s`, not counted as a failure nor logged."""
+
+
+class Pool(Protocol):
+    """What a server holds of its warm pool, whichever it is (`WarmPool`, `ray_pool.RayWarmPool`):
+    started, shown (`status`), closed at shutdown."""
+
+    async def start(self) -> None: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    async def close(self) -> None: ...
+
+
+class Claims(Protocol):
+    """What `Session.open` takes a warm sandbox from: this machine's pool, or on a Ray node the
+    sandbox its actor warmed (`on_node`)."""
+
+    async def claim(self, spec: SandboxSpec) -> LiveSandbox | None: ...
+
+
 @dataclass
-class _Ready:
-    live: LiveSandbox
+class _Ready(Generic[T]):
+    item: T
     since: float
 
 
-class WarmPool:
-    """`await pool.start()`, then `await pool.claim(spec)` per session; `await pool.close()`."""
+class Refilled(Generic[T]):
+    """The pool's rules (the module's docstring), whatever is kept warm: a `LiveSandbox` here
+    (`WarmPool`), a session actor on one Ray node (`ray_pool.NodePool`). A subclass says how one
+    is started and warmed (`_make`: it cleans up what it started when it fails or is
+    cancelled), checked (`_alive`) and ended (`_discard`)."""
+
+    what = "a warm sandbox"  # in the log's lines
 
     def __init__(
-        self, size: int = POOL_SIZE, max_idle_s: float = POOL_MAX_IDLE_S, spec: SandboxSpec | None = None,
-        backend: SandboxBackend | None = None, retry_base_s: float = RETRY_BASE_S, retry_max_s: float = RETRY_MAX_S,
+        self, size: int, max_idle_s: float, retry_base_s: float = RETRY_BASE_S, retry_max_s: float = RETRY_MAX_S,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     ) -> None:
         """`sleep`: how the pool waits between failed warm-ups (tests pass a clock of their own)."""
@@ -59,21 +90,27 @@ class WarmPool:
             raise ValueError("a pool needs size >= 1, max_idle_s > 0 and 0 < retry_base_s <= retry_max_s")
         self.size = size
         self.max_idle_s = max_idle_s
-        self.spec = spec or SandboxSpec()
-        self.backend = backend  # an object instead of the registry's (see `registry.backend_for`)
         self.claimed = 0
         self.recycled = 0
-        self.dead = 0  # warm sandboxes found dead at claim, closed and replaced
+        self.dead = 0  # warm ones found dead at claim, ended and replaced
         self.last_error: str | None = None
         self.failures = 0  # failed warm-ups in a row (0 after one succeeds)
         self.retry_at: float | None = None  # monotonic time of the next try after a failure
         self._retry_base_s, self._retry_max_s, self._sleep = retry_base_s, retry_max_s, sleep
-        self._ready: list[_Ready] = []
-        self._starting: set[LiveSandbox] = set()
+        self._ready: list[_Ready[T]] = []
         self._wake = asyncio.Event()
         self._changed = asyncio.Event()
         self._filler: asyncio.Task[None] | None = None
         self._closed = False
+
+    async def _make(self) -> T:
+        raise NotImplementedError
+
+    async def _alive(self, item: T) -> bool:
+        raise NotImplementedError
+
+    async def _discard(self, items: list[T]) -> None:
+        raise NotImplementedError
 
     @property
     def ready(self) -> int:
@@ -84,14 +121,11 @@ class WarmPool:
             self._filler = asyncio.create_task(self._fill(), name="coderoom-warm-pool")
 
     async def wait_ready(self, timeout: float) -> None:
-        """Until `size` sandboxes are warm (TimeoutError after `timeout` s)."""
+        """Until `size` are warm (TimeoutError after `timeout` s)."""
         async with asyncio.timeout(timeout):
             while len(self._ready) < self.size:
                 self._changed.clear()
                 await self._changed.wait()
-
-    def matches(self, spec: SandboxSpec) -> bool:
-        return spec.model_dump() == self.spec.model_dump()
 
     def status(self) -> dict[str, Any]:
         """What the pool is doing, for a server to show: counts, and why warm-up fails if it does."""
@@ -105,30 +139,29 @@ class WarmPool:
         """The wait after `failures` failed warm-ups in a row: doubling from the base, capped."""
         return min(self._retry_max_s, self._retry_base_s * 2 ** min(self.failures - 1, 62))
 
-    async def claim(self, spec: SandboxSpec) -> LiveSandbox | None:
-        """A warm sandbox for `spec` that answers, now, or None (none ready or alive, or another
-        spec). Never twice: each is taken out of the pool before it is checked."""
-        if not self.matches(spec):
-            return None
+    async def take(self) -> T | None:
+        """A warm one that answers, now, or None. Never twice: each is taken out of the pool
+        before it is checked; a dead one is ended and replaced."""
         while self._ready and not self._closed:
             entry = self._ready.pop(0)
             self._wake.set()
-            if await entry.live.answers():
+            if await self._alive(entry.item):
                 self.claimed += 1
-                return entry.live
+                return entry.item
             self.dead += 1
-            log.warning("warm pool: a warm sandbox had died (its kernel did not answer); closed, a new one is started")
-            await entry.live.aclose()
+            log.warning("warm pool: %s had died (it did not answer); ended, a new one is started", self.what)
+            await self._discard([entry.item])
         return None
 
     async def close(self) -> None:
+        """End every warm one, and the one being started."""
         self._closed = True
         if self._filler is not None:
             self._filler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._filler
-        ready, self._ready = [e.live for e in self._ready], []
-        await close_all(ready + list(self._starting))
+        ready, self._ready = [e.item for e in self._ready], []
+        await self._discard(ready)
 
     async def _fill(self) -> None:
         while not self._closed:
@@ -136,10 +169,10 @@ class WarmPool:
             for entry in [e for e in self._ready if now - e.since > self.max_idle_s]:
                 self._ready.remove(entry)
                 self.recycled += 1
-                await entry.live.aclose()
+                await self._discard([entry.item])
             if len(self._ready) < self.size:
-                if not await self._start_one():
-                    delay = self.retry_delay()
+                delay = await self._start_one()
+                if delay is not None:
                     self.retry_at = time.monotonic() + delay
                     await self._sleep(delay)
                     self.retry_at = None
@@ -150,25 +183,21 @@ class WarmPool:
                 async with asyncio.timeout(max(0.05, oldest + self.max_idle_s - time.monotonic())):
                     await self._wake.wait()
 
-    async def _start_one(self) -> bool:
-        live: LiveSandbox | None = None
+    async def _start_one(self) -> float | None:
+        """Start one; None when it is warm, else how long to wait before the next try."""
         try:
-            live = await LiveSandbox.start(self.spec, self.backend)
-            self._starting.add(live)
-            await live.warm()
+            item = await self._make()
+        except NotNow:
+            return self._retry_base_s
         except Exception as exc:
             self._failed(f"{type(exc).__name__}: {exc}")
-            if live is not None:
-                self._starting.discard(live)
-                await live.aclose()
-            return False
+            return self.retry_delay()
         if self.failures:
             log.warning("warm pool: warm-up works again after %d failed tries", self.failures)
         self.failures, self.last_error = 0, None
-        self._starting.discard(live)
-        self._ready.append(_Ready(live, time.monotonic()))
+        self._ready.append(_Ready(item, time.monotonic()))
         self._changed.set()
-        return True
+        return None
 
     def _failed(self, cause: str) -> None:
         """Count a failed warm-up; log the first of a run of failures with its cause, not every retry
@@ -181,6 +210,50 @@ class WarmPool:
         self.last_error = cause
         if self.failures == 1:
             log.warning(
-                "warm pool: a warm sandbox could not be started (%s); retrying after %g s, then less and less often",
-                cause, self.retry_delay(),
+                "warm pool: %s could not be started (%s); retrying after %g s, then less and less often",
+                self.what, cause, self.retry_delay(),
             )
+
+
+class WarmPool(Refilled[LiveSandbox]):
+    """`await pool.start()`, then `await pool.claim(spec)` per session; `await pool.close()`."""
+
+    def __init__(
+        self, size: int = POOL_SIZE, max_idle_s: float = POOL_MAX_IDLE_S, spec: SandboxSpec | None = None,
+        backend: SandboxBackend | None = None, retry_base_s: float = RETRY_BASE_S, retry_max_s: float = RETRY_MAX_S,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    ) -> None:
+        super().__init__(size, max_idle_s, retry_base_s, retry_max_s, sleep)
+        self.spec = spec or SandboxSpec()
+        self.backend = backend  # an object instead of the registry's (see `registry.backend_for`)
+        self._starting: set[LiveSandbox] = set()
+
+    def matches(self, spec: SandboxSpec) -> bool:
+        return spec.model_dump() == self.spec.model_dump()
+
+    async def claim(self, spec: SandboxSpec) -> LiveSandbox | None:
+        """A warm sandbox for `spec` that answers, now, or None (none ready or alive, or another
+        spec)."""
+        return await self.take() if self.matches(spec) else None
+
+    async def close(self) -> None:
+        await super().close()
+        await close_all(list(self._starting))
+
+    async def _make(self) -> LiveSandbox:
+        live = await LiveSandbox.start(self.spec, self.backend)
+        self._starting.add(live)  # cancelled while it warms: `close` closes it
+        try:
+            await live.warm()
+        except Exception:
+            self._starting.discard(live)
+            await live.aclose()
+            raise
+        self._starting.discard(live)
+        return live
+
+    async def _alive(self, item: LiveSandbox) -> bool:
+        return await item.answers()
+
+    async def _discard(self, items: list[LiveSandbox]) -> None:
+        await close_all(items)

@@ -26,13 +26,14 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import ValidationError
 
 from ..cluster.connect import busy_for, first_line, model_environ, room_for
+from ..cluster.placement import Reservation, reserve
 from ..cluster.transfer import unpack_run_folder
 from ..errors import (
     CoderoomError, RunFolderUnavailable, SandboxFailed, SaveFailed, SandboxUnavailable, SessionClosed, SessionLost, UsageError,
@@ -75,34 +76,35 @@ class RayOpener:
         files: Mapping[str, bytes | Path] | None = None, runs_dir: Path = Path("runs"), name: str = "session",
         pool: Any = None, instructions: str = "", backend: Any = None, environment: EnvironmentSpec | None = None,
     ) -> RaySession:  # fmt: skip
-        """`Session.open`'s settings, the session opened on a node with room for its limits; its
+        """`Session.open`'s settings, the session opened on a node with room for its limits, in
+        a warm actor of `pool` (`ray_pool.RayWarmPool`) when it has one for these settings; its
         host files read here (the nodes have not this machine's disk). Declared packages
         (`environment`) are built on the node, from the index its pip is configured for."""
-        if pool is not None or backend is not None:
-            raise UsageError("a --ray session takes no warm pool and no backend object (its node runs its own backend)")
+        from .ray_pool import RayWarmPool, session_spec
+
+        if backend is not None or not (pool is None or isinstance(pool, RayWarmPool)):
+            raise UsageError("a --ray session takes no backend object and no warm pool but a node's (its node runs its own backend)")
         if model is not None and not isinstance(model, str):
             raise UsageError("a --ray session's model is a spec (--model's forms): it is resolved on its node")
         limits = limits or Limits()
-        problem = await asyncio.to_thread(room_for, limits)
-        if problem is not None:
-            raise SandboxUnavailable(f"no node of the Ray cluster can hold this session: it {problem}")
-        deadline = time.monotonic() + BUSY_GRACE_S
-        while (busy := await asyncio.to_thread(busy_for, limits)) is not None:
-            if time.monotonic() >= deadline:
-                raise SandboxUnavailable(f"no room on the Ray cluster for this session now: it {busy}")
-            await asyncio.sleep(1.0)
         staged = {path: workspace_content(path, data, limits) for path, data in (files or {}).items()}
         settings = {"model": model, "sandbox": sandbox, "limits": limits, "files": staged, "name": name,
                     "instructions": instructions, "environ": self._environ, "environment": environment}  # fmt: skip
-        actor: Any = self._actor.options(num_cpus=limits.cpus, memory=limits.memory, max_restarts=0, max_task_retries=0).remote()
+        warm = await pool.claim(session_spec(sandbox, limits, environment)) if pool is not None else None
+        if warm is not None:
+            actor, room = warm.actor, warm.room
+        else:
+            room = await self._room(limits)
+            actor = self._actor.options(**room.options(limits), max_restarts=0, max_task_retries=0).remote()
         try:
             run_name = await asyncio.wait_for(_awaited(actor.open.remote(settings)), OPEN_TIMEOUT_S)
             place = await actor.place.remote()
             run_dir = _host_folder(runs_dir, run_name)
         except BaseException as exc:
             self._ray.kill(actor, no_restart=True)
+            room.release()
             raise _opening_error(self._ray, exc) from None
-        session = RaySession(self._ray, actor, run_dir, limits, (str(place[0]), str(place[1])))
+        session = RaySession(self._ray, actor, run_dir, limits, (str(place[0]), str(place[1])), room.release)
         try:
             await session.follow()
         except BaseException:
@@ -110,6 +112,22 @@ class RayOpener:
                 await session.close(keep_unsaved=False)
             raise
         return session
+
+    async def _room(self, limits: Limits) -> Reservation:
+        """Room on some node for a session of `limits`, taken atomically (`placement.reserve`:
+        of two opens racing for the last room one is refused, not queued; attack R-B1), waiting
+        up to BUSY_GRACE_S for a full cluster to free some; else SandboxUnavailable."""
+        problem = await asyncio.to_thread(room_for, limits)
+        if problem is not None:
+            raise SandboxUnavailable(f"no node of the Ray cluster can hold this session: it {problem}")
+        room = await reserve(limits, BUSY_GRACE_S)
+        if room is None:
+            busy = await asyncio.to_thread(busy_for, limits)
+            raise SandboxUnavailable(
+                "no room on the Ray cluster for this session now: it "
+                + (busy or f"needs {limits.cpus:g} cpus; what was free was taken by other sessions (try again later)")
+            )
+        return room
 
 
 async def _awaited(ref: Any) -> Any:
@@ -148,8 +166,12 @@ class RaySession(Activity):
 
     max_read_bytes = MAX_READ_BYTES
 
-    def __init__(self, ray: Any, actor: Any, run_dir: Path, limits: Limits, place: tuple[str, str]) -> None:
+    def __init__(
+        self, ray: Any, actor: Any, run_dir: Path, limits: Limits, place: tuple[str, str], release: Callable[[], None],
+    ) -> None:
+        """`release`: gives the actor's room on its node back, once the actor is ended."""
         super().__init__(EventHub())
+        self._release = release
         self.id = secrets.token_urlsafe(16)
         self.run_dir = run_dir
         self.limits = limits
@@ -330,6 +352,7 @@ class RaySession(Activity):
                 self._follower.cancel()
             with contextlib.suppress(Exception):
                 self._ray.kill(self._actor, no_restart=True)
+            self._release()
             print(f"coderoom: session {self.id} lost: {cause}; its record so far: {self.run_dir}", file=sys.stderr, flush=True)
         return SessionLost(self._lost_message())
 
@@ -404,6 +427,7 @@ class RaySession(Activity):
             await asyncio.wait_for(_awaited(self._actor.remove.remote()), CLEANUP_S)
         with contextlib.suppress(Exception):
             self._ray.kill(self._actor, no_restart=True)
+        self._release()
 
 
 def _retrieved(task: asyncio.Future[Any]) -> None:

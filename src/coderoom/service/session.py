@@ -56,7 +56,7 @@ from .history import History
 from .sandbox import WARM_MODULES, warm_imports
 
 if TYPE_CHECKING:
-    from .pool import WarmPool
+    from .pool import Claims
 
 SESSION_PROMPT = "a live session: each request is an ask_start event"
 """The job prompt a session's record carries (a job needs one); the requests are events."""
@@ -194,7 +194,7 @@ class Session(Activity):
         files: Mapping[str, bytes | Path] | None = None,
         runs_dir: Path = Path("runs"),
         name: str = "session",
-        pool: WarmPool | None = None,
+        pool: Claims | None = None,
         instructions: str = "",
         environ: dict[str, str] | None = None,
         backend: SandboxBackend | None = None,
