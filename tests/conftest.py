@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from backends import BACKENDS, fake_without_bubblewrap, require_backend
-from ray_cluster import multi_node_cluster
+from ray_cluster import joined_cluster
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
@@ -31,20 +31,14 @@ def shared_dir() -> Path:
 @pytest.fixture(scope="module")
 def ray_sessions_cluster(request: pytest.FixtureRequest) -> Iterator[tuple[Any, list[Any]]]:
     """For the tests of live sessions on Ray: Ray's one-machine multi-node cluster, a head with
-    no CPUs and the module's RAY_NODES one-CPU nodes (3 unless it says), so each session
-    (cpus = 1) takes a node of its own; joined by this process as `serve --ray` joins it
-    (`cluster.connect`); (the started head, the nodes). Sandboxes are real (local backend)."""
+    no CPUs and the module's RAY_NODES nodes (3 unless it says) of RAY_NODE_CPUS CPUs (1 unless
+    it says: each session, cpus = 1, then takes a node of its own); joined by this process as
+    `serve --ray` joins it (`ray_cluster.joined_cluster`); (the started head, the nodes).
+    Sandboxes are real (local backend)."""
     require_backend("local")
-    with multi_node_cluster(workers=getattr(request.module, "RAY_NODES", 3), cpus=1) as (started, nodes):
-        import ray
-
-        from coderoom.cluster.connect import connect
-
-        connect(started.address)
-        try:
-            yield started, nodes
-        finally:
-            ray.shutdown()
+    workers, cpus = getattr(request.module, "RAY_NODES", 3), getattr(request.module, "RAY_NODE_CPUS", 1)
+    with joined_cluster(workers=workers, cpus=cpus) as (started, nodes):
+        yield started, nodes
 
 
 @pytest.fixture

@@ -190,3 +190,31 @@ def left_on_the_node(run_name: str) -> list[Path]:
     """A session's temporary runs folder on its node (`SessionActor`), if still there (the nodes
     of these clusters share this machine's temp dir)."""
     return [folder for folder in Path(tempfile.gettempdir()).glob("coderoom-session-*") if (folder / run_name).is_dir()]
+
+
+@contextmanager
+def joined_cluster(workers: int = 2, cpus: int = 1) -> Iterator[tuple[Any, list[Any]]]:
+    """`multi_node_cluster`, joined by this process as `serve --ray` joins it (`cluster.connect`),
+    left afterwards: for a test module's fixture."""
+    with multi_node_cluster(workers=workers, cpus=cpus) as (started, nodes):
+        import ray
+
+        from coderoom.cluster.connect import connect
+
+        connect(started.address)
+        try:
+            yield started, nodes
+        finally:
+            ray.shutdown()
+
+
+def add_node(cluster: Any, cpus: int) -> Any:
+    """A node that joins `multi_node_cluster`'s cluster, on 127.0.0.1 as its others."""
+    return cluster.add_node(num_cpus=cpus, node_ip_address="127.0.0.1", temp_dir=os.environ["RAY_TMPDIR"])
+
+
+def live_actors() -> list[str]:
+    """The ids of the cluster's actors that are alive or about to be (Ray's own table)."""
+    from ray._private import state
+
+    return [actor_id for actor_id, actor in state.actors().items() if actor["State"] != "DEAD"]

@@ -1,0 +1,150 @@
+"""A warm pool per node for `--ray` sessions (`serve --ray --pool N`, `service.ray_pool`): each node
+keeps N session actors whose sandbox and kernel are started, pinned to it; an open takes one (from
+the node with the most free cpus) and the node's pool refills; a warm actor that died is never
+handed out; a node that leaves loses its pool without an error and one that joins gets one; the
+pool's close leaves no actor, sandbox or temporary folder on any node.
+
+The cluster is Ray's one-machine multi-node `Cluster` (`ray_cluster.multi_node_cluster`): a head
+with no CPUs and two two-CPU nodes; each session takes one CPU, so a node holds its warm actor
+and one session. Sandboxes are real (local backend).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coderoom.record import read_record
+from coderoom.sandboxes.limits import Limits
+from ray_cluster import add_node, descendants, live_actors, lose_node
+
+FILL_S = 300  # two nodes warming numpy, pandas and matplotlib on 2 busy cores
+NODE_S = 180  # Ray's health checks calling a node dead, and the pool's next look
+LIMITS = Limits(cpus=1)
+
+
+RAY_NODES, RAY_NODE_CPUS = 2, 2  # for `ray_sessions_cluster` (tests/conftest.py)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def nodes_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The nodes' temporary folder (TMPDIR, where each actor makes its own), one of this module's,
+    set before the cluster starts: what the actors leave there is theirs alone (`session_folders`)."""
+    with pytest.MonkeyPatch.context() as patch:
+        folder = tmp_path_factory.mktemp("nodes-tmp")
+        patch.setenv("TMPDIR", str(folder))
+        yield folder
+
+
+@pytest.fixture(scope="module")
+def joined(nodes_tmp: Path, ray_sessions_cluster: tuple[Any, list[Any]]) -> tuple[Any, list[Any]]:
+    return ray_sessions_cluster
+
+
+def warm_pool(size: int = 1) -> Any:
+    from coderoom.service.ray_pool import RayWarmPool, session_spec
+
+    return RayWarmPool(size, 600.0, session_spec("local", LIMITS, None))
+
+
+def manager(runs: Path, pool: Any) -> Any:
+    from coderoom import SessionManager
+    from coderoom.service.ray_session import RayOpener
+
+    return SessionManager(model="offline", runs_dir=runs, limits=LIMITS, pool=pool, opener=RayOpener({}))
+
+
+def alive_ids(nodes: list[Any]) -> set[str]:
+    return {node.node_id for node in nodes if node.all_processes["raylet"][0].process.poll() is None}
+
+
+def sandboxes_on(nodes: list[Any]) -> list[int]:
+    return [pid for node in nodes if node.all_processes["raylet"][0].process.poll() is None
+            for pid, name in descendants(node.all_processes["raylet"][0].process.pid).items() if name == "bwrap"]  # fmt: skip
+
+
+def session_folders() -> set[Path]:
+    return set(Path(tempfile.gettempdir()).glob("coderoom-session-*"))
+
+
+def pooled(run_dir: Path) -> bool:
+    [opened] = [event for event in read_record(run_dir).events if event.type == "session_open"]
+    return bool(opened.pooled)
+
+
+async def until(condition: Any, deadline_s: float, what: str) -> None:
+    deadline = time.monotonic() + deadline_s
+    while not condition():
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.5)
+
+
+async def test_each_node_keeps_its_warm_sessions_and_an_open_takes_one_from_the_freest_node(joined, tmp_path: Path) -> None:
+    _, nodes = joined
+    folders_before = session_folders()
+    pool = warm_pool()
+    async with manager(tmp_path / "runs", pool) as sessions:
+        await pool.start()
+        await pool.wait_ready(FILL_S)
+        assert set(pool.nodes) == alive_ids(nodes)  # one pool per node with room, none on the cpu-less head
+        assert [p.ready for p in pool.nodes.values()] == [1, 1]
+        assert len(sandboxes_on(nodes)) == 2  # started ahead of any session, one per node
+
+        first = await sessions.open()
+        assert pooled(first.run_dir)  # its sandbox and kernel were the warm actor's
+        assert (await first.run_python("import numpy; print(numpy.arange(3).sum())")).stdout.strip() == "3"
+        await pool.wait_ready(FILL_S)  # the first node refilled: it holds its session and a warm one, no cpu free
+        second = await sessions.open()
+        assert pooled(second.run_dir)
+        assert second.node != first.node  # taken from the node with a cpu free
+        await sessions.close(first.id)
+        await sessions.close(second.id)
+    assert live_actors() == []
+    assert sandboxes_on(nodes) == []
+    assert session_folders() == folders_before
+
+
+async def test_a_warm_actor_that_died_is_never_handed_out(joined, tmp_path: Path) -> None:
+    import ray
+
+    pool = warm_pool()
+    async with manager(tmp_path / "runs", pool) as sessions:
+        await pool.start()
+        await pool.wait_ready(FILL_S)
+        for node_pool in pool.nodes.values():  # every warm one's worker gone, as a crash leaves it
+            ray.kill(node_pool._ready[0].item.actor, no_restart=True)
+        session = await sessions.open()
+        assert not pooled(session.run_dir)  # a sandbox of its own, not a dead one
+        assert sum(node_pool.dead for node_pool in pool.nodes.values()) == 2
+        assert (await session.run_python("print(6 * 7)")).stdout.strip() == "42"
+        await sessions.close(session.id)
+        await pool.wait_ready(FILL_S)  # replaced
+    assert live_actors() == []
+
+
+async def test_a_node_that_leaves_loses_its_pool_and_one_that_joins_gets_one(joined, tmp_path: Path) -> None:
+    started, nodes = joined
+    pool = warm_pool()
+    async with manager(tmp_path / "runs", pool) as sessions:
+        await pool.start()
+        await pool.wait_ready(FILL_S)
+        lost = nodes[0]
+        lose_node(started, lost)
+        await until(lambda: lost.node_id not in pool.nodes, NODE_S, "the lost node's pool was kept")
+        session = await sessions.open()  # the next open works, from the node still there
+        assert session.node != lost.node_id
+        await sessions.close(session.id)
+
+        joining = add_node(started, 2)
+        nodes.append(joining)
+        await until(lambda: joining.node_id in pool.nodes, NODE_S, "the node that joined got no pool")
+        await pool.wait_ready(FILL_S)
+        assert set(pool.nodes) == alive_ids(nodes)
+    assert live_actors() == []
+    assert sandboxes_on(nodes) == []
