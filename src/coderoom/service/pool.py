@@ -145,7 +145,12 @@ class Refilled(Generic[T]):
         while self._ready and not self._closed:
             entry = self._ready.pop(0)
             self._wake.set()
-            if await self._alive(entry.item):
+            try:
+                alive = await self._alive(entry.item)
+            except BaseException:  # the claim cancelled (its client went): not left running unowned
+                await self._discard([entry.item])
+                raise
+            if alive:
                 self.claimed += 1
                 return entry.item
             self.dead += 1
