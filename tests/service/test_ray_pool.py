@@ -12,7 +12,7 @@ and one session. Sandboxes are real (local backend).
 from __future__ import annotations
 
 import asyncio
-import tempfile
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,13 +60,19 @@ def manager(runs: Path, pool: Any) -> Any:
     return SessionManager(model="offline", runs_dir=runs, limits=LIMITS, pool=pool, opener=RayOpener({}))
 
 
+def running(node: Any) -> bool:
+    """The node's raylet runs (a removed node has none)."""
+    raylet = node.all_processes.get("raylet")
+    return bool(raylet) and raylet[0].process.poll() is None
+
+
 def alive_ids(nodes: list[Any]) -> set[str]:
-    return {node.node_id for node in nodes if node.all_processes["raylet"][0].process.poll() is None}
+    return {node.node_id for node in nodes if running(node)}
 
 
 def sandboxes_on(nodes: list[Any]) -> list[int]:
     """The sandboxes running under the live nodes: their outer bwrap processes (bwrap forks once)."""
-    found = [pid for node in nodes if node.all_processes["raylet"][0].process.poll() is None
+    found = [pid for node in nodes if running(node)
              for pid, name in descendants(node.all_processes["raylet"][0].process.pid).items() if name == "bwrap"]  # fmt: skip
     return [pid for pid in found if parent(pid) not in found]
 
@@ -78,8 +84,9 @@ def parent(pid: int) -> int:
         return 0
 
 
-def session_folders() -> set[Path]:
-    return set(Path(tempfile.gettempdir()).glob("coderoom-session-*"))
+def session_folders() -> list[Path]:
+    """The session actors' temporary runs folders on the nodes (`SessionActor`)."""
+    return list(Path(os.environ["TMPDIR"]).glob("coderoom-session-*"))
 
 
 def pooled(run_dir: Path) -> bool:
@@ -96,7 +103,6 @@ async def until(condition: Any, deadline_s: float, what: str) -> None:
 
 async def test_each_node_keeps_its_warm_sessions_and_an_open_takes_one_from_the_freest_node(joined, tmp_path: Path) -> None:
     _, nodes = joined
-    folders_before = session_folders()
     pool = warm_pool()
     async with manager(tmp_path / "runs", pool) as sessions:
         await pool.start()
@@ -104,10 +110,11 @@ async def test_each_node_keeps_its_warm_sessions_and_an_open_takes_one_from_the_
         assert set(pool.nodes) == alive_ids(nodes)  # one pool per node with room, none on the cpu-less head
         assert [p.ready for p in pool.nodes.values()] == [1, 1]
         assert len(sandboxes_on(nodes)) == 2  # started ahead of any session, one per node
+        assert len(session_folders()) == 2
 
         first = await sessions.open()
         assert pooled(first.run_dir)  # its sandbox and kernel were the warm actor's
-        assert "3" in (await first.run_python("import numpy; print(numpy.arange(3).sum())")).text
+        assert "3003" in (await first.run_python("import numpy; print(numpy.arange(3).sum() * 1001)")).text
         await pool.wait_ready(FILL_S)  # the first node refilled: it holds its session and a warm one, no cpu free
         second = await sessions.open()
         assert pooled(second.run_dir)
@@ -116,7 +123,20 @@ async def test_each_node_keeps_its_warm_sessions_and_an_open_takes_one_from_the_
         await sessions.close(second.id)
     assert live_actors() == []
     assert sandboxes_on(nodes) == []
-    assert session_folders() == folders_before
+    assert session_folders() == []
+
+
+async def test_a_pool_closed_while_its_actors_warm_up_leaves_nothing_on_the_nodes(joined, tmp_path: Path) -> None:
+    _, nodes = joined
+    before = set(session_folders())
+    pool = warm_pool()
+    async with manager(tmp_path / "runs", pool):
+        await pool.start()
+        await until(lambda: sandboxes_on(nodes), FILL_S, "no warm-up started")  # a sandbox started, its imports on the way
+    # the manager's end closed the pool: the warm-ups were cancelled on their nodes
+    assert live_actors() == []
+    assert sandboxes_on(nodes) == []
+    assert set(session_folders()) == before
 
 
 async def test_a_warm_actor_that_died_is_never_handed_out(joined, tmp_path: Path) -> None:
