@@ -67,12 +67,26 @@ class NodePool(Refilled[WarmActor]):
             raise NotNow
         actor = self._actor_class.options(**room.options(self._spec.limits), max_restarts=0, max_task_retries=0).remote()
         warm = WarmActor(actor, room)
+        warming = actor.warm.remote(self._spec)
         try:
-            await asyncio.wait_for(_awaited(actor.warm.remote(self._spec)), WARM_TIMEOUT_S)
-        except BaseException:
+            await asyncio.wait_for(_awaited(warming), WARM_TIMEOUT_S)
+        except BaseException:  # failed, timed out, or the pool closed meanwhile
+            await self._stop(warming)
             await self._discard([warm])
             raise
         return warm
+
+    async def _stop(self, warming: Any) -> None:
+        """A warm-up cut short: cancelled on the node, where it closes what it had started (a
+        sandbox killed with its actor would leave its folder on the node)."""
+        import ray
+
+        if self.gone:
+            return
+        with contextlib.suppress(Exception):
+            ray.cancel(warming)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(_awaited(warming), RETIRE_S)
 
     async def _alive(self, item: WarmActor) -> bool:
         try:
