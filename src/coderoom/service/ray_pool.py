@@ -53,11 +53,10 @@ class WarmActor:
 class NodePool(Refilled[WarmActor]):
     """The warm actors of one node."""
 
-    what = "a warm session actor"
-
     def __init__(self, node: str, actor_class: Any, spec: SandboxSpec, size: int, max_idle_s: float) -> None:
         super().__init__(size, max_idle_s)
         self.node = node
+        self.what = f"a warm session actor on node {node[:12]}"
         self.gone = False  # the node left the cluster: its actors are killed, not asked to close
         self._actor_class, self._spec = actor_class, spec
 
