@@ -2,8 +2,8 @@
 matplotlib imported, so a new session's first cell costs what a warm cell costs.
 
 The rules hold for every warm pool (`Refilled`): this machine's (`WarmPool`) and the one per
-node of a Ray cluster (`ray_pool.RayWarmPool`). A pooled sandbox is handed to one session only and never comes back (`claim` removes it;
-the session closes it); the pool starts a replacement at once. Before it is handed out, a
+node of a Ray cluster (`ray_pool.RayWarmPool`). A pooled sandbox is handed to one session only
+and never comes back (`claim` removes it; the session closes it); the pool starts a replacement at once. Before it is handed out, a
 sandbox is checked (its kernel answers, state intact: `LiveSandbox.answers`); a dead one is
 closed and replaced, and the session gets the next one or None (it then starts its own), never a
 sandbox whose first cell would say "state lost". A sandbox nobody claimed within
