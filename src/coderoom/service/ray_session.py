@@ -46,7 +46,7 @@ from ..cluster.connect import busy_for, first_line, model_environ, room_for
 from ..cluster.transfer import unpack_run_folder
 from ..jobs import Job
 from ..lifecycle import SAVE_TIMEOUT_S
-from ..models.base import client_settings
+from ..models.base import DEFAULT_TIMEOUT_S, client_settings
 from ..errors import (
     CoderoomError, RunFolderUnavailable, SandboxFailed, SaveFailed, SandboxUnavailable, SessionClosed, SessionLost, UsageError,
 )
@@ -84,6 +84,8 @@ TAIL_S = TAIL_WAIT_S + CALL_S
 CLOSE_S = SAVE_TIMEOUT_S + MARGIN_S
 """The close's deadline on the node: the save's own bound (`lifecycle.SAVE_TIMEOUT_S`) plus the
 margin (stopping an ask, closing the sandbox, packing the run folder)."""
+MAX_TURNS: int = Job.model_fields["max_turns"].default
+"""An ask's turns (a session's job keeps the default)."""
 CLOSE_BOUND_S = CLOSE_S + CLOSE_TAIL_S + CLEANUP_S
 """How long a close waits on the cluster at most, so `SessionManager.close_all` too: the close,
 the record's last lines, the removal of the node's copy (bringing the run folder here is this
@@ -100,7 +102,7 @@ class RayOpener:
         self._ray = ray
         self._environ = model_environ(environ)
         self._actor: Any = ray.remote(SessionActor)
-        self._ask_turn_s = client_settings(self._environ)[1]  # the model's deadline per call, as the node reads it
+        self._model_s = client_settings(self._environ)[1]  # the model's deadline per call, as the node reads it
 
     async def __call__(
         self, *, model: Any = None, sandbox: str = "local", limits: Limits | None = None,
@@ -134,8 +136,7 @@ class RayOpener:
         except BaseException as exc:
             await asyncio.shield(asyncio.to_thread(_kill, self._ray, actor))
             raise _opening_error(self._ray, exc) from None
-        ask_s = Job.model_fields["max_turns"].default * (self._ask_turn_s + limits.timeout) + MARGIN_S
-        session = RaySession(self._ray, actor, run_dir, limits, (str(place[0]), str(place[1])), ask_s=ask_s)
+        session = RaySession(self._ray, actor, run_dir, limits, (str(place[0]), str(place[1])), model_s=self._model_s)
         try:
             await session.follow()
         except BaseException:
@@ -188,14 +189,16 @@ class RaySession(Activity):
 
     max_read_bytes = MAX_READ_BYTES
 
-    def __init__(self, ray: Any, actor: Any, run_dir: Path, limits: Limits, place: tuple[str, str], *, ask_s: float) -> None:
+    def __init__(
+        self, ray: Any, actor: Any, run_dir: Path, limits: Limits, place: tuple[str, str], *, model_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:  # fmt: skip
         super().__init__(EventHub())
         self.id = secrets.token_urlsafe(16)
         self.run_dir = run_dir
         self.limits = limits
         self.node, self.host = place
         self.lost: str | None = None
-        self._ask_s = ask_s  # an ask's deadline: its turns, each a model call and a command, plus the margin
+        self._model_s = model_s  # the node's deadline on one model call (`models.base.client_settings`)
         self._ray = ray
         self._actor = actor
         self._offset = 0  # of the node's record, read so far
@@ -235,7 +238,7 @@ class RaySession(Activity):
         node keeps itself plus MARGIN_S, or CALL_S for a call that waits on no sandbox."""
         command_s = self.limits.timeout + MARGIN_S  # one command in the sandbox (a file read or written)
         bounds = {
-            "ask": self._ask_s,
+            "ask": MAX_TURNS * (self._model_s + self.limits.timeout) + MARGIN_S,  # its turns: a model call, a command
             "run_python": cell_timeout(self.limits.timeout) + START_WAIT_S + MARGIN_S,  # a kernel restarted first
             "exec": min(args[1] or self.limits.timeout, self.limits.timeout) + MARGIN_S if len(args) > 1 else command_s,
             "files": 2 * self.limits.timeout + MARGIN_S,  # the listing, tried again once
