@@ -81,9 +81,12 @@ CALL_S = 60.0
 the actor runs), and of a tail beyond its own wait."""
 TAIL_S = TAIL_WAIT_S + CALL_S
 """A tail's deadline: the follower's heartbeat (see the module's docstring)."""
-CLOSE_S = SAVE_TIMEOUT_S + MARGIN_S
-"""The close's deadline on the node: the save's own bound (`lifecycle.SAVE_TIMEOUT_S`) plus the
-margin (stopping an ask, closing the sandbox, packing the run folder)."""
+PACK_S = 120.0
+"""For the node to pack a run folder of up to `transfer.MAX_RUN_FOLDER_BYTES` (1 GiB) and hand it
+to the object store after its save."""
+CLOSE_S = SAVE_TIMEOUT_S + PACK_S + MARGIN_S
+"""The close's deadline on the node: the save's own bound (`lifecycle.SAVE_TIMEOUT_S`), the run
+folder's packing, and the margin (stopping an ask, closing the sandbox)."""
 MAX_TURNS: int = Job.model_fields["max_turns"].default
 """An ask's turns (a session's job keeps the default)."""
 CLOSE_BOUND_S = CLOSE_S + CLOSE_TAIL_S + CLEANUP_S
@@ -148,6 +151,12 @@ class RayOpener:
 
 async def _awaited(ref: Any) -> Any:
     return await ref
+
+
+def _cancel(ray: Any, ref: Any) -> None:
+    """Cancel a call on its node (a cell is interrupted there), whether the node answers or not."""
+    with contextlib.suppress(Exception):
+        ray.cancel(ref)
 
 
 def _kill(ray: Any, actor: Any) -> None:
@@ -263,8 +272,7 @@ class RaySession(Activity):
             raise self._lose(f"its Ray actor on node {self.node[:12]} ({self.host}) gave no answer within {bound:g} s "
                              f"(to {method}); it was ended") from None  # fmt: skip
         except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                ray.cancel(ref)
+            asyncio.get_running_loop().run_in_executor(None, _cancel, ray, ref)
             raise
         except ray.exceptions.RayActorError as exc:
             why: str | None = first_line(exc)
