@@ -40,9 +40,11 @@ RAY_NODES = 2  # two sessions fill the cluster (`ray_sessions_cluster`, tests/co
 
 
 @pytest.fixture(scope="module", autouse=True)
-def nodes_temp() -> Iterator[Path]:
+def nodes_temp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The nodes' own temp dir (searchable by bwrap's uid when root), set before the cluster starts
-    (an autouse fixture comes before the module's others)."""
+    (an autouse fixture comes before the module's others); pytest's own temp folders stay where
+    they were (its base is fixed first, for the modules after this one)."""
+    tmp_path_factory.getbasetemp()
     folder = Path(tempfile.mkdtemp(prefix="coderoom-rayB-", dir="/tmp"))
     folder.chmod(0o755)
     with pytest.MonkeyPatch.context() as patch:
