@@ -18,7 +18,8 @@ or cannot be reached; see `sandboxes.docker.bindings`) ends its run at once, `er
 was lost and why, on a restart and in `prune` alike, unless the owner's own save had completed (a
 kill while closing): then it is `recovered` with what the run folder holds; a backend that can
 let a workspace go unsaved (`Orphan.discard`: Docker's kept container) is not reopened then.
-One process at a time recovers a workspace (`sandboxes.recovering`), and no prune removes it meanwhile.
+One process at a time recovers a workspace (`sandboxes.recovering`), and no prune removes it, or the
+run folder it is saved into, meanwhile.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ async def recover(
 
 
 async def _recover(orphan: Orphan, limit: int, remove_unsaved: bool) -> Recovery:
-    with recovering.held(orphan.where) as mine:
+    with recovering.all_held([orphan.where, orphan.run_dir]) as mine:  # the run folder: see `cluster.node_folders`
         if not mine:  # left to the process that holds it: nothing is ended or removed here
             return Recovery(orphan.where, orphan.run_dir, problem=recovering.BUSY)
         return await _recover_held(orphan, limit, remove_unsaved)

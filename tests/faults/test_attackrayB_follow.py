@@ -29,7 +29,7 @@ NO_ACTOR = SimpleNamespace(kill=lambda actor, no_restart=True: None)
 def _session(tmp_path: Path) -> RaySession:
     run_dir = tmp_path / "runs" / "session-x"
     run_dir.mkdir(parents=True)
-    return RaySession(NO_ACTOR, None, run_dir, Limits(), ("node", "127.0.0.1"))
+    return RaySession(NO_ACTOR, None, run_dir, Limits(), ("node", "127.0.0.1"), lambda: None)
 
 
 def _node_lines(count: int) -> bytes:

@@ -1,9 +1,12 @@
-"""Ray live-session pass (2026-12-06) on a real loopback cluster: a cluster with no room left, and
-a session whose actor's worker process is killed (SIGKILL) while its machine lives on. See
-docs/security.md "Ray live-session pass" (R-B).
+"""Ray live-session pass (2026-12-06) on a real loopback cluster: a cluster with no room left, a
+session whose actor's worker process is killed (SIGKILL) while its machine lives on, and one
+whose worker stops answering (SIGSTOP) while Ray still counts it alive. See docs/security.md
+"Ray live-session pass" (R-B).
 
 The cluster is Ray's one-machine multi-node `Cluster` (`ray_sessions_cluster` in tests/conftest.py): a head
 with no CPUs and two one-CPU nodes, so two sessions (cpus = 1) fill it. Sandboxes are real (local).
+The nodes' temp dir (TMPDIR, where actors and local sandboxes make their folders) is this
+module's own (`nodes_temp`), so `coderoom sandbox prune` run here judges only what these nodes left.
 """
 
 from __future__ import annotations
@@ -13,7 +16,11 @@ import contextlib
 import os
 import shutil
 import signal
+import subprocess
+import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +28,32 @@ import pytest
 
 from coderoom.errors import SandboxUnavailable, SessionLost
 from coderoom.record import read_record
+from coderoom.service.ray_session import CLOSE_BOUND_S, TAIL_S
 from ray_cluster import descendants, left_on_the_node, ray_session_manager
 
 REFUSAL_S = 120  # "at once" on 2 busy cores; the open's own wait for a node is OPEN_TIMEOUT_S (600 s)
 LOSS_DEADLINE_S = 180
+SLACK_S = 60  # for 2 busy cores, over a bound the code names
 
 
 RAY_NODES = 2  # two sessions fill the cluster (`ray_sessions_cluster`, tests/conftest.py)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def nodes_temp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The nodes' own temp dir (searchable by bwrap's uid when root), set before the cluster starts
+    (an autouse fixture comes before the module's others); pytest's own temp folders stay where
+    they were (its base is fixed first, for the modules after this one)."""
+    tmp_path_factory.getbasetemp()
+    folder = Path(tempfile.mkdtemp(prefix="coderoom-rayB-", dir="/tmp"))
+    folder.chmod(0o755)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TMPDIR", str(folder))
+        patch.setattr(tempfile, "tempdir", str(folder))
+        try:
+            yield folder
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def sandbox_owner(node: Any) -> tuple[int, list[int]]:
@@ -37,6 +63,26 @@ def sandbox_owner(node: Any) -> tuple[int, list[int]]:
     parents = {int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]) for pid in sandboxes}
     [worker] = parents - set(sandboxes)
     return worker, sandboxes
+
+
+def prune_the_node() -> subprocess.CompletedProcess[str]:
+    """`coderoom sandbox prune` as a user runs it on the nodes' machine (Docker out of reach: its
+    containers are the whole machine's, not this module's)."""
+    environ = {**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+    return subprocess.run([sys.executable, "-m", "coderoom", "sandbox", "prune"], capture_output=True, text=True,
+                          env=environ, timeout=LOSS_DEADLINE_S, check=False)  # fmt: skip
+
+
+def bound_into(folder: Path) -> list[Path]:
+    """The local sandbox folders whose workspace is bound to a run folder inside `folder`."""
+    from coderoom.sandboxes.local import host_dir
+
+    found = []
+    for sandbox in host_dir.parent().glob(f"{host_dir.PREFIX}*"):
+        bound = host_dir.bound_run(sandbox)
+        if bound is not None and bound[0].is_relative_to(folder):
+            found.append(sandbox)
+    return found
 
 
 def remove_what_the_killed_actor_left(run_name: str) -> None:
@@ -111,27 +157,32 @@ async def test_a_session_whose_actor_worker_is_killed_is_lost_and_its_sandbox_di
         remove_what_the_killed_actor_left(session.run_dir.name)
 
 
-@pytest.mark.xfail(strict=True, reason="R-B: nothing removes a killed actor's coderoom-session-* folder on its node "
-                   "(`sandbox prune` knows only the backend's folders; its recovery saves the workspace into that folder)")
-async def test_nothing_of_a_killed_actors_session_is_left_in_its_nodes_temp_folder(ray_sessions_cluster, tmp_path: Path) -> None:
+async def test_sandbox_prune_on_the_node_removes_what_a_killed_actor_left_and_spares_a_live_one(ray_sessions_cluster, tmp_path: Path) -> None:
     _, nodes = ray_sessions_cluster
     sessions = ray_session_manager(tmp_path / "runs")
     async with sessions:
-        session = await sessions.open()
-        worker, _ = sandbox_owner(next(n for n in nodes if n.node_id == session.node))
+        killed, live = await sessions.open(), await sessions.open()  # one per node, both on this machine
+        assert (await killed.exec("echo kept > notes.txt")).exit_code == 0
+        worker, _ = sandbox_owner(next(n for n in nodes if n.node_id == killed.node))
         os.kill(worker, signal.SIGKILL)
         with pytest.raises(SessionLost):
-            await asyncio.wait_for(session.exec("true"), LOSS_DEADLINE_S)
-    try:
-        assert left_on_the_node(session.run_dir.name) == []
-    finally:
-        remove_what_the_killed_actor_left(session.run_dir.name)
+            await asyncio.wait_for(killed.exec("true"), LOSS_DEADLINE_S)
+        try:
+            [orphan] = left_on_the_node(killed.run_dir.name)  # was: kept for ever, a recovery saving into it
+            assert bound_into(orphan) != []
+            [alive] = left_on_the_node(live.run_dir.name)
+            pruned = prune_the_node()
+            assert pruned.returncode == 0, pruned.stderr
+            assert "removed 1 Ray session actor folder" in pruned.stdout
+            assert left_on_the_node(killed.run_dir.name) == [] and bound_into(orphan) == []
+            assert left_on_the_node(live.run_dir.name) == [alive] and bound_into(alive) != []  # a live actor's: untouched
+            assert (await live.exec("true")).exit_code == 0
+        finally:
+            remove_what_the_killed_actor_left(killed.run_dir.name)
+    assert (read_record(live.run_dir).events[-1].status) == "ok"
 
 
-@pytest.mark.xfail(strict=True, reason="R-B: no deadline on a call to an actor that stops answering while Ray still "
-                   "counts it alive (its process stopped or stuck, its node healthy): the close, the reaper behind it "
-                   "and the server's shutdown wait for ever")
-async def test_a_close_of_a_session_whose_actor_stopped_answering_ends(ray_sessions_cluster, tmp_path: Path) -> None:
+async def test_a_session_whose_actor_stopped_answering_is_lost_at_its_deadline_and_its_actor_ended(ray_sessions_cluster, tmp_path: Path) -> None:
     _, nodes = ray_sessions_cluster
     sessions = ray_session_manager(tmp_path / "runs")
     async with sessions:
@@ -139,9 +190,41 @@ async def test_a_close_of_a_session_whose_actor_stopped_answering_ends(ray_sessi
         worker, _ = sandbox_owner(next(n for n in nodes if n.node_id == session.node))
         os.kill(worker, signal.SIGSTOP)  # alive to Ray, answering nothing
         try:
-            with contextlib.suppress(Exception):  # lost, failed, or no answer within the deadline
-                await asyncio.wait_for(sessions.close(session.id), LOSS_DEADLINE_S)
-            assert session.lost is not None or not left_on_the_node(session.run_dir.name)
+            started = time.monotonic()
+            with pytest.raises(SessionLost, match="no answer within"):  # was: no answer for ever
+                await asyncio.wait_for(session.files(), TAIL_S + SLACK_S)  # the follower's heartbeat found it
+            assert time.monotonic() - started < TAIL_S + SLACK_S
+            with pytest.raises(SessionLost):  # the close, and the reaper behind it, do not wait
+                await asyncio.wait_for(sessions.close(session.id), 1)
+            deadline = time.monotonic() + LOSS_DEADLINE_S
+            while Path(f"/proc/{worker}").exists():  # ended by Ray, though stopped
+                assert time.monotonic() < deadline, "the stopped actor was not ended"
+                await asyncio.sleep(1)
         finally:
-            os.kill(worker, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(worker, signal.SIGKILL)
             remove_what_the_killed_actor_left(session.run_dir.name)
+    end = read_record(session.run_dir).events[-1]
+    assert (end.type, end.status) == ("run_end", "lost") and "no answer within" in (end.cause or "")
+
+
+async def test_close_all_ends_within_its_bound_with_one_stopped_actor_among_healthy_ones(ray_sessions_cluster, tmp_path: Path) -> None:
+    _, nodes = ray_sessions_cluster
+    sessions = ray_session_manager(tmp_path / "runs")
+    await sessions.__aenter__()
+    stopped, healthy = await sessions.open(), await sessions.open()
+    worker, _ = sandbox_owner(next(n for n in nodes if n.node_id == stopped.node))
+    assert (await healthy.exec("mkdir -p output && echo saved > output/result.txt")).exit_code == 0
+    os.kill(worker, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        await asyncio.wait_for(sessions.close_all(), CLOSE_BOUND_S + SLACK_S)  # was: for ever
+        assert time.monotonic() - started < CLOSE_BOUND_S + SLACK_S
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker, signal.SIGKILL)
+        remove_what_the_killed_actor_left(stopped.run_dir.name)
+    assert stopped.lost is not None and "no answer within" in stopped.lost
+    assert read_record(stopped.run_dir).events[-1].status == "lost"
+    assert read_record(healthy.run_dir).events[-1].status == "ok"  # saved and brought back as on one machine
+    assert (healthy.run_dir / "output" / "result.txt").read_text() == "saved\n"

@@ -6,7 +6,9 @@ second one's prune removed a Docker container (or a local session folder) while 
 still archiving it: the archive was killed and the workspace lost. The mark is a `flock` on the
 workspace's host folder (a local session folder, a Docker binding folder): whoever holds it
 recovers or removes that workspace; the others leave it alone. The kernel drops the lock when its
-holder exits, killed or not, so a dead recoverer never blocks the next one.
+holder exits, killed or not, so a dead recoverer never blocks the next one. A recovery holds the
+run folder it saves into as well, so nothing removes that folder under it (a dead Ray session
+actor's runs folder, `cluster.node_folders`).
 """
 
 from __future__ import annotations

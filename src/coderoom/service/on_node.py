@@ -1,7 +1,8 @@
 """The part of a `--ray` live session that runs on its cluster node: `SessionActor`, one
 `Session` (its sandbox, kernel and workspace on this node, in the node's own sandbox backend,
 prepared as every command prepares it) in a temporary runs folder of its own, removed when the
-session is done. `ray_session` makes it a Ray actor; its calls are the session's, and
+session is done (leased to the actor's worker, so `coderoom sandbox prune` removes it when the
+actor died instead: `cluster.node_folders`). `ray_session` makes it a Ray actor; its calls are the session's, and
 `tail` hands the record's lines to the driver as they are written, which keeps a copy of them
 so that a session whose node is lost still has its record so far.
 
@@ -15,10 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
+from ..cluster import node_folders
 from ..cluster.transfer import pack_back
 from ..errors import SessionClosed
 from ..record.names import RECORD_FILE
@@ -35,7 +36,7 @@ class SessionActor:
     """One live session on this node. Its methods are `Session`'s, called by `RaySession`."""
 
     def __init__(self) -> None:
-        self._folder = Path(tempfile.mkdtemp(prefix="coderoom-session-"))
+        self._folder = node_folders.make()
         self._session: Session | None = None
         self._written = asyncio.Event()  # set at each record event; `tail` waits on it
         self._follower: asyncio.Task[None] | None = None

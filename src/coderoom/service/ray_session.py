@@ -11,6 +11,16 @@ whole, as a local session's run folder, through the exit policy (`cluster.transf
 the copy. A call in flight when the node goes raises `SessionLost` (the page's 410, the MCP
 tool's error) as soon as Ray knows the actor died, instead of waiting.
 
+Why every actor call has a deadline: an actor whose process stopped answering while Ray still
+counts it alive (SIGSTOP, a stuck event loop: its node healthy) left `files()` waiting for ever,
+and a close waiting for ever held up the idle reaper behind it (one close at a time) and
+`close_all` at shutdown (attack R-B9, docs/security.md). So each call waits at most its bound (a
+cell's timeout, a save's, a small call's, plus `MARGIN_S`; `RaySession._deadline`), and one
+past it declares the session lost ("no answer within N s"), its actor killed. The follower's
+`tail` is a heartbeat: it is called all the time, so a stopped actor is found within `TAIL_S`
+even while nobody calls the session. Nothing here blocks the event loop on Ray: results are
+awaited, and `ray.kill` (a round trip to Ray's control store) runs in a thread.
+
 What is lost with a node: the workspace and the kernel (nothing of them is on this machine until
 the close); what the record had said of them stays.
 """
@@ -35,6 +45,9 @@ from pydantic import ValidationError
 from ..cluster.connect import busy_for, first_line, model_environ, room_for
 from ..cluster.placement import Reservation, reserve
 from ..cluster.transfer import unpack_run_folder
+from ..jobs import Job
+from ..lifecycle import SAVE_TIMEOUT_S
+from ..models.base import DEFAULT_TIMEOUT_S, client_settings
 from ..errors import (
     CoderoomError, RunFolderUnavailable, SandboxFailed, SaveFailed, SandboxUnavailable, SessionClosed, SessionLost, UsageError,
 )
@@ -46,6 +59,7 @@ from ..record.reader import MAX_EVENTS, MAX_LINE_BYTES, MAX_RECORD_BYTES
 from ..record.writer import encode
 from ..sandboxes.limits import Limits
 from ..sandboxes.spec import EnvironmentSpec
+from ..tools.python_kernel import START_WAIT_S, cell_timeout
 from .activity import Activity
 from .events import EventHub
 from .holder import lost_message
@@ -59,6 +73,28 @@ CONFIRM_S = 60.0  # an actor Ray calls unavailable: how long it has to answer ag
 CLEANUP_S = 30.0  # for the node to remove its copy of the run folder before the actor is ended
 END_ROOM_BYTES = 64 * 1024  # of the copy, kept for the run_end "lost" after the node's lines (its cause is one line)
 
+MARGIN_S = 60.0
+"""Added to every bound the node keeps itself (a command's or a cell's timeout, the save's): the
+actor's own time around it on a busy node (its event loop, Ray's scheduling, the answer's way
+back). Too short, and a healthy but slow session would be declared lost."""
+CALL_S = 60.0
+"""The deadline of a small call, one that waits on nothing in the sandbox (interrupt, stop, where
+the actor runs), and of a tail beyond its own wait."""
+TAIL_S = TAIL_WAIT_S + CALL_S
+"""A tail's deadline: the follower's heartbeat (see the module's docstring)."""
+PACK_S = 120.0
+"""For the node to pack a run folder of up to `transfer.MAX_RUN_FOLDER_BYTES` (1 GiB) and hand it
+to the object store after its save."""
+CLOSE_S = SAVE_TIMEOUT_S + PACK_S + MARGIN_S
+"""The close's deadline on the node: the save's own bound (`lifecycle.SAVE_TIMEOUT_S`), the run
+folder's packing, and the margin (stopping an ask, closing the sandbox)."""
+MAX_TURNS: int = Job.model_fields["max_turns"].default
+"""An ask's turns (a session's job keeps the default)."""
+CLOSE_BOUND_S = CLOSE_S + CLOSE_TAIL_S + CLEANUP_S
+"""How long a close waits on the cluster at most, so `SessionManager.close_all` too: the close,
+the record's last lines, the removal of the node's copy (bringing the run folder here is this
+machine's own work, not counted)."""
+
 
 class RayOpener:
     """`SessionManager`'s opener under `--ray` (after `cluster.connect.connect`). Only the model's
@@ -70,6 +106,7 @@ class RayOpener:
         self._ray = ray
         self._environ = model_environ(environ)
         self._actor: Any = ray.remote(SessionActor)
+        self._model_s = client_settings(self._environ)[1]  # the model's deadline per call, as the node reads it
 
     async def __call__(
         self, *, model: Any = None, sandbox: str = "local", limits: Limits | None = None,
@@ -98,13 +135,13 @@ class RayOpener:
             actor = self._actor.options(**room.options(limits), max_restarts=0, max_task_retries=0).remote()
         try:
             run_name = await asyncio.wait_for(_awaited(actor.open.remote(settings)), OPEN_TIMEOUT_S)
-            place = await actor.place.remote()
+            place = await asyncio.wait_for(_awaited(actor.place.remote()), CALL_S)
             run_dir = _host_folder(runs_dir, run_name)
         except BaseException as exc:
-            self._ray.kill(actor, no_restart=True)
-            room.release()
+            await asyncio.shield(asyncio.to_thread(_end, self._ray, actor, room.release))
             raise _opening_error(self._ray, exc) from None
-        session = RaySession(self._ray, actor, run_dir, limits, (str(place[0]), str(place[1])), room.release)
+        session = RaySession(self._ray, actor, run_dir, limits, (str(place[0]), str(place[1])), room.release,
+                             model_s=self._model_s)  # fmt: skip
         try:
             await session.follow()
         except BaseException:
@@ -134,13 +171,28 @@ async def _awaited(ref: Any) -> Any:
     return await ref
 
 
+def _cancel(ray: Any, ref: Any) -> None:
+    """Cancel a call on its node (a cell is interrupted there), whether the node answers or not."""
+    with contextlib.suppress(Exception):
+        ray.cancel(ref)
+
+
+def _end(ray: Any, actor: Any, release: Callable[[], None]) -> None:
+    """End the actor (its worker process killed by its node), whether it answers or not, then
+    give its room back. Blocking calls to the cluster: run in a thread, never on the loop."""
+    with contextlib.suppress(Exception):
+        ray.kill(actor, no_restart=True)
+    release()
+
+
 def _opening_error(ray: Any, exc: BaseException) -> BaseException:
     """What a failed open is to the caller: the node's own error (a bad model spec, a backend
     that cannot run there, an unsafe file name), or why the cluster could not hold it."""
     if isinstance(exc, ray.exceptions.RayTaskError) and isinstance(exc.cause, Exception):
         return exc.cause
     if isinstance(exc, TimeoutError):
-        return SandboxUnavailable(f"no node of the Ray cluster took the session within {OPEN_TIMEOUT_S:g} s (all busy?)")
+        return SandboxUnavailable(f"no node of the Ray cluster took the session within {OPEN_TIMEOUT_S:g} s "
+                                  f"or answered within {CALL_S:g} s (all busy?)")  # fmt: skip
     if isinstance(exc, ray.exceptions.RayError):
         return SandboxFailed(f"the session could not be opened on the cluster ({first_line(exc)})")
     return exc
@@ -168,6 +220,7 @@ class RaySession(Activity):
 
     def __init__(
         self, ray: Any, actor: Any, run_dir: Path, limits: Limits, place: tuple[str, str], release: Callable[[], None],
+        *, model_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         """`release`: gives the actor's room on its node back, once the actor is ended."""
         super().__init__(EventHub())
@@ -177,6 +230,7 @@ class RaySession(Activity):
         self.limits = limits
         self.node, self.host = place
         self.lost: str | None = None
+        self._model_s = model_s  # the node's deadline on one model call (`models.base.client_settings`)
         self._ray = ray
         self._actor = actor
         self._offset = 0  # of the node's record, read so far
@@ -211,17 +265,37 @@ class RaySession(Activity):
                 self._active -= 1
                 self.last_used = time.monotonic()
 
+    def _deadline(self, method: str, args: tuple[Any, ...]) -> float:
+        """How long a call to `method` may take before the session counts as lost: the bound the
+        node keeps itself plus MARGIN_S, or CALL_S for a call that waits on no sandbox."""
+        command_s = self.limits.timeout + MARGIN_S  # one command in the sandbox (a file read or written)
+        bounds = {
+            "ask": MAX_TURNS * (self._model_s + self.limits.timeout) + MARGIN_S,  # its turns: a model call, a command
+            "run_python": cell_timeout(self.limits.timeout) + START_WAIT_S + MARGIN_S,  # a kernel restarted first
+            "exec": min(args[1] or self.limits.timeout, self.limits.timeout) + MARGIN_S if len(args) > 1 else command_s,
+            "files": 2 * self.limits.timeout + MARGIN_S,  # the listing, tried again once
+            "read_file": command_s,
+            "write_file": command_s,
+            "tail": TAIL_S,
+            "close": CLOSE_S,
+        }
+        return bounds.get(method, CALL_S)
+
     async def _remote(self, method: str, *args: Any) -> Any:
         """One actor call: its result, the node's own exception, or SessionLost when the actor
-        died (its node lost, its process killed). A cancelled caller cancels the call on the
-        node (a cell is interrupted there, as on one machine)."""
+        died (its node lost, its process killed) or gave no answer within the call's deadline
+        (`_deadline`: then it is killed). A cancelled caller cancels the call on the node (a
+        cell is interrupted there, as on one machine)."""
         ray = self._ray
+        bound = self._deadline(method, args)
         ref = getattr(self._actor, method).remote(*args)
         try:
-            return await ref
+            return await asyncio.wait_for(_awaited(ref), bound)
+        except TimeoutError:
+            raise self._lose(f"its Ray actor on node {self.node[:12]} ({self.host}) gave no answer within {bound:g} s "
+                             f"(to {method}); it was ended") from None  # fmt: skip
         except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                ray.cancel(ref)
+            asyncio.get_running_loop().run_in_executor(None, _cancel, ray, ref)
             raise
         except ray.exceptions.RayActorError as exc:
             why: str | None = first_line(exc)
@@ -350,9 +424,7 @@ class RaySession(Activity):
             self._hub.close()
             if self._follower is not None and self._follower is not asyncio.current_task():
                 self._follower.cancel()
-            with contextlib.suppress(Exception):
-                self._ray.kill(self._actor, no_restart=True)
-            self._release()
+            asyncio.get_running_loop().run_in_executor(None, _end, self._ray, self._actor, self._release)
             print(f"coderoom: session {self.id} lost: {cause}; its record so far: {self.run_dir}", file=sys.stderr, flush=True)
         return SessionLost(self._lost_message())
 
@@ -425,9 +497,7 @@ class RaySession(Activity):
     async def _end_actor(self) -> None:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(_awaited(self._actor.remove.remote()), CLEANUP_S)
-        with contextlib.suppress(Exception):
-            self._ray.kill(self._actor, no_restart=True)
-        self._release()
+        await asyncio.to_thread(_end, self._ray, self._actor, self._release)
 
 
 def _retrieved(task: asyncio.Future[Any]) -> None:

@@ -1,0 +1,76 @@
+"""A session actor's temporary runs folder on its node (`service.on_node.SessionActor`), leased
+to the actor's worker process (`sandboxes.leases`), so `coderoom sandbox prune` on that node can
+tell a dead actor's folder from a live actor's and remove it.
+
+Why: the actor removes its folder after a normal close (`SessionActor.remove`), but an actor
+whose worker was killed (SIGKILL, an OOM kill, a `ray.kill` of a session that stopped answering)
+removes nothing: its folder stayed in the node's temp dir for ever, and a later recovery even
+saved the workspace into the run folder in it, where nobody collects it (the driver already has
+the record so far, ended 'lost'; attack R-B8, docs/security.md). So `prune` removes these folders
+before it recovers anything: the dead actor's sandbox (a local session folder, a Docker container,
+leased to the same dead worker) then has no run folder to be saved into, is named "not
+recovered" and removed by its backend's prune, as any dead owner's unsaved workspace is.
+
+A live actor's folder (its worker alive, even stopped: SIGSTOP) is never touched, nor one a
+recovery is saving into now: `recovery` holds the run folder it saves into (`recovering`), and
+this prune holds the folder and every run folder in it before it removes anything.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from ..hostile import tree
+from ..hostile.names import shown
+from ..sandboxes import recovering
+from ..sandboxes.leases import abandoned, write_lease
+from ..sandboxes.records import trusted_folder
+
+PREFIX = "coderoom-session-"
+
+
+def make() -> Path:
+    """A new runs folder for this process's session actor (mode 0700), leased to this process."""
+    folder = Path(tempfile.mkdtemp(prefix=PREFIX))
+    try:
+        write_lease(folder)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return folder
+
+
+def abandoned_folders() -> list[Path]:
+    """The actors' runs folders in this node's temp dir whose owner is gone (`leases.abandoned`),
+    ours alone (nobody else can change their entries), oldest name first."""
+    found = []
+    for folder in sorted(Path(tempfile.gettempdir()).glob(f"{PREFIX}*")):
+        try:
+            ours = trusted_folder(os.lstat(folder))
+        except OSError:
+            continue
+        if ours and abandoned(folder):
+            found.append(folder)
+    return found
+
+
+def prune(skipped: list[str] | None = None) -> int:
+    """Remove the runs folders of dead session actors (see the module's docstring); how many.
+    One that cannot be removed is named in `skipped` with why, and the others are still pruned."""
+    removed = 0
+    for folder in abandoned_folders():
+        try:
+            runs = [entry for entry in folder.iterdir() if entry.is_dir() and not entry.is_symlink()]
+            with recovering.all_held([folder, *runs]) as mine:
+                if not mine:  # a recovery is saving into it now: a later prune removes it
+                    continue
+                tree.remove_tree(folder)
+        except Exception as exc:  # noqa: BLE001 - any failure is this folder's alone
+            if skipped is not None:
+                skipped.append(f"{shown(folder, 200)} left in place: {type(exc).__name__}: {shown(exc, 200)}")
+            continue
+        removed += 1
+    return removed
