@@ -93,23 +93,39 @@ def held_deleted(pids: list[int], device: int) -> int:
 
 
 def _held_paths(pid: int) -> list[str]:
-    """What to stat for `pid`: every open fd, and the /proc/PID/map_files entry of each mapping
-    that /proc/PID/maps shows as " (deleted)" (the kernel marks every mapping of an unlinked file
-    so; a file merely named so is looked at too). Statting every mapping, as before, took most of
-    a command's check: about 60 per Python process (its libraries), all of them live files."""
-    paths = []
-    with contextlib.suppress(OSError):
-        paths = [f"/proc/{pid}/fd/{name}" for name in os.listdir(f"/proc/{pid}/fd")]
+    """What to stat for `pid`: every open fd of each of its threads, and the /proc/TID/map_files
+    entry of each mapping that /proc/TID/maps shows as " (deleted)" (the kernel marks every
+    mapping of an unlinked file so; a file merely named so is looked at too). Statting every
+    mapping, as before, took most of a command's check: about 60 per Python process (its
+    libraries), all of them live files.
+
+    Per thread, because /proc/PID/fd is the leader's file table only: a thread made without
+    CLONE_FILES has one of its own, and a leader that exited alone (its other threads run on)
+    shows none (S-P1, S-P2). Threads share one memory map (CLONE_THREAD needs CLONE_VM), so the
+    mappings are read from the first thread that still has them."""
     try:
-        with open(f"/proc/{pid}/maps", "rb") as maps:
-            lines = maps.read().splitlines()
+        tids = os.listdir(f"/proc/{pid}/task")
     except OSError:  # gone
+        return []
+    paths = []
+    for tid in tids:
+        with contextlib.suppress(OSError):
+            paths += [f"/proc/{tid}/fd/{name}" for name in os.listdir(f"/proc/{tid}/fd")]
+    for tid in tids:
+        try:
+            with open(f"/proc/{tid}/maps", "rb") as maps:
+                lines = maps.read().splitlines()
+        except OSError:
+            continue
+        if lines:
+            break
+    else:
         return paths
     for line in lines:
         if line.endswith(b" (deleted)"):
             start, _, end = line.split(b" ", 1)[0].partition(b"-")
             with contextlib.suppress(ValueError):  # map_files names carry no leading zeros
-                paths.append(f"/proc/{pid}/map_files/{int(start, 16):x}-{int(end, 16):x}")
+                paths.append(f"/proc/{tid}/map_files/{int(start, 16):x}-{int(end, 16):x}")
     return paths
 
 
