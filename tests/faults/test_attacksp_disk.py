@@ -9,6 +9,7 @@ for as long as it liked, unseen."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -34,6 +35,30 @@ def hold():
 threading.Thread(target=hold).start()
 time.sleep(1)
 ctypes.CDLL(None).syscall({'x86_64': 60, 'aarch64': 93}[platform.machine()], 0)
+"""
+
+# the same kept by mappings only (fds closed), made by the thread once the leader is gone: the
+# zombie leader's /proc/PID/maps is empty too
+LEADER_GONE_MAPPED = """
+import ctypes, os, platform, threading, time
+libc = ctypes.CDLL(None)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+def hold():
+    time.sleep(1.5)
+    held = []
+    for name in ('a', 'b'):
+        with open(name, 'wb') as f:
+            f.write(b'x' * 20 * 2**20)
+        fd = os.open(name, os.O_RDONLY)
+        held.append(libc.mmap(None, 20 * 2**20, 1, 1, fd, 0))  # PROT_READ, MAP_SHARED
+        os.close(fd); os.unlink(name)
+    print('held', flush=True)
+    time.sleep(8)
+    print('survived', flush=True)
+threading.Thread(target=hold).start()
+time.sleep(1)
+libc.syscall({'x86_64': 60, 'aarch64': 93}[platform.machine()], 0)
 """
 
 # the same held by a thread with a file table of its own (clone without CLONE_FILES) while the
@@ -73,10 +98,21 @@ def _local() -> None:
     require_backend("local")
 
 
-async def test_s_p1_a_deleted_file_held_by_a_thread_whose_leader_has_exited_counts() -> None:
+@pytest.mark.parametrize(
+    "program",
+    [
+        LEADER_GONE,
+        pytest.param(
+            LEADER_GONE_MAPPED,
+            marks=pytest.mark.skipif(os.geteuid() != 0, reason="/proc/PID/map_files is root's to read"),
+        ),
+    ],
+    ids=["open", "mapped"],
+)
+async def test_s_p1_a_deleted_file_held_by_a_thread_whose_leader_has_exited_counts(program: str) -> None:
     spec = SandboxSpec(backend="local", limits=Limits(workspace_size="30M"))
     async with open_session(spec) as session:
-        result = await session.exec("python3", "-c", LEADER_GONE, shell=False)
+        result = await session.exec("python3", "-c", program, shell=False)
     assert STOPPED in result.stderr, (result.stdout, result.stderr)
     assert b"survived" not in result.stdout
 
