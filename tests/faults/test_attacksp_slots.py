@@ -134,3 +134,37 @@ async def test_s_p5_a_command_that_starves_the_ready_slot_does_not_stop_later_co
     assert during.exit_code != 0 or during.stdout == f"{marker}\n".encode()
     for result in after:
         assert (result.exit_code, result.stdout) == (0, f"{marker}\n".encode()), result.stderr
+
+
+# System V objects under a fixed key, and a POSIX message queue, in one command's IPC namespace
+IPC_MAKE = r"""
+import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.msgget(0x5350, 0o1666) >= 0 and libc.semget(0x5350, 1, 0o1666) >= 0  # IPC_CREAT
+assert libc.mq_open(b"/sp-queue", os.O_CREAT | os.O_RDWR, 0o666, None) >= 0
+open("made", "w").close()
+time.sleep(3)
+"""
+IPC_LOOK = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+print("msg", libc.msgget(0x5350, 0), "sem", libc.semget(0x5350, 1, 0), "mq", libc.mq_open(b"/sp-queue", os.O_RDWR))
+print("listed", sum(len(open(f"/proc/sysvipc/{kind}").read().splitlines()) - 1 for kind in ("msg", "sem", "shm")))
+"""
+
+
+async def test_s_p10_no_ipc_object_of_a_running_command_reaches_the_slot_made_meanwhile() -> None:
+    async with open_session(SandboxSpec(backend="local")) as session:
+        made = session._inner.sandbox.workspace_dir / "made"
+        first = asyncio.ensure_future(session.exec("python3", "-c", IPC_MAKE, shell=False))
+        for _ in range(200):
+            if made.exists() or first.done():
+                break
+            await asyncio.sleep(0.02)
+        assert made.exists(), first.result().stderr if first.done() else "not made"
+        during = await session.exec("python3", "-c", IPC_LOOK, shell=False)
+        assert not first.done()
+        assert (await first).exit_code == 0
+        after = await session.exec("python3", "-c", IPC_LOOK, shell=False)
+    for looked in (during, after):
+        assert looked.stdout.decode().split() == ["msg", "-1", "sem", "-1", "mq", "-1", "listed", "0"], looked.stderr

@@ -8,10 +8,11 @@ watchdog counts there, every 0.25 s while a command runs (and at its end):
 * `fallocate` is refused by seccomp (EOPNOTSUPP), so reservation cannot run ahead of the watchdog
   (glibc's posix_fallocate then writes zeros, which RLIMIT_FSIZE and the watchdog see);
 * files deleted but still open, which no walk finds: the session's payload processes (bwrap's
-  descendants below the launcher's own, `LAUNCHER_DEPTH`) are looked up through /proc/PID/fd and, as root, /proc/PID/map_files for the
-  mappings /proc/PID/maps marks deleted (a deleted file kept only by an mmap), and each deleted
-  regular file on the workspace's filesystem counts once (benchmarks/limits_bench.py prints
-  what a full check of an idle session takes).
+  descendants below the launcher's own, `LAUNCHER_DEPTH`) are looked up through each of their
+  threads' /proc/TID/fd and, as root, /proc/TID/map_files for the mappings /proc/TID/maps marks
+  deleted (a deleted file kept only by an mmap), and each deleted regular file on the
+  workspace's filesystem counts once (benchmarks/limits_bench.py prints what a full check of an
+  idle session takes).
 
 Why counting rather than a size-limited filesystem: a loop-mounted image needs root, mkfs and a
 host mount per session (left behind by a crash), and a tmpfs workspace would hold the workspace
