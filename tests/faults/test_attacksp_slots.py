@@ -53,7 +53,8 @@ async def test_s_p3_a_command_holds_no_slot_socket_and_cannot_reach_or_stop_its_
 
 # processes that try to outlive their command's exit report, each writing a late file: a
 # detached daemon, a stopped one, a child reparented to a subreaper, a thread whose leader
-# exited, a sibling of the command (init's child), a busy forker; the command exits at once
+# exited, a sibling of the command (init's child), a parent waiting in vfork, a busy forker;
+# the command exits at once
 OUTLIVE = r"""
 import ctypes, os, platform, signal, threading, time
 def late(name, delay=1.0):
@@ -81,6 +82,10 @@ libc = ctypes.CDLL(None)
 clone = {"x86_64": 56, "aarch64": 220}[platform.machine()]
 if libc.syscall(clone, 0x8000 | signal.SIGUSR1, 0, 0, 0, 0) == 0:  # CLONE_PARENT: init's own child,
     late("late-sibling"); os._exit(0)  # asking for an exit signal other than SIGCHLD
+if os.fork() == 0:  # a parent in vfork's wait (state D) on a child that never execs
+    if libc.syscall(clone, 0x4000 | signal.SIGCHLD, 0, 0, 0, 0) == 0:  # CLONE_VFORK, own memory
+        late("late-vfork"); os._exit(0)
+    os._exit(0)
 if os.fork() == 0:  # forks as fast as it can, each child writing later
     while True:
         try:
