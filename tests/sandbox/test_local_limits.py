@@ -192,3 +192,40 @@ def test_sandbox_info_says_which_memory_enforcement_is_in_force() -> None:
     assert done.returncode == 0, done.stderr
     assert f"memory: {cgroup.mode().value}" in done.stdout
     assert "docker" in done.stdout
+
+
+async def test_a_short_command_over_the_workspace_limit_is_named_by_the_check_after_it() -> None:
+    """Two files, each under RLIMIT_FSIZE, written before the watchdog's first poll: the check
+    after the exit names the limit even when no process is left to hold a deleted file (that
+    check then skips only the look through /proc)."""
+    spec = SandboxSpec(backend="local", limits=Limits(workspace_size="10M"))
+    async with open_session(spec) as session:
+        result = await session.exec("head -c 6M /dev/zero > a && head -c 6M /dev/zero > b")
+    assert result.exit_code != 0
+    assert b"over its workspace_size limit of 10485760 bytes" in result.stderr, result.stderr
+
+
+HOLDS_WHILE_ALIVE = (
+    "import os, sys, time\n"
+    "f = open('held', 'wb'); f.write(b'x' * 20 * 2**20); f.flush(); os.unlink('held')\n"
+    "print('held', flush=True); time.sleep(60)"
+)
+
+
+async def test_a_deleted_file_held_by_a_long_lived_process_counts_when_a_command_ends() -> None:
+    """While another job of the session runs (here a long-lived process holding 20M deleted),
+    the check after a short command still counts files held open: 20M held + 15M written is
+    over 30M, though what a walk finds (15M) is not."""
+    spec = SandboxSpec(backend="local", limits=Limits(workspace_size="30M"))
+    async with open_session(spec) as session:
+        sandbox = session._inner.sandbox
+        holder = await sandbox.start_process(["python3", "-c", HOLDS_WHILE_ALIVE], lifetime=None)
+        output = b""
+        for _ in range(100):
+            chunk, _ended = await holder.collect(0.1)
+            output += chunk
+            if b"held" in output:
+                break
+        assert b"held" in output
+        result = await session.exec("head -c 15M /dev/zero > written")
+    assert b"in deleted files still open), over its workspace_size limit of 31457280 bytes" in result.stderr, result.stderr

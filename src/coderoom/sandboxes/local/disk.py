@@ -12,7 +12,8 @@ watchdog counts there, every 0.25 s while a command runs (and at its end):
   threads' /proc/TID/fd and, as root, /proc/TID/map_files for the mappings /proc/TID/maps marks
   deleted (a deleted file kept only by an mmap), and each deleted regular file on the
   workspace's filesystem counts once (benchmarks/limits_bench.py prints what a full check of an
-  idle session takes).
+  idle session takes). The check at a command's end skips this look when no payload
+  process is left (`LocalSandbox._payload_gone`).
 
 Why counting rather than a size-limited filesystem: a loop-mounted image needs root, mkfs and a
 host mount per session (left behind by a crash), and a tmpfs workspace would hold the workspace

@@ -125,6 +125,15 @@ class Launcher:
     def alive(self) -> bool:
         return not self._closed
 
+    @property
+    def settled(self) -> bool:
+        """Whether every job this launcher was sent has had its exit reported while it still
+        runs. A report comes only once the job's namespace holds no process (see
+        launcher_inner), so then no payload process is left in the sandbox: the launcher, bwrap
+        and the next slot's init and stub are copies of the launcher, holding no file of the
+        payload's."""
+        return not self._closed and not self._jobs
+
     def start_job(self, argv: list[str], env: dict[str, str], *, stdin: bool, tty: bool = False) -> Job:
         """Send one command; its pipes come back in the Job. With `tty`, the command runs on a
         terminal made inside the sandbox (see launcher_inner); stdout carries its output."""

@@ -311,7 +311,7 @@ class LocalSandbox(SandboxPlan):
                 for task in pumps:
                     task.cancel()
             if stopped_by is None:  # inline: a thread hop costs more than a usual walk
-                stopped_by = self._workspace_over_limit()
+                stopped_by = self._workspace_over_limit(held=not self._payload_gone(job))
         finally:
             async with self._quiet:
                 self._active_commands -= 1
@@ -357,9 +357,20 @@ class LocalSandbox(SandboxPlan):
         """Why the workspace is over its limit now (see `disk`), or None."""
         return await asyncio.to_thread(self._workspace_over_limit)
 
-    def _workspace_over_limit(self) -> str | None:
-        launcher = self._launcher.pid if self._launcher else None  # its processes' open files count
+    def _workspace_over_limit(self, *, held: bool = True) -> str | None:
+        """`held=False` skips the look for deleted files still open: only when no payload process
+        is left to hold one (`_payload_gone`)."""
+        launcher = self._launcher.pid if self._launcher and held else None  # its processes' open files count
         return disk.over_limit(self.workspace_dir, self.limits.workspace_size, launcher)
+
+    @staticmethod
+    def _payload_gone(job: Job) -> bool:
+        """Whether `job` ended by its launcher's report (not lost) and its launcher has no
+        other job left (no other command, long-lived process or forwarder): then the sandbox
+        holds no payload process, so no deleted file can still be open and the check after a
+        command walks the workspace only. Most of that check was reading /proc/PID/maps of the
+        next slot's stub, a copy of the launcher (issue 25)."""
+        return job.exited.result() != LAUNCHER_LOST and job.launcher.settled
 
     # ------------------------------------------------------------------ long-lived processes
 

@@ -125,7 +125,11 @@ class LocalSandboxSession(PtySessions):
         return ExecResult(stdout=result.stdout, stderr=result.stderr, exit_code=result.exit_code)
 
     async def _env(self) -> dict[str, str]:
-        return await self.state.manifest.environment.resolve()
+        """The manifest's environment, resolved for each command (an `EnvValue` may be a lookup
+        that changes); an empty one skips the SDK's gather, which costs a command more than its
+        launcher's hand-off (issue 25)."""
+        environment = self.state.manifest.environment
+        return await environment.resolve() if environment.value else {}
 
     # ------------------------------------------------------------------ PTY sessions (`pty_sessions`)
 
