@@ -25,6 +25,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from ..cluster.connect import first_line, model_environ, room_for
 from ..cluster.progress import ProgressBox, read_report
 from ..cluster.transfer import unpack_run_folder
@@ -37,7 +39,7 @@ from ..models.streaming import REPORT_EVERY_S
 from ..record.events import Listener
 from ..record.names import RECORD_FILE
 from ..run import new_run_dir
-from .ledger import MAX_LOST, bounded_error
+from .ledger import MAX_LOST, NodeSaid, bounded_error
 from .manifest import BatchEntry
 from .on_node import AttemptLog, NodeResult, Place, run_on_node
 from .runner import EndOfRun, JobOutcome, LostAttempt
@@ -66,6 +68,19 @@ def _attempt(entry: BatchEntry, inputs: bytes, run_name: str, environ: Mapping[s
     attempt = secrets.token_hex(8)
     ray.get(log.begin.remote(entry.key, attempt, place))
     return run_on_node(entry, inputs, run_name, environ, log, place, attempt, slots, progress)
+
+
+def _problem(result: NodeResult) -> str | None:
+    """What is wrong with a node's result (its fields are whatever the node pickled), or None."""
+    outcome, place = result.outcome, result.place
+    if not (isinstance(outcome, JobOutcome) and isinstance(place, Place) and isinstance(result.folder, bytes | None)):
+        return "a result of the wrong shape"
+    fields = ("status", "duration_s", "outputs_ok", "outputs", "tokens", "error", "signal")
+    try:
+        NodeSaid.model_validate({name: getattr(outcome, name) for name in fields} | {"node": place.node, "host": place.host})
+    except ValidationError as exc:
+        return f"a result whose {', '.join(sorted({str(e['loc'][0]) for e in exc.errors()}))} is not valid"
+    return None
 
 
 class RayJobs:
@@ -103,6 +118,8 @@ class RayJobs:
         except (UsageError, OSError) as exc:
             return JobOutcome(entry.key, run_dir.name, "error", error=bounded_error(str(exc)))
         limits = entry.job.sandbox.limits
+        if listeners:  # the job's room in the box, made before its node can report (R-D2)
+            await self._progress.open.remote(entry.key)
         ref = self._task.options(
             num_cpus=limits.cpus, memory=limits.memory, max_retries=NODE_RETRIES, retry_exceptions=False
         ).remote(entry, inputs, run_dir.name, self._environ, self._log, self._slots, self._progress if listeners else None)
@@ -120,16 +137,28 @@ class RayJobs:
         finally:
             if relay is not None:
                 relay.cancel()
-                self._progress.take.remote(entry.key)  # what came after the last relay: forgotten, not awaited
+                self._progress.close.remote(entry.key)  # what came after the last relay: forgotten, not awaited
+        # the job is over on its node: its record and run folder are brought back even if the
+        # caller is cancelled meanwhile (a cut `_lost` had taken the attempts, the folder never came: R-D4)
+        return await finish_uncancelled(self._brought_back(entry, run_dir, result))
+
+    async def _brought_back(self, entry: BatchEntry, run_dir: Path, result: object) -> JobOutcome:
+        """A finished task's result, as hostile as its node (R-D1): its shape and the outcome's
+        fields checked as the ledger checks them (`ledger.NodeSaid`), then its run
+        folder unpacked through the exit policy."""
         if not isinstance(result, NodeResult):
             return self._failed(entry, run_dir, f"its node sent back {type(result).__name__}, not a result", ())
         lost = await self._lost(entry, final=result.attempt)
+        problem = _problem(result)
+        if problem is not None:
+            return self._failed(entry, run_dir, f"its node sent back {problem}", lost)
         if result.folder is not None:
             try:
                 unpack_run_folder(result.folder, run_dir)
             except (OSError, ArchiveError) as exc:
                 return self._failed(entry, run_dir, f"its run folder could not be read back: {exc}", lost)
-        return replace(result.outcome, run_dir=run_dir.name, node=result.place.node, host=result.place.host, lost=lost)
+        return replace(result.outcome, error=bounded_error(result.outcome.error), run_dir=run_dir.name,
+                       node=result.place.node, host=result.place.host, lost=lost)
 
     async def _relay(self, key: str, listeners: Sequence[Listener]) -> None:
         """Each REPORT_EVERY_S, the job's reports from its box to `listeners`, each read as

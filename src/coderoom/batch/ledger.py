@@ -70,6 +70,36 @@ class JobEnded(_Line):
     lost: Annotated[list[LostOnNode], Field(max_length=MAX_LOST)] = []
 
 
+class NodeSaid(BaseModel):
+    """What a `--ray` job's node says of its run (`on_node.NodeResult`: its outcome, where it
+    ran), checked with the ledger's own types before the driver uses any of it, for the ledger
+    and for an MCP client's answer alike: the node is as hostile as its output (R-D1)."""
+
+    model_config = ConfigDict(strict=True)
+
+    status: Status
+    duration_s: Seconds
+    outputs_ok: Count
+    outputs: Count
+    tokens: Count
+    error: str | None = None
+    signal: Literal["SIGINT", "SIGTERM", "SIGHUP"] | None = None
+    node: NodeId
+    host: NodeHost
+
+
+_PLACE: TypeAdapter[tuple[str, str]] = TypeAdapter(tuple[NodeId, NodeHost])
+
+
+def valid_place(node: object, host: object) -> bool:
+    """A node's id and address as the ledger writes them (what an attempt says of where it runs)."""
+    try:
+        _PLACE.validate_python((node, host), strict=True)
+    except ValidationError:
+        return False
+    return True
+
+
 LedgerLine = Annotated[Union[JobStarted, JobEnded], Field(discriminator="event")]
 _LINE: TypeAdapter[JobStarted | JobEnded] = TypeAdapter(LedgerLine)
 

@@ -21,6 +21,7 @@ from ..errors import CoderoomError
 from ..models.budget import ModelSlotsHandle, SlotsBudget
 from ..record.events import LIVE_ONLY, Event, Listener
 from ..record.writer import encode
+from .ledger import valid_place
 from .manifest import BatchEntry
 from ..sandboxes.registry import prepare_backend
 from .runner import JobOutcome, run_one
@@ -116,7 +117,10 @@ class AttemptLog:
         self._jobs: dict[str, dict[str, Attempt]] = {}
 
     def begin(self, key: str, attempt: str, place: Place) -> None:
-        self._jobs.setdefault(key, {})[attempt] = Attempt(place)
+        """An attempt begun where `place` says; one whose place is no node id and address (a
+        hostile node's, to be named in an answer or the ledger: R-D1) is not kept, nor its lines."""
+        if isinstance(place, Place) and valid_place(place.node, place.host):
+            self._jobs.setdefault(key, {})[attempt] = Attempt(place)
 
     def line(self, key: str, attempt: str, text: str) -> None:
         found = self._jobs.get(key, {}).get(attempt)

@@ -10,9 +10,10 @@ the record (`record.events.LIVE_ONLY`); before this, a node dropped it.
 Bounded both ways: the node sends at most one report each `streaming.REPORT_EVERY_S`, the
 reports it held back merged into the next (`NodeProgress`: the latest counts, the text pieces
 joined up to `streaming.MAX_PIECE_CHARS`); `ProgressBox`, an actor on the driver's node, keeps at
-most MAX_PENDING reports per job, each at most MAX_REPORT_BYTES, of at most MAX_JOBS jobs (the
-oldest dropped first); the
-driver reads each as hostile data (`read_report`: its size, JSON, then the `ModelStream` model,
+most MAX_PENDING reports per job, each at most MAX_REPORT_BYTES, of the jobs the driver opened
+(at most MAX_JOBS): a report for any other key, a finished job's late one or a hostile node's
+flood under made-up keys, is dropped, so it can neither push a running job's reports out nor
+hold the driver's memory (R-D2); the driver reads each as hostile data (`read_report`: its size, JSON, then the `ModelStream` model,
 nothing else) and its listeners render it escaped, as they do a local run's. Nothing here imports
 Ray: `batch.cluster` makes `ProgressBox` an actor.
 """
@@ -80,24 +81,36 @@ def _merged(held: ModelStream, later: ModelStream) -> ModelStream:
 
 class ProgressBox:
     """On the driver's node (a Ray actor): each running job's reports, until the driver takes
-    them. Bounded: at most MAX_PENDING reports a job, each at most MAX_REPORT_BYTES of ASCII (as
-    `record.writer.encode` writes), the oldest dropped when the driver falls behind; at most
-    MAX_JOBS jobs, the one heard of first dropped (a report that came after its job's end)."""
+    them. Only the driver makes room for a job (`open`, before its task starts; `close` at its
+    end): a node's `put` under a key not open is dropped. Bounded: at most MAX_PENDING reports a
+    job, each at most MAX_REPORT_BYTES of ASCII (as `record.writer.encode` writes), the oldest
+    dropped when the driver falls behind; at most MAX_JOBS open jobs (the driver's own running
+    jobs; past it, the one opened first is closed)."""
 
     def __init__(self) -> None:
         self._jobs: dict[str, deque[str]] = {}
 
-    def put(self, key: str, report: str) -> None:
-        if not (isinstance(report, str) and report.isascii() and len(report) <= MAX_REPORT_BYTES):
-            return
+    def open(self, key: str) -> None:
         if key not in self._jobs and len(self._jobs) >= MAX_JOBS:
             del self._jobs[next(iter(self._jobs))]
-        self._jobs.setdefault(key, deque(maxlen=MAX_PENDING)).append(report)
+        self._jobs.setdefault(key, deque(maxlen=MAX_PENDING))
+
+    def close(self, key: str) -> None:
+        self._jobs.pop(key, None)
+
+    def put(self, key: str, report: str) -> None:
+        found = self._jobs.get(key) if isinstance(key, str) else None
+        if found is not None and isinstance(report, str) and report.isascii() and len(report) <= MAX_REPORT_BYTES:
+            found.append(report)
 
     def take(self, key: str) -> list[str]:
-        """The job's reports so far, forgotten here."""
-        found = self._jobs.pop(key, None)
-        return list(found) if found is not None else []
+        """The job's reports so far, forgotten here (the job stays open)."""
+        found = self._jobs.get(key)
+        if found is None:
+            return []
+        reports = list(found)
+        found.clear()
+        return reports
 
 
 REPORTED = {model.model_fields["type"].default: model for model in (ModelStream, *PROGRESS_TYPES)}

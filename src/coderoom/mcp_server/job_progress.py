@@ -7,8 +7,8 @@ streams in, its tokens and rate, as `coderoom run`'s status line says them (`rec
 
 Bounded: record listeners are synchronous and a notification is a send, so the listener keeps
 only the latest message and one sender task sends it, at most one each REPORT_EVERY_S; a slow
-client misses messages, never holds the run up. Every message is made inert (`content.safe`): a
-tool's arguments and a reply's counts come from the model.
+client misses messages, never holds the run up. Every message is one line made inert
+(`content.safe`): a tool's name and a reply's counts come from the model.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ class JobProgress:
             self._say(event.name)
 
     def _say(self, doing: str) -> None:
-        self._message = content.safe(f"turn {self._turn}: {doing}"[:MAX_MESSAGE_CHARS])
+        """One line (a tool's name is the model's: a newline in it would forge a line of its own, R-D3)."""
+        self._message = content.safe(" ".join(f"turn {self._turn}: {doing}".split())[:MAX_MESSAGE_CHARS])
         self._changed.set()
 
     async def sending(self) -> None:
