@@ -168,6 +168,9 @@ class SlowLog:
         self._log = AttemptLog()
         self._marker = Path(marker)
 
+    def open(self, key: str) -> None:
+        self._log.open(key)
+
     def begin(self, *args: Any) -> None:
         self._log.begin(*args)
 

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from coderoom.batch.cluster import _problem
-from coderoom.batch.ledger import valid_place
+from coderoom.batch.ledger import MAX_LOST, valid_place
 from coderoom.batch.on_node import AttemptLog, NodeResult, Place
 from coderoom.batch.runner import JobOutcome
 from coderoom.cluster.progress import MAX_JOBS, MAX_PENDING, MAX_REPORT_BYTES, ProgressBox, read_report
@@ -117,8 +117,23 @@ def test_a_well_formed_node_result_is_accepted() -> None:
 def test_an_attempt_that_says_it_runs_nowhere_real_is_not_kept() -> None:
     """R-D1: a lost attempt's place is named in the answer (`lost_attempts`) and the ledger."""
     log = AttemptLog()
+    log.open("k")
     log.begin("k", "a1", Place("\x1b[31mnode", "127.0.0.1"))
     log.begin("k", "a2", ("tuple", "place"))  # type: ignore[arg-type]
     log.line("k", "a1", '{"type":"note"}\n')
     assert log.take("k") == {}
     assert valid_place(NODE, "::1") and not valid_place(NODE, "a b")
+
+
+def test_a_node_begins_no_attempt_under_a_key_the_driver_did_not_open_nor_without_end_under_its_own() -> None:
+    """R-D7: the attempt log a node is handed held every attempt it began, each up to
+    MAX_PARTIAL_BYTES, under any key, for the driver's life."""
+    log = AttemptLog()
+    log.open("job")
+    for n in range(MAX_LOST * 4):
+        log.begin("job", f"a{n}", Place(NODE, "127.0.0.1"))
+        log.begin(f"forged-{n}", "a1", Place(NODE, "127.0.0.1"))
+    log.begin(["unhashable"], "a1", Place(NODE, "127.0.0.1"))  # type: ignore[arg-type]
+    assert len(log.take("job")) == MAX_LOST and log._jobs == {}
+    log.begin("job", "late", Place(NODE, "127.0.0.1"))  # an attempt of a job already taken
+    assert log.take("job") == {}

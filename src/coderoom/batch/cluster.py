@@ -118,7 +118,8 @@ class RayJobs:
         except (UsageError, OSError) as exc:
             return JobOutcome(entry.key, run_dir.name, "error", error=bounded_error(str(exc)))
         limits = entry.job.sandbox.limits
-        if listeners:  # the job's room in the box, made before its node can report (R-D2)
+        await self._log.open.remote(entry.key)  # the job's room in the log, made before its node can begin (R-D7)
+        if listeners:  # and in the box, before its node can report (R-D2)
             await self._progress.open.remote(entry.key)
         ref = self._task.options(
             num_cpus=limits.cpus, memory=limits.memory, max_retries=NODE_RETRIES, retry_exceptions=False

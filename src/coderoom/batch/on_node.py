@@ -21,7 +21,7 @@ from ..errors import CoderoomError
 from ..models.budget import ModelSlotsHandle, SlotsBudget
 from ..record.events import LIVE_ONLY, Event, Listener
 from ..record.writer import encode
-from .ledger import valid_place
+from .ledger import MAX_LOST, valid_place
 from .manifest import BatchEntry
 from ..sandboxes.registry import prepare_backend
 from .runner import JobOutcome, run_one
@@ -109,18 +109,27 @@ class Attempt:
 
 class AttemptLog:
     """On the driver's node (a Ray actor): each attempt's place and record lines as they come,
-    until the driver takes a finished job's attempts. Bounded: an attempt keeps at most
-    MAX_PARTIAL_BYTES of record, ASCII only (as `record.writer.encode` writes every line, and as
-    the driver writes them); the lines are the node's, checked again when read as a record."""
+    until the driver takes a finished job's attempts. Bounded: only the driver makes room for a
+    job (`open`, before its task starts; `take` ends it), at most MAX_LOST attempts a job, each
+    keeping at most MAX_PARTIAL_BYTES of record, ASCII only (as `record.writer.encode` writes
+    every line, and as the driver writes them); the lines are the node's, checked again when read
+    as a record. Why the room: a node is handed this log, and attempts it began under keys of its
+    own making, or without end under its own, were kept for the driver's life (R-D7)."""
 
     def __init__(self) -> None:
         self._jobs: dict[str, dict[str, Attempt]] = {}
 
+    def open(self, key: str) -> None:
+        self._jobs.setdefault(key, {})
+
     def begin(self, key: str, attempt: str, place: Place) -> None:
         """An attempt begun where `place` says; one whose place is no node id and address (a
         hostile node's, to be named in an answer or the ledger: R-D1) is not kept, nor its lines."""
+        found = self._jobs.get(key) if isinstance(key, str) else None
+        if found is None or len(found) >= MAX_LOST or not isinstance(attempt, str):
+            return
         if isinstance(place, Place) and valid_place(place.node, place.host):
-            self._jobs.setdefault(key, {})[attempt] = Attempt(place)
+            found[attempt] = Attempt(place)
 
     def line(self, key: str, attempt: str, text: str) -> None:
         found = self._jobs.get(key, {}).get(attempt)
