@@ -133,8 +133,9 @@ class RayJobs:
             # not cut by a cancel that is delivered again (an MCP call's cancel scope): bounded by CANCEL_WAIT_S
             await finish_uncancelled(self._keep_partial(entry, run_dir))
             raise
-        except ray.exceptions.RayError as exc:
-            return self._failed(entry, run_dir, f"the cluster could not run it ({first_line(exc)})", await self._lost(entry, None))
+        except ray.exceptions.RayError as exc:  # its lost attempts' records, kept as R-D4's are
+            lost = await finish_uncancelled(self._lost(entry, None))
+            return self._failed(entry, run_dir, f"the cluster could not run it ({first_line(exc)})", lost)
         finally:
             if relay is not None:
                 relay.cancel()
