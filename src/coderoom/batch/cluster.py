@@ -118,9 +118,12 @@ class RayJobs:
         except (UsageError, OSError) as exc:
             return JobOutcome(entry.key, run_dir.name, "error", error=bounded_error(str(exc)))
         limits = entry.job.sandbox.limits
-        await self._log.open.remote(entry.key)  # the job's room in the log, made before its node can begin (R-D7)
-        if listeners:  # and in the box, before its node can report (R-D2)
-            await self._progress.open.remote(entry.key)
+        try:  # the job's place in the log and the box, made before its node can begin or report (R-D7, R-D2)
+            await self._log.open.remote(entry.key)
+            if listeners:
+                await self._progress.open.remote(entry.key)
+        except ray.exceptions.RayError as exc:  # the driver's node's actors gone
+            return self._failed(entry, run_dir, f"the cluster could not run it ({first_line(exc)})", ())
         ref = self._task.options(
             num_cpus=limits.cpus, memory=limits.memory, max_retries=NODE_RETRIES, retry_exceptions=False
         ).remote(entry, inputs, run_dir.name, self._environ, self._log, self._slots, self._progress if listeners else None)
