@@ -49,10 +49,18 @@ async def live_session(base: Path) -> None:
     await session.close()
 
 
+class ProgressTaker:
+    """The MCP request context `_run_job` tells its progress to (only `report_progress` is used)."""
+
+    async def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
+        pass
+
+
 async def mcp_run_job(base: Path) -> None:
     settings = ServerSettings(model="offline", sandbox="local", limits=Limits(), runs_dir=base / "runs",
                               policy=ReadPolicy([]))
-    await _run_job(settings, "hello", [], None, {"input/a.csv": base64.b64encode(DATA).decode()})
+    await _run_job(settings, "hello", [], None, {"input/a.csv": base64.b64encode(DATA).decode()},
+                   ProgressTaker())  # type: ignore[arg-type]
 
 
 SURFACES = {"run": one_shot_run, "session": live_session, "mcp run_job": mcp_run_job}

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from ..errors import UsageError
-from ..sandboxes.spec import SandboxSpec
 from ..sandboxes.requirements import PACKAGE_HELP
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # pydantic models: --help imports neither (tests/core/test_startup.py)
+    from ..sandboxes.spec import SandboxSpec
     from ..service.pool import Pool as WarmPoolKind
 
 Memory = Annotated[Optional[str], typer.Option(help="sandbox memory of every session, e.g. 2G")]
