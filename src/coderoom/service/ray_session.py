@@ -21,6 +21,14 @@ past it declares the session lost ("no answer within N s"), its actor killed. Th
 even while nobody calls the session. Nothing here blocks the event loop on Ray: results are
 awaited, and `ray.kill` (a round trip to Ray's control store) runs in a thread.
 
+Why asks and cells are queued here: the node runs a session's asks one at a time, and its cells
+one at a time (the kernel's), so a second one sent at once waited on the node behind the first,
+and its deadline, started at the sending, declared a healthy session lost (attack R-E1,
+docs/security.md). Queued here, each one's deadline starts when the one before it has ended; a
+client's cell may still wait behind the agent's cells of the ask in flight (its deadline counts
+that ask's), and each of the ask's cells behind at most one client's cell (its deadline counts
+one per turn).
+
 What is lost with a node: the workspace and the kernel (nothing of them is on this machine until
 the close); what the record had said of them stays.
 """
@@ -240,6 +248,9 @@ class RaySession(Activity):
         self._ended = False  # the record here has its run_end
         self._follower: asyncio.Task[None] | None = None
         self._close_lock = asyncio.Lock()
+        self._asks = asyncio.Lock()  # the node runs them one at a time: queued here (see the module's docstring)
+        self._cells = asyncio.Lock()  # the client's cells, likewise
+        self._ask_until = 0.0  # the deadline of the ask in flight (monotonic), 0 when none
 
     # -- state (`closed`, `busy`, `idle_for`, `subscribe`: see Activity) ----------------
 
@@ -269,9 +280,12 @@ class RaySession(Activity):
         """How long a call to `method` may take before the session counts as lost: the bound the
         node keeps itself plus MARGIN_S, or CALL_S for a call that waits on no sandbox."""
         command_s = self.limits.timeout + MARGIN_S  # one command in the sandbox (a file read or written)
+        cell_s = cell_timeout(self.limits.timeout) + START_WAIT_S  # a kernel restarted first
         bounds = {
-            "ask": MAX_TURNS * (self._model_s + self.limits.timeout) + MARGIN_S,  # its turns: a model call, a command
-            "run_python": cell_timeout(self.limits.timeout) + START_WAIT_S + MARGIN_S,  # a kernel restarted first
+            # its turns: a model call, a command, and a client's cell its own may wait behind
+            "ask": MAX_TURNS * (self._model_s + self.limits.timeout + cell_s) + MARGIN_S,
+            # and the agent's cells it may wait behind: the ask in flight's
+            "run_python": cell_s + MARGIN_S + max(0.0, self._ask_until - time.monotonic()),
             "exec": min(args[1] or self.limits.timeout, self.limits.timeout) + MARGIN_S if len(args) > 1 else command_s,
             "files": 2 * self.limits.timeout + MARGIN_S,  # the listing, tried again once
             "read_file": command_s,
@@ -332,11 +346,17 @@ class RaySession(Activity):
         return self.lost or f"it did not answer for {CONFIRM_S:g} s"
 
     async def ask(self, request: str) -> AskResult:
-        result: AskResult = await self._call("ask", request)
+        async with self._asks:
+            self._ask_until = time.monotonic() + self._deadline("ask", (request,))
+            try:
+                result: AskResult = await self._call("ask", request)
+            finally:
+                self._ask_until = 0.0
         return result
 
     async def run_python(self, code: str) -> CellResult:
-        result: CellResult = await self._call("run_python", code)
+        async with self._cells:
+            result: CellResult = await self._call("run_python", code)
         return result
 
     async def interrupt(self) -> bool:
