@@ -59,6 +59,9 @@ class NodePool(Refilled[WarmActor]):
         self.what = f"a warm session actor on node {node[:12]}"
         self.gone = False  # the node left the cluster: its actors are killed, not asked to close
         self._actor_class, self._spec = actor_class, spec
+        # id()s of warm actors that gave no answer to their health check (stopped, stuck): killed,
+        # not asked to retire, which kept the claim waiting RETIRE_S more for each (attack R-E4)
+        self._silent: set[int] = set()
 
     async def _make(self) -> WarmActor:
         room = await reserve(self._spec.limits, ROOM_WAIT_S, node=self.node)
@@ -90,7 +93,10 @@ class NodePool(Refilled[WarmActor]):
     async def _alive(self, item: WarmActor) -> bool:
         try:
             return bool(await asyncio.wait_for(_awaited(item.actor.answers.remote()), ANSWER_S))
-        except Exception:  # its node gone, its worker killed, no answer in time
+        except TimeoutError:  # stopped or stuck: it would not retire either
+            self._silent.add(id(item))
+            return False
+        except Exception:  # its node gone, its worker killed, its sandbox failing
             return False
 
     async def _discard(self, items: list[WarmActor]) -> None:
@@ -99,7 +105,9 @@ class NodePool(Refilled[WarmActor]):
     async def _end(self, item: WarmActor) -> None:
         import ray
 
-        if not self.gone:
+        silent = id(item) in self._silent
+        self._silent.discard(id(item))
+        if not (self.gone or silent):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(_awaited(item.actor.retire.remote()), RETIRE_S)
         with contextlib.suppress(Exception):
