@@ -50,5 +50,6 @@ async def test_a_cell_queued_behind_another_on_its_node_is_not_declared_lost(ray
         assert (await session.run_python("started")).status == "ok"  # the kernel and its variables kept
     finally:
         monkeypatch.undo()
-        await session.close(keep_unsaved=False) if session.lost is None else None
-    assert read_record(session.run_dir).events[-1].status in ("ok", "lost")
+        if session.lost is None:
+            await session.close(keep_unsaved=False)
+    assert read_record(session.run_dir).events[-1].status == "ok"  # closed and saved as on one machine
