@@ -173,7 +173,7 @@ async def test_sandbox_prune_on_the_node_removes_what_a_killed_actor_left_and_sp
             [alive] = left_on_the_node(live.run_dir.name)
             pruned = prune_the_node()
             assert pruned.returncode == 0, pruned.stderr
-            assert "removed 1 Ray session actor folder" in pruned.stdout
+            assert "removed 1 dead Ray worker folder" in pruned.stdout
             assert left_on_the_node(killed.run_dir.name) == [] and bound_into(orphan) == []
             assert left_on_the_node(live.run_dir.name) == [alive] and bound_into(alive) != []  # a live actor's: untouched
             assert (await live.exec("true")).exit_code == 0

@@ -1,7 +1,8 @@
-"""A Ray session actor's runs folder on its node (`cluster.node_folders`, attack R-B8): leased to
-the actor's process, so `sandbox prune` removes a dead actor's folder and never a live actor's
-(stopped or not) nor one a recovery is saving into. No cluster: the actors are plain processes
-that make their folder as `SessionActor` does, each test with a temp dir of its own."""
+"""A Ray session actor's runs folder on its node (`cluster.node_folders`, attack R-B8), and a
+batch job's (attack R-C5): leased to the worker's process, so `sandbox prune` removes a dead
+worker's folder and never a live one's (stopped or not) nor one a recovery is saving into. No
+cluster: the workers are plain processes that make their folder as `SessionActor` and
+`batch.on_node.run_on_node` do, each test with a temp dir of its own."""
 
 from __future__ import annotations
 
@@ -31,6 +32,11 @@ def own_temp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     return tmp_path
 
+JOB = ("from coderoom.cluster import node_folders; import os, signal\n"
+       "with node_folders.leased(node_folders.BATCH_PREFIX) as f:\n"
+       "    (f / 'job-1').mkdir(); print(f, flush=True); os.kill(os.getpid(), signal.SIGKILL)")  # fmt: skip
+"""A batch job's worker killed mid-job, as a forced cancel (`ray.cancel(force=True)`) kills it."""
+
 
 def made_by_a_dead_actor() -> Path:
     done = subprocess.run([sys.executable, "-c", MAKE], capture_output=True, text=True, check=True, timeout=60)
@@ -57,6 +63,17 @@ def test_a_dead_actors_folder_is_removed_and_a_live_ones_kept(stopped_actor: Pat
     assert node_folders.prune(skipped) == 1 and skipped == []
     assert not dead.exists()
     assert own.is_dir() and stopped_actor.is_dir()
+
+
+def test_a_killed_batch_jobs_folder_is_removed_and_a_running_ones_kept() -> None:
+    killed = subprocess.run([sys.executable, "-c", JOB], capture_output=True, text=True, timeout=60)
+    assert killed.returncode == -signal.SIGKILL
+    dead = Path(killed.stdout.strip())
+    assert dead.name.startswith(node_folders.BATCH_PREFIX) and (dead / "job-1").is_dir()  # left behind
+    with node_folders.leased(node_folders.BATCH_PREFIX) as running:
+        assert node_folders.prune() == 1 and not dead.exists()
+        assert running.is_dir()
+    assert not running.exists()  # a job that returns removes its own
 
 
 def test_a_folder_without_lease_is_judged_as_every_leaseless_folder(own_temp: Path) -> None:

@@ -26,6 +26,7 @@ import pytest
 from mcp import Client
 
 from backends import require_backend
+from coderoom.cluster import node_folders
 from coderoom.hostile.exits import LEFT_OUT_NOTE
 from coderoom.record import read_record
 from openai_server import OpenAIServer, Trickle, call, say, server_environ
@@ -191,6 +192,14 @@ async def test_a_run_folder_a_hostile_node_sends_goes_through_the_exit_policy(jo
     assert all("\x1b" not in message for message in heard)
 
 
+def job_folders_on_the_node(runs: Path) -> list[Path]:
+    """The node's temporary folders (`batch.on_node`) of the jobs whose run folders are in `runs`
+    (the node shares this machine's temp dir)."""
+    names = {p.name for p in runs.iterdir() if p.name.startswith("mcp-job-")}
+    found = Path(tempfile.gettempdir()).glob(f"{node_folders.BATCH_PREFIX}*")
+    return [p for p in found if any((p / name).is_dir() for name in names)]
+
+
 def test_a_client_that_drops_its_run_job_leaves_nothing_running_on_the_node(head: Head, model: OpenAIServer, http_server,
                                                                             tmp_path: Path) -> None:
     """Over HTTP (`presence`): the call's request dropped mid-reply, the task on the node is
@@ -209,6 +218,8 @@ def test_a_client_that_drops_its_run_job_leaves_nothing_running_on_the_node(head
             call_ = asyncio.ensure_future(client.call_tool("run_job", {"request": "go"}, progress_callback=progress))
             await asyncio.wait_for(replying.wait(), 120)
             assert has_descendant(head.pid, "bwrap")  # its sandbox runs on the node
+            [running] = job_folders_on_the_node(tmp_path / "runs")
+            assert running not in node_folders.abandoned_folders()  # a live job's: never pruned
             call_.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await call_
@@ -221,9 +232,10 @@ def test_a_client_that_drops_its_run_job_leaves_nothing_running_on_the_node(head
     [folder] = [p for p in (tmp_path / "runs").iterdir() if p.name.startswith("mcp-job-")]
     events = read_record(folder).events
     assert events[0].type == "run_start" and any(e.type == "tool_start" for e in events)
-    # a forced cancel leaves the job's temporary folder on its node (docs/security.md R-C5): removed here
-    [left] = [p for p in Path(tempfile.gettempdir()).glob("coderoom-batch-*") if (p / folder.name).is_dir()]
-    shutil.rmtree(left)
+    # a forced cancel kills the job's worker, which leaves its folder on the node (R-C5): `sandbox prune` judges it dead
+    [left] = job_folders_on_the_node(tmp_path / "runs")
+    assert left in node_folders.abandoned_folders()
+    shutil.rmtree(left)  # not `prune` here: other runs on this machine share its temp dir
 
 
 def dying_attempt(entry: Any, inputs: bytes, run_name: str, environ: Any, log: Any, slots: Any, progress: Any = None) -> Any:

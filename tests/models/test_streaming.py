@@ -11,10 +11,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from agents import ModelSettings, ModelTracing
 from rich.console import Console
 
 from coderoom.cli.progress import Progress
 from coderoom.jobs import build_job
+from coderoom.models.resolve import resolve_model
 from coderoom.record import read_record
 from coderoom.record.events import Event, ModelCall, ModelStream, ModelStreamOff
 from coderoom.record.notes import run_notes
@@ -136,3 +138,29 @@ async def test_a_server_error_to_a_streaming_request_is_not_taken_for_a_refusal_
                                environ={"CODEROOM_MODEL_MAX_RETRIES": "0"})
     assert [bool(r.body.get("stream")) for r in server.requests] == [True]
     assert result.status == "error"
+
+
+async def ask(model: Any) -> Any:
+    return await model.get_response(None, "hi", ModelSettings(), [], None, [], ModelTracing.DISABLED,
+                                    previous_response_id=None, conversation_id=None, prompt=None)  # fmt: skip
+
+
+async def test_every_later_run_of_a_model_that_does_not_stream_records_why_once() -> None:
+    """E-R15: streaming stays off for the resolved model (every run `agent_model` makes of it shares
+    that), so each later run, which never asks for a stream, records the first run's reason, once, as
+    that run did: a long-lived process's later runs say why they did not stream."""
+    heard: dict[str, list[tuple[str, dict[str, Any]]]] = {"first": [], "later": []}
+    with OpenAIServer([say("one"), say("two"), say("three"), say("four")], refuses_stream=400) as server:
+        resolved = resolve_model(spec_for("chat_completions", server), environ={"CODEROOM_MODEL_MAX_RETRIES": "0"})
+        try:
+            runs = {name: resolved.agent_model(lambda kind, _n=name, **fields: heard[_n].append((kind, fields)), None)
+                    for name in heard}  # fmt: skip
+            for name in heard:  # two requests a run
+                await ask(runs[name])
+                await ask(runs[name])
+        finally:
+            await resolved.aclose()
+    assert not server.errors, server.errors
+    assert [bool(r.body.get("stream")) for r in server.requests] == [True, False, False, False, False]
+    off = {name: [f for kind, f in said if kind == "model_stream_off"] for name, said in heard.items()}
+    assert off["first"] == off["later"] == [{"status": 400, "reason": "stream is not supported"}]  # once a run, the same words

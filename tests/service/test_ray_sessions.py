@@ -5,7 +5,8 @@ session is reported lost at once (no hang), its record so far kept and ended "lo
 
 The cluster is Ray's one-machine multi-node `Cluster` (`ray_sessions_cluster` in tests/conftest.py): a head
 with no CPUs and three one-CPU nodes, so each session (cpus = 1) takes a node of its own; a node
-is lost as a machine is (`ray_cluster.lose_node`). The sandboxes are real (local backend).
+is lost as a machine is (`ray_cluster.lose_node`). The sandboxes are real (local backend); an
+ask's model is the scripted OpenAI-wire server (`openai_server`) on loopback, streaming its reply.
 """
 
 from __future__ import annotations
@@ -21,10 +22,13 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from coderoom.cluster.progress import MAX_REPORT_BYTES
 from coderoom.errors import SessionLost
 from coderoom.record import read_record
+from coderoom.record.names import RECORD_FILE
 from coderoom.sandboxes.limits import Limits
 from mcp_process import server_env
+from openai_server import OpenAIServer, Trickle, say, server_environ
 from ray_cluster import has_descendant, left_on_the_node, lose_node, ray_session_manager
 from web.served import multipart, serve
 
@@ -77,6 +81,56 @@ async def test_a_session_runs_on_a_node_and_its_run_folder_comes_back_as_a_local
     assert seen[-1] == "run_end" and seen.count("tool_result") == 3
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [run_dir.name]  # no staging left behind
     assert left_on_the_node(run_dir.name) == []  # the node removed its copy
+
+
+WORDS = " ".join(f"word{n}" for n in range(16))
+HOSTILE_REPORTS = [
+    "x" * (MAX_REPORT_BYTES + 1),  # too long
+    "{not json",
+    json.dumps({"type": "model_stream", "tokens": "many"}),  # not the model's types
+    json.dumps({"type": "run_end", "status": "ok"}),  # not a progress report
+    json.dumps({"type": "tool_start", "call_id": "c9", "name": "forged"}),  # progress, but the record's to say
+]
+
+
+async def test_a_sessions_ask_on_a_node_streams_its_replys_progress_to_subscribers_not_into_the_record(
+    ray_sessions_cluster, tmp_path: Path
+) -> None:
+    from coderoom import SessionManager
+    from coderoom.service.ray_session import RayOpener
+
+    with OpenAIServer() as model:
+        model.script([Trickle(say(WORDS), interval=0.2)])
+        opener = RayOpener(server_environ(model))
+        spec = f"openai-compatible:scripted@{model.url}"
+        async with SessionManager(model=spec, runs_dir=tmp_path / "runs", limits=Limits(cpus=1), opener=opener) as sessions:
+            session = await sessions.open()
+            heard: list[Any] = []
+
+            async def listen() -> None:
+                async for event in session.subscribe():
+                    heard.append(event)
+                    if event.type == "model_stream" and len([e for e in heard if e.type == "model_stream"]) == 1:
+                        box, key = session._progress  # a hostile node's reports, in the session's place in the box
+                        for report in HOSTILE_REPORTS:
+                            box.put.remote(key, report)
+
+            listening = asyncio.ensure_future(listen())
+            await asyncio.sleep(0)
+            answer = await session.ask("Say the words")
+            run_dir = await sessions.close(session.id)
+            await asyncio.wait_for(listening, 60)
+    assert answer.final_output == WORDS
+    types = [e.type for e in heard]
+    stream = [e for e in heard if e.type == "model_stream"]
+    assert len(stream) >= 3, types  # the reply's progress, as it came (bounded: at most one each 0.25 s on the node)
+    assert [e.tokens for e in stream] == sorted(e.tokens for e in stream) and stream[-1].tokens <= len(WORDS.split())
+    assert types.index("model_start") < types.index("model_stream") and types.index("model_call") > max(
+        i for i, t in enumerate(types) if t == "model_stream"
+    )  # none after the reply is in: the page's "receiving the reply" line does not come back
+    assert "forged" not in {getattr(e, "name", None) for e in heard} and types.count("run_end") == 1  # the hostile ones dropped
+    recorded = [e.type for e in read_record(run_dir).events]
+    assert "model_stream" not in recorded and "forged" not in (run_dir / RECORD_FILE).read_text()
 
 
 async def test_mcp_ray_serves_a_session_from_a_node_to_the_sdk_client(ray_sessions_cluster, tmp_path: Path) -> None:

@@ -28,14 +28,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..cluster.connect import first_line, model_environ, room_for
-from ..cluster.progress import ProgressBox, read_report
+from ..cluster.progress import ProgressBox, relay_reports
 from ..cluster.transfer import unpack_run_folder
 from ..errors import UsageError
 from ..hostile.archive import ArchiveError
 from ..interrupts import finish_uncancelled
 from ..models.base import client_settings
 from ..models.budget import ModelSlots, lease_seconds
-from ..models.streaming import REPORT_EVERY_S
 from ..record.events import Listener
 from ..record.names import RECORD_FILE
 from ..run import new_run_dir
@@ -127,7 +126,9 @@ class RayJobs:
         ref = self._task.options(
             num_cpus=limits.cpus, memory=limits.memory, max_retries=NODE_RETRIES, retry_exceptions=False
         ).remote(entry, inputs, run_dir.name, self._environ, self._log, self._slots, self._progress if listeners else None)
-        relay = asyncio.ensure_future(self._relay(entry.key, listeners)) if listeners else None
+        relay = None
+        if listeners:
+            relay = asyncio.ensure_future(relay_reports(self._progress, entry.key, listeners, ray.exceptions.RayError))
         try:
             result = await ref
         except asyncio.CancelledError:
@@ -164,20 +165,6 @@ class RayJobs:
                 return self._failed(entry, run_dir, f"its run folder could not be read back: {exc}", lost)
         return replace(result.outcome, error=bounded_error(result.outcome.error), run_dir=run_dir.name,
                        node=result.place.node, host=result.place.host, lost=lost)
-
-    async def _relay(self, key: str, listeners: Sequence[Listener]) -> None:
-        """Each REPORT_EVERY_S, the job's reports from its box to `listeners`, each read as
-        hostile data (`read_report`); a box that does not answer ends the relay, not the job."""
-        while True:
-            await asyncio.sleep(REPORT_EVERY_S)
-            try:
-                reports = await self._progress.take.remote(key)
-            except self._ray.exceptions.RayError:
-                return
-            for report in reports if isinstance(reports, list) else ():
-                if (event := read_report(report)) is not None:
-                    for listener in listeners:
-                        listener(event)
 
     @staticmethod
     def _failed(entry: BatchEntry, run_dir: Path, error: str, lost: tuple[LostAttempt, ...]) -> JobOutcome:

@@ -11,10 +11,8 @@ imports Ray: `cluster` wraps these as a Ray task and actor.
 from __future__ import annotations
 
 import asyncio
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import CoderoomError
@@ -25,6 +23,7 @@ from .ledger import MAX_LOST, valid_place
 from .manifest import BatchEntry
 from ..sandboxes.registry import prepare_backend
 from .runner import JobOutcome, run_one
+from ..cluster import node_folders
 from ..cluster.progress import NodeProgress, ProgressBoxHandle
 from ..cluster.transfer import pack_back
 from .transfer import unpack_inputs
@@ -74,7 +73,7 @@ def run_on_node(
     progress: ProgressBoxHandle | None = None,
 ) -> NodeResult:
     """Run attempt `attempt` of `entry` here (the driver's log has been told it began), in a
-    temporary folder removed afterwards, on this node's own backend (prepared as every command
+    temporary folder removed afterwards (leased: `cluster.node_folders`), on this node's own backend (prepared as every command
     prepares it; a backend that cannot run here is the job's error, with its one-line reason);
     its model requests hold slots of the batch's `slots` actor, if any (`--model-concurrency`);
     its streamed replies' progress goes to the driver's `progress` box, if any (`cluster.progress`)."""
@@ -88,9 +87,9 @@ def run_on_node(
         if event.type not in LIVE_ONLY:  # the record's lines only: a reply's progress is no line of it
             log.line.remote(entry.key, attempt, encode(event))
 
-    with tempfile.TemporaryDirectory(prefix="coderoom-batch-") as tmp:
-        copies = unpack_inputs(entry.job, inputs, Path(tmp))
-        run_dir = Path(tmp) / run_name
+    with node_folders.leased(node_folders.BATCH_PREFIX) as tmp:  # a killed worker's: `sandbox prune` removes it
+        copies = unpack_inputs(entry.job, inputs, tmp)
+        run_dir = tmp / run_name
         budget = SlotsBudget(slots) if slots is not None else None
         listeners: list[Listener] = [forward] if progress is None else [forward, NodeProgress(progress, entry.key)]
         outcome = asyncio.run(run_one(entry, run_dir, environ, listeners=listeners, inputs_from=copies, budget=budget))

@@ -82,9 +82,9 @@ def prune() -> None:
     """Remove the sandbox resources crashed sessions left behind, for every backend that runs here.
 
     A live session's workspace whose owner died is first saved into its run folder (recovered);
-    one that cannot be saved is named with why, then removed. Before that, the runs folders of
-    dead Ray session actors on this node go (`cluster.node_folders`: nobody collects what would
-    be saved there). Exits 1 when something had to be left (each named on stderr), after pruning
+    one that cannot be saved is named with why, then removed. Before that, the folders of dead
+    Ray session actors and batch jobs on this node go (`cluster.node_folders`: nobody collects
+    what would be saved there). Exits 1 when something had to be left (each named on stderr), after pruning
     all the rest."""
     import asyncio
 
@@ -95,7 +95,7 @@ def prune() -> None:
     skipped: list[str] = []
     with reported():
         removed = node_folders.prune(skipped)
-        typer.echo(f"removed {removed} Ray session actor folder{'' if removed == 1 else 's'}")
+        typer.echo(f"removed {removed} dead Ray worker folder{'' if removed == 1 else 's'} (session actors', batch jobs')")
         for outcome in asyncio.run(recover(SandboxSpec(), remove_unsaved=True)):
             typer.echo(outcome.describe())
         for name in backend_names():

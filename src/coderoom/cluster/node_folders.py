@@ -1,6 +1,11 @@
-"""A session actor's temporary runs folder on its node (`service.on_node.SessionActor`), leased
-to the actor's worker process (`sandboxes.leases`), so `coderoom sandbox prune` on that node can
-tell a dead actor's folder from a live actor's and remove it.
+"""A session actor's temporary runs folder on its node (`service.on_node.SessionActor`), and a
+batch job's (`batch.on_node.run_on_node`: its inputs and run folder), leased to the Ray worker
+process that holds it (`sandboxes.leases`), so `coderoom sandbox prune` on that node can tell a
+dead worker's folder from a live one's and remove it.
+
+Why a batch job's too: its folder is removed when the job returns, but a forced cancel (an MCP
+client's cancel of `run_job --ray`, a stopped `batch --ray`: `ray.cancel(force=True)`) kills
+the worker mid-job, and the folder stayed in the node's temp dir for ever (attack R-C5).
 
 Why: the actor removes its folder after a normal close (`SessionActor.remove`), but an actor
 whose worker was killed (SIGKILL, an OOM kill, a `ray.kill` of a session that stopped answering)
@@ -21,6 +26,8 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..hostile import tree
@@ -29,12 +36,13 @@ from ..sandboxes import recovering
 from ..sandboxes.leases import abandoned, write_lease
 from ..sandboxes.records import trusted_folder
 
-PREFIX = "coderoom-session-"
+PREFIX = "coderoom-session-"  # a session actor's
+BATCH_PREFIX = "coderoom-batch-"  # a batch job's
 
 
-def make() -> Path:
-    """A new runs folder for this process's session actor (mode 0700), leased to this process."""
-    folder = Path(tempfile.mkdtemp(prefix=PREFIX))
+def make(prefix: str = PREFIX) -> Path:
+    """A new folder for this process's session actor or batch job (mode 0700), leased to this process."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
     try:
         write_lease(folder)
     except BaseException:
@@ -43,11 +51,22 @@ def make() -> Path:
     return folder
 
 
+@contextmanager
+def leased(prefix: str) -> Iterator[Path]:
+    """A folder of `make`, removed when the block ends (a killed process leaves it to `prune`)."""
+    folder = make(prefix)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def abandoned_folders() -> list[Path]:
-    """The actors' runs folders in this node's temp dir whose owner is gone (`leases.abandoned`),
-    ours alone (nobody else can change their entries), oldest name first."""
+    """The actors' and jobs' folders in this node's temp dir whose owner is gone
+    (`leases.abandoned`), ours alone (nobody else can change their entries), oldest name first."""
     found = []
-    for folder in sorted(Path(tempfile.gettempdir()).glob(f"{PREFIX}*")):
+    base = Path(tempfile.gettempdir())
+    for folder in sorted([*base.glob(f"{PREFIX}*"), *base.glob(f"{BATCH_PREFIX}*")]):
         try:
             ours = trusted_folder(os.lstat(folder))
         except OSError:
@@ -58,7 +77,7 @@ def abandoned_folders() -> list[Path]:
 
 
 def prune(skipped: list[str] | None = None) -> int:
-    """Remove the runs folders of dead session actors (see the module's docstring); how many.
+    """Remove the folders of dead session actors and batch jobs (see the module's docstring); how many.
     One that cannot be removed is named in `skipped` with why, and the others are still pruned."""
     removed = 0
     for folder in abandoned_folders():

@@ -13,23 +13,26 @@ joined up to `streaming.MAX_PIECE_CHARS`); `ProgressBox`, an actor on the driver
 most MAX_PENDING reports per job, each at most MAX_REPORT_BYTES, of the jobs the driver opened
 (at most MAX_JOBS): a report for any other key, a finished job's late one or a hostile node's
 flood under made-up keys, is dropped, so it can neither push a running job's reports out nor
-hold the driver's memory (R-D2); the driver reads each as hostile data (`read_report`: its size, JSON, then the `ModelStream` model,
-nothing else) and its listeners render it escaped, as they do a local run's. Nothing here imports
-Ray: `batch.cluster` makes `ProgressBox` an actor.
+hold the driver's memory (R-D2); the driver reads each as hostile data (`read_report`: its size,
+JSON, then the `ModelStream` model, nothing else) and its listeners render it escaped, as they do
+a local run's (`relay_reports`). Nothing here imports Ray: `batch.cluster` (a job's, for MCP
+`run_job`) and `service.ray_session` (a live session's ask, for the page and MCP) make
+`ProgressBox` an actor and `relay_reports` its reports.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from pydantic import ValidationError
 
 from ..models.streaming import MAX_PIECE_CHARS, REPORT_EVERY_S
-from ..record.events import Event, ModelCall, ModelStart, ModelStream, ToolStart
+from ..record.events import Event, Listener, ModelCall, ModelStart, ModelStream, ToolStart
 from ..record.writer import encode
 
 MAX_REPORT_BYTES = 64 * 1024  # of one report (MAX_PIECE_CHARS of text, JSON-escaped, and its counts)
@@ -128,3 +131,19 @@ def read_report(report: object) -> Event | None:
         return model.model_validate(data) if model is not None else None  # type: ignore[return-value]
     except (ValueError, ValidationError, TypeError):  # JSONDecodeError is a ValueError; an unhashable "type"
         return None
+
+
+async def relay_reports(box: Any, key: str, listeners: Sequence[Listener], box_gone: type[BaseException]) -> None:
+    """Each REPORT_EVERY_S, `key`'s reports from `box` (a `ProgressBox` actor) to `listeners`,
+    each read as hostile data (`read_report`), until cancelled; a box that does not answer
+    (`box_gone`: Ray's `RayError`) ends the relay, not the run it reports on."""
+    while True:
+        await asyncio.sleep(REPORT_EVERY_S)
+        try:
+            reports = await box.take.remote(key)
+        except box_gone:
+            return
+        for report in reports if isinstance(reports, list) else ():
+            if (event := read_report(report)) is not None:
+                for listener in listeners:
+                    listener(event)

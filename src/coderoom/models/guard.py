@@ -77,6 +77,7 @@ class GuardedModel(Model):
         self.notify: Notify = notify or (lambda *_args, **_fields: None)
         self.stream = stream
         self._streams = stream or StreamSupport()  # shared by the runs `for_run` makes
+        self._said_off = False  # this run recorded why it does not stream
         self.budget = budget
 
     def for_run(self, notify: Notify, context_size: int | None, budget: ModelBudget | None = None) -> GuardedModel:
@@ -175,7 +176,9 @@ class GuardedModel(Model):
         error, raised as it is, and streaming stays on: it was not what the server refused), and
         once that answer came, no later request to this model streams (`_stream_off`)."""
         if self.stream is None or not self.stream.streams:
-            return await self.inner.get_response(system_instructions, input, model_settings, *args, **kwargs)
+            response = await self.inner.get_response(system_instructions, input, model_settings, *args, **kwargs)
+            self._say_off()
+            return response
         streamed = model_settings
         if streamed.include_usage is None:  # Chat Completions servers send usage in a stream only if asked
             streamed = streamed.resolve(ModelSettings(include_usage=True))
@@ -205,10 +208,17 @@ class GuardedModel(Model):
 
     def _stream_off(self, status: int | None, reason: str) -> None:
         """No later request to this model streams (its `StreamSupport` is shared by every run of
-        the resolved model); the run that found out records why, once (`model_stream_off`)."""
+        the resolved model); the run that found out records why (`_say_off`)."""
         if self.stream is not None and self.stream.streams:
-            self.stream.streams = False
-            self.notify("model_stream_off", status=status, reason=reason)
+            self.stream.streams, self.stream.status, self.stream.reason = False, status, reason
+        self._say_off()
+
+    def _say_off(self) -> None:
+        """Record once a run why its requests do not stream (`model_stream_off`), in the run that
+        found out and in each later run of the model alike (not in a model check: `stream` None)."""
+        if self.stream is not None and not self.stream.streams and not self._said_off:
+            self._said_off = True
+            self.notify("model_stream_off", status=self.stream.status, reason=self.stream.reason)
 
 
 def _said(error: APIStatusError) -> str:

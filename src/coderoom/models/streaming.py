@@ -10,7 +10,9 @@ event. The record keeps that final reply only; the deltas reach listeners as `mo
 events (`record.events.LIVE_ONLY`), at most one each REPORT_EVERY_S.
 
 A server that does not stream is asked again without streaming, once, and, for the rest of the
-process, only so (`StreamSupport`; the run records `model_stream_off` once). Not streaming is:
+process, only so (`StreamSupport`; each run of that model records `model_stream_off` once: the
+one that found out, and every later one, so a long-lived `serve`/`mcp` run says why it did not
+stream). Not streaming is:
 an answer to a `stream: true` request that is a plain JSON body, which carries no server-sent
 event, or no completed response; or a refusal of that request with a status of STREAM_REFUSALS
 (a server that rejects `stream` or `stream_options` says 400 "stream is not supported", or 415
@@ -68,9 +70,12 @@ class StreamCut(Exception):
 @dataclass
 class StreamSupport:
     """Whether the server streams: unknown until its first answer, shared by every run of one
-    resolved model (`GuardedModel.for_run`), so a server that does not is asked once."""
+    resolved model (`GuardedModel.for_run`), so a server that does not is asked once; and why
+    not (`status`, `reason`), for each later run to record too (`model_stream_off`)."""
 
     streams: bool = True
+    status: int | None = None
+    reason: str = ""
 
 
 class StreamProgress:

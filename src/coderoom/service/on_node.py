@@ -4,7 +4,9 @@ prepared as every command prepares it) in a temporary runs folder of its own, re
 session is done (leased to the actor's worker, so `coderoom sandbox prune` removes it when the
 actor died instead: `cluster.node_folders`). `ray_session` makes it a Ray actor; its calls are the session's, and
 `tail` hands the record's lines to the driver as they are written, which keeps a copy of them
-so that a session whose node is lost still has its record so far.
+so that a session whose node is lost still has its record so far. A reply's progress is no line
+of the record (`record.events.LIVE_ONLY`): the actor sends it to the driver's `ProgressBox`
+through `cluster.progress.NodeProgress` (bounded in rate and bytes), as a batch job's node does.
 
 A warm pool's actor (`ray_pool`) starts its sandbox and kernel before any session
 (`warm`, with the server's sandbox spec); the session opened in it later takes that sandbox.
@@ -20,8 +22,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..cluster import node_folders
+from ..cluster.progress import NodeProgress, ProgressBoxHandle
 from ..cluster.transfer import pack_back
 from ..errors import SessionClosed
+from ..record.events import ModelStream
 from ..record.names import RECORD_FILE
 from ..sandboxes.registry import prepare_backend
 from ..sandboxes.spec import EnvironmentSpec, SandboxSpec
@@ -64,19 +68,26 @@ class SessionActor:
         """Whether the warm sandbox is alive, its kernel answering with its state intact."""
         return self._warm is not None and await self._warm.answers()
 
-    async def open(self, settings: dict[str, Any]) -> str:
+    async def open(self, settings: dict[str, Any], progress: tuple[ProgressBoxHandle, str] | None = None) -> str:
         """Open the session here (`Session.open`'s keywords but the runs folder, which is this
-        actor's), in the warm sandbox if there is one; its run folder's name."""
+        actor's), in the warm sandbox if there is one; its run folder's name. `progress`: the
+        driver's box and this session's key in it, for its replies' progress."""
         environment = settings["environment"] or EnvironmentSpec()
         prepare_backend(SandboxSpec(backend=settings["sandbox"], limits=settings["limits"], environment=environment), lambda line: None)
         warm, self._warm = self._warm, None
         session = await Session.open(**settings, runs_dir=self._folder, pool=_Handed(warm) if warm is not None else None)
         self._session = session
-        self._follower = asyncio.ensure_future(self._follow(session))
+        self._follower = asyncio.ensure_future(self._follow(session, NodeProgress(*progress) if progress else None))
         return session.run_dir.name
 
-    async def _follow(self, session: Session) -> None:
-        async for _ in session.subscribe():
+    async def _follow(self, session: Session, progress: NodeProgress | None) -> None:
+        """Wake `tail` at each record event; send each reply's progress (the record's own events
+        go by `tail`: each one sends what progress was held back first, so it comes before)."""
+        async for event in session.subscribe():
+            if progress is not None and isinstance(event, ModelStream):
+                progress(event)
+            elif progress is not None:
+                progress.flush()
             self._written.set()
         self._written.set()
 

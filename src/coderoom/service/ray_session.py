@@ -29,6 +29,14 @@ client's cell may still wait behind the agent's cells of the ask in flight (its 
 that ask's), and each of the ask's cells behind at most one client's cell (its deadline counts
 one per turn).
 
+Why a reply's progress takes another way: it is no line of the record (`record.events.LIVE_ONLY`),
+so `tail` never carries it. While an ask runs (its key open in the box only then), the node
+sends it to a `ProgressBox` actor on this machine's node and this side relays it to the
+session's subscribers (`cluster.progress`, as MCP `run_job --ray` does: bounded in rate and
+bytes, each report read as hostile data), never into the copy of the record; a report that
+comes after its reply's `model_call` is dropped, so the page's "receiving the reply" line does
+not come back once the reply is in.
+
 What is lost with a node: the workspace and the kernel (nothing of them is on this machine until
 the close); what the record had said of them stays.
 """
@@ -52,6 +60,7 @@ from pydantic import ValidationError
 
 from ..cluster.connect import busy_for, first_line, model_environ, room_for
 from ..cluster.placement import Reservation, reserve
+from ..cluster.progress import ProgressBox, relay_reports
 from ..cluster.transfer import unpack_run_folder
 from ..jobs import Job
 from ..lifecycle import SAVE_TIMEOUT_S
@@ -61,7 +70,7 @@ from ..errors import (
 )
 from ..hostile.archive import ArchiveError
 from ..hostile.tree import WorkspaceLimitError
-from ..record.events import EVENT_TYPES, Event, RunEnd
+from ..record.events import EVENT_TYPES, Event, ModelStart, ModelStream, RunEnd
 from ..record.names import RECORD_FILE, RUN_NAME
 from ..record.reader import MAX_EVENTS, MAX_LINE_BYTES, MAX_RECORD_BYTES
 from ..record.writer import encode
@@ -104,17 +113,25 @@ the record's last lines, the removal of the node's copy (bringing the run folder
 machine's own work, not counted)."""
 
 
+STILL_REPLYING = frozenset({"egress", "model_retry", "model_stream_off"})
+"""Record events between a model_start and its model_call that leave the reply on its way (its
+request sent again); any other ends it (`RaySession._streamed`)."""
+
+
 class RayOpener:
     """`SessionManager`'s opener under `--ray` (after `cluster.connect.connect`). Only the model's
     settings of `environ` (`cluster.connect.model_environ`) go to the nodes."""
 
     def __init__(self, environ: Mapping[str, str]) -> None:
         import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         self._ray = ray
         self._environ = model_environ(environ)
         self._actor: Any = ray.remote(SessionActor)
         self._model_s = client_settings(self._environ)[1]  # the model's deadline per call, as the node reads it
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        self._progress: Any = ray.remote(ProgressBox).options(num_cpus=0, scheduling_strategy=here).remote()
 
     async def __call__(
         self, *, model: Any = None, sandbox: str = "local", limits: Limits | None = None,
@@ -142,14 +159,15 @@ class RayOpener:
             room = await self._room(limits)
             actor = self._actor.options(**room.options(limits), max_restarts=0, max_task_retries=0).remote()
         try:
-            run_name = await asyncio.wait_for(_awaited(actor.open.remote(settings)), OPEN_TIMEOUT_S)
+            progress = (self._progress, secrets.token_hex(16))  # the session's key in the box
+            run_name = await asyncio.wait_for(_awaited(actor.open.remote(settings, progress)), OPEN_TIMEOUT_S)
             place = await asyncio.wait_for(_awaited(actor.place.remote()), CALL_S)
             run_dir = _host_folder(runs_dir, run_name)
         except BaseException as exc:
             await asyncio.shield(asyncio.to_thread(_end, self._ray, actor, room.release))
             raise _opening_error(self._ray, exc) from None
         session = RaySession(self._ray, actor, run_dir, limits, (str(place[0]), str(place[1])), room.release,
-                             model_s=self._model_s)  # fmt: skip
+                             model_s=self._model_s, progress=progress)  # fmt: skip
         try:
             await session.follow()
         except BaseException:
@@ -228,9 +246,10 @@ class RaySession(Activity):
 
     def __init__(
         self, ray: Any, actor: Any, run_dir: Path, limits: Limits, place: tuple[str, str], release: Callable[[], None],
-        *, model_s: float = DEFAULT_TIMEOUT_S,
+        *, model_s: float = DEFAULT_TIMEOUT_S, progress: tuple[Any, str] | None = None,
     ) -> None:
-        """`release`: gives the actor's room on its node back, once the actor is ended."""
+        """`release`: gives the actor's room on its node back, once the actor is ended.
+        `progress`: the `ProgressBox` actor its node sends its replies' progress to, and its key."""
         super().__init__(EventHub())
         self._release = release
         self.id = secrets.token_urlsafe(16)
@@ -251,6 +270,8 @@ class RaySession(Activity):
         self._asks = asyncio.Lock()  # the node runs them one at a time: queued here (see the module's docstring)
         self._cells = asyncio.Lock()  # the client's cells, likewise
         self._ask_until = 0.0  # the deadline of the ask in flight (monotonic), 0 when none
+        self._progress = progress
+        self._replying = False  # the record is between a model_start and what ends its reply
 
     # -- state (`closed`, `busy`, `idle_for`, `subscribe`: see Activity) ----------------
 
@@ -346,13 +367,38 @@ class RaySession(Activity):
         return self.lost or f"it did not answer for {CONFIRM_S:g} s"
 
     async def ask(self, request: str) -> AskResult:
+        """The node's ask (one at a time, queued here), its replies' progress relayed to the
+        subscribers meanwhile."""
         async with self._asks:
             self._ask_until = time.monotonic() + self._deadline("ask", (request,))
             try:
-                result: AskResult = await self._call("ask", request)
+                return await self._relayed_ask(request)
             finally:
                 self._ask_until = 0.0
+
+    async def _relayed_ask(self, request: str) -> AskResult:
+        if self._progress is None:
+            result: AskResult = await self._call("ask", request)
+            return result
+        box, key = self._progress
+        try:  # the session's place in the box, made before its node can report (R-D2): only while it asks
+            await asyncio.wait_for(_awaited(box.open.remote(key)), CALL_S)
+        except (TimeoutError, self._ray.exceptions.RayError):  # the box gone: the ask goes on, unrelayed
+            result = await self._call("ask", request)
+            return result
+        relay = asyncio.ensure_future(relay_reports(box, key, [self._streamed], self._ray.exceptions.RayError))
+        try:
+            result = await self._call("ask", request)
+        finally:
+            relay.cancel()
+            box.close.remote(key)  # what came after the last relay: forgotten, not awaited
         return result
+
+    def _streamed(self, event: Event) -> None:
+        """A relayed report: published while the record says a reply is on its way (a report
+        from before its model_start or after its end is late, and dropped)."""
+        if isinstance(event, ModelStream) and self._replying and not self._closed:
+            self._hub.publish(event)
 
     async def run_python(self, code: str) -> CellResult:
         async with self._cells:
@@ -423,6 +469,7 @@ class RaySession(Activity):
             self._count += 1
             self._last_t = max(self._last_t, event.t)
             self._ended = event.type == "run_end"
+            self._replying = isinstance(event, ModelStart) or (self._replying and event.type in STILL_REPLYING)
         with contextlib.suppress(OSError):  # a full disk here: the page still streams; the close says more
             with (self.run_dir / RECORD_FILE).open("a", encoding="ascii") as record:
                 record.write("".join(lines))
