@@ -298,23 +298,32 @@ class RaySession(Activity):
                 self.last_used = time.monotonic()
 
     def _deadline(self, method: str, args: tuple[Any, ...]) -> float:
-        """How long a call to `method` may take before the session counts as lost: the bound the
-        node keeps itself plus MARGIN_S, or CALL_S for a call that waits on no sandbox."""
-        command_s = self.limits.timeout + MARGIN_S  # one command in the sandbox (a file read or written)
-        cell_s = cell_timeout(self.limits.timeout) + START_WAIT_S  # a kernel restarted first
-        bounds = {
-            # its turns: a model call, a command, and a client's cell its own may wait behind
-            "ask": MAX_TURNS * (self._model_s + self.limits.timeout + cell_s) + MARGIN_S,
-            # and the agent's cells it may wait behind: the ask in flight's
-            "run_python": cell_s + MARGIN_S + max(0.0, self._ask_until - time.monotonic()),
-            "exec": min(args[1] or self.limits.timeout, self.limits.timeout) + MARGIN_S if len(args) > 1 else command_s,
-            "files": 2 * self.limits.timeout + MARGIN_S,  # the listing, tried again once
-            "read_file": command_s,
-            "write_file": command_s,
-            "tail": TAIL_S,
-            "close": CLOSE_S,
-        }
-        return bounds.get(method, CALL_S)
+        """How long a call to `method` (with `args`) may take before the session counts as lost:
+        the bound the node keeps itself plus MARGIN_S, or CALL_S for a call that waits on no
+        sandbox. Only the asked method's bound is worked out: another's may not fit these args."""
+        timeout = self.limits.timeout  # one command in the sandbox
+        match method:
+            case "ask":  # its turns: a model call, a command, and a client's cell its own may wait behind
+                return MAX_TURNS * (self._model_s + timeout + self._cell_s()) + MARGIN_S
+            case "run_python":  # and the agent's cells it may wait behind: the ask in flight's
+                return self._cell_s() + MARGIN_S + max(0.0, self._ask_until - time.monotonic())
+            case "exec":  # its own timeout, within the session's
+                asked = args[1] if len(args) > 1 else None
+                return min(asked or timeout, timeout) + MARGIN_S
+            case "files":  # the listing, tried again once
+                return 2 * timeout + MARGIN_S
+            case "read_file" | "write_file":
+                return timeout + MARGIN_S
+            case "tail":
+                return TAIL_S
+            case "close":
+                return CLOSE_S
+            case _:
+                return CALL_S
+
+    def _cell_s(self) -> float:
+        """A cell's own bound on the node: its timeout, a kernel restarted first."""
+        return cell_timeout(self.limits.timeout) + START_WAIT_S
 
     async def _remote(self, method: str, *args: Any) -> Any:
         """One actor call: its result, the node's own exception, or SessionLost when the actor
