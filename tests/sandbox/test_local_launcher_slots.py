@@ -70,12 +70,29 @@ async def launcher_pid(session) -> int:  # type: ignore[no-untyped-def]
     return pid
 
 
+def pid_namespace(pid: int) -> str:
+    """A process's PID namespace, or "" once it is gone (or a zombie)."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return ""
+
+
+def slots_and_preparers(launcher: int) -> tuple[list[int], list[int]]:
+    """The launcher's children: its slots' inits (each pid 1 of a PID namespace of its own) and
+    its preparers (in the launcher's own PID namespace)."""
+    kids = children(launcher)
+    ours = pid_namespace(launcher)
+    return [pid for pid in kids if pid_namespace(pid) != ours], [pid for pid in kids if pid_namespace(pid) == ours]
+
+
 async def ready_slot(session) -> int:  # type: ignore[no-untyped-def]
     """The host pid of the launcher's ready slot (its init), once nothing else is running."""
     launcher = await launcher_pid(session)
     for _ in range(100):
-        alive = [pid for pid in children(launcher) if state(pid) not in ("", "Z")]
-        if len(alive) == 1 and len(children(launcher)) == 1:
+        slots, _ = slots_and_preparers(launcher)
+        alive = [pid for pid in slots if state(pid) not in ("", "Z")]
+        if len(alive) == 1 and len(slots) == 1:
             return alive[0]
         await asyncio.sleep(0.02)
     raise AssertionError(f"the launcher has no single ready slot: {children(launcher)}")
@@ -146,3 +163,45 @@ async def test_the_ready_slot_goes_with_the_session() -> None:
         assert (await session.exec("true")).exit_code == 0
         ready = await ready_slot(session)
     assert state(ready) == ""
+
+
+def open_fds(pid: int) -> list[str]:
+    return [os.readlink(f"/proc/{pid}/fd/{name}") for name in os.listdir(f"/proc/{pid}/fd")]
+
+
+async def test_slots_are_made_by_a_preparer_holding_nothing_but_its_socket_to_the_launcher() -> None:
+    """The next slot is cloned by the launcher's preparer, so the launcher is free when a
+    command's exit comes in; each init is still the launcher's child (CLONE_PARENT), and the
+    preparer, a copy of the launcher as deep under bwrap as an init, holds no slot, pidfd or
+    mount namespace of the launcher's, and counts as none of the session's payload processes."""
+    from coderoom.sandboxes.local.disk import LAUNCHER_DEPTH, session_pids
+
+    async with open_session(SandboxSpec(backend="local")) as session:
+        for _ in range(3):
+            assert (await session.exec("true")).exit_code == 0
+        launcher = await launcher_pid(session)
+        ready = await ready_slot(session)
+        slots, preparers = slots_and_preparers(launcher)
+        (preparer,) = preparers
+        held = open_fds(preparer)
+        payload = session_pids(inner(session)._launcher.pid, below=LAUNCHER_DEPTH)
+    assert slots == [ready]
+    assert [fd for fd in held if fd.startswith("socket:")] == held[-1:]  # one socket, no other
+    assert not [fd for fd in held if fd.startswith(("mnt:", "anon_inode:[pidfd]"))]
+    assert preparer not in payload and ready not in payload
+
+
+async def test_a_preparer_that_dies_takes_its_launcher_down_and_the_next_command_starts_another() -> None:
+    async with open_session(SandboxSpec(backend="local")) as session:
+        assert (await session.exec("true")).exit_code == 0
+        launcher = await launcher_pid(session)
+        (preparer,) = slots_and_preparers(launcher)[1]
+        os.kill(preparer, signal.SIGKILL)
+        for _ in range(250):
+            if state(launcher) == "":
+                break
+            await asyncio.sleep(0.02)
+        assert state(launcher) == ""
+        again = await session.exec("echo still here")
+        assert (again.exit_code, again.stdout) == (0, b"still here\n")
+        assert await launcher_pid(session) != launcher

@@ -7,6 +7,8 @@ the session's rlimits and the seccomp filter. A bwrap per command cost about 6 m
 costs about 2, because the launcher prepares the next command's sandbox before it is asked for:
 
     launcher --clone(NEWPID|NEWNS|NEWIPC|NEWCGROUP)--> init (pid 1) --fork--> stub
+    (the first slot; every later init is cloned by the launcher's `Preparer` with CLONE_PARENT,
+    so it is the launcher's child all the same)
 
 * init: pid 1 of the command's namespace; mounts /proc, /tmp, /dev/shm, forks the stub, reaps
   orphans and, once the command has exited, kills everything left in the namespace, reaps it
@@ -29,10 +31,11 @@ costs about 2, because the launcher prepares the next command's sandbox before i
   the command itself, holds nothing the command could not hold, and the host still sees pipes
   only, read with the same bounds as any output. TIOCSTI stays refused by the filter.
 
-Such a prepared pair is a slot; the launcher keeps one ready and prepares the next while a
-command runs (once the command has run _PREPARE_AFTER_S, or after its exit is reported). The payload cannot reach the launcher: it is outside the command's PID namespace
-(no pid to signal or ptrace), non-dumpable, holds capabilities the payload lacks, and its
-sockets are anonymous socketpairs closed before the payload starts.
+Such a prepared pair is a slot; the launcher keeps one ready and, as a command takes it, asks
+its preparer for the next, which is cloned while the command runs without keeping the launcher
+busy. The payload cannot reach the launcher or the preparer: they are outside the command's PID
+namespace (no pid to signal or ptrace), non-dumpable, hold capabilities the payload lacks, and
+their sockets are anonymous socketpairs closed before the payload starts.
 
 Configuration, from files bwrap provides: the seccomp program, and settings with clone(2)'s
 number here, the rlimits ([(resource, soft, hard), ...]), the tmpfs size in bytes and the
@@ -93,6 +96,7 @@ class _Libc:
 _libc = _Libc()
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWCGROUP = 0x20000, 0x08000000, 0x20000000, 0x02000000
+CLONE_PARENT = 0x8000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 1, 4, 24
@@ -107,10 +111,6 @@ _DEVPTS_OPTIONS = "newinstance,ptmxmode=0666,mode=0620"  # a command's own termi
 TERMINAL_ROWS, TERMINAL_COLUMNS = 24, 80  # the size a terminal command sees
 _RELAY_CHUNK = 65536
 _RELAY_DRAIN_S = 0.2  # after the command exits, how long its terminal's last output may take
-# after a command takes the prepared slot, how long the launcher waits for its exit before it
-# clones the next slot: cloning (about 1 ms, and its init's mounts) would otherwise delay a short
-# command's exit report, and a command that comes meanwhile clones its own slot at once
-_PREPARE_AFTER_S = 0.005
 
 
 def _check(result, what):
@@ -392,37 +392,144 @@ class Slot:
         os.close(self.mounts)
 
 
+def _clone_init(config, flags, close_in_child):
+    """Clone an init straight into new PID, mount, IPC and cgroup namespaces (fork() plus
+    flags): its pid and the socket to it. `close_in_child` closes the caller's own fds there."""
+    ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+    # a cgroup namespace of its own too, rooted at the session's memory cgroup, which bwrap's pid 1
+    # joined after bwrap had made the session's one (at the gate: see the host's gate.py)
+    flags |= CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWCGROUP | signal.SIGCHLD
+    pid = _libc.syscall(config.clone_nr, flags, 0, 0, 0, 0)
+    if pid == 0:
+        close_in_child()
+        ours.close()
+        _init(theirs, config)
+    theirs.close()
+    if pid < 0:
+        ours.close()
+        raise OSError(_ctypes.get_errno(), "cannot create a command's namespaces")
+    return pid, ours
+
+
+def _adopt(pid, sock):
+    """The launcher's Slot for its child init `pid`; if that init is already gone, it is
+    reaped and OSError raised."""
+    try:
+        return Slot(pid, sock)
+    except OSError:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        sock.close()
+        raise
+
+
+class Preparer:
+    """The launcher's one helper: it clones the next slots, so that the one-threaded launcher is
+    never busy cloning (about 1 ms, more on a loaded machine) when a command's exit report or
+    the next request comes in.
+
+    Each init is cloned with CLONE_PARENT, so it is the launcher's child exactly as if the
+    launcher had cloned it: the launcher reaps it, holds its pidfd and mount namespace, and its
+    parent-death signal follows the launcher. The preparer is a copy of the launcher made before
+    any command ran (holding none of its fds), is outside every command's namespaces, like the
+    launcher, and holds nothing a command hands over; it is as deep under bwrap as a command's
+    init (`disk.LAUNCHER_DEPTH`). Protocol on its socketpair: the launcher sends b"p"; the
+    preparer answers the init's pid with the slot's socket (SCM_RIGHTS), or b"-ERRNO" when the
+    kernel refuses the clone (process limits), and exits when the launcher's end closes."""
+
+    def __init__(self, config, close_in_child):
+        self.sock, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+        self.asked = False  # a slot is asked for and not yet received
+        self.pid = os.fork()
+        if self.pid == 0:
+            close_in_child()
+            self.sock.close()
+            try:
+                _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+                self._serve(theirs, config)
+            finally:
+                os._exit(0)
+        theirs.close()
+
+    @staticmethod
+    def _serve(sock, config):
+        while sock.recv(16):
+            try:
+                pid, slot_sock = _clone_init(config, CLONE_PARENT, sock.close)
+            except OSError as exc:
+                sock.send(b"-%d" % exc.errno)
+                continue
+            _send_fds(sock, b"%d" % pid, [slot_sock.fileno()])
+            slot_sock.close()
+
+    def ask(self):
+        if not self.asked:
+            self.sock.send(b"p")
+            self.asked = True
+
+    def readable(self):
+        """Whether receive() will not wait: the slot asked for has come, or the preparer is gone."""
+        return bool(select.select([self.sock], [], [], 0)[0])
+
+    def receive(self):
+        """The slot asked for, or None when the kernel refused one now (retried later). Raises
+        OSError if the preparer is gone (it speaks only when asked): the launcher stops, its
+        commands end as lost and the host starts another launcher for the next command."""
+        data, fds = _recv(self.sock)
+        self.asked = False
+        if data.startswith(b"-") and data[1:].isdigit():
+            err = int(data[1:])
+            sys.stderr.write(f"coderoom: cannot create a command's namespaces: {os.strerror(err)}\n")
+            return None
+        if not data.isdigit() or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            raise OSError("the sandbox launcher's preparer is gone")
+        try:
+            return _adopt(int(data), _socket.socket(fileno=fds[0]))
+        except OSError as exc:
+            sys.stderr.write(f"coderoom: {exc}\n")
+            return None
+
+    def stop(self):
+        self.sock.close()
+        os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+
+
 class Launcher:
     def __init__(self, sock, config):
         self.sock = sock
         self.config = config
         self.ready = None  # the next command's Slot
         self.running = []  # started Slots whose init is not reaped yet (command None: reported)
+        self.preparer = None
 
     def serve(self):
         self.ready = self._prepare()
         self.sock.send(b"ready")
-        failed = False  # the last prepare failed: tried again after the next message or exit
+        self.preparer = Preparer(self.config, self._close_all)
+        try:
+            self._loop()
+        finally:
+            self._stop_all()
+
+    def _loop(self):
+        failed = False  # the last slot was refused: asked again after the next message or exit
         while True:
-            wait = None
             if self.ready is None and not failed:
-                if any(slot.command is not None for slot in self.running):
-                    wait = _PREPARE_AFTER_S  # a short command's exit is reported before the next clone
-                else:
-                    self.ready = self._try_prepare()
-                    failed = self.ready is None
+                self.preparer.ask()
             watched = self._watched()
-            readable, _, _ = select.select([self.sock, *watched], [], [], wait)
-            if not readable:  # the command runs on: prepare the next slot meanwhile
-                self.ready = self._try_prepare()
-                failed = self.ready is None
-                continue
+            readable, _, _ = select.select([self.sock, self.preparer.sock, *watched], [], [])
             failed = False
             for fd in readable:
                 if fd is self.sock:
                     if not self._receive():
-                        self._stop_all()
                         return
+                elif fd is self.preparer.sock:
+                    if self.preparer.readable():  # else taken meanwhile by a request (`_take_ready`)
+                        self.ready = self.preparer.receive()
+                        failed = self.ready is None
                 elif watched[fd] is self.ready:
                     self._discard_ready()
                 elif watched[fd] not in self.running:
@@ -442,33 +549,21 @@ class Launcher:
         return watched
 
     def _prepare(self):
-        """Clone an init straight into new PID, mount and IPC namespaces (fork() plus flags)."""
-        ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
-        # a cgroup namespace of its own too, rooted at the session's memory cgroup, which bwrap's pid 1
-        # joined after bwrap had made the session's one (at the gate: see the host's gate.py)
-        flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWCGROUP | signal.SIGCHLD
-        pid = _libc.syscall(self.config.clone_nr, flags, 0, 0, 0, 0)
-        if pid == 0:
-            self.sock.close()
-            ours.close()
-            for slot in [self.ready, *self.running]:
-                if slot is not None:
-                    os.close(slot.pidfd)
-                    os.close(slot.mounts)
-                    if slot.sock is not None:
-                        slot.sock.close()
-            _init(theirs, self.config)
-        theirs.close()
-        if pid < 0:
-            ours.close()
-            raise OSError(_ctypes.get_errno(), "cannot create a command's namespaces")
-        try:
-            return Slot(pid, ours)
-        except OSError:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            ours.close()
-            raise
+        """The first slot, cloned here: the host waits for "ready" and nothing else runs yet."""
+        pid, sock = _clone_init(self.config, 0, self._close_all)
+        return _adopt(pid, sock)
+
+    def _close_all(self):
+        """In a fresh child of the launcher: close every fd of the launcher's own."""
+        self.sock.close()
+        if self.preparer is not None:
+            self.preparer.sock.close()
+        for slot in [self.ready, *self.running]:
+            if slot is not None:
+                os.close(slot.pidfd)
+                os.close(slot.mounts)
+                if slot.sock is not None:
+                    slot.sock.close()
 
     def _receive(self):
         try:
@@ -488,16 +583,14 @@ class Launcher:
             os.close(fd)
         return True
 
-    def _try_prepare(self):
-        """A slot, or None when the kernel refuses one now (process limits): retried later.
-        Slots whose exit is reported are reaped first (their init is exiting), so that no clone
-        starts with a copy of an ended command's mount namespace."""
-        self._reap_reported()
-        try:
-            return self._prepare()
-        except OSError as exc:
-            sys.stderr.write(f"coderoom: {exc}\n")
-            return None
+    def _take_ready(self):
+        """The ready slot, waiting for the one asked for if need be; None when the kernel
+        refuses one now (process limits)."""
+        slot, self.ready = self.ready, None
+        if slot is None:
+            self.preparer.ask()
+            slot = self.preparer.receive()
+        return slot
 
     def _reap_reported(self):
         for slot in [slot for slot in self.running if slot.command is None]:
@@ -506,7 +599,7 @@ class Launcher:
     def _start(self, command_id, fds):
         self._reap_reported()
         for _ in range(2):
-            slot, self.ready = self.ready or self._try_prepare(), None
+            slot = self._take_ready()
             if slot is None:
                 break
             try:
@@ -517,12 +610,13 @@ class Launcher:
                 continue
             slot.command = command_id
             self.running.append(slot)
+            self.preparer.ask()  # the next slot, made while this command runs
             return
         os.write(fds[2], b"coderoom: cannot start the command: no process could be created\n")
         self.sock.send(b"exit %d %d" % (command_id, _STUB_FAILED))
 
     def _discard_ready(self):
-        """The ready slot died before use (killed from outside): reap it; the loop makes another."""
+        """The ready slot died before use (killed from outside): reap it; the loop asks for another."""
         slot, self.ready = self.ready, None
         self._reap(slot)
 
@@ -555,6 +649,10 @@ class Launcher:
         slot.release()
 
     def _stop_all(self):
+        """Every command and slot killed and reaped; the preparer first, so that it makes none
+        after (one it made unasked-for is the launcher's child: its parent-death signal takes it)."""
+        if self.preparer is not None:
+            self.preparer.stop()
         slots = self.running + ([self.ready] if self.ready else [])
         for slot in slots:
             os.kill(slot.pid, signal.SIGKILL)
