@@ -40,7 +40,8 @@ from pathlib import Path
 from ...hostile import tree
 
 # How deep under bwrap the processes are that run no payload code: bwrap's pid 1 (1), the
-# launcher (2) and each command's init (3, the launcher's only children; see launcher_inner).
+# launcher (2), and its children (3): each command's init and the preparer that clones them
+# (see launcher_inner), which no command can reach or hand a file.
 # Payload processes descend from a command's stub (4): an orphan goes to its namespace's init,
 # never above, as nothing outlives that init in its namespace.
 LAUNCHER_DEPTH = 3

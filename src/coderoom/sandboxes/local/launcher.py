@@ -129,9 +129,9 @@ class Launcher:
     def settled(self) -> bool:
         """Whether every job this launcher was sent has had its exit reported while it still
         runs. A report comes only once the job's namespace holds no process (see
-        launcher_inner), so then no payload process is left in the sandbox: the launcher, bwrap
-        and the next slot's init and stub are copies of the launcher, holding no file of the
-        payload's."""
+        launcher_inner), so then no payload process is left in the sandbox: the launcher, bwrap,
+        the launcher's preparer and the next slot's init and stub are copies of the launcher,
+        holding no file of the payload's."""
         return not self._closed and not self._jobs
 
     def start_job(self, argv: list[str], env: dict[str, str], *, stdin: bool, tty: bool = False) -> Job:

@@ -6,9 +6,11 @@ fresh PID, mount, IPC and cgroup namespaces with a fresh /proc, /tmp and /dev/sh
 the session's rlimits and the seccomp filter. A bwrap per command cost about 6 ms here; this
 costs about 2, because the launcher prepares the next command's sandbox before it is asked for:
 
-    launcher --clone(NEWPID|NEWNS|NEWIPC|NEWCGROUP)--> init (pid 1) --fork--> stub
-    (the first slot; every later init is cloned by the launcher's `Preparer` with CLONE_PARENT,
-    so it is the launcher's child all the same)
+    launcher --fork--> preparer --clone(PARENT|NEWPID|NEWNS|NEWIPC|NEWCGROUP)--> init (pid 1) --fork--> stub
+
+* preparer (`Preparer`): a copy of the launcher that clones each init on the launcher's request,
+  so the one-threaded launcher is never busy cloning when a command's exit or the next request
+  comes in; with CLONE_PARENT each init is the launcher's own child, reaped and held by it.
 
 * init: pid 1 of the command's namespace; mounts /proc, /tmp, /dev/shm, forks the stub, reaps
   orphans and, once the command has exited, kills everything left in the namespace, reaps it
@@ -431,7 +433,7 @@ class Preparer:
     Each init is cloned with CLONE_PARENT, so it is the launcher's child exactly as if the
     launcher had cloned it: the launcher reaps it, holds its pidfd and mount namespace, and its
     parent-death signal follows the launcher. The preparer is a copy of the launcher made before
-    any command ran (holding none of its fds), is outside every command's namespaces, like the
+    any slot (holding none of its fds), is outside every command's namespaces, like the
     launcher, and holds nothing a command hands over; it is as deep under bwrap as a command's
     init (`disk.LAUNCHER_DEPTH`). Protocol on its socketpair: the launcher sends b"p"; the
     preparer answers the init's pid with the slot's socket (SCM_RIGHTS), or b"-ERRNO" when the
@@ -506,10 +508,12 @@ class Launcher:
         self.preparer = None
 
     def serve(self):
-        self.ready = self._prepare()
-        self.sock.send(b"ready")
-        self.preparer = Preparer(self.config, self._close_all)
+        self.preparer = Preparer(self.config, self.sock.close)  # before any slot: it holds none
         try:
+            self.ready = self._take_ready()
+            if self.ready is None:
+                raise OSError("cannot create the first command's namespaces")
+            self.sock.send(b"ready")
             self._loop()
         finally:
             self._stop_all()
@@ -547,23 +551,6 @@ class Launcher:
         if self.ready is not None:
             watched[self.ready.pidfd] = self.ready
         return watched
-
-    def _prepare(self):
-        """The first slot, cloned here: the host waits for "ready" and nothing else runs yet."""
-        pid, sock = _clone_init(self.config, 0, self._close_all)
-        return _adopt(pid, sock)
-
-    def _close_all(self):
-        """In a fresh child of the launcher: close every fd of the launcher's own."""
-        self.sock.close()
-        if self.preparer is not None:
-            self.preparer.sock.close()
-        for slot in [self.ready, *self.running]:
-            if slot is not None:
-                os.close(slot.pidfd)
-                os.close(slot.mounts)
-                if slot.sock is not None:
-                    slot.sock.close()
 
     def _receive(self):
         try:
