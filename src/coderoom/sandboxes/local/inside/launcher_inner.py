@@ -394,16 +394,16 @@ class Slot:
         os.close(self.mounts)
 
 
-def _clone_init(config, flags, close_in_child):
-    """Clone an init straight into new PID, mount, IPC and cgroup namespaces (fork() plus
-    flags): its pid and the socket to it. `close_in_child` closes the caller's own fds there."""
+def _clone_init(config, preparer_sock):
+    """In the preparer: clone an init straight into new PID, mount, IPC and cgroup namespaces
+    (fork() plus flags) as the launcher's child: its pid and the socket to it."""
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
     # a cgroup namespace of its own too, rooted at the session's memory cgroup, which bwrap's pid 1
     # joined after bwrap had made the session's one (at the gate: see the host's gate.py)
-    flags |= CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWCGROUP | signal.SIGCHLD
+    flags = CLONE_PARENT | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWCGROUP | signal.SIGCHLD
     pid = _libc.syscall(config.clone_nr, flags, 0, 0, 0, 0)
     if pid == 0:
-        close_in_child()
+        preparer_sock.close()
         ours.close()
         _init(theirs, config)
     theirs.close()
@@ -439,12 +439,12 @@ class Preparer:
     preparer answers the init's pid with the slot's socket (SCM_RIGHTS), or b"-ERRNO" when the
     kernel refuses the clone (process limits), and exits when the launcher's end closes."""
 
-    def __init__(self, config, close_in_child):
+    def __init__(self, config, launcher_sock):
         self.sock, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
         self.asked = False  # a slot is asked for and not yet received
         self.pid = os.fork()
         if self.pid == 0:
-            close_in_child()
+            launcher_sock.close()
             self.sock.close()
             try:
                 _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -457,7 +457,7 @@ class Preparer:
     def _serve(sock, config):
         while sock.recv(16):
             try:
-                pid, slot_sock = _clone_init(config, CLONE_PARENT, sock.close)
+                pid, slot_sock = _clone_init(config, sock)
             except OSError as exc:
                 sock.send(b"-%d" % exc.errno)
                 continue
@@ -508,7 +508,7 @@ class Launcher:
         self.preparer = None
 
     def serve(self):
-        self.preparer = Preparer(self.config, self.sock.close)  # before any slot: it holds none
+        self.preparer = Preparer(self.config, self.sock)  # before any slot: it holds none
         try:
             self.ready = self._take_ready()
             if self.ready is None:
@@ -637,7 +637,7 @@ class Launcher:
 
     def _stop_all(self):
         """Every command and slot killed and reaped; the preparer first, so that it makes none
-        after (one it made unasked-for is the launcher's child: its parent-death signal takes it)."""
+        after (an init it was making is the launcher's child: its parent-death signal takes it)."""
         if self.preparer is not None:
             self.preparer.stop()
         slots = self.running + ([self.ready] if self.ready else [])
