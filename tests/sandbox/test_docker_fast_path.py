@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from backends import require_backend
-from coderoom.sandboxes.docker import plain
+from coderoom.sandboxes.docker import plain, request
 from coderoom.sandboxes.docker.engine import DEFAULT_SOCKET, Engine, EngineError, socket_path
 from coderoom.sandboxes.docker.frames import Lines, frames, line_bound
 from coderoom.sandboxes.docker.labels import CREATED_LABEL, HOST_PID_LABEL, LABEL
@@ -60,7 +60,7 @@ def test_both_paths_post_the_same_create_request(docker: None, monkeypatch: pyte
     from coderoom.sandboxes.spec import SandboxSpec
 
     session = uuid.UUID(int=7)
-    monkeypatch.setattr(uuid, "uuid4", lambda: session)
+    monkeypatch.setattr(request, "new_session_hex", lambda: session.hex)
     limits = dict(memory="768M", pids=99, timeout=20, cpus=0.5, workspace_size="64M", file_size="8M")
     posted: dict[str, tuple[str, dict[str, Any]]] = {}
     fast_call, full_create = Engine.call, APIClient.create_container_from_config

@@ -23,7 +23,6 @@ import json
 import os
 import socket
 import time
-import uuid
 from collections.abc import Callable
 from importlib.util import find_spec
 from typing import Any
@@ -79,7 +78,7 @@ def _has_docker_py() -> bool:
 
 
 def _run(engine: Engine, container_id: str, limits: Limits, argv: list[str]) -> CommandResult:
-    timeout, cap, rid = limits.timeout, limits.output_bytes, uuid.uuid4().hex
+    timeout, cap, rid = limits.timeout, limits.output_bytes, os.urandom(16).hex()
     wait = timeout + REPLY_SLACK_S
     request = command_request(argv, cwd=WORKSPACE, timeout=timeout, cap=cap)
     try:
