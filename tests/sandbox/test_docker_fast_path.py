@@ -151,6 +151,19 @@ def test_a_call_cut_short_leaves_the_engine_usable(docker: None, monkeypatch: py
     engine.close()
 
 
+def test_an_answer_left_unread_is_never_read_as_the_next_calls(docker: None) -> None:
+    """`send` lets the engine work while the caller loads code (`plain` sends GET /version first);
+    if the caller never reads that answer (a signal came in between), the next call must not take
+    it for its own: it goes on a new connection."""
+    engine = Engine(DEFAULT_SOCKET if socket_path(os.environ) is None else str(socket_path(os.environ)))
+    try:
+        assert "Arch" in engine.send("GET", "/version")()
+        engine.send("GET", "/containers/coderoom-no-such-container/json")  # a 404, never read
+        assert "Arch" in engine.call("GET", "/version")
+    finally:
+        engine.close()
+
+
 def test_answers_of_either_framing_follow_each_other_on_one_connection(docker: None) -> None:
     """The engine sends a long answer chunked (GET /info) and a short one with its length
     (GET /version), an error with its message; `Engine` reads each whole, and the next call goes
