@@ -16,10 +16,15 @@ end of a bound run's recovery window: `bindings`).
 from __future__ import annotations
 
 import base64
+import functools
+import marshal
 import os
 import time
 from collections.abc import Mapping, Sequence
+from importlib.machinery import SourceFileLoader
+from importlib.util import MAGIC_NUMBER
 from pathlib import Path
+from types import CodeType
 from typing import TYPE_CHECKING, Any
 
 from ...errors import SandboxFailed
@@ -36,9 +41,21 @@ if TYPE_CHECKING:
 
 SANDBOX_UID = 1000
 WORKSPACE = "/workspace"
-INIT_SOURCE = (Path(__file__).with_name("inside") / "init.py").read_text()
+INIT_PATH = Path(__file__).with_name("inside") / "init.py"
+INIT_SOURCE = INIT_PATH.read_text()
+INIT_NAME = "coderoom-init"  # its code's file name in the sandbox (no host path)
 INIT_ENV = "CODEROOM_INIT"  # init.py's source, popped by INIT_BOOTSTRAP (also rescue.py's exec)
-INIT_BOOTSTRAP = f"import os; exec(compile(os.environ.pop({INIT_ENV!r}), 'coderoom-init', 'exec'))"
+INIT_CODE_ENV = "CODEROOM_INIT_CODE"  # the same compiled (`code_value`), popped by INIT_BOOTSTRAP
+# init.py's source was compiled in every container, a quarter of PID 1's CPU before its first
+# reply: the code compiled on the host goes along, marshalled, and runs instead when the image's
+# Python has the host's bytecode magic number; any other Python (or none given) compiles the source.
+INIT_BOOTSTRAP = (
+    f"import os\nc = os.environ.pop({INIT_CODE_ENV!r}, '')\n"
+    "try:\n import binascii, marshal, _frozen_importlib_external as f\n m, _, c = c.partition(':')\n"
+    " c = marshal.loads(binascii.a2b_base64(c)) if m == f.MAGIC_NUMBER.hex() else None\n"
+    "except Exception:\n c = None\n"
+    f"s = os.environ.pop({INIT_ENV!r})\nexec(c or compile(s, {INIT_NAME!r}, 'exec'))"
+)
 SECCOMP_ENV = "CODEROOM_SECCOMP"  # init.py's SECCOMP_ENV
 FORWARDER_ENV = "CODEROOM_FORWARDER"  # init.py's FORWARDER_ENV: the egress forwarder's source
 NO_HOME = "/nonexistent"
@@ -67,6 +84,25 @@ def seccomp_for(machine: str) -> bytes:
     if arch is None:
         raise SandboxFailed(f"no seccomp syscall table for the Docker engine's CPU ({machine!r})")
     return build_filter(arch)
+
+
+def code_value(code: CodeType) -> str:
+    """INIT_CODE_ENV's value for `code`: this Python's bytecode magic number, then the marshalled
+    code (what INIT_BOOTSTRAP runs when the image's Python has the same magic)."""
+    return f"{MAGIC_NUMBER.hex()}:{base64.b64encode(marshal.dumps(code)).decode()}"
+
+
+@functools.cache
+def init_code() -> str:
+    """init.py's code for INIT_CODE_ENV, from Python's own bytecode cache of the file (compiled
+    and cached when it is missing or stale), every code object renamed INIT_NAME."""
+
+    def renamed(code: CodeType) -> CodeType:
+        consts = tuple(renamed(c) if isinstance(c, CodeType) else c for c in code.co_consts)
+        return code.replace(co_filename=INIT_NAME, co_consts=consts)
+
+    code = SourceFileLoader("coderoom_init", str(INIT_PATH)).get_code("coderoom_init")
+    return code_value(renamed(code or compile(INIT_SOURCE, INIT_NAME, "exec")))
 
 
 def new_session_hex() -> str:
@@ -110,6 +146,7 @@ def create_request(
         # The source travels in the environment so `ps` in the sandbox shows a short PID 1;
         # init.py drops the variable before it starts any command.
         INIT_ENV: INIT_SOURCE,
+        INIT_CODE_ENV: init_code(),
         SECCOMP_ENV: base64.b64encode(program).decode(),
     }
     cmd = ["--exit-on-eof", "--seccomp", f"--contact-within={CONTACT_WITHIN_S:g}"]
