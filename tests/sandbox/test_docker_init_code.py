@@ -15,6 +15,7 @@ import pytest
 
 from coderoom.sandboxes.docker.request import (
     INIT_BOOTSTRAP,
+    MAX_ARG_STRLEN,
     INIT_CODE_ENV,
     INIT_ENV,
     INIT_NAME,
@@ -73,3 +74,9 @@ def test_init_code_is_init_py_compiled_and_names_no_host_path() -> None:
     for ours, reference in pairs:
         assert ours.co_filename == INIT_NAME
         assert (ours.co_qualname, ours.co_code, ours.co_names) == (reference.co_qualname, reference.co_code, reference.co_names)
+
+
+def test_init_code_fits_in_one_environment_string() -> None:
+    """Past Linux's bound on one environment string init_code sends nothing (PID 1's execve would
+    fail) and every container compiles the source again: init.py would have grown by half."""
+    assert 0 < len(f"{INIT_CODE_ENV}={init_code()}") < MAX_ARG_STRLEN

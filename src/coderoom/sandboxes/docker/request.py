@@ -49,6 +49,7 @@ INIT_CODE_ENV = "CODEROOM_INIT_CODE"  # the same compiled (`code_value`), popped
 # init.py's source was compiled in every container, a quarter of PID 1's CPU before its first
 # reply: the code compiled on the host goes along, marshalled, and runs instead when the image's
 # Python has the host's bytecode magic number; any other Python (or none given) compiles the source.
+MAX_ARG_STRLEN = 32 * 4096  # Linux's bound on one argument or environment string, NUL included
 INIT_BOOTSTRAP = (
     f"import os\nc = os.environ.pop({INIT_CODE_ENV!r}, '')\n"
     "try:\n import binascii, marshal, _frozen_importlib_external as f\n m, _, c = c.partition(':')\n"
@@ -102,7 +103,9 @@ def init_code() -> str:
         return code.replace(co_filename=INIT_NAME, co_consts=consts)
 
     code = SourceFileLoader("coderoom_init", str(INIT_PATH)).get_code("coderoom_init")
-    return code_value(renamed(code or compile(INIT_SOURCE, INIT_NAME, "exec")))
+    value = code_value(renamed(code or compile(INIT_SOURCE, INIT_NAME, "exec")))
+    # a longer environment string would make PID 1's execve fail (E2BIG): then the source alone
+    return value if len(f"{INIT_CODE_ENV}={value}") < MAX_ARG_STRLEN else ""
 
 
 def new_session_hex() -> str:
