@@ -53,9 +53,11 @@ import fcntl
 import json
 import os
 import select
+import shutil
 import signal
 import struct
 import sys
+import tempfile
 import termios
 import time
 
@@ -181,29 +183,16 @@ def signal_quietly(pid, sig):
 
 
 def fresh_home():
-    """A new empty directory of this uid's only, as tempfile.mkdtemp makes it (not imported: with
-    shutil, which it loads, a tenth of PID 1's start-up before the first reply)."""
-    for _ in range(100):
-        path = "/tmp/home-" + os.urandom(6).hex()
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            continue
-        except OSError:
-            break
-        return path
-    return NO_HOME
+    try:
+        return tempfile.mkdtemp(prefix="home-", dir="/tmp")
+    except OSError:
+        return NO_HOME
 
 
 def remove_home(path):
     """Delete a command's HOME whatever it left there, unreadable directories included."""
     if path == NO_HOME:
         return
-    try:
-        os.rmdir(path)  # most commands leave their HOME empty
-        return
-    except OSError:
-        pass
     try:
         os.chmod(path, 0o700)
     except OSError:
@@ -216,8 +205,6 @@ def remove_home(path):
                     os.chmod(child, 0o700)
                 except OSError:
                     pass
-    import shutil  # only here: see fresh_home
-
     shutil.rmtree(path, ignore_errors=True)
 
 
