@@ -213,15 +213,8 @@ def add_node(cluster: Any, cpus: int) -> Any:
     return cluster.add_node(num_cpus=cpus, node_ip_address="127.0.0.1", temp_dir=os.environ["RAY_TMPDIR"])
 
 
-SERVER_ACTORS = ("ProgressBox",)
-"""Actors a server keeps for its own life, not a session's: the progress relay's box
-(`cluster.progress`, one per `RayOpener`), which ends with the server's handles."""
-
-
 def live_actors() -> list[str]:
-    """The ids of the cluster's session (or job) actors that are alive or about to be (Ray's own
-    table), the server's own `SERVER_ACTORS` left out."""
+    """The ids of the cluster's actors that are alive or about to be (Ray's own table)."""
     from ray._private import state
 
-    return [actor_id for actor_id, actor in state.actors().items()
-            if actor["State"] != "DEAD" and not actor["ActorClassName"].endswith(SERVER_ACTORS)]  # fmt: skip
+    return [actor_id for actor_id, actor in state.actors().items() if actor["State"] != "DEAD"]

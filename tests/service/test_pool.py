@@ -84,6 +84,31 @@ async def test_an_unclaimed_sandbox_is_recycled(tmp_path: Path) -> None:
         await pool.close()
 
 
+async def test_a_sandbox_still_warming_up_at_shutdown_is_closed_with_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pool closed while its warm-up cell runs (a slow import) leaves no sandbox behind."""
+    monkeypatch.setattr(live_sandbox, "WARM_IMPORTS", "import time\ntime.sleep(600)\n")
+    before = my_local_sandboxes()
+    pool = WarmPool(size=1, spec=SandboxSpec(backend="local"))
+    await pool.start()
+    try:
+        warming = await _warming_up(before)
+        assert warming.is_dir() and pool.ready == 0
+    finally:
+        await pool.close()
+    assert my_local_sandboxes() == before
+
+
+async def _warming_up(before: set[Path]) -> Path:
+    """The pool's one new sandbox, once its kernel runs the warm-up cell."""
+    for _ in range(1200):
+        new = my_local_sandboxes() - before
+        if len(new) == 1 and recorded_group(next(iter(new)) / host_dir.BWRAP_FILE) is not None:
+            folder = next(iter(new))
+            if kernel_pids(folder):
+                return folder
+        await asyncio.sleep(0.1)
+    raise AssertionError("no sandbox began its warm-up within 120 s")
+
 def kernel_pids(folder: Path) -> list[int]:
     """Host PIDs of the run_python kernel (supervisor and worker) of the sandbox in `folder`."""
     bwrap_pid = recorded_group(folder / host_dir.BWRAP_FILE)

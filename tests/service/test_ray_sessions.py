@@ -111,7 +111,7 @@ async def test_a_sessions_ask_on_a_node_streams_its_replys_progress_to_subscribe
                 async for event in session.subscribe():
                     heard.append(event)
                     if event.type == "model_stream" and len([e for e in heard if e.type == "model_stream"]) == 1:
-                        box, key = session._progress  # a hostile node's reports, in the session's place in the box
+                        box, key = opener.progress_box(), session._key  # a hostile node's reports, in the session's place
                         for report in HOSTILE_REPORTS:
                             box.put.remote(key, report)
 
@@ -131,6 +131,36 @@ async def test_a_sessions_ask_on_a_node_streams_its_replys_progress_to_subscribe
     assert "forged" not in {getattr(e, "name", None) for e in heard} and types.count("run_end") == 1  # the hostile ones dropped
     recorded = [e.type for e in read_record(run_dir).events]
     assert "model_stream" not in recorded and "forged" not in (run_dir / RECORD_FILE).read_text()
+
+
+def progress_boxes() -> set[str]:
+    """The ids of the cluster's `ProgressBox` actors alive or about to be (Ray's own table)."""
+    from ray._private import state
+
+    return {actor_id for actor_id, actor in state.actors().items()
+            if actor["State"] != "DEAD" and actor["ActorClassName"].endswith("ProgressBox")}  # fmt: skip
+
+
+async def test_an_openers_progress_box_is_made_at_the_first_ask_and_shared_by_every_ask_after(
+    ray_sessions_cluster, tmp_path: Path
+) -> None:
+    """Sessions that never ask cost the server no actor; asks that come at once make one box."""
+    from coderoom import SessionManager
+    from coderoom.service.ray_session import RayOpener
+
+    with OpenAIServer() as model:
+        model.script([say("one"), say("two"), say("three")])
+        before = progress_boxes()  # earlier tests' openers' boxes, ending as their handles go
+        opener = RayOpener(server_environ(model))
+        spec = f"openai-compatible:scripted@{model.url}"
+        async with SessionManager(model=spec, runs_dir=tmp_path / "runs", limits=Limits(cpus=1), opener=opener) as sessions:
+            first, second = await sessions.open(), await sessions.open()
+            assert (await first.exec("true")).exit_code == 0
+            assert progress_boxes() - before == set()
+            await asyncio.gather(first.ask("Say one"), second.ask("Say two"))
+            [box] = progress_boxes() - before
+            await first.ask("Say three")
+            assert progress_boxes() - before == {box}
 
 
 async def test_mcp_ray_serves_a_session_from_a_node_to_the_sdk_client(ray_sessions_cluster, tmp_path: Path) -> None:

@@ -31,8 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..hostile import tree
-from ..hostile.names import shown
-from ..sandboxes import recovering
+from ..sandboxes import pruning
 from ..sandboxes.leases import abandoned, write_lease
 from ..sandboxes.records import trusted_folder
 
@@ -79,17 +78,9 @@ def abandoned_folders() -> list[Path]:
 def prune(skipped: list[str] | None = None) -> int:
     """Remove the folders of dead session actors and batch jobs (see the module's docstring); how many.
     One that cannot be removed is named in `skipped` with why, and the others are still pruned."""
-    removed = 0
-    for folder in abandoned_folders():
-        try:
-            runs = [entry for entry in folder.iterdir() if entry.is_dir() and not entry.is_symlink()]
-            with recovering.all_held([folder, *runs]) as mine:
-                if not mine:  # a recovery is saving into it now: a later prune removes it
-                    continue
-                tree.remove_tree(folder)
-        except Exception as exc:  # noqa: BLE001 - any failure is this folder's alone
-            if skipped is not None:
-                skipped.append(f"{shown(folder, 200)} left in place: {type(exc).__name__}: {shown(exc, 200)}")
-            continue
-        removed += 1
-    return removed
+    return sum(pruning.remove_held(folder, tree.remove_tree, skipped, holding=_runs) for folder in abandoned_folders())
+
+
+def _runs(folder: Path) -> list[Path]:
+    """The run folders in an actor's or job's folder: a recovery may be saving into one of them."""
+    return [entry for entry in folder.iterdir() if entry.is_dir() and not entry.is_symlink()]

@@ -45,6 +45,7 @@ class SessionActor:
         self._written = asyncio.Event()  # set at each record event; `tail` waits on it
         self._follower: asyncio.Task[None] | None = None
         self._warm: LiveSandbox | None = None  # started ahead of the session (a warm pool's actor)
+        self._progress: NodeProgress | None = None  # the ask in flight's, when the driver handed it a box
 
     def place(self) -> tuple[str, str]:
         """This node's Ray id and address."""
@@ -68,22 +69,23 @@ class SessionActor:
         """Whether the warm sandbox is alive, its kernel answering with its state intact."""
         return self._warm is not None and await self._warm.answers()
 
-    async def open(self, settings: dict[str, Any], progress: tuple[ProgressBoxHandle, str] | None = None) -> str:
+    async def open(self, settings: dict[str, Any]) -> str:
         """Open the session here (`Session.open`'s keywords but the runs folder, which is this
-        actor's), in the warm sandbox if there is one; its run folder's name. `progress`: the
-        driver's box and this session's key in it, for its replies' progress."""
+        actor's), in the warm sandbox if there is one; its run folder's name."""
         environment = settings["environment"] or EnvironmentSpec()
         prepare_backend(SandboxSpec(backend=settings["sandbox"], limits=settings["limits"], environment=environment), lambda line: None)
         warm, self._warm = self._warm, None
         session = await Session.open(**settings, runs_dir=self._folder, pool=_Handed(warm) if warm is not None else None)
         self._session = session
-        self._follower = asyncio.ensure_future(self._follow(session, NodeProgress(*progress) if progress else None))
+        self._follower = asyncio.ensure_future(self._follow(session))
         return session.run_dir.name
 
-    async def _follow(self, session: Session, progress: NodeProgress | None) -> None:
-        """Wake `tail` at each record event; send each reply's progress (the record's own events
-        go by `tail`: each one sends what progress was held back first, so it comes before)."""
+    async def _follow(self, session: Session) -> None:
+        """Wake `tail` at each record event; send each reply's progress while an ask that was
+        handed a box runs (the record's own events go by `tail`: each one sends what progress
+        was held back first, so it comes before)."""
         async for event in session.subscribe():
+            progress = self._progress
             if progress is not None and isinstance(event, ModelStream):
                 progress(event)
             elif progress is not None:
@@ -111,8 +113,14 @@ class SessionActor:
             except TimeoutError:
                 return b""
 
-    async def ask(self, request: str) -> AskResult:
-        return await self.session.ask(request)
+    async def ask(self, request: str, progress: tuple[ProgressBoxHandle, str] | None = None) -> AskResult:
+        """The session's ask (the driver sends one at a time). `progress`: the driver's box and
+        this session's key in it, open while the ask runs, for its replies' progress."""
+        self._progress = NodeProgress(*progress) if progress else None
+        try:
+            return await self.session.ask(request)
+        finally:
+            self._progress = None
 
     async def run_python(self, code: str) -> CellResult:
         return await self.session.run_python(code)

@@ -159,7 +159,7 @@ class Refilled(Generic[T]):
         return None
 
     async def close(self) -> None:
-        """End every warm one, and the one being started."""
+        """End every warm one, and the one being started (its `_make`, cancelled, ends it)."""
         self._closed = True
         if self._filler is not None:
             self._filler.cancel()
@@ -231,7 +231,6 @@ class WarmPool(Refilled[LiveSandbox]):
         super().__init__(size, max_idle_s, retry_base_s, retry_max_s, sleep)
         self.spec = spec or SandboxSpec()
         self.backend = backend  # an object instead of the registry's (see `registry.backend_for`)
-        self._starting: set[LiveSandbox] = set()
 
     def matches(self, spec: SandboxSpec) -> bool:
         return spec.model_dump() == self.spec.model_dump()
@@ -241,20 +240,13 @@ class WarmPool(Refilled[LiveSandbox]):
         spec)."""
         return await self.take() if self.matches(spec) else None
 
-    async def close(self) -> None:
-        await super().close()
-        await close_all(list(self._starting))
-
     async def _make(self) -> LiveSandbox:
         live = await LiveSandbox.start(self.spec, self.backend)
-        self._starting.add(live)  # cancelled while it warms: `close` closes it
         try:
             await live.warm()
-        except Exception:
-            self._starting.discard(live)
+        except BaseException:  # failed, or cancelled by `close` while it warms
             await live.aclose()
             raise
-        self._starting.discard(live)
         return live
 
     async def _alive(self, item: LiveSandbox) -> bool:

@@ -30,12 +30,12 @@ that ask's), and each of the ask's cells behind at most one client's cell (its d
 one per turn).
 
 Why a reply's progress takes another way: it is no line of the record (`record.events.LIVE_ONLY`),
-so `tail` never carries it. While an ask runs (its key open in the box only then), the node
-sends it to a `ProgressBox` actor on this machine's node and this side relays it to the
-session's subscribers (`cluster.progress`, as MCP `run_job --ray` does: bounded in rate and
-bytes, each report read as hostile data), never into the copy of the record; a report that
-comes after its reply's `model_call` is dropped, so the page's "receiving the reply" line does
-not come back once the reply is in.
+so `tail` never carries it. While an ask runs (its key open in the box only then, box and key
+handed to the node with the ask), the node sends it to a `ProgressBox` actor on this machine's
+node and this side relays it to the session's subscribers (`cluster.progress`, as MCP `run_job
+--ray` does: bounded in rate and bytes, each report read as hostile data), never into the copy
+of the record; a report that comes after its reply's `model_call` is dropped, so the page's
+"receiving the reply" line does not come back once the reply is in.
 
 What is lost with a node: the workspace and the kernel (nothing of them is on this machine until
 the close); what the record had said of them stays.
@@ -51,6 +51,7 @@ import secrets
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -120,18 +121,32 @@ request sent again); any other ends it (`RaySession._streamed`)."""
 
 class RayOpener:
     """`SessionManager`'s opener under `--ray` (after `cluster.connect.connect`). Only the model's
-    settings of `environ` (`cluster.connect.model_environ`) go to the nodes."""
+    settings of `environ` (`cluster.connect.model_environ`) go to the nodes.
+
+    Its sessions' asks share one `ProgressBox` actor on this machine's node, made at the first
+    ask (`progress_box`): a server whose sessions never ask has none. It lives as long as the
+    opener's handle does (the server's life: Ray ends it with its last handle or the driver)."""
 
     def __init__(self, environ: Mapping[str, str]) -> None:
         import ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         self._ray = ray
         self._environ = model_environ(environ)
         self._actor: Any = ray.remote(SessionActor)
         self._model_s = client_settings(self._environ)[1]  # the model's deadline per call, as the node reads it
-        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        self._progress: Any = ray.remote(ProgressBox).options(num_cpus=0, scheduling_strategy=here).remote()
+        self._box: Any = None
+        self._box_lock = threading.Lock()  # two first asks at once make one box
+
+    def progress_box(self) -> Any:
+        """The sessions' `ProgressBox` actor, made on the first call. Blocking (a round trip to
+        Ray's control store the first time): called in a thread, never on the event loop."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        with self._box_lock:
+            if self._box is None:
+                here = NodeAffinitySchedulingStrategy(self._ray.get_runtime_context().get_node_id(), soft=False)
+                self._box = self._ray.remote(ProgressBox).options(num_cpus=0, scheduling_strategy=here).remote()
+            return self._box
 
     async def __call__(
         self, *, model: Any = None, sandbox: str = "local", limits: Limits | None = None,
@@ -159,15 +174,14 @@ class RayOpener:
             room = await self._room(limits)
             actor = self._actor.options(**room.options(limits), max_restarts=0, max_task_retries=0).remote()
         try:
-            progress = (self._progress, secrets.token_hex(16))  # the session's key in the box
-            run_name = await asyncio.wait_for(_awaited(actor.open.remote(settings, progress)), OPEN_TIMEOUT_S)
+            run_name = await asyncio.wait_for(_awaited(actor.open.remote(settings)), OPEN_TIMEOUT_S)
             place = await asyncio.wait_for(_awaited(actor.place.remote()), CALL_S)
             run_dir = _host_folder(runs_dir, run_name)
         except BaseException as exc:
             await asyncio.shield(asyncio.to_thread(_end, self._ray, actor, room.release))
             raise _opening_error(self._ray, exc) from None
         session = RaySession(self._ray, actor, run_dir, limits, (str(place[0]), str(place[1])), room.release,
-                             model_s=self._model_s, progress=progress)  # fmt: skip
+                             model_s=self._model_s, progress=self.progress_box)  # fmt: skip
         try:
             await session.follow()
         except BaseException:
@@ -246,10 +260,11 @@ class RaySession(Activity):
 
     def __init__(
         self, ray: Any, actor: Any, run_dir: Path, limits: Limits, place: tuple[str, str], release: Callable[[], None],
-        *, model_s: float = DEFAULT_TIMEOUT_S, progress: tuple[Any, str] | None = None,
+        *, model_s: float = DEFAULT_TIMEOUT_S, progress: Callable[[], Any] | None = None,
     ) -> None:
         """`release`: gives the actor's room on its node back, once the actor is ended.
-        `progress`: the `ProgressBox` actor its node sends its replies' progress to, and its key."""
+        `progress`: gives the `ProgressBox` actor its node sends its replies' progress to
+        (`RayOpener.progress_box`: blocking, made at the first ask); none: no progress."""
         super().__init__(EventHub())
         self._release = release
         self.id = secrets.token_urlsafe(16)
@@ -271,6 +286,7 @@ class RaySession(Activity):
         self._cells = asyncio.Lock()  # the client's cells, likewise
         self._ask_until = 0.0  # the deadline of the ask in flight (monotonic), 0 when none
         self._progress = progress
+        self._key = secrets.token_hex(16)  # the session's place in the box
         self._replying = False  # the record is between a model_start and what ends its reply
 
     # -- state (`closed`, `busy`, `idle_for`, `subscribe`: see Activity) ----------------
@@ -298,23 +314,32 @@ class RaySession(Activity):
                 self.last_used = time.monotonic()
 
     def _deadline(self, method: str, args: tuple[Any, ...]) -> float:
-        """How long a call to `method` may take before the session counts as lost: the bound the
-        node keeps itself plus MARGIN_S, or CALL_S for a call that waits on no sandbox."""
-        command_s = self.limits.timeout + MARGIN_S  # one command in the sandbox (a file read or written)
-        cell_s = cell_timeout(self.limits.timeout) + START_WAIT_S  # a kernel restarted first
-        bounds = {
-            # its turns: a model call, a command, and a client's cell its own may wait behind
-            "ask": MAX_TURNS * (self._model_s + self.limits.timeout + cell_s) + MARGIN_S,
-            # and the agent's cells it may wait behind: the ask in flight's
-            "run_python": cell_s + MARGIN_S + max(0.0, self._ask_until - time.monotonic()),
-            "exec": min(args[1] or self.limits.timeout, self.limits.timeout) + MARGIN_S if len(args) > 1 else command_s,
-            "files": 2 * self.limits.timeout + MARGIN_S,  # the listing, tried again once
-            "read_file": command_s,
-            "write_file": command_s,
-            "tail": TAIL_S,
-            "close": CLOSE_S,
-        }
-        return bounds.get(method, CALL_S)
+        """How long a call to `method` (with `args`) may take before the session counts as lost:
+        the bound the node keeps itself plus MARGIN_S, or CALL_S for a call that waits on no
+        sandbox. Only the asked method's bound is worked out: another's may not fit these args."""
+        timeout = self.limits.timeout  # one command in the sandbox
+        match method:
+            case "ask":  # its turns: a model call, a command, and a client's cell its own may wait behind
+                return MAX_TURNS * (self._model_s + timeout + self._cell_s()) + MARGIN_S
+            case "run_python":  # and the agent's cells it may wait behind: the ask in flight's
+                return self._cell_s() + MARGIN_S + max(0.0, self._ask_until - time.monotonic())
+            case "exec":  # its own timeout, within the session's
+                asked = args[1] if len(args) > 1 else None
+                return min(asked or timeout, timeout) + MARGIN_S
+            case "files":  # the listing, tried again once
+                return 2 * timeout + MARGIN_S
+            case "read_file" | "write_file":
+                return timeout + MARGIN_S
+            case "tail":
+                return TAIL_S
+            case "close":
+                return CLOSE_S
+            case _:
+                return CALL_S
+
+    def _cell_s(self) -> float:
+        """A cell's own bound on the node: its timeout, a kernel restarted first."""
+        return cell_timeout(self.limits.timeout) + START_WAIT_S
 
     async def _remote(self, method: str, *args: Any) -> Any:
         """One actor call: its result, the node's own exception, or SessionLost when the actor
@@ -380,15 +405,16 @@ class RaySession(Activity):
         if self._progress is None:
             result: AskResult = await self._call("ask", request)
             return result
-        box, key = self._progress
+        key = self._key
         try:  # the session's place in the box, made before its node can report (R-D2): only while it asks
+            box = await asyncio.wait_for(asyncio.to_thread(self._progress), CALL_S)
             await asyncio.wait_for(_awaited(box.open.remote(key)), CALL_S)
-        except (TimeoutError, self._ray.exceptions.RayError):  # the box gone: the ask goes on, unrelayed
+        except (TimeoutError, self._ray.exceptions.RayError):  # no box: the ask goes on, unrelayed
             result = await self._call("ask", request)
             return result
         relay = asyncio.ensure_future(relay_reports(box, key, [self._streamed], self._ray.exceptions.RayError))
         try:
-            result = await self._call("ask", request)
+            result = await self._call("ask", request, (box, key))
         finally:
             relay.cancel()
             box.close.remote(key)  # what came after the last relay: forgotten, not awaited

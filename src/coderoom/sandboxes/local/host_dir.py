@@ -24,8 +24,7 @@ from pathlib import Path
 
 from ...errors import SandboxUnavailable
 from ...hostile import tree
-from ...hostile.names import shown
-from .. import records, recovering
+from .. import pruning, records
 from ..leases import Owner, abandoned, read_lease
 from . import bwrap, cgroup, leases
 
@@ -192,7 +191,7 @@ def abandoned_folders() -> list[Path]:
         folder_parent = parent()
     except SandboxUnavailable:
         return []
-    return [f for f in sorted(folder_parent.glob(f"{PREFIX}*")) if owned(f) and abandoned(f)]
+    return [f for f in sorted(folder_parent.glob(f"{PREFIX}*")) if _ours_abandoned(f)]
 
 
 def prune(skipped: list[str] | None = None) -> int:
@@ -200,26 +199,20 @@ def prune(skipped: list[str] | None = None) -> int:
 
     A folder that cannot be removed (whatever it raises) is left, with one line naming it and
     why added to `skipped`, and the others are still pruned: one hostile folder never stops
-    `prune` (issue 19)."""
+    `prune` (issue 19; see `pruning`)."""
     try:
         folder_parent = parent()
     except SandboxUnavailable:
         return 0
-    removed = 0
-    for folder in sorted(folder_parent.glob(f"{PREFIX}*")):
-        try:
-            if not owned(folder) or not abandoned(folder):
-                continue
-            with recovering.held(folder) as mine:
-                if not mine:  # another process is saving it (its recovery said so): it removes it
-                    continue
-                _reclaim(folder)
-        except Exception as exc:  # noqa: BLE001 - any failure is this folder's alone
-            if skipped is not None:
-                skipped.append(f"{shown(folder, 200)} left in place: {type(exc).__name__}: {shown(exc, 200)}")
-            continue
-        removed += 1
-    return removed
+    return sum(
+        pruning.remove_held(folder, _reclaim, skipped, candidate=_ours_abandoned)
+        for folder in sorted(folder_parent.glob(f"{PREFIX}*"))
+    )
+
+
+def _ours_abandoned(folder: Path) -> bool:
+    """What `prune` removes: a folder we made whose owner is gone."""
+    return owned(folder) and abandoned(folder)
 
 
 def quiesce(folder: Path) -> None:
