@@ -138,8 +138,12 @@ def test_a_plain_sandbox_run_imports_no_typer_rich_or_pydantic(args: list[str], 
     assert heavy_modules(*args, cwd=tmp_path) == (exit_code, [])
 
 
-# http.client: email's parser and ssl for five calls on a Unix socket (`docker.engine` reads them itself)
-DOCKER_HEAVY = (*HEAVY, "docker", "requests", "urllib3", "asyncio", "http", "email", "ssl")
+# http.client: email's parser and ssl for five calls on a Unix socket (`docker.engine` reads them itself);
+# uuid (it loads platform), datetime and subprocess: a few ms each that the create request does without
+DOCKER_HEAVY = (
+    *HEAVY, "docker", "requests", "urllib3", "asyncio", "http", "email", "ssl",
+    "uuid", "platform", "datetime", "subprocess",
+)  # fmt: skip
 
 
 @pytest.mark.parametrize(

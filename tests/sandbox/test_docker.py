@@ -295,12 +295,15 @@ async def test_files_survive_a_persist_and_hydrate(session: Any) -> None:
 
 async def test_each_command_gets_a_fresh_home_that_is_removed(session: Any) -> None:
     first = await session.exec("echo $HOME; mkdir -p ~/.cache/x && touch ~/.cache/x/f && chmod 000 ~/.cache/x ~/.cache")
-    second = await session.exec("echo $HOME; ls -A $HOME; ls -d /tmp/home-*")
+    second = await session.exec("echo $HOME; stat -c %a $HOME; ls -A $HOME; ls -d /tmp/home-*")
+    third = await session.exec("echo $HOME; ls -d /tmp/home-*")
     home = first.stdout.decode().strip()
     assert home.startswith("/tmp/home-")
     lines = second.stdout.decode().split()
     assert lines[0] != home and lines[0].startswith("/tmp/home-")
-    assert lines[1:] == [lines[0]]  # the new HOME is empty, the old one is gone
+    assert lines[1:] == ["700", lines[0]]  # the new HOME is empty and this uid's alone, the old one is gone
+    own, *listed = third.stdout.decode().split()
+    assert listed == [own] != [lines[0]]  # an empty HOME is gone too
 
 
 async def test_archive_reads_what_sandbox_code_locked(session: Any) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from backends import require_backend
-from coderoom.sandboxes.docker import plain
+from coderoom.sandboxes.docker import plain, request
 from coderoom.sandboxes.docker.engine import DEFAULT_SOCKET, Engine, EngineError, socket_path
 from coderoom.sandboxes.docker.frames import Lines, frames, line_bound
 from coderoom.sandboxes.docker.labels import CREATED_LABEL, HOST_PID_LABEL, LABEL
@@ -60,7 +60,7 @@ def test_both_paths_post_the_same_create_request(docker: None, monkeypatch: pyte
     from coderoom.sandboxes.spec import SandboxSpec
 
     session = uuid.UUID(int=7)
-    monkeypatch.setattr(uuid, "uuid4", lambda: session)
+    monkeypatch.setattr(request, "new_session_hex", lambda: session.hex)
     limits = dict(memory="768M", pids=99, timeout=20, cpus=0.5, workspace_size="64M", file_size="8M")
     posted: dict[str, tuple[str, dict[str, Any]]] = {}
     fast_call, full_create = Engine.call, APIClient.create_container_from_config
@@ -149,6 +149,19 @@ def test_a_call_cut_short_leaves_the_engine_usable(docker: None, monkeypatch: py
         engine.call("GET", "/version")
     assert "Arch" in engine.call("GET", "/version")
     engine.close()
+
+
+def test_an_answer_left_unread_is_never_read_as_the_next_calls(docker: None) -> None:
+    """`send` lets the engine work while the caller loads code (`plain` sends GET /version first);
+    if the caller never reads that answer (a signal came in between), the next call must not take
+    it for its own: it goes on a new connection."""
+    engine = Engine(DEFAULT_SOCKET if socket_path(os.environ) is None else str(socket_path(os.environ)))
+    try:
+        assert "Arch" in engine.send("GET", "/version")()
+        engine.send("GET", "/containers/coderoom-no-such-container/json")  # a 404, never read
+        assert "Arch" in engine.call("GET", "/version")
+    finally:
+        engine.close()
 
 
 def test_answers_of_either_framing_follow_each_other_on_one_connection(docker: None) -> None:

@@ -44,27 +44,48 @@ def socket_path(environ: Mapping[str, str]) -> str | None:
 
 class Engine:
     """Calls to the engine at `path`, one kept-alive connection for them (not thread-safe); a
-    call cut short (an error, or a signal's exception) drops it, so the next starts afresh."""
+    call cut short (an error, or a signal's exception) or an answer left unread drops it, so the
+    next starts afresh."""
 
     def __init__(self, path: str, timeout: float = CALL_TIMEOUT_S) -> None:
         self.path, self.timeout = path, timeout
         self._answers: _Answers | None = None
+        self._unread = False  # a call was sent on the connection and its answer not yet read
 
     def call(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> Any:
         """The parsed JSON answer (None when it has none); EngineError for a status of 400 or
         more; OSError when the engine cannot be reached."""
+        return self.send(method, path, body)()
+
+    def send(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> Callable[[], Any]:
+        """Send a call now and return what reads its answer, as `call` does: the engine works on
+        it while the caller does something else (`plain` loads its modules meanwhile). Read it
+        before the next call on this Engine; OSError here when the engine cannot be reached."""
         data = b"" if body is None else json.dumps(body).encode()
         kind = "Content-Type: application/json\r\n" if body is not None else ""
         head = f"{method} {path} HTTP/1.1\r\nHost: docker\r\n{kind}Content-Length: {len(data)}\r\n\r\n"
+        if self._unread:  # an answer left unread (a signal came between the send and the read)
+            self.close()
         try:
             if self._answers is None:
                 self._answers = _Answers(self._connect())
             answers = self._answers
             answers.sock.sendall(head.encode() + data)
-            status, headers, raw = answers.read(bodiless=method == "HEAD")
+            self._unread = True
         except BaseException:  # a signal or an error mid-call: the next call (the removal) reconnects
             self.close()
             raise
+        return lambda: self._answer(answers, bodiless=method == "HEAD")
+
+    def _answer(self, answers: _Answers, *, bodiless: bool) -> Any:
+        try:
+            if answers is not self._answers:  # dropped since it was sent
+                raise ConnectionError("the engine connection was closed before its answer was read")
+            status, headers, raw = answers.read(bodiless=bodiless)
+        except BaseException:
+            self.close()
+            raise
+        self._unread = False
         if answers.spent or headers.get("connection", "").lower() == "close":
             self.close()
         if len(raw) > MAX_ANSWER:
@@ -114,6 +135,7 @@ class Engine:
         if self._answers is not None:
             self._answers.sock.close()
             self._answers = None
+        self._unread = False
 
 
 def _replaying(early: bytes, raw: socket.socket) -> Callable[[int], bytes]:

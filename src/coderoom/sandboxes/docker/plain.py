@@ -5,8 +5,10 @@ The container is the full path's own: `request.create_request` makes the body bo
 runs the command from `request.command_request`, and `request.command_result` reads its reply;
 the stream is read through `frames`, within the same line bound as a session's channel. What is
 different is only how the engine is spoken to (`engine`, over its Unix socket) and the order:
-the command is written to the container's stdin as soon as it is attached, before it starts, so
-init.py finds it waiting as it comes up (the attach-then-start of `docker run`).
+GET /version (the engine's CPU, for the seccomp program) is sent before the create request's
+code loads, and the command is written to the container's stdin as soon as it is attached,
+before it starts, so init.py finds it waiting as it comes up (the attach-then-start of `docker
+run`).
 
 Anything this path does not do the same way is left to the full path before anything is made
 (`run_plain` returns None): network = true (the session network and its routes), an allowlist
@@ -23,20 +25,20 @@ import json
 import os
 import socket
 import time
-import uuid
 from collections.abc import Callable
 from importlib.util import find_spec
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from ... import signal_masks
 from ...errors import SandboxFailed
-from ..core import CommandResult
 from ..limits import Limits
 from .engine import Engine, EngineError, socket_path
 from .frames import STDOUT, Lines, frames, line_bound
 from .labels import DEFAULT_IMAGE
-from .request import REPLY_SLACK_S, WORKSPACE, command_request, command_result, create_request, seccomp_for
+
+if TYPE_CHECKING:
+    from ..core import CommandResult
 
 GONE = "the sandbox's init process went away (container stopped or removed)"  # `channel`'s words
 
@@ -51,7 +53,15 @@ def run_plain(limits: Limits, argv: list[str], *, image: str = DEFAULT_IMAGE) ->
     container_id = None
     try:
         try:
-            machine = str(engine.call("GET", "/version").get("Arch", ""))
+            version = engine.send("GET", "/version")
+        except OSError:
+            return None
+        # loaded while the engine answers (its /version asks containerd, runc and docker-init
+        # for theirs: several ms, against a tenth of one for /_ping)
+        from .request import create_request, seccomp_for
+
+        try:
+            machine = str(version().get("Arch", ""))
         except (OSError, EngineError, ValueError, AttributeError):
             return None
         name, body = create_request(limits, image=image, program=seccomp_for(machine))
@@ -79,7 +89,9 @@ def _has_docker_py() -> bool:
 
 
 def _run(engine: Engine, container_id: str, limits: Limits, argv: list[str]) -> CommandResult:
-    timeout, cap, rid = limits.timeout, limits.output_bytes, uuid.uuid4().hex
+    from .request import REPLY_SLACK_S, WORKSPACE, command_request, command_result  # loaded by run_plain
+
+    timeout, cap, rid = limits.timeout, limits.output_bytes, os.urandom(16).hex()
     wait = timeout + REPLY_SLACK_S
     request = command_request(argv, cwd=WORKSPACE, timeout=timeout, cap=cap)
     try:
