@@ -43,6 +43,12 @@ class Job:
     stderr: int
     exited: asyncio.Future[int] = field(repr=False)
 
+    @property
+    def lost(self) -> bool:
+        """Whether the job ended because its launcher stopped under it (its LAUNCHER_LOST is then
+        no exit code of the command's, which may exit 125 itself)."""
+        return self.id in self.launcher.lost_jobs
+
     async def kill(self) -> None:
         """SIGKILL the job's whole PID namespace and wait until it is gone (bounded)."""
         if self.exited.done():
@@ -59,6 +65,7 @@ class Launcher:
         self._bwrap = bwrap_process
         self._sock = sock
         self._jobs: dict[int, asyncio.Future[int]] = {}
+        self.lost_jobs: set[int] = set()  # ids of the jobs it failed by stopping (`Job.lost`)
         self._next_id = 0
         self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._stderr = CappedBuffer(_STDERR_CAP)
@@ -94,8 +101,8 @@ class Launcher:
         if self._unadmitted:
             return "the sandbox went past its gate without being admitted (memory cgroup and uid checks)"
         detail = self._stderr.value().decode(errors="replace").strip()
-        if self.started:
-            return f"the sandbox launcher stopped{': ' + detail if detail else ''}"
+        if self.started:  # its last words: a traceback's last line names the cause
+            return f"the sandbox launcher stopped{': ' + detail.splitlines()[-1] if detail else ''}"
         reason = self._ready.exception() if self._ready.done() else None
         return f"the sandbox launcher did not start: {detail or reason or 'no reason given'}"
 
@@ -201,9 +208,10 @@ class Launcher:
 
     def _fail_jobs(self) -> None:
         """Every job still waiting for its exit ends with LAUNCHER_LOST."""
-        for exited in self._jobs.values():
+        for job_id, exited in self._jobs.items():
             if not exited.done():
                 exited.set_result(LAUNCHER_LOST)
+                self.lost_jobs.add(job_id)
         self._jobs.clear()
 
     async def close(self) -> None:

@@ -319,6 +319,8 @@ class LocalSandbox(SandboxPlan):
         if job.exited.result() == LAUNCHER_LOST and not job.launcher.started:
             raise SandboxFailed(job.launcher.failure())
         result = CommandResult(job.exited.result(), out.value(), err.value(), timed_out, stopped_by)
+        if job.lost:  # its exit code is the launcher's LAUNCHER_LOST: say so, and why
+            result.stderr += stop_note(f"{job.launcher.failure()}; the next command starts another")
         memory_note = self._memory.oom_note(oom_kills) if self._memory else None
         if memory_note:
             result.stderr += stop_note(memory_note)

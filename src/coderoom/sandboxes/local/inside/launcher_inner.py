@@ -113,6 +113,9 @@ _DEVPTS_OPTIONS = "newinstance,ptmxmode=0666,mode=0620"  # a command's own termi
 TERMINAL_ROWS, TERMINAL_COLUMNS = 24, 80  # the size a terminal command sees
 _RELAY_CHUNK = 65536
 _RELAY_DRAIN_S = 0.2  # after the command exits, how long its terminal's last output may take
+# how long a request waits for the slot it needs (about 1 ms to clone): a preparer silent this
+# long is stopped or stuck, and the launcher stops rather than leave every command waiting
+_PREPARER_WAIT_S = 10.0
 
 
 def _check(result, what):
@@ -475,8 +478,11 @@ class Preparer:
 
     def receive(self):
         """The slot asked for, or None when the kernel refused one now (retried later). Raises
-        OSError if the preparer is gone (it speaks only when asked): the launcher stops, its
-        commands end as lost and the host starts another launcher for the next command."""
+        OSError if the preparer is gone (it speaks only when asked) or silent for
+        `_PREPARER_WAIT_S`: the launcher stops, its commands end as lost and the host starts
+        another launcher for the next command."""
+        if not select.select([self.sock], [], [], _PREPARER_WAIT_S)[0]:
+            raise OSError(f"the sandbox launcher's preparer did not answer in {_PREPARER_WAIT_S:g} s")
         data, fds = _recv(self.sock)
         self.asked = False
         if data.startswith(b"-") and data[1:].isdigit():
@@ -571,8 +577,8 @@ class Launcher:
         return True
 
     def _take_ready(self):
-        """The ready slot, waiting for the one asked for if need be; None when the kernel
-        refuses one now (process limits)."""
+        """The ready slot, waiting for the one asked for if need be (`Preparer.receive`: bounded);
+        None when the kernel refuses one now (process limits)."""
         slot, self.ready = self.ready, None
         if slot is None:
             self.preparer.ask()
