@@ -38,8 +38,10 @@ Limits (see `Limits`):
   `enforcement.address_space_limit`). Without a cgroup, RLIMIT_AS = memory per process only, and
   memfd_create/shmget are refused (`enforcement`).
 * pids: RLIMIT_NPROC, set inside the sandbox's user namespace, so it counts the sandbox's
-  tasks (threads included; the launcher and each running command's init count too) and
-  nothing of the host.
+  tasks (threads included) and nothing of the host. Six of them are the sandbox's own while a
+  command runs: bwrap's pid 1, the launcher, its preparer, the command's init, and the next
+  slot's init and stub (more with concurrent commands); the preparer clones with the
+  launcher's rlimits, so a command at the limit does not stop the next slot.
 * cpu_time: RLIMIT_CPU per process; file_size: RLIMIT_FSIZE, at most workspace_size.
 * A command that ran into cpu_time, file_size, pids or memory gets a `[coderoom: ...]` line
   naming the limit and its value at the end of its stderr, and `stopped_by` (see `stops`).
