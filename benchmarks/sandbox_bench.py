@@ -13,7 +13,8 @@ host, through the SDK session API:
     python benchmarks/sandbox_bench.py [--n 30] [--n-python 5] [--only local] [--write]
 
 A second table puts issue 25's targets for coderoom local (start, command) beside the same
-figures of the SDK's UnixLocal, measured in the same run.
+figures of the SDK's UnixLocal, measured in the same run (benchmarks/targets.py);
+benchmarks/speed_bench.py runs this with the other speed benchmarks for one table.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from typing import Any
 
 from agents.sandbox import Manifest
 from docs_table import DOCS, machine, write_section
+from targets import Target
+from targets import table as table_of_targets
 
 from coderoom.sandboxes import SandboxSpec, backend_names, get_backend
 from coderoom.sandboxes.docker.labels import DEFAULT_IMAGE
@@ -104,27 +107,25 @@ async def measure(client: Any, options: Any, n: int, n_python: int) -> dict[str,
     return times
 
 
-# issue 25's targets for coderoom local, each beside its anchor (the SDK's own backend, no isolation)
-TARGETS = [("session start (create, start, first `true`)", "start", 25.0), ("command (`true` round trip)", "exec", 3.0)]
 ANCHOR = "SDK unix_local (no isolation)"
 
 
-def targets(results: dict[str, dict[str, list[float]]]) -> str:
-    """coderoom local against each target, beside the SDK's UnixLocal in the same run."""
-    ours, anchor = results.get("coderoom local"), results.get(ANCHOR)
-    if ours is None:
-        return ""
-    rows = [
-        f"| target | coderoom local p50 | {ANCHOR} p50 | ratio | target p50 | |",
-        "|---|---|---|---|---|---|",
-    ]
-    for label, key, limit in TARGETS:
-        p50 = percentiles(ours[key])[0]
-        base = percentiles(anchor[key])[0] if anchor else None
-        ratio = f"{p50 / base:.1f}x" if base else "-"
-        rows.append(f"| {label} | {p50:.1f} | {f'{base:.1f}' if base else '-'} | {ratio} | <= {limit:g} ms | "
-                    f"{'met' if p50 <= limit else 'MISSED'} |")  # fmt: skip
-    return "\n".join(rows)
+def target_rows(results: dict[str, dict[str, list[float]]]) -> list[Target]:
+    """Issue 25's targets for coderoom local, each beside the SDK's UnixLocal (no isolation) in
+    the same run, and coderoom docker's start beside the SDK's Docker (no target: an anchor)."""
+    rows = []
+    ours, anchor = results.get("coderoom local"), results.get(ANCHOR, {})
+    if ours is not None:
+        rows += [
+            Target("local session start (create, start, first `true`)", ours["start"], ANCHOR, anchor.get("start", []),
+                   limit_s=0.025),
+            Target("local command (`true` round trip)", ours["exec"], ANCHOR, anchor.get("exec", []), limit_s=0.003),
+        ]  # fmt: skip
+    if "coderoom docker" in results:
+        sdk = results.get("SDK docker", {})
+        rows.append(Target("docker session start (create, start, first `true`)", results["coderoom docker"]["start"],
+                           "SDK docker", sdk.get("start", [])))  # fmt: skip
+    return rows
 
 
 def table(results: dict[str, dict[str, list[float]]]) -> str:
@@ -141,18 +142,14 @@ def table(results: dict[str, dict[str, list[float]]]) -> str:
     return "\n".join(rows)
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n", type=int, default=30, help="sessions per backend")
-    parser.add_argument("--n-python", type=int, default=5, help="pandas steps per backend")
-    parser.add_argument("--only", action="append", default=[], help="measure only backends whose label contains this")
-    parser.add_argument("--write", action="store_true", help=f"update the section in {DOCS}")
-    args = parser.parse_args()
+async def run(only: list[str], n: int, n_python: int,
+              fewer: dict[str, int] | None = None) -> tuple[dict[str, dict[str, list[float]]], list[str]]:
+    """Measure every backend whose label contains a part of `only` (all when empty), `n` sessions
+    each (`fewer` lowers it for a label); the backends that could not run, with why."""
     results: dict[str, dict[str, list[float]]] = {}
     skipped: list[str] = []
-    load_before = os.getloadavg()[0]
     for label, factory in BACKENDS:
-        if args.only and not any(part in label for part in args.only):
+        if only and not any(part in label for part in only):
             continue
         made = factory()
         if made is None:
@@ -161,9 +158,21 @@ async def main() -> None:
         client, options = made
         try:
             await measure(client, options, 2, 1)  # warm-up: imports, caches, first image use
-            results[label] = await measure(client, options, args.n, args.n_python)
+            results[label] = await measure(client, options, (fewer or {}).get(label, n), n_python)
         except Exception as exc:  # report it and measure the others
             skipped.append(f"{label} (failed: {type(exc).__name__}: {str(exc)[:120]})")
+    return results, skipped
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=30, help="sessions per backend")
+    parser.add_argument("--n-python", type=int, default=5, help="pandas steps per backend")
+    parser.add_argument("--only", action="append", default=[], help="measure only backends whose label contains this")
+    parser.add_argument("--write", action="store_true", help=f"update the section in {DOCS}")
+    args = parser.parse_args()
+    load_before = os.getloadavg()[0]
+    results, skipped = await run(args.only, args.n, args.n_python)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     text = (
         f"{SECTION} ({stamp})\n\n"
@@ -182,7 +191,7 @@ async def main() -> None:
         )
         + f"Made by `python benchmarks/sandbox_bench.py --n {args.n} --write`.\n\n"
         + table(results)
-        + ("\n\n" + targets(results) if "coderoom local" in results else "")
+        + ("\n\n" + table_of_targets(target_rows(results)) if target_rows(results) else "")
         + ("\n\nNot measured (unavailable here): " + ", ".join(skipped) if skipped else "")
         + f"\n\nLoad average (1 min) {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end.\n"
     )

@@ -34,6 +34,8 @@ from pathlib import Path
 
 from docs_table import DOCS, machine, write_section
 from proc_stats import descendants, ms, pss_kib
+from targets import Target
+from targets import table as table_of_targets
 
 from coderoom import Session, WarmPool
 from coderoom.sandboxes import SandboxSpec
@@ -142,21 +144,9 @@ async def concurrent_jupyter(jupyter: Jupyter, count: int, cells_each: int) -> l
     return [sample for samples in per_kernel for sample in samples]
 
 
-def _target(label: str, ours: list[float], anchor_label: str, anchor: list[float], limit_s: float | None,
-            ratio_target: float | None = None) -> str:
-    """One row of the targets table: ours beside its anchor, the ratio, and whether it is met."""
-    p50, base = statistics.median(ours), statistics.median(anchor)
-    if limit_s is not None:
-        goal, met = f"<= {limit_s * 1000:.0f} ms", p50 <= limit_s
-    else:
-        assert ratio_target is not None
-        goal, met = f"ratio <= {ratio_target:g}", p50 / base <= ratio_target
-    return (f"| {label} | {p50 * 1000:.0f} | {anchor_label} | {base * 1000:.0f} | {p50 / base:.2f} | {goal} | "
-            f"{'met' if met else 'MISSED'} |")  # fmt: skip
-
-
 async def measure(trials: int, warm_runs: int, sessions: int, concurrent: int, concurrent_runs: int,
-                  think_s: float = 3.0) -> str:
+                  think_s: float = 3.0) -> tuple[str, list[Target]]:
+    """The tables, and issue 25's targets among them."""
     load_before = os.getloadavg()[0]
     work = Path(tempfile.mkdtemp(prefix="coderoom-session-bench-"))
     runs = work / "runs"
@@ -219,6 +209,15 @@ async def measure(trials: int, warm_runs: int, sessions: int, concurrent: int, c
     finally:
         if pool is not None:
             await pool.close()
+    fresh_label = "first cell, fresh Jupyter kernel"
+    targets = [
+        Target("first cell, new session without the pool", cold, fresh_label, fresh, limit_s=FIRST_CELL_TARGET_S),
+        Target(f"the first cell alone, without the pool, {think_s:g} s after the open", thought, fresh_label, fresh,
+               limit_s=FIRST_CELL_TARGET_S),
+        Target("warm cell, session (from the pool)", warm_pooled, "warm cell, Jupyter kernel", warm_jupyter, ratio=1.0),
+        Target(f"warm cell, {concurrent} sessions at once", together, f"warm cell, {concurrent} Jupyter kernels at once",
+               together_jupyter),
+    ]  # fmt: skip
     rows = [
         "| step | runs | p50 ms | p95 ms | p99 ms |",
         "|---|---|---|---|---|",
@@ -245,17 +244,11 @@ async def measure(trials: int, warm_runs: int, sessions: int, concurrent: int, c
         f"(without the pool {statistics.median(warm_cold) / statistics.median(warm_jupyter):.2f}); "
         f"{concurrent} at once, p50 {statistics.median(together) / statistics.median(together_jupyter):.2f}.",
         "",
-        "| target (issue 25) | p50 ms | anchor | anchor p50 ms | ratio | target | |",
-        "|---|---|---|---|---|---|---|",
-        _target("first cell, new session without the pool", cold, "first cell, fresh Jupyter kernel", fresh, FIRST_CELL_TARGET_S),
-        _target(f"the first cell alone, without the pool, {think_s:g} s after the open", thought,
-                "first cell, fresh Jupyter kernel", fresh, FIRST_CELL_TARGET_S),
-        _target("warm cell, session (from the pool)", warm_pooled, "warm cell, Jupyter kernel", warm_jupyter, None,
-                ratio_target=1.0),
+        table_of_targets(targets),
         "",
         f"Load average (1 min) {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end.",
     ]
-    return "\n".join(rows)
+    return "\n".join(rows), targets
 
 
 def main() -> None:
@@ -268,7 +261,7 @@ def main() -> None:
     parser.add_argument("--think", type=float, default=3.0, help="seconds between an open and its first cell (a model thinking)")
     parser.add_argument("--write-docs", action="store_true", help=f"update the section in {DOCS}")
     args = parser.parse_args()
-    text = asyncio.run(measure(args.trials, args.warm_runs, args.sessions, args.concurrent, args.concurrent_runs, args.think))
+    text, _ = asyncio.run(measure(args.trials, args.warm_runs, args.sessions, args.concurrent, args.concurrent_runs, args.think))
     concurrent = args.concurrent
     print(text)
     if args.write_docs:

@@ -35,6 +35,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from docs_table import DOCS, machine, write_section
+from targets import Target
+from targets import table as table_of_targets
 
 import coderoom
 from coderoom.sandboxes.docker.labels import DEFAULT_IMAGE
@@ -46,6 +48,7 @@ HELP_TARGET_S = 0.3
 RUN = ["sandbox", "run", "--sandbox", "local", "--", "true"]
 DOCKER_RUN = ["sandbox", "run", "--sandbox", "docker", "--", "true"]
 DOCKER_TARGET = 1.5  # docker `sandbox run` / bare `docker run`
+LOCAL_TARGET = 0.5  # local `sandbox run` / bare `docker run`
 DOCKER = "docker run --rm --network none IMAGE true"
 FAST_IMPORTS = "import coderoom.cli.sandbox_run, coderoom.sandboxes.oneshot, coderoom.sandboxes.local.sandbox"
 
@@ -130,42 +133,46 @@ def stages(runs: int) -> dict[str, list[float]]:
     return found
 
 
+VARIANTS = ("coderoom (PATH)", "coderoom (entry script)", "python3 -m coderoom")
+
+
+def targets(samples: dict[str, list[float]], variant: str) -> list[Target]:
+    """The start-up targets for one way of starting coderoom, each beside its anchor."""
+    docker = samples.get(DOCKER, [])
+    found = [Target(f"`{variant} sandbox run -- true`", samples[f"{variant} sandbox run -- true"], f"`{DOCKER}`",
+                    docker, ratio=LOCAL_TARGET)]  # fmt: skip
+    if f"{variant} sandbox run --sandbox docker -- true" in samples:
+        found.append(Target(f"`{variant} sandbox run --sandbox docker -- true`",
+                            samples[f"{variant} sandbox run --sandbox docker -- true"], f"`{DOCKER}`", docker,
+                            ratio=DOCKER_TARGET))  # fmt: skip
+    found.append(Target(f"`{variant} --help`", samples[f"{variant} --help"], "`python3 -c pass`",
+                        samples["python3 -c pass"], limit_s=HELP_TARGET_S))  # fmt: skip
+    return found
+
+
 def report(samples: dict[str, list[float]], also: list[Path]) -> str:
     median = {label: statistics.median(values) for label, values in samples.items()}
     rows = ["| command | runs | min ms | median ms | max ms |", "|---|---|---|---|---|"]
     for label, values in samples.items():
         rows.append(f"| `{label}` | {len(values)} | {min(values) * 1000:.0f} | {median[label] * 1000:.0f} | "
                     f"{max(values) * 1000:.0f} |")  # fmt: skip
-    base = median["python3 -c pass"]
-    docker = median.get(DOCKER)
-    lines = ["", "| ratio of medians | value | target |", "|---|---|---|"]
-    for label in samples:
-        if label.endswith("sandbox run -- true") and not any(f"({src})" in label for src in also):
-            variant = label.removesuffix(" sandbox run -- true")
-            if docker is not None:
-                ratio = median[label] / docker
-                lines.append(f"| {variant} sandbox run / docker run | {ratio:.2f} | < 0.5 {'met' if ratio < 0.5 else 'MISSED'} |")
-            lines.append(f"| {variant} sandbox run / python3 -c pass | {median[label] / base:.2f} | |")
-        elif label.endswith("sandbox run --sandbox docker -- true") and docker is not None:
-            ratio = median[label] / docker
-            variant = label.removesuffix(" sandbox run --sandbox docker -- true")
-            met = "met" if ratio < DOCKER_TARGET else "MISSED"
-            lines.append(f"| {variant} sandbox run --sandbox docker / docker run | {ratio:.2f} | < {DOCKER_TARGET} {met} |")
-        elif label.endswith("--help"):
-            variant = label.removesuffix(" --help")
-            met = "met" if median[label] <= HELP_TARGET_S else "MISSED"
-            lines.append(f"| {variant} --help / python3 -c pass | {median[label] / base:.2f} | "
-                         f"median <= {HELP_TARGET_S * 1000:.0f} ms {met} |")  # fmt: skip
+    present = [variant for variant in VARIANTS if f"{variant} --help" in samples]
+    lines = ["", table_of_targets([target for variant in present for target in targets(samples, variant)])]
+    lines += ["", "| ratio of medians | value |", "|---|---|"]
+    for variant in present:
+        lines.append(f"| {variant} sandbox run / python3 -c pass | "
+                     f"{median[f'{variant} sandbox run -- true'] / median['python3 -c pass']:.2f} |")  # fmt: skip
     now = median["python3 -m coderoom sandbox run -- true"]
+    docker = median.get(DOCKER)
     for src in also:
         before = median[f"python3 -m coderoom ({src}) sandbox run -- true"]
-        lines.append(f"| python3 -m coderoom sandbox run, this code / {src} | {now / before:.2f} | |")
+        lines.append(f"| python3 -m coderoom sandbox run, this code / {src} | {now / before:.2f} |")
         for what, command in (("sandbox run --sandbox docker", " sandbox run --sandbox docker -- true"), ("--help", " --help")):
             if f"python3 -m coderoom ({src}){command}" in median:
                 ratio = median[f"python3 -m coderoom{command}"] / median[f"python3 -m coderoom ({src}){command}"]
-                lines.append(f"| python3 -m coderoom {what}, this code / {src} | {ratio:.2f} | |")
+                lines.append(f"| python3 -m coderoom {what}, this code / {src} | {ratio:.2f} |")
         if docker is not None:
-            lines.append(f"| python3 -m coderoom ({src}) sandbox run / docker run | {before / docker:.2f} | |")
+            lines.append(f"| python3 -m coderoom ({src}) sandbox run / docker run | {before / docker:.2f} |")
     return "\n".join(rows + lines)
 
 
@@ -178,6 +185,13 @@ def stage_report(found: dict[str, list[float]]) -> str:
     return "\n".join(rows)
 
 
+def byte_compile(also: list[Path]) -> None:
+    """As pip does on install: an editable install under PYTHONDONTWRITEBYTECODE would otherwise
+    compile every module in every process."""
+    for package in [Path(coderoom.__file__).parent, *(src / "coderoom" for src in also)]:
+        compileall.compile_dir(package, quiet=1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20, help="runs of each command")
@@ -185,8 +199,7 @@ def main() -> None:
     parser.add_argument("--write-docs", action="store_true", help=f"update the section in {DOCS}")
     args = parser.parse_args()
     also = [src.resolve() for src in args.also]
-    for package in [Path(coderoom.__file__).parent, *(src / "coderoom" for src in also)]:
-        compileall.compile_dir(package, quiet=1)
+    byte_compile(also)
     load_before = os.getloadavg()[0]
     text = report(measure(args.runs, also), also) + "\n\n" + stage_report(stages(args.runs))
     text += f"\n\nLoad average (1 min) {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end."
