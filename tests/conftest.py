@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from backends import BACKENDS, fake_without_bubblewrap, require_backend
-from ray_cluster import joined_cluster
+from ray_cluster import Head, SharedHead, joined_cluster, require_ray
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
@@ -39,6 +39,35 @@ def ray_sessions_cluster(request: pytest.FixtureRequest) -> Iterator[tuple[Any, 
     workers, cpus = getattr(request.module, "RAY_NODES", 3), getattr(request.module, "RAY_NODE_CPUS", 1)
     with joined_cluster(workers=workers, cpus=cpus) as (started, nodes):
         yield started, nodes
+
+
+SHARED_HEAD = SharedHead()
+_LAST_ON_SHARED_HEAD: list[pytest.Item] = []
+
+
+@pytest.fixture(scope="session")
+def shared_ray_head() -> Iterator[Head]:
+    """A real Ray head (`ray start --head` on 127.0.0.1, two CPUs, local sandboxes on its node)
+    shared by the modules that send it work (`ray_cluster.SharedHead`); a test that changes what
+    the head's processes inherit (their environment) or loses a node starts its own instead."""
+    require_ray()
+    require_backend("local")
+    try:
+        yield SHARED_HEAD.start()
+    finally:
+        SHARED_HEAD.stop()
+
+
+@pytest.hookimpl(trylast=True)  # after -k / -m deselected theirs
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    users = [item for item in items if "shared_ray_head" in getattr(item, "fixturenames", ())]
+    _LAST_ON_SHARED_HEAD[:] = users[-1:]
+
+
+@pytest.hookimpl(trylast=True)  # after the test's own fixtures (a module's joined driver) are torn down
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    if item in _LAST_ON_SHARED_HEAD:
+        SHARED_HEAD.stop()
 
 
 @pytest.fixture

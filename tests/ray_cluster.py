@@ -6,6 +6,11 @@ fails instead, so CI never skips these tests silently.
 Ray 2.60 turns a loopback node address into the machine's network address (so that other
 machines could join) and then listens on every interface; RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
 keeps the node's address 127.0.0.1 and every Ray server on it (`LOOPBACK_ENV`).
+
+A lost node is noticed by Ray's own health checks (the GCS asking each raylet); Ray's defaults
+(every 3 s, dead after 5 failures) made each node-loss test wait about 13 s for that; these
+clusters check every second and call a node dead after 3 failures (`HEALTH_CHECK_ENV`, Ray's own
+settings: what a node loss does is unchanged, only how soon it is seen, about 4 s).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +35,7 @@ import pytest
 
 NODE_ID = re.compile(r"Setting node ID node_id=([0-9a-f]{56})")
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+HEALTH_CHECK_ENV = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3"}
 START_DEADLINE_S = 180  # Ray starts slowly on 2 busy cores
 # the `ray` command of this Python (a venv with system site-packages has no `ray` script of its own)
 RAY = [sys.executable, "-c", "import sys; from ray.scripts.scripts import main; sys.argv[0] = 'ray'; sys.exit(main())"]
@@ -78,7 +84,7 @@ def ray_head(num_cpus: int = 2) -> Iterator[Head]:
     process = subprocess.Popen(
         [*RAY, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--disable-usage-stats",
          f"--num-cpus={num_cpus}", "--include-dashboard=false", f"--temp-dir={temp_dir}", "--block"],
-        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **LOOPBACK_ENV}, start_new_session=True,
+        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **LOOPBACK_ENV, **HEALTH_CHECK_ENV}, start_new_session=True,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + START_DEADLINE_S
@@ -93,6 +99,28 @@ def ray_head(num_cpus: int = 2) -> Iterator[Head]:
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
+class SharedHead:
+    """One `ray_head` of two CPUs for the test modules that only send work to a head and read what
+    it did there (`shared_ray_head`, tests/conftest.py): a head took 13-15 s to start and stop on
+    2 busy cores, once per module or test before. Started by the first test that asks for it,
+    stopped (`stop`, by its PID as `ray_head` stops it) after the last one, not idling on."""
+
+    def __init__(self) -> None:
+        self._running: ExitStack | None = None
+        self._head: Head | None = None
+
+    def start(self) -> Head:
+        if self._head is None:
+            self._running = ExitStack()
+            self._head = self._running.enter_context(ray_head(num_cpus=2))
+        return self._head
+
+    def stop(self) -> None:
+        running, self._running, self._head = self._running, None, None
+        if running is not None:
+            running.close()
+
+
 @contextmanager
 def multi_node_cluster(workers: int = 2, cpus: int = 1) -> Iterator[tuple[Any, list[Any]]]:
     """Ray's own one-machine multi-node cluster (`ray.cluster_utils.Cluster`): a head that runs
@@ -102,6 +130,8 @@ def multi_node_cluster(workers: int = 2, cpus: int = 1) -> Iterator[tuple[Any, l
     require_ray()
     with pytest.MonkeyPatch.context() as patch:
         for name, value in LOOPBACK_ENV.items():  # before Ray is imported: its servers on 127.0.0.1 only
+            patch.setenv(name, value)
+        for name, value in HEALTH_CHECK_ENV.items():  # read by the cluster's processes as they start
             patch.setenv(name, value)
         from ray._private import ray_constants
         from ray.cluster_utils import Cluster

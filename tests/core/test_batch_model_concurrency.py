@@ -3,7 +3,8 @@ requests are in flight across the batch, on this machine and on a Ray cluster (o
 the budget every node's jobs lease from), so a provider's rate limit is not tripped.
 
 Real parts: local sandboxes, a loopback OpenAI-compatible server that holds each request a
-while and records the most in flight at once, and a real Ray head on 127.0.0.1.
+while and records the most in flight at once, and a real Ray head on 127.0.0.1 (`shared_ray_head`
+in tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pytest
 
 from backends import require_backend
 from openai_server import OpenAIServer, say, server_environ
-from ray_cluster import ray_head, require_ray
+from ray_cluster import Head
 from test_batch import COMMAND, ends, ledger
 
 HOLD_S = 2.0  # each model request, so that concurrent ones overlap
@@ -65,10 +66,10 @@ def test_a_batch_of_parallel_jobs_keeps_one_model_request_in_flight_with_model_c
     assert server.peak > 1
 
 
-def test_on_a_ray_cluster_the_bound_holds_across_every_job(tmp_path: Path) -> None:
-    require_ray()
-    with ray_head(num_cpus=JOBS) as head, OpenAIServer([say("hello")] * JOBS, hold=HOLD_S) as server:
-        out, done = batch(tmp_path, server, "--model-concurrency", "1", "--ray", head.address)
+def test_on_a_ray_cluster_the_bound_holds_across_every_job(shared_ray_head: Head, tmp_path: Path) -> None:
+    """The shared head has two CPUs: two of the four jobs run at once there, each asking the model."""
+    with OpenAIServer([say("hello")] * JOBS, hold=HOLD_S) as server:
+        out, done = batch(tmp_path, server, "--model-concurrency", "1", "--ray", shared_ray_head.address)
     answered_every_job(out, server, done)
     assert {line["host"] for line in ends(ledger(out)).values()} == {"127.0.0.1"}
     assert server.peak == 1

@@ -1,7 +1,8 @@
-"""`coderoom batch --ray`: on a real Ray head (`ray start --head` on 127.0.0.1, one for the
-module, stopped by its PID), each job runs on the cluster's node and comes back as the run
-folder a local run writes, batch.jsonl naming the node; a killed driver's batch goes on with
-`--resume`; no cluster, or no Ray, is one line and exit 2 before anything is written.
+"""`coderoom batch --ray`: on a real Ray head (`ray start --head` on 127.0.0.1, two CPUs,
+`shared_ray_head` in tests/conftest.py, stopped by its PID), each job runs on the cluster's node
+and comes back as the run folder a local run writes, batch.jsonl naming the node; a killed
+driver's batch goes on with `--resume`; no cluster, or no Ray, is one line and exit 2 before
+anything is written.
 
 The runs are real: local sandboxes on the node, the offline analyst (no model server), and the
 README's example job (examples/building_energy).
@@ -14,14 +15,12 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from backends import require_backend
 from coderoom.record import read_record
-from ray_cluster import Head, free_port, has_descendant, ray_head, require_ray
+from ray_cluster import Head, free_port, has_descendant, require_ray
 from test_batch import COMMAND, JOB_TOML, coderoom, ends, env, hourly_csv, job_folder, ledger
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "building_energy"
@@ -29,11 +28,8 @@ RUN_FOLDER = {"run.jsonl", "workspace.tar", "output"}
 
 
 @pytest.fixture(scope="module")
-def head() -> Iterator[Head]:
-    require_ray()
-    require_backend("local")
-    with ray_head(num_cpus=2) as started:
-        yield started
+def head(shared_ray_head: Head) -> Head:
+    return shared_ray_head
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,10 @@
-"""Ray batch pass (2026-12-06), on a real head (`ray start --head` on 127.0.0.1, stopped by its
-PID, `tests/ray_cluster.py`): the driver's secrets and what listens. The driver is started with
-canary values in a model variable (OPENAI_API_KEY, which `--ray` sends to the nodes for the
-model) and in unrelated secret-like variables (which it must not send); while a job runs in its
-sandbox on the node, the sandbox's processes and the Ray worker running the job are read from
-/proc, and afterwards the run folders, batch.jsonl and everything Ray wrote under its temp dir
-(its logs, sessions, spilled objects) are searched for each canary.
+"""Ray batch pass (2026-12-06), on a real head (`ray start --head` on 127.0.0.1, stopped by its PID:
+`shared_ray_head` in tests/conftest.py): the driver's secrets and what listens. The driver is
+started with canary values in a model variable (OPENAI_API_KEY, which `--ray` sends to the nodes
+for the model) and in unrelated secret-like variables (which it must not send); while a job runs
+in its sandbox on the node, the sandbox's processes and the Ray worker running the job are read
+from /proc, and afterwards the run folders, batch.jsonl and everything Ray wrote under its temp
+dir (its logs, sessions, spilled objects) are searched for each canary.
 """
 
 from __future__ import annotations
@@ -20,10 +20,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
 
-from backends import require_backend  # noqa: E402
-from ray_cluster import descendants, ray_head, require_ray  # noqa: E402
+from ray_cluster import Head, descendants  # noqa: E402
 from test_batch import COMMAND, JOB_TOML, env, ends, ledger  # noqa: E402
 from test_batch_node_loss import minutely_csv  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def head(shared_ray_head: Head) -> Head:
+    return shared_ray_head
 
 
 def _environ(pid: int) -> bytes:
@@ -69,9 +73,7 @@ def _files_holding(root: Path, needle: bytes) -> list[str]:
     return found
 
 
-def test_driver_secrets_reach_no_sandbox_record_or_ray_log_and_the_driver_listens_on_loopback_only(tmp_path: Path) -> None:
-    require_ray()
-    require_backend("local")
+def test_driver_secrets_reach_no_sandbox_record_or_ray_log_and_the_driver_listens_on_loopback_only(head: Head, tmp_path: Path) -> None:
     key, unrelated = f"CANARY-{secrets.token_hex(8)}", f"CANARY-{secrets.token_hex(8)}"
     (tmp_path / "e.csv").write_text(minutely_csv(days=14))
     (tmp_path / "shared.toml").write_text(JOB_TOML)
@@ -79,42 +81,41 @@ def test_driver_secrets_reach_no_sandbox_record_or_ray_log_and_the_driver_listen
     out = tmp_path / "out"
     driver_env = {**env(), "OPENAI_API_KEY": key, "AWS_SECRET_ACCESS_KEY": unrelated, "GITHUB_TOKEN": unrelated,
                   "CODEROOM_ATTACK_CANARY": unrelated}  # fmt: skip
-    with ray_head(num_cpus=2) as head:
-        driver = subprocess.Popen(
-            [*COMMAND, "batch", str(tmp_path / "jobs.jsonl"), "--job-file", str(tmp_path / "shared.toml"),
-             "--out", str(out), "--ray", head.address],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=driver_env,
-        )  # fmt: skip
-        sandbox_env, worker_env, driver_listens = b"", b"", set()
-        try:
-            deadline = time.monotonic() + 240
-            while driver.poll() is None:
-                assert time.monotonic() < deadline, "the batch did not end"
-                driver_listens |= _listening(driver.pid)
-                under = descendants(head.pid)
-                bwraps = [pid for pid, name in under.items() if name == "bwrap"]
-                for pid in under:
-                    if pid in bwraps or any(pid in descendants(b) for b in bwraps):
-                        sandbox_env += _environ(pid)
-                    else:
-                        worker_env += _environ(pid)
-                time.sleep(0.2)
-            stdout, stderr = driver.communicate(timeout=60)
-        finally:
-            if driver.poll() is None:
-                driver.kill()
-                driver.wait(timeout=30)
-        assert driver.returncode == 0, stderr.decode()
-        assert ends(ledger(out))["a"]["status"] == "ok"
-        assert sandbox_env, "no sandbox process was seen on the node"
-        ray_files = [head.temp_dir]
-        for canary in (key, unrelated):
-            needle = canary.encode()
-            assert needle not in sandbox_env, f"{canary} reached the sandbox"
-            assert _files_holding(out, needle) == [], f"{canary} reached a record"
-            assert _files_holding(ray_files[0], needle) == [], f"{canary} reached Ray's files"
-            assert needle not in stdout + stderr
-        assert unrelated.encode() not in worker_env  # the driver's other secrets stay on the driver
+    driver = subprocess.Popen(
+        [*COMMAND, "batch", str(tmp_path / "jobs.jsonl"), "--job-file", str(tmp_path / "shared.toml"),
+         "--out", str(out), "--ray", head.address],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=driver_env,
+    )  # fmt: skip
+    sandbox_env, worker_env, driver_listens = b"", b"", set()
+    try:
+        deadline = time.monotonic() + 240
+        while driver.poll() is None:
+            assert time.monotonic() < deadline, "the batch did not end"
+            driver_listens |= _listening(driver.pid)
+            under = descendants(head.pid)
+            bwraps = [pid for pid, name in under.items() if name == "bwrap"]
+            for pid in under:
+                if pid in bwraps or any(pid in descendants(b) for b in bwraps):
+                    sandbox_env += _environ(pid)
+                else:
+                    worker_env += _environ(pid)
+            time.sleep(0.2)
+        stdout, stderr = driver.communicate(timeout=60)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait(timeout=30)
+    assert driver.returncode == 0, stderr.decode()
+    assert ends(ledger(out))["a"]["status"] == "ok"
+    assert sandbox_env, "no sandbox process was seen on the node"
+    ray_files = [head.temp_dir]
+    for canary in (key, unrelated):
+        needle = canary.encode()
+        assert needle not in sandbox_env, f"{canary} reached the sandbox"
+        assert _files_holding(out, needle) == [], f"{canary} reached a record"
+        assert _files_holding(ray_files[0], needle) == [], f"{canary} reached Ray's files"
+        assert needle not in stdout + stderr
+    assert unrelated.encode() not in worker_env  # the driver's other secrets stay on the driver
     assert driver_listens, "the driver was never seen listening (Ray's core worker does)"
     assert driver_listens <= LOOPBACK, driver_listens
 
@@ -132,47 +133,41 @@ print("SEEN" if os.path.exists(temp) or glob.glob("/tmp/cr-ray-*") or glob.glob(
 """
 
 
-def test_a_sandbox_cannot_reach_the_ray_head_it_runs_beside(tmp_path: Path) -> None:
+def test_a_sandbox_cannot_reach_the_ray_head_it_runs_beside(head: Head, tmp_path: Path) -> None:
     """Code in a job's sandbox on a node would own the cluster if it reached Ray's GCS port or
     its sockets (Ray runs what anyone who reaches it submits): neither is in its namespaces."""
-    require_ray()
-    require_backend("local")
-    with ray_head(num_cpus=1) as head:
-        port = head.address.rpartition(":")[2]
-        done = subprocess.run(
-            [*COMMAND, "sandbox", "run", "--", "python3", "-c", PROBE, port, str(head.temp_dir)],
-            capture_output=True, text=True, env=env(), timeout=300,
-        )  # fmt: skip
+    port = head.address.rpartition(":")[2]
+    done = subprocess.run(
+        [*COMMAND, "sandbox", "run", "--", "python3", "-c", PROBE, port, str(head.temp_dir)],
+        capture_output=True, text=True, env=env(), timeout=300,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert [line.split()[0] for line in lines] == ["refused", "refused", "unseen"], done.stdout
 
 
-def test_a_driver_killed_outright_leaves_no_sandbox_running_on_the_node(tmp_path: Path) -> None:
+def test_a_driver_killed_outright_leaves_no_sandbox_running_on_the_node(head: Head, tmp_path: Path) -> None:
     """SIGKILL gives the driver no chance to cancel: Ray ends a dead driver's workers, and each
     sandbox dies with its worker (bwrap --die-with-parent)."""
-    require_ray()
-    require_backend("local")
     (tmp_path / "e.csv").write_text(minutely_csv(days=28))
     (tmp_path / "shared.toml").write_text(JOB_TOML)
     (tmp_path / "jobs.jsonl").write_text('{"name": "a"}\n')
-    with ray_head(num_cpus=2) as head:
-        driver = subprocess.Popen(
-            [*COMMAND, "batch", str(tmp_path / "jobs.jsonl"), "--job-file", str(tmp_path / "shared.toml"),
-             "--out", str(tmp_path / "out"), "--ray", head.address],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env(),
-        )  # fmt: skip
-        try:
-            deadline = time.monotonic() + 180
-            while "bwrap" not in descendants(head.pid).values():
-                assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
-                time.sleep(0.05)
+    driver = subprocess.Popen(
+        [*COMMAND, "batch", str(tmp_path / "jobs.jsonl"), "--job-file", str(tmp_path / "shared.toml"),
+         "--out", str(tmp_path / "out"), "--ray", head.address],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env(),
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        while "bwrap" not in descendants(head.pid).values():
+            assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
+            time.sleep(0.05)
+        driver.kill()
+        driver.wait(timeout=30)
+    finally:
+        if driver.poll() is None:
             driver.kill()
-            driver.wait(timeout=30)
-        finally:
-            if driver.poll() is None:
-                driver.kill()
-        deadline = time.monotonic() + 120
-        while "bwrap" in descendants(head.pid).values():
-            assert time.monotonic() < deadline, "a sandbox outlived its killed driver on the node"
-            time.sleep(0.2)
+    deadline = time.monotonic() + 120
+    while "bwrap" in descendants(head.pid).values():
+        assert time.monotonic() < deadline, "a sandbox outlived its killed driver on the node"
+        time.sleep(0.2)

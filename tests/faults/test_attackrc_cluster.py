@@ -1,8 +1,9 @@
 """Attack pass R-D on `run_job` under `mcp --ray`, on a real Ray head (`ray start --head` on
-127.0.0.1, stopped by its PID): the node that runs the job is the attacker, its task replaced by
-a stand-in (`jobs._task`, as tests/mcp/test_mcp_ray_run_job.py does) that lies in its result,
-reports under keys not its own, or finishes while its caller is being cancelled; and a client
-passes the limits only the server's operator may choose."""
+127.0.0.1, `shared_ray_head` in tests/conftest.py, stopped by its PID): the node that runs the
+job is the attacker, its task replaced by a stand-in (`jobs._task`, as
+tests/mcp/test_mcp_ray_run_job.py does) that lies in its result, reports under keys not its own,
+or finishes while its caller is being cancelled; and a client passes the limits only the
+server's operator may choose."""
 
 from __future__ import annotations
 
@@ -20,27 +21,23 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from backends import require_backend
 from openai_server import OpenAIServer, server_environ
-from ray_cluster import Head, ray_head, require_ray
+from ray_cluster import Head
 
 
 @pytest.fixture(scope="module")
-def joined() -> Iterator[Head]:
-    """A head of its own, this process joined to it as `coderoom mcp --ray` joins it."""
-    require_ray()
-    require_backend("local")
-    with ray_head(num_cpus=2) as head:
-        from coderoom.cluster.connect import connect
+def joined(shared_ray_head: Head) -> Iterator[Head]:
+    """The shared head (tests/conftest.py), this process joined to it as `coderoom mcp --ray` joins it."""
+    from coderoom.cluster.connect import connect
 
-        connect(head.address)
-        import ray
+    connect(shared_ray_head.address)
+    import ray
 
-        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the stand-ins run on the node
-        try:
-            yield head
-        finally:
-            ray.shutdown()
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the stand-ins run on the node
+    try:
+        yield shared_ray_head
+    finally:
+        ray.shutdown()
 
 
 @pytest.fixture(scope="module")

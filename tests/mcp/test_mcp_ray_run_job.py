@@ -1,5 +1,5 @@
 """`run_job` under `coderoom mcp --ray`: on a real Ray head (`ray start --head` on 127.0.0.1,
-stopped by its PID) the run goes to the cluster as one job of `batch --ray` does: the answer and
+`shared_ray_head` in tests/conftest.py, stopped by its PID) the run goes to the cluster as one job of `batch --ray` does: the answer and
 the run folder come back here, the answer names the node, the streamed reply's progress reaches
 the MCP client as it does for a run on the server's machine, a run folder a hostile node sends
 goes through the exit policy, and a client that drops its call leaves nothing running on the node.
@@ -25,23 +25,19 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from backends import require_backend
 from coderoom.cluster import node_folders
 from coderoom.hostile.exits import LEFT_OUT_NOTE
 from coderoom.record import read_record
 from openai_server import OpenAIServer, Trickle, call, say, server_environ
-from ray_cluster import Head, has_descendant, ray_head, require_ray
+from ray_cluster import Head, has_descendant
 
 WORDS = " ".join(f"word{n}" for n in range(12))
 STOPPED_WITHIN_S = 60
 
 
 @pytest.fixture(scope="module")
-def head() -> Iterator[Head]:
-    require_ray()
-    require_backend("local")
-    with ray_head(num_cpus=2) as started:
-        yield started
+def head(shared_ray_head: Head) -> Head:
+    return shared_ray_head
 
 
 @pytest.fixture(scope="module")
