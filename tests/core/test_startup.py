@@ -81,8 +81,12 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (["sandbox", "run", "--memory", "lots", "--", "true"], 2),  # a usage error
         (["run", "--no-such-flag"], 2),
         (["export", "/nonexistent-run"], 2),
+        # a bad limit of a command that does run an agent: refused before the SDK loads
+        (["run", "--model", "offline", "--limit", "memory=1", "hello"], 2),
+        (["batch", ".", "--out", "out", "--limit", "memory=1"], 2),
+        (["mcp", "--limit", "memory=1"], 2),
     ],
-    ids=["help", "sandbox-run", "bad-limit", "bad-flag", "export-missing-run"],
+    ids=["help", "sandbox-run", "bad-limit", "bad-flag", "export-missing-run", "run-bad-limit", "batch-bad-limit", "mcp-bad-limit"],
 )
 def test_commands_that_need_no_agent_do_not_import_the_sdk(args: list[str], exit_code: int, tmp_path: Path) -> None:
     code, modules = sdk_modules(*args, cwd=tmp_path)

@@ -60,7 +60,6 @@ def batch(
     import asyncio
 
     from ..batch.manifest import batch_entries
-    from ..batch.runner import JobRunner, check_models, here, plan_batch, run_batch
     from ..interrupts import Interrupted, exit_now, raising_on_signals, run_interruptible
     from .batch_progress import BatchProgress, failure_lines, summary_table
 
@@ -78,6 +77,9 @@ def batch(
                 ))  # fmt: skip
                 for entry in batch_entries(jobs, job_file)
             ]
+            # the runner (the Agents SDK among its imports) only once the flags and jobs are known good
+            from ..batch.runner import JobRunner, check_models, here, plan_batch, run_batch
+
             plan = plan_batch(entries, out, resume=resume)
             if ray is None:
                 for spec in {entry.job.sandbox.backend: entry.job.sandbox for entry in plan.to_run}.values():

@@ -71,15 +71,7 @@ def mcp(
     from ..interrupts import Interrupted, exit_now, raising_on_signals, run_interruptible
 
     with raising_on_signals(), reported():
-        from ..mcp_server.policy import ReadPolicy
-        from ..mcp_server.presence import Presence
-        from ..mcp_server.serve import serve_http, serve_stdio
-        from ..mcp_server.tools import ServerSettings, build_server
-        from ..models import resolve_model
         from ..sandboxes.spec import SandboxSpec
-        from ..service import SessionManager
-        from ..serving.backends import prepare_backends
-        from ..serving.guard import new_token
 
         backend = sandbox or default_backend_name()
         if backend not in backend_names():
@@ -95,6 +87,16 @@ def mcp(
             raise UsageError(reason)
         if http:
             check_bind(host, allow_remote)
+        # the server's own modules (the Agents SDK among them) only once the flags are known good
+        from ..mcp_server.policy import ReadPolicy
+        from ..mcp_server.presence import Presence
+        from ..mcp_server.serve import serve_http, serve_stdio
+        from ..mcp_server.tools import ServerSettings, build_server
+        from ..models import resolve_model
+        from ..service import SessionManager
+        from ..serving.backends import prepare_backends
+        from ..serving.guard import new_token
+
         asyncio.run(resolve_model(model, environ=dict(os.environ)).aclose())  # a bad spec: exit 2 now
         with ReadPolicy(allow_read) as policy:  # the roots stay open until the server stops (SVC-M1)
             sock = bind(host, port, allow_remote) if http else None  # a taken port: exit 2, before any session

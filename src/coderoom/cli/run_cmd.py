@@ -99,9 +99,6 @@ def run(
     import asyncio
 
     from ..interrupts import Interrupted, exit_now, raising_on_signals, run_interruptible
-    from .progress import Progress
-    from ..models import resolve_model
-    from ..run import new_run_dir, run_job
 
     run_dir: Path | None = None
     with raising_on_signals(), reported():
@@ -117,6 +114,11 @@ def run(
             prepare_backend(
                 job.sandbox, lambda line: console.print(Text.assemble((f"{job.sandbox.backend}:", "dim"), " ", safe(line)))
             )
+            # the run's own modules (the Agents SDK among them) only once the job and flags are known good
+            from ..models import resolve_model
+            from ..run import new_run_dir, run_job
+            from .progress import Progress
+
             resolved = resolve_model(job.model or None, environ=dict(os.environ))  # exit 2, no run folder yet
             run_dir = out_dir or new_run_dir(job)
             progress = Progress(console)
