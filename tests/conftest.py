@@ -3,6 +3,7 @@ what is not the sandbox (sessions, the page, export, MCP) may run on the fake ba
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 
 from backends import BACKENDS, fake_without_bubblewrap, require_backend
-from ray_cluster import Head, SharedHead, joined_cluster, require_ray
+from ray_cluster import Head, Kept, joined, multi_node_cluster, nodes_intact, ray_head, require_ray
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
@@ -28,46 +29,75 @@ def shared_dir() -> Path:
     return SHARED
 
 
+KEPT = {"shared_ray_head": Kept(), "ray_sessions_cluster": Kept()}
+KEEP_BETWEEN = 2  # modules between two users of a cluster that it is kept through (`Kept`)
+_STOP_AFTER: dict[pytest.Item, list[str]] = {}
+
+
 @pytest.fixture(scope="module")
 def ray_sessions_cluster(request: pytest.FixtureRequest) -> Iterator[tuple[Any, list[Any]]]:
     """For the tests of live sessions on Ray: Ray's one-machine multi-node cluster, a head with
     no CPUs and the module's RAY_NODES nodes (3 unless it says) of RAY_NODE_CPUS CPUs (1 unless
     it says: each session, cpus = 1, then takes a node of its own); joined by this process as
-    `serve --ray` joins it (`ray_cluster.joined_cluster`); (the started head, the nodes).
-    Sandboxes are real (local backend)."""
+    `serve --ray` joins it (`ray_cluster.joined`); (the started head, the nodes).
+    Sandboxes are real (local backend). A module asking for the same cluster (nodes, CPUs and the
+    TMPDIR its nodes inherit) soon after gets it again if it still has its nodes (`ray_cluster.Kept`)."""
     require_backend("local")
     workers, cpus = getattr(request.module, "RAY_NODES", 3), getattr(request.module, "RAY_NODE_CPUS", 1)
-    with joined_cluster(workers=workers, cpus=cpus) as (started, nodes):
-        yield started, nodes
+    started, nodes = KEPT["ray_sessions_cluster"].get(
+        (workers, cpus, os.environ.get("TMPDIR")), lambda: multi_node_cluster(workers=workers, cpus=cpus),
+        lambda kept: nodes_intact(*kept),
+    )
+    with joined(started.address):
+        yield started, list(nodes)  # a module's own list: one that adds a node changes only its own
 
 
-SHARED_HEAD = SharedHead()
-_LAST_ON_SHARED_HEAD: list[pytest.Item] = []
+@pytest.fixture(scope="module")
+def ray_pool_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, list[Any]]]:
+    """`ray_sessions_cluster` for the warm-pool tests: its nodes' TMPDIR (where each actor makes
+    its own folder) is the module's own, set before the cluster starts, so what the actors leave
+    there is theirs alone."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TMPDIR", str(tmp_path_factory.mktemp("nodes-tmp")))
+        yield request.getfixturevalue("ray_sessions_cluster")
 
 
 @pytest.fixture(scope="session")
-def shared_ray_head() -> Iterator[Head]:
+def shared_ray_head() -> Head:
     """A real Ray head (`ray start --head` on 127.0.0.1, two CPUs, local sandboxes on its node)
-    shared by the modules that send it work (`ray_cluster.SharedHead`); a test that changes what
-    the head's processes inherit (their environment) or loses a node starts its own instead."""
+    shared by the modules that send it work (`ray_cluster.Kept`); a test that changes what the
+    head's processes inherit (their environment) or loses a node starts its own instead."""
     require_ray()
     require_backend("local")
-    try:
-        yield SHARED_HEAD.start()
-    finally:
-        SHARED_HEAD.stop()
+    return KEPT["shared_ray_head"].get("head", lambda: ray_head(num_cpus=2), lambda head: True)
 
 
 @pytest.hookimpl(trylast=True)  # after -k / -m deselected theirs
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    users = [item for item in items if "shared_ray_head" in getattr(item, "fixturenames", ())]
-    _LAST_ON_SHARED_HEAD[:] = users[-1:]
+    """Where each kept cluster stops: after the last test of a module whose next user is more than
+    KEEP_BETWEEN modules further on (or that has none)."""
+    _STOP_AFTER.clear()
+    functions = [item for item in items if isinstance(item, pytest.Function)]
+    modules = list(dict.fromkeys(item.module for item in functions))
+    last = {item.module: item for item in functions}
+    for name in KEPT:
+        users = {item.module for item in functions if name in item.fixturenames}
+        using = [at for at, module in enumerate(modules) if module in users]
+        for this, after in zip(using, [*using[1:], None]):
+            if after is None or after - this > KEEP_BETWEEN + 1:
+                _STOP_AFTER.setdefault(last[modules[this]], []).append(name)
 
 
-@pytest.hookimpl(trylast=True)  # after the test's own fixtures (a module's joined driver) are torn down
+@pytest.hookimpl(trylast=True)  # after the module's own fixtures (its joined driver) are torn down
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    if item in _LAST_ON_SHARED_HEAD:
-        SHARED_HEAD.stop()
+    for name in _STOP_AFTER.get(item, []):
+        KEPT[name].stop()
+
+
+def pytest_sessionfinish() -> None:
+    """Whatever is still kept (a run stopped early by -x): stopped by its PID."""
+    for kept in KEPT.values():
+        kept.stop()
 
 
 @pytest.fixture

@@ -25,8 +25,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager, suppress
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,26 +99,44 @@ def ray_head(num_cpus: int = 2) -> Iterator[Head]:
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-class SharedHead:
-    """One `ray_head` of two CPUs for the test modules that only send work to a head and read what
-    it did there (`shared_ray_head`, tests/conftest.py): a head took 13-15 s to start and stop on
-    2 busy cores, once per module or test before. Started by the first test that asks for it,
-    stopped (`stop`, by its PID as `ray_head` stops it) after the last one, not idling on."""
+class Kept:
+    """A Ray cluster (a context manager's value) kept from one test module to the next that asks
+    for the same one (its `key`), rather than started and stopped for each: a head took 13-15 s to
+    start and stop on 2 busy cores, a multi-node cluster 17-20 s. Another key stops the kept one
+    first (never two of a kind at once), as does `stop`, which tests/conftest.py calls after a
+    module whose next user is more than KEEP_BETWEEN modules on (tests/conftest.py): a cluster does
+    not idle through the rest of the suite. Each module joins and leaves it on its own."""
 
     def __init__(self) -> None:
         self._running: ExitStack | None = None
-        self._head: Head | None = None
+        self._key: object = None
+        self._value: Any = None
 
-    def start(self) -> Head:
-        if self._head is None:
-            self._running = ExitStack()
-            self._head = self._running.enter_context(ray_head(num_cpus=2))
-        return self._head
+    def get(self, key: object, start: Callable[[], AbstractContextManager[Any]], intact: Callable[[Any], bool]) -> Any:
+        """The kept value if it has this key and is still `intact`, else `start()`'s."""
+        if self._running is not None and self._key == key and intact(self._value):
+            return self._value
+        self.stop()
+        running = ExitStack()
+        self._value, self._key, self._running = running.enter_context(start()), key, running
+        return self._value
 
     def stop(self) -> None:
-        running, self._running, self._head = self._running, None, None
+        running, self._running, self._value = self._running, None, None
         if running is not None:
             running.close()
+
+
+def running(node: Any) -> bool:
+    """The node's raylet runs (a removed node has none)."""
+    raylet = node.all_processes.get("raylet")
+    return bool(raylet) and raylet[0].process.poll() is None
+
+
+def nodes_intact(cluster: Any, nodes: list[Any]) -> bool:
+    """The cluster still has exactly these nodes, each with its raylet running: none was lost or
+    removed (`lose_node`) and none added (`add_node`) by the module that had it before."""
+    return cluster.worker_nodes == set(nodes) and all(map(running, nodes))
 
 
 @contextmanager
@@ -223,19 +241,18 @@ def left_on_the_node(run_name: str) -> list[Path]:
 
 
 @contextmanager
-def joined_cluster(workers: int = 2, cpus: int = 1) -> Iterator[tuple[Any, list[Any]]]:
-    """`multi_node_cluster`, joined by this process as `serve --ray` joins it (`cluster.connect`),
-    left afterwards: for a test module's fixture."""
-    with multi_node_cluster(workers=workers, cpus=cpus) as (started, nodes):
-        import ray
+def joined(address: str) -> Iterator[None]:
+    """This process joined to the cluster at `address` as `serve --ray` joins it
+    (`cluster.connect`), left afterwards: for a test module's fixture."""
+    import ray
 
-        from coderoom.cluster.connect import connect
+    from coderoom.cluster.connect import connect
 
-        connect(started.address)
-        try:
-            yield started, nodes
-        finally:
-            ray.shutdown()
+    connect(address)
+    try:
+        yield
+    finally:
+        ray.shutdown()
 
 
 def add_node(cluster: Any, cpus: int) -> Any:

@@ -3,7 +3,7 @@ node (`service.ray_pool`) hands a warm sandbox only to a session of the server's
 a warm actor that stopped answering (SIGSTOP, a stuck event loop) costs a claim its health check,
 no more.
 
-The cluster is Ray's one-machine multi-node `Cluster` (`ray_sessions_cluster`, tests/conftest.py):
+The cluster is Ray's one-machine multi-node `Cluster` (`ray_pool_cluster`, tests/conftest.py):
 a head with no CPUs and one one-CPU node, holding one warm actor. Sandboxes are real (local).
 """
 
@@ -14,33 +14,16 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from coderoom.sandboxes.limits import Limits
 from coderoom.sandboxes.spec import EnvironmentSpec
 from ray_cluster import descendants, live_actors
 
-RAY_NODES = 1  # for `ray_sessions_cluster` (tests/conftest.py)
+RAY_NODES = 1  # for `ray_pool_cluster` (tests/conftest.py)
 FILL_S = 400  # a node warming numpy, pandas and matplotlib on 2 busy cores
 LIMITS = Limits(cpus=1)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def nodes_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The node's TMPDIR, this module's own (what its actors leave is theirs), set before the cluster starts."""
-    with pytest.MonkeyPatch.context() as patch:
-        folder = tmp_path_factory.mktemp("nodes-tmp")
-        patch.setenv("TMPDIR", str(folder))
-        yield folder
-
-
-@pytest.fixture(scope="module")
-def joined(nodes_tmp: Path, ray_sessions_cluster: tuple[Any, list[Any]]) -> tuple[Any, list[Any]]:
-    return ray_sessions_cluster
 
 
 def warm_actor_worker(node: Any) -> int:
@@ -52,10 +35,10 @@ def warm_actor_worker(node: Any) -> int:
     return worker
 
 
-async def test_the_warm_pool_hands_nothing_to_other_settings_and_a_stopped_warm_actor_costs_only_its_check(joined, tmp_path: Path) -> None:
+async def test_the_warm_pool_hands_nothing_to_other_settings_and_a_stopped_warm_actor_costs_only_its_check(ray_pool_cluster, tmp_path: Path) -> None:
     from coderoom.service.ray_pool import ANSWER_S, RETIRE_S, RayWarmPool, session_spec
 
-    _, [node] = joined
+    _, [node] = ray_pool_cluster
     pool = RayWarmPool(1, 600.0, session_spec("local", LIMITS, None))
     await pool.start()
     worker = 0

@@ -14,37 +14,19 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from coderoom.record import read_record
 from coderoom.sandboxes.limits import Limits
-from ray_cluster import add_node, descendants, live_actors, lose_node
+from ray_cluster import add_node, descendants, live_actors, lose_node, running
 
 FILL_S = 300  # two nodes warming numpy, pandas and matplotlib on 2 busy cores
 NODE_S = 180  # Ray's health checks calling a node dead, and the pool's next look
 LIMITS = Limits(cpus=1)
 
 
-RAY_NODES, RAY_NODE_CPUS = 2, 2  # for `ray_sessions_cluster` (tests/conftest.py)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def nodes_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The nodes' temporary folder (TMPDIR, where each actor makes its own), one of this module's,
-    set before the cluster starts: what the actors leave there is theirs alone (`session_folders`)."""
-    with pytest.MonkeyPatch.context() as patch:
-        folder = tmp_path_factory.mktemp("nodes-tmp")
-        patch.setenv("TMPDIR", str(folder))
-        yield folder
-
-
-@pytest.fixture(scope="module")
-def joined(nodes_tmp: Path, ray_sessions_cluster: tuple[Any, list[Any]]) -> tuple[Any, list[Any]]:
-    return ray_sessions_cluster
+RAY_NODES, RAY_NODE_CPUS = 2, 2  # for `ray_pool_cluster` (tests/conftest.py)
 
 
 def warm_pool(size: int = 1) -> Any:
@@ -58,12 +40,6 @@ def manager(runs: Path, pool: Any) -> Any:
     from coderoom.service.ray_session import RayOpener
 
     return SessionManager(model="offline", runs_dir=runs, limits=LIMITS, pool=pool, opener=RayOpener({}))
-
-
-def running(node: Any) -> bool:
-    """The node's raylet runs (a removed node has none)."""
-    raylet = node.all_processes.get("raylet")
-    return bool(raylet) and raylet[0].process.poll() is None
 
 
 def alive_ids(nodes: list[Any]) -> set[str]:
@@ -101,8 +77,8 @@ async def until(condition: Any, deadline_s: float, what: str) -> None:
         await asyncio.sleep(0.5)
 
 
-async def test_each_node_keeps_its_warm_sessions_and_an_open_takes_one_from_the_freest_node(joined, tmp_path: Path) -> None:
-    _, nodes = joined
+async def test_each_node_keeps_its_warm_sessions_and_an_open_takes_one_from_the_freest_node(ray_pool_cluster, tmp_path: Path) -> None:
+    _, nodes = ray_pool_cluster
     pool = warm_pool()
     async with manager(tmp_path / "runs", pool) as sessions:
         await pool.start()
@@ -126,8 +102,8 @@ async def test_each_node_keeps_its_warm_sessions_and_an_open_takes_one_from_the_
     assert session_folders() == []
 
 
-async def test_a_pool_closed_while_its_actors_warm_up_leaves_nothing_on_the_nodes(joined, tmp_path: Path) -> None:
-    _, nodes = joined
+async def test_a_pool_closed_while_its_actors_warm_up_leaves_nothing_on_the_nodes(ray_pool_cluster, tmp_path: Path) -> None:
+    _, nodes = ray_pool_cluster
     before = set(session_folders())
     pool = warm_pool()
     async with manager(tmp_path / "runs", pool):
@@ -139,7 +115,7 @@ async def test_a_pool_closed_while_its_actors_warm_up_leaves_nothing_on_the_node
     assert set(session_folders()) == before
 
 
-async def test_a_warm_actor_that_died_is_never_handed_out(joined, tmp_path: Path) -> None:
+async def test_a_warm_actor_that_died_is_never_handed_out(ray_pool_cluster, tmp_path: Path) -> None:
     import ray
 
     pool = warm_pool()
@@ -157,8 +133,8 @@ async def test_a_warm_actor_that_died_is_never_handed_out(joined, tmp_path: Path
     assert live_actors() == []
 
 
-async def test_a_node_that_leaves_loses_its_pool_and_one_that_joins_gets_one(joined, tmp_path: Path) -> None:
-    started, nodes = joined
+async def test_a_node_that_leaves_loses_its_pool_and_one_that_joins_gets_one(ray_pool_cluster, tmp_path: Path) -> None:
+    started, nodes = ray_pool_cluster
     pool = warm_pool()
     async with manager(tmp_path / "runs", pool) as sessions:
         await pool.start()
