@@ -31,7 +31,7 @@ def shared_dir() -> Path:
 
 KEPT = {"shared_ray_head": Kept(), "ray_sessions_cluster": Kept()}
 KEEP_BETWEEN = 2  # modules between two users of a cluster that it is kept through (`Kept`)
-_STOP_AFTER: dict[pytest.Item, list[str]] = {}
+_STOP_AFTER: dict[str, set[Any]] = {name: set() for name in KEPT}  # the modules after which it stops
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +50,8 @@ def ray_sessions_cluster(request: pytest.FixtureRequest) -> Iterator[tuple[Any, 
     )
     with joined(started.address):
         yield started, list(nodes)  # a module's own list: one that adds a node changes only its own
+    if request.module in _STOP_AFTER["ray_sessions_cluster"]:
+        KEPT["ray_sessions_cluster"].stop()
 
 
 @pytest.fixture(scope="module")
@@ -62,36 +64,29 @@ def ray_pool_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.Te
         yield request.getfixturevalue("ray_sessions_cluster")
 
 
-@pytest.fixture(scope="session")
-def shared_ray_head() -> Head:
+@pytest.fixture(scope="module")
+def shared_ray_head(request: pytest.FixtureRequest) -> Iterator[Head]:
     """A real Ray head (`ray start --head` on 127.0.0.1, two CPUs, local sandboxes on its node)
     shared by the modules that send it work (`ray_cluster.Kept`); a test that changes what the
     head's processes inherit (their environment) or loses a node starts its own instead."""
     require_ray()
     require_backend("local")
-    return KEPT["shared_ray_head"].get("head", lambda: ray_head(num_cpus=2), lambda head: True)
+    yield KEPT["shared_ray_head"].get("head", lambda: ray_head(num_cpus=2), lambda head: True)
+    if request.module in _STOP_AFTER["shared_ray_head"]:
+        KEPT["shared_ray_head"].stop()
 
 
 @pytest.hookimpl(trylast=True)  # after -k / -m deselected theirs
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Where each kept cluster stops: after the last test of a module whose next user is more than
-    KEEP_BETWEEN modules further on (or that has none)."""
-    _STOP_AFTER.clear()
+    """The modules after which each kept cluster stops: those whose next user is more than
+    KEEP_BETWEEN modules further on (or that have none)."""
     functions = [item for item in items if isinstance(item, pytest.Function)]
     modules = list(dict.fromkeys(item.module for item in functions))
-    last = {item.module: item for item in functions}
     for name in KEPT:
         users = {item.module for item in functions if name in item.fixturenames}
         using = [at for at, module in enumerate(modules) if module in users]
-        for this, after in zip(using, [*using[1:], None]):
-            if after is None or after - this > KEEP_BETWEEN + 1:
-                _STOP_AFTER.setdefault(last[modules[this]], []).append(name)
-
-
-@pytest.hookimpl(trylast=True)  # after the module's own fixtures (its joined driver) are torn down
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    for name in _STOP_AFTER.get(item, []):
-        KEPT[name].stop()
+        _STOP_AFTER[name] = {modules[this] for this, after in zip(using, [*using[1:], None])
+                             if after is None or after - this > KEEP_BETWEEN + 1}  # fmt: skip
 
 
 def pytest_sessionfinish() -> None:

@@ -103,9 +103,9 @@ class Kept:
     """A Ray cluster (a context manager's value) kept from one test module to the next that asks
     for the same one (its `key`), rather than started and stopped for each: a head took 13-15 s to
     start and stop on 2 busy cores, a multi-node cluster 17-20 s. Another key stops the kept one
-    first (never two of a kind at once), as does `stop`, which tests/conftest.py calls after a
-    module whose next user is more than KEEP_BETWEEN modules on (tests/conftest.py): a cluster does
-    not idle through the rest of the suite. Each module joins and leaves it on its own."""
+    first (never two of a kind at once), as does `stop`, which the fixtures of tests/conftest.py
+    call after a module whose next user is more than KEEP_BETWEEN modules on: a cluster does not
+    idle through the rest of the suite. Each module joins and leaves it on its own."""
 
     def __init__(self) -> None:
         self._running: ExitStack | None = None
