@@ -11,7 +11,6 @@ import os
 import signal
 import struct
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,15 +25,11 @@ from coderoom.sandboxes.docker.frames import Lines, frames, line_bound
 from coderoom.sandboxes.docker.labels import CREATED_LABEL, HOST_PID_LABEL, LABEL
 from coderoom.sandboxes.limits import Limits
 
-from .probes import PROBES, Canaries, render
+from .both_paths import FAST, TYPER, cli, probe_verdicts_that_differ
+from .probes import Canaries
 
-FAST = [sys.executable, "-c", "from coderoom.cli import main; main()"]
-TYPER = [sys.executable, "-c", "from coderoom.cli import app; app()"]  # the typer app, always
 DOCKER_RUN = ["sandbox", "run", "--sandbox", "docker"]
 
-
-def _cli(entry: list[str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*entry, *args], capture_output=True, text=True, timeout=180)
 
 
 def _containers_of(pid: int) -> list[str]:
@@ -102,7 +97,7 @@ def test_both_paths_post_the_same_create_request(docker: None, monkeypatch: pyte
     ids=["exit-7", "timeout", "killed", "no-command", "oom"],
 )
 def test_exit_codes_and_output_are_the_same_on_both_paths(docker: None, argv: list[str], code: int) -> None:
-    fast, full = _cli(FAST, *DOCKER_RUN, *argv), _cli(TYPER, *DOCKER_RUN, *argv)
+    fast, full = cli(FAST, *DOCKER_RUN, *argv), cli(TYPER, *DOCKER_RUN, *argv)
     assert fast.returncode == full.returncode == code, (fast.stderr, full.stderr)
     assert (fast.stdout, fast.stderr) == (full.stdout, full.stderr)
 
@@ -262,17 +257,4 @@ def tokens(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
 def test_every_probe_has_the_same_verdict_on_both_paths(tokens: dict[str, str]) -> None:
     """Each probe of the catalogue, as `sandbox run --sandbox docker -- ARGV` through both entry
     points, with the probe's limits as `--limit NAME=VALUE` flags: both paths pass every probe."""
-    differ = []
-    for probe in PROBES:
-        flags = ["--timeout", str(probe.timeout)]
-        for name, value in probe.limits.items():
-            flags += ["--limit", f"{name}={value}"]
-        argv = [*DOCKER_RUN, *flags, "--", *render(probe, tokens)]
-        fast, full = _cli(FAST, *argv), _cli(TYPER, *argv)
-        for name, done in (("fast", fast), ("typer", full)):
-            assert Canaries.MARK not in done.stdout + done.stderr, (probe.id, name)
-        verdicts = (probe.passes("docker", fast.stdout), probe.passes("docker", full.stdout))
-        same = verdicts[0] == verdicts[1] and fast.returncode == full.returncode
-        if not same or verdicts != (True, True):
-            differ.append((probe.id, verdicts, fast.returncode, full.returncode, fast.stdout[-200:], full.stdout[-200:]))
-    assert differ == []
+    assert probe_verdicts_that_differ("docker", tokens) == []

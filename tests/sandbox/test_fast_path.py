@@ -6,8 +6,6 @@ the one parser's, `sandboxes.limits.parse_limits`, on both paths)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,14 +16,10 @@ from coderoom.cli.sandbox_cmd import _spec
 from coderoom.cli.sandbox_run import OPTIONS, parse_plain, plain_spec
 from coderoom.errors import UsageError
 
-from .probes import PROBES, Canaries, render
-
-FAST = [sys.executable, "-c", "from coderoom.cli import main; main()"]
-TYPER = [sys.executable, "-c", "from coderoom.cli import app; app()"]  # the typer app, always
+from .both_paths import FAST, TYPER, cli, probe_verdicts_that_differ
+from .probes import Canaries
 
 
-def _cli(entry: list[str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*entry, *args], capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize(
@@ -110,13 +104,13 @@ def test_a_bad_limit_is_refused_by_the_one_parser_on_both_paths(args: list[str])
     ],
 )
 def test_usage_errors_are_the_same_words_and_exit_2(args: list[str]) -> None:
-    fast, full = _cli(FAST, "sandbox", "run", *args), _cli(TYPER, "sandbox", "run", *args)
+    fast, full = cli(FAST, "sandbox", "run", *args), cli(TYPER, "sandbox", "run", *args)
     assert (fast.returncode, fast.stdout, fast.stderr) == (full.returncode, full.stdout, full.stderr)
     assert fast.returncode == 2
 
 
 def test_every_option_of_the_table_is_typers() -> None:
-    help_text = _cli(TYPER, "sandbox", "run", "--help").stdout
+    help_text = cli(TYPER, "sandbox", "run", "--help").stdout
     for option in OPTIONS:
         assert option.flag in help_text
 
@@ -132,20 +126,7 @@ def tokens(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
 def test_every_probe_has_the_same_verdict_on_both_paths(tokens: dict[str, str]) -> None:
     """Each probe of the catalogue, as `sandbox run -- ARGV` through both entry points, with the
     probe's limits as `--limit NAME=VALUE` flags: both paths must pass every probe."""
-    differ = []
-    for probe in PROBES:
-        flags = ["--timeout", str(probe.timeout)]
-        for name, value in probe.limits.items():
-            flags += ["--limit", f"{name}={value}"]
-        argv = ["sandbox", "run", "--sandbox", "local", *flags, "--", *render(probe, tokens)]
-        fast, full = _cli(FAST, *argv), _cli(TYPER, *argv)
-        for name, done in (("fast", fast), ("typer", full)):
-            assert Canaries.MARK not in done.stdout + done.stderr, (probe.id, name)
-        verdicts = (probe.passes("local", fast.stdout), probe.passes("local", full.stdout))
-        same = verdicts[0] == verdicts[1] and fast.returncode == full.returncode
-        if not same or verdicts != (True, True):
-            differ.append((probe.id, verdicts, fast.returncode, full.returncode, fast.stdout[-200:], full.stdout[-200:]))
-    assert differ == []
+    assert probe_verdicts_that_differ("local", tokens) == []
 
 
 @pytest.mark.parametrize(
@@ -159,7 +140,7 @@ def test_every_probe_has_the_same_verdict_on_both_paths(tokens: dict[str, str]) 
 )
 def test_exit_codes_are_the_same(argv: list[str], code: int) -> None:
     require_backend("local")
-    fast, full = _cli(FAST, "sandbox", "run", *argv), _cli(TYPER, "sandbox", "run", *argv)
+    fast, full = cli(FAST, "sandbox", "run", *argv), cli(TYPER, "sandbox", "run", *argv)
     assert fast.returncode == full.returncode == code, (fast.stderr, full.stderr)
     assert fast.stdout == full.stdout
 
