@@ -82,7 +82,7 @@ from .activity import Activity
 from .events import EventHub
 from .holder import lost_message
 from .on_node import TAIL_WAIT_S, SessionActor
-from .session import MAX_READ_BYTES, AskResult, CellResult, CommandResult, FileInfo, workspace_content
+from .session import MAX_READ_BYTES, AskResult, CellResult, CommandResult, FileInfo, check_command_timeout, workspace_content
 
 OPEN_TIMEOUT_S = 600.0  # for a node with room to take the session and start its sandbox
 BUSY_GRACE_S = 20.0  # for a full cluster to free room (a session just closed: Ray frees its actor's cpus after the close)
@@ -439,6 +439,7 @@ class RaySession(Activity):
         return stopped
 
     async def exec(self, command: str, timeout: float | None = None) -> CommandResult:
+        check_command_timeout(timeout)  # before `_deadline` reads it
         result: CommandResult = await self._call("exec", command, timeout)
         return result
 
