@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import stat
 import subprocess
 import sys
 import tempfile
@@ -137,3 +138,40 @@ def test_r_f6_a_prune_out_of_descriptors_never_takes_a_run_folder_a_recovery_hol
         assert saving.is_dir()
     assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] > 64  # the limit was the child's alone
     assert os.path.isdir(dead)
+
+
+_PRUNE_WITH_A_BIND_MOUNT = textwrap.dedent(
+    """
+    import subprocess, sys, tempfile
+    from pathlib import Path
+    temp, host, where = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+    tempfile.tempdir = str(temp)
+    subprocess.run(["mount", "--make-rprivate", "/"], check=True)  # this namespace's alone
+    subprocess.run(["mount", "--bind", host, where], check=True)
+    from coderoom.cluster import node_folders
+    skipped = []
+    print(node_folders.prune(skipped), len(skipped))
+    """
+)
+
+
+@pytest.mark.parametrize("where", ["run-1", "."])
+def test_r_f11_a_bind_mount_left_in_a_dead_workers_folder_or_as_it_never_has_the_host_folder_it_shows_emptied(
+    temp: Path, tmp_path_factory: pytest.TempPathFactory, where: str
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount (in a mount namespace of its own)")
+    host = _dead(tmp_path_factory.mktemp("host"))  # a dead lease in it too: as the folder itself, it looks abandoned
+    (host / "canary").write_text("R-F11 canary")
+    (host / "sub").mkdir()
+    host.chmod(0o755)
+    dead = _dead(node_folders.make())
+    (dead / "run-1").mkdir()
+    out = subprocess.run(
+        ["unshare", "-m", sys.executable, "-c", _PRUNE_WITH_A_BIND_MOUNT, str(temp), str(host), str(dead / where)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0", "1"]  # left in place, named
+    assert (host / "canary").read_text() == "R-F11 canary" and (host / "sub").is_dir()
+    assert stat.S_IMODE(host.stat().st_mode) == 0o755 and dead.is_dir()  # not even its mode changed
