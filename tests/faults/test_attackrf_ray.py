@@ -74,3 +74,15 @@ async def test_r_f8_the_sandbox_never_sees_its_sessions_key_in_the_box_and_the_b
         while progress_boxes() - before and time.monotonic() < deadline:  # Ray ends it with its last handle
             await asyncio.sleep(1)
         assert progress_boxes() - before == set()
+
+
+async def test_r_f7_a_local_session_refuses_the_same_timeouts_nan_too(tmp_path: Path) -> None:
+    """The one rule (`session.check_command_timeout`) on one machine: NaN passed `timeout <= 0`."""
+    from coderoom import SessionManager
+
+    async with SessionManager(model="offline", runs_dir=tmp_path / "runs") as sessions:
+        session = await sessions.open()
+        for hostile in (-1000.0, float("nan"), 0.0):
+            with pytest.raises(RequestRefused, match="more than 0 seconds"):
+                await session.exec("true", hostile)
+        assert (await session.exec("echo alive")).stdout == "alive\n"
