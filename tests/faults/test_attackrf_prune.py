@@ -20,6 +20,7 @@ import pytest
 from coderoom.cluster import node_folders
 from coderoom.hostile import tree
 from coderoom.sandboxes import pruning, records, recovering
+from coderoom.sandboxes.docker import bindings, egress
 from coderoom.sandboxes.leases import LEASE_FILE
 
 DEAD_OWNER = {"boot": "a boot long gone", "pid": 2, "start": 0, "pidns": 0}  # what a crashed process leaves
@@ -144,13 +145,13 @@ _PRUNE_WITH_A_BIND_MOUNT = textwrap.dedent(
     """
     import subprocess, sys, tempfile
     from pathlib import Path
-    temp, host, where = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+    import importlib
+    temp, host, where, module = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
     tempfile.tempdir = str(temp)
     subprocess.run(["mount", "--make-rprivate", "/"], check=True)  # this namespace's alone
     subprocess.run(["mount", "--bind", host, where], check=True)
-    from coderoom.cluster import node_folders
     skipped = []
-    print(node_folders.prune(skipped), len(skipped))
+    print(importlib.import_module(module).prune(skipped), len(skipped))
     """
 )
 
@@ -168,10 +169,56 @@ def test_r_f11_a_bind_mount_left_in_a_dead_workers_folder_or_as_it_never_has_the
     dead = _dead(node_folders.make())
     (dead / "run-1").mkdir()
     out = subprocess.run(
-        ["unshare", "-m", sys.executable, "-c", _PRUNE_WITH_A_BIND_MOUNT, str(temp), str(host), str(dead / where)],
+        ["unshare", "-m", sys.executable, "-c", _PRUNE_WITH_A_BIND_MOUNT, str(temp), str(host), str(dead / where),
+         "coderoom.cluster.node_folders"],
         capture_output=True, text=True, timeout=60,
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["0", "1"]  # left in place, named
     assert (host / "canary").read_text() == "R-F11 canary" and (host / "sub").is_dir()
     assert stat.S_IMODE(host.stat().st_mode) == 0o755 and dead.is_dir()  # not even its mode changed
+
+
+CONTAINER = "0123456789abcdef" * 4
+
+
+def _dead_binding(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("runs") / "run-1"
+    run_dir.mkdir()
+    return _dead(bindings.bind(None, CONTAINER, run_dir, "r1", "/workspace"))
+
+
+def test_r_f13_the_docker_backends_prunes_go_through_remove_held_too(
+    temp: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    binding, socket_folder = _dead_binding(tmp_path_factory), _dead(egress.make(65534))
+    seen: list[Path] = []
+    real = pruning.remove_held
+
+    def through(folder: Path, *args: object, **kwargs: object) -> bool:
+        seen.append(folder)
+        return real(folder, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pruning, "remove_held", through)
+    assert bindings.prune() == 1 and seen == [binding]
+    assert egress.prune() == 1 and seen == [binding, socket_folder]
+    assert not binding.exists() and not socket_folder.exists()
+
+
+def test_r_f13_a_bind_mount_left_in_a_dead_docker_binding_never_has_the_host_folder_it_shows_emptied(
+    temp: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount (in a mount namespace of its own)")
+    host = tmp_path_factory.mktemp("host")
+    (host / "canary").write_text("R-F13 canary")
+    binding = _dead_binding(tmp_path_factory)
+    (binding / "mnt").mkdir()
+    out = subprocess.run(
+        ["unshare", "-m", sys.executable, "-c", _PRUNE_WITH_A_BIND_MOUNT, str(temp), str(host), str(binding / "mnt"),
+         "coderoom.sandboxes.docker.bindings"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0", "1"]  # left in place and named (shutil.rmtree emptied the host folder, said nothing)
+    assert (host / "canary").read_text() == "R-F13 canary" and binding.is_dir()
