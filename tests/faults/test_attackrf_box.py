@@ -28,7 +28,7 @@ def test_r_f9_a_node_that_opens_places_of_its_own_neither_pushes_a_running_sessi
     stolen = box.claim()  # the node, with the handle it was handed for its own ask
     assert stolen is None
     for n in range(MAX_JOBS):
-        box.open(f"forged-{n}", [None, stolen, "0" * 32, RUNNING][n % 4])  # type: ignore[arg-type]
+        box.open(f"forged-{n}", [None, stolen, "0" * 32, RUNNING][n % 4])
         for _ in range(MAX_PENDING):
             box.put(f"forged-{n}", big)
     box.close(RUNNING, None)  # nor may it close the session's place
