@@ -19,7 +19,7 @@ class Box:
 
     def __init__(self) -> None:
         self.box = ProgressBox()
-        self.box.open("job")  # as the driver does before the job's task starts
+        self.box.open("job", self.box.claim())  # as the driver does before the job's task starts
         self.put = self
 
     def remote(self, key: str, report: str) -> None:
@@ -87,21 +87,23 @@ def test_merged_text_stays_within_one_report_s_piece() -> None:
 
 def test_the_box_keeps_the_latest_reports_of_a_job_and_a_bounded_number_of_jobs() -> None:
     box = ProgressBox()
-    box.open("job")
+    token = box.claim()  # the driver's (`cluster.driver_only`)
+    box.open("job", token)
     for n in range(MAX_PENDING + 10):
         box.put("job", encode(stream(n, "")))
     kept = [read_report(r) for r in box.take("job")]
     assert [e.tokens for e in kept if e is not None] == list(range(10, MAX_PENDING + 10))
     assert box.take("job") == []  # taken: forgotten
     for n in range(MAX_JOBS + 1):
-        box.open(f"job{n}")
+        box.open(f"job{n}", token)
         box.put(f"job{n}", encode(stream(n, "")))
     assert box.take("job0") == [] and len(box.take(f"job{MAX_JOBS}")) == 1
 
 
 def test_the_box_refuses_oversized_and_non_ascii_reports() -> None:
     box = ProgressBox()
-    box.open("job")
+    token = box.claim()  # the driver's (`cluster.driver_only`)
+    box.open("job", token)
     box.put("job", "x" * (MAX_REPORT_BYTES + 1))
     box.put("job", json.dumps({"type": "model_stream", "text": "é"}, ensure_ascii=False))
     box.put("job", 42)  # type: ignore[arg-type]

@@ -98,7 +98,8 @@ def test_run_folder_bytes_over_the_cap_are_refused_before_any_is_extracted(tmp_p
 
 def test_an_attempt_s_record_lines_go_to_its_own_job_only_and_are_bounded() -> None:
     log = AttemptLog()
-    log.open("a"), log.open("b")
+    token = log.claim()  # the driver's (`cluster.driver_only`)
+    log.open("a", token), log.open("b", token)
     log.begin("a", "1111", Place(NODE, "127.0.0.1"))
     log.begin("b", "2222", Place(NODE, "127.0.0.1"))
     log.line("b", "1111", '{"type":"run_end"}\n')  # attempt 1111 is job a's: not b's
@@ -207,7 +208,8 @@ def test_the_attempt_log_keeps_no_line_the_driver_could_not_write_as_its_ascii_r
     """A node that sends a non-ASCII line (its own events are ASCII JSON, `record.writer.encode`)
     must not stop the batch: the driver writes a lost attempt's lines as ASCII."""
     log = AttemptLog()
-    log.open("a")
+    token = log.claim()  # the driver's (`cluster.driver_only`)
+    log.open("a", token)
     log.begin("a", "1111", Place(NODE, "127.0.0.1"))
     log.line("a", "1111", '{"type":"note","text":"caf\u00e9"}\n')
     log.line("a", "1111", '{"type":"note"}\n')

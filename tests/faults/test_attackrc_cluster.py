@@ -165,8 +165,11 @@ class SlowLog:
         self._log = AttemptLog()
         self._marker = Path(marker)
 
-    def open(self, key: str) -> None:
-        self._log.open(key)
+    def claim(self) -> str | None:
+        return self._log.claim()
+
+    def open(self, key: str, token: str | None) -> None:
+        self._log.open(key, token)
 
     def begin(self, *args: Any) -> None:
         self._log.begin(*args)

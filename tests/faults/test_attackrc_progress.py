@@ -68,7 +68,8 @@ def test_forged_progress_is_shown_inert_and_short_never_as_markup_or_control() -
 def test_a_flood_under_made_up_keys_neither_pushes_a_running_job_out_nor_fills_the_box() -> None:
     """R-D2: a hostile node calls the box it was handed with other keys; only the driver opens a job."""
     box = ProgressBox()
-    box.open("mcp-job-20261207-030000-abcdef")
+    token = box.claim()  # the driver's (`cluster.driver_only`)
+    box.open("mcp-job-20261207-030000-abcdef", token)
     big = report(text="x" * (MAX_REPORT_BYTES - 100))
     for n in range(MAX_JOBS * 2):
         box.put(f"forged-{n}", big)
@@ -76,14 +77,15 @@ def test_a_flood_under_made_up_keys_neither_pushes_a_running_job_out_nor_fills_t
     assert [read_report(r).tokens for r in box.take("mcp-job-20261207-030000-abcdef")] == [7]  # type: ignore[union-attr]
     assert box.take("forged-0") == [] and len(box._jobs) == 1
     box.put(["unhashable"], big)  # type: ignore[arg-type]
-    box.close("mcp-job-20261207-030000-abcdef")
+    box.close("mcp-job-20261207-030000-abcdef", token)
     box.put("mcp-job-20261207-030000-abcdef", big)  # a late report of a finished job
     assert box._jobs == {}
 
 
 def test_one_job_s_reports_are_bounded_whatever_its_node_sends() -> None:
     box = ProgressBox()
-    box.open("job")
+    token = box.claim()  # the driver's (`cluster.driver_only`)
+    box.open("job", token)
     for _ in range(MAX_PENDING * 4):
         box.put("job", report(text="y" * (MAX_REPORT_BYTES - 100)))
     assert len(box.take("job")) == MAX_PENDING and box.take("job") == []
@@ -117,7 +119,8 @@ def test_a_well_formed_node_result_is_accepted() -> None:
 def test_an_attempt_that_says_it_runs_nowhere_real_is_not_kept() -> None:
     """R-D1: a lost attempt's place is named in the answer (`lost_attempts`) and the ledger."""
     log = AttemptLog()
-    log.open("k")
+    token = log.claim()  # the driver's (`cluster.driver_only`)
+    log.open("k", token)
     log.begin("k", "a1", Place("\x1b[31mnode", "127.0.0.1"))
     log.begin("k", "a2", ("tuple", "place"))  # type: ignore[arg-type]
     log.line("k", "a1", '{"type":"note"}\n')
@@ -129,7 +132,8 @@ def test_a_node_begins_no_attempt_under_a_key_the_driver_did_not_open_nor_withou
     """R-D7: the attempt log a node is handed held every attempt it began, each up to
     MAX_PARTIAL_BYTES, under any key, for the driver's life."""
     log = AttemptLog()
-    log.open("job")
+    token = log.claim()  # the driver's (`cluster.driver_only`)
+    log.open("job", token)
     for n in range(MAX_LOST * 4):
         log.begin("job", f"a{n}", Place(NODE, "127.0.0.1"))
         log.begin(f"forged-{n}", "a1", Place(NODE, "127.0.0.1"))

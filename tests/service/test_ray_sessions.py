@@ -111,7 +111,7 @@ async def test_a_sessions_ask_on_a_node_streams_its_replys_progress_to_subscribe
                 async for event in session.subscribe():
                     heard.append(event)
                     if event.type == "model_stream" and len([e for e in heard if e.type == "model_stream"]) == 1:
-                        box, key = opener.progress_box(), session._key  # a hostile node's reports, in the session's place
+                        (box, _), key = opener.progress_box(), session._key  # a hostile node's reports, in the session's place
                         for report in HOSTILE_REPORTS:
                             box.put.remote(key, report)
 

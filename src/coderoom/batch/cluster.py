@@ -28,6 +28,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..cluster.connect import first_line, model_environ, room_for
+from ..cluster.driver_only import claimed
 from ..cluster.progress import ProgressBox, relay_reports
 from ..cluster.transfer import unpack_run_folder
 from ..errors import UsageError
@@ -97,11 +98,13 @@ class RayJobs:
         self._environ = model_environ(environ)
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         self._log: Any = ray.remote(AttemptLog).options(num_cpus=0, scheduling_strategy=here).remote()
+        self._log_token = claimed(self._log)
         self._slots: Any = None
         if model_concurrency is not None:
             lease_s = lease_seconds(client_settings(environ)[1])
             self._slots = ray.remote(ModelSlots).options(num_cpus=0, scheduling_strategy=here).remote(model_concurrency, lease_s)
         self._progress: Any = ray.remote(ProgressBox).options(num_cpus=0, scheduling_strategy=here).remote()
+        self._progress_token = claimed(self._progress)
         self._task = ray.remote(_attempt)
 
     async def __call__(self, entry: BatchEntry, run_dir: Path, end: EndOfRun) -> JobOutcome:
@@ -118,9 +121,9 @@ class RayJobs:
             return JobOutcome(entry.key, run_dir.name, "error", error=bounded_error(str(exc)))
         limits = entry.job.sandbox.limits
         try:  # the job's place in the log and the box, made before its node can begin or report (R-D7, R-D2)
-            await self._log.open.remote(entry.key)
+            await self._log.open.remote(entry.key, self._log_token)
             if listeners:
-                await self._progress.open.remote(entry.key)
+                await self._progress.open.remote(entry.key, self._progress_token)
         except ray.exceptions.RayError as exc:  # the driver's node's actors gone
             return self._failed(entry, run_dir, f"the cluster could not run it ({first_line(exc)})", ())
         ref = self._task.options(
@@ -143,7 +146,7 @@ class RayJobs:
         finally:
             if relay is not None:
                 relay.cancel()
-                self._progress.close.remote(entry.key)  # what came after the last relay: forgotten, not awaited
+                self._progress.close.remote(entry.key, self._progress_token)  # what came after the last relay: forgotten, not awaited
         # the job is over on its node: its record and run folder are brought back even if the
         # caller is cancelled meanwhile (a cut `_lost` had taken the attempts, the folder never came: R-D4)
         return await finish_uncancelled(self._brought_back(entry, run_dir, result))

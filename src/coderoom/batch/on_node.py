@@ -24,6 +24,7 @@ from .manifest import BatchEntry
 from ..sandboxes.registry import prepare_backend
 from .runner import JobOutcome, run_one
 from ..cluster import node_folders
+from ..cluster.driver_only import DriverOnly
 from ..cluster.progress import NodeProgress, ProgressBoxHandle
 from ..cluster.transfer import pack_back
 from .transfer import unpack_inputs
@@ -106,20 +107,23 @@ class Attempt:
     size: int = 0
 
 
-class AttemptLog:
+class AttemptLog(DriverOnly):
     """On the driver's node (a Ray actor): each attempt's place and record lines as they come,
     until the driver takes a finished job's attempts. Bounded: only the driver makes room for a
     job (`open`, before its task starts; `take` ends it), at most MAX_LOST attempts a job, each
     keeping at most MAX_PARTIAL_BYTES of record, ASCII only (as `record.writer.encode` writes
     every line, and as the driver writes them); the lines are the node's, checked again when read
     as a record. Why the room: a node is handed this log, and attempts it began under keys of its
-    own making, or without end under its own, were kept for the driver's life (R-D7)."""
+    own making, or without end under its own, were kept for the driver's life (R-D7). `open`
+    takes the token of the driver's `claim` (`cluster.driver_only`: a node's handle could call
+    it too, R-F10)."""
 
     def __init__(self) -> None:
         self._jobs: dict[str, dict[str, Attempt]] = {}
 
-    def open(self, key: str) -> None:
-        self._jobs.setdefault(key, {})
+    def open(self, key: str, token: str | None) -> None:
+        if self._from_driver(token):
+            self._jobs.setdefault(key, {})
 
     def begin(self, key: str, attempt: str, place: Place) -> None:
         """An attempt begun where `place` says; one whose place is no node id and address (a

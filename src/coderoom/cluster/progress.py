@@ -34,6 +34,7 @@ from pydantic import ValidationError
 from ..models.streaming import MAX_PIECE_CHARS, REPORT_EVERY_S
 from ..record.events import Event, Listener, ModelCall, ModelStart, ModelStream, ToolStart
 from ..record.writer import encode
+from .driver_only import DriverOnly
 
 MAX_REPORT_BYTES = 64 * 1024  # of one report (MAX_PIECE_CHARS of text, JSON-escaped, and its counts)
 MAX_PENDING = 32  # reports a job's box holds for the driver (it takes them each REPORT_EVERY_S)
@@ -82,10 +83,11 @@ def _merged(held: ModelStream, later: ModelStream) -> ModelStream:
     return later.model_copy(update={"text": (held.text + later.text)[:MAX_PIECE_CHARS]})
 
 
-class ProgressBox:
+class ProgressBox(DriverOnly):
     """On the driver's node (a Ray actor): each running job's reports, until the driver takes
     them. Only the driver makes room for a job (`open`, before its task starts; `close` at its
-    end): a node's `put` under a key not open is dropped. Bounded: at most MAX_PENDING reports a
+    end; both with the token of its `claim`, see `driver_only`): a node's `put` under a key not
+    open is dropped. Bounded: at most MAX_PENDING reports a
     job, each at most MAX_REPORT_BYTES of ASCII (as `record.writer.encode` writes), the oldest
     dropped when the driver falls behind; at most MAX_JOBS open jobs (the driver's own running
     jobs; past it, the one opened first is closed)."""
@@ -93,13 +95,16 @@ class ProgressBox:
     def __init__(self) -> None:
         self._jobs: dict[str, deque[str]] = {}
 
-    def open(self, key: str) -> None:
+    def open(self, key: str, token: str | None) -> None:
+        if not self._from_driver(token):
+            return
         if key not in self._jobs and len(self._jobs) >= MAX_JOBS:
             del self._jobs[next(iter(self._jobs))]
         self._jobs.setdefault(key, deque(maxlen=MAX_PENDING))
 
-    def close(self, key: str) -> None:
-        self._jobs.pop(key, None)
+    def close(self, key: str, token: str | None) -> None:
+        if self._from_driver(token):
+            self._jobs.pop(key, None)
 
     def put(self, key: str, report: str) -> None:
         found = self._jobs.get(key) if isinstance(key, str) else None

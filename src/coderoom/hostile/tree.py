@@ -237,21 +237,25 @@ def remove_tree(path: Path) -> None:
     never follows either. Subdirectories are renamed up into `path` itself before they are
     emptied, so no walk ever goes deeper than one level and no path grows past PATH_MAX. A
     process that keeps refilling the tree makes it raise OSError after REMOVE_RETRIES tries.
+    Nothing on another mount than `path`'s parent is touched (a mount point in the tree, or
+    `path` itself one, raises OSError EXDEV before its mode or entries change): a bind mount
+    left in a folder would otherwise have had the host folder it shows emptied (attack R-F11).
     """
     try:
         parent_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the caller's, trusted
     except FileNotFoundError:
         return
     try:
+        mount = _mount_of(parent_fd)
         try:
-            root_fd = _open_to_empty(path.name, parent_fd)
+            root_fd = _open_to_empty(path.name, parent_fd, mount)
         except FileNotFoundError:
             return
         except NotADirectoryError:
             os.unlink(path.name, dir_fd=parent_fd)
             return
         try:
-            _empty(root_fd)
+            _empty(root_fd, mount)
         finally:
             os.close(root_fd)
         os.rmdir(path.name, dir_fd=parent_fd)
@@ -259,19 +263,38 @@ def remove_tree(path: Path) -> None:
         os.close(parent_fd)
 
 
-def _open_to_empty(name: str, parent_fd: int) -> int:
+def _mount_of(fd: int) -> int:
+    """The id of the mount `fd` is on (the kernel's `mnt_id`: a bind mount of the same file
+    system has the same st_dev, not the same mount)."""
+    with open(f"/proc/self/fdinfo/{fd}", encoding="ascii") as info:
+        for line in info:
+            if line.startswith("mnt_id:"):
+                return int(line.split()[1])
+    raise OSError(errno.ENOTSUP, "the kernel gives no mount id")
+
+
+def _same_mount(fd: int, mount: int, name: str) -> None:
+    """Raise EXDEV unless the directory `fd` (named `name`) is on `mount`: never empty a mount point."""
+    if _mount_of(fd) != mount:
+        raise OSError(errno.EXDEV, f"{shown(name)} is a mount point: left as it is")
+
+
+def _open_to_empty(name: str, parent_fd: int, mount: int) -> int:
     """Open the directory `name` in `parent_fd` without following a link, and give it mode 0700
-    through the open fd (never by name). ENOTDIR: not a directory (a link, a file) any more."""
+    through the open fd (never by name). ENOTDIR: not a directory (a link, a file) any more.
+    EXDEV: a mount point (not on `mount`), left as it is."""
     try:
         fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
     except PermissionError:  # not root, and the sandbox took the read bit away: fix it through an O_PATH fd
         path_fd = os.open(name, _PATH_DIR_FLAGS, dir_fd=parent_fd)
         try:
+            _same_mount(path_fd, mount, name)
             os.chmod(f"/proc/self/fd/{path_fd}", 0o700)  # that inode itself: a magic link, no name lookup
             fd = os.open(".", _DIR_FLAGS, dir_fd=path_fd)
         finally:
             os.close(path_fd)
     try:
+        _same_mount(fd, mount, name)
         os.fchmod(fd, 0o700)
     except BaseException:
         os.close(fd)
@@ -279,8 +302,8 @@ def _open_to_empty(name: str, parent_fd: int) -> int:
     return fd
 
 
-def _empty(root_fd: int) -> None:
-    """Remove everything in the directory `root_fd`, flattening subdirectories into it."""
+def _empty(root_fd: int, mount: int) -> None:
+    """Remove everything in the directory `root_fd` (on `mount`), flattening subdirectories into it."""
     serial = itertools.count()
     pending = os.listdir(root_fd)
     retries = 0
@@ -296,7 +319,7 @@ def _empty(root_fd: int) -> None:
     while pending:
         name = pending.pop()
         try:
-            dir_fd = _open_to_empty(name, root_fd)
+            dir_fd = _open_to_empty(name, root_fd, mount)
         except FileNotFoundError:
             continue
         except NotADirectoryError:
@@ -307,7 +330,7 @@ def _empty(root_fd: int) -> None:
             for child in os.listdir(dir_fd):
                 if _unlink(child, dir_fd) == errno.EISDIR:
                     with contextlib.suppress(OSError):  # moving a directory needs its write bit (not as root)
-                        os.close(_open_to_empty(child, dir_fd))
+                        os.close(_open_to_empty(child, dir_fd, mount))
                     flat = _free_name(root_fd, serial)
                     try:
                         os.rename(child, flat, src_dir_fd=dir_fd, dst_dir_fd=root_fd)

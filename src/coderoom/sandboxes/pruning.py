@@ -1,7 +1,8 @@
 """One abandoned folder's removal in a `prune` loop: held against a recovery, removed, or named.
 
-Why one place: the local backend's session folders (`local.host_dir`) and the Ray workers' runs
-folders (`cluster.node_folders`) are pruned the same way, and the two copies had to keep the
+Why one place: the local backend's session folders (`local.host_dir`), the Ray workers' runs
+folders (`cluster.node_folders`) and the Docker backend's binding and egress socket folders
+(`docker.bindings`, `docker.egress`) are pruned the same way, and the copies had to keep the
 same promises by hand: nothing a recovery is saving into now is removed (`recovering`: this
 process holds the folder, and whatever else a recovery may hold in it, before it removes
 anything), and a folder that cannot be removed, whatever it raises, costs that folder alone:

@@ -61,6 +61,7 @@ from pydantic import ValidationError
 
 from ..cluster.connect import busy_for, first_line, model_environ, room_for
 from ..cluster.placement import Reservation, reserve
+from ..cluster.driver_only import claimed
 from ..cluster.progress import ProgressBox, relay_reports
 from ..cluster.transfer import unpack_run_folder
 from ..jobs import Job
@@ -82,7 +83,7 @@ from .activity import Activity
 from .events import EventHub
 from .holder import lost_message
 from .on_node import TAIL_WAIT_S, SessionActor
-from .session import MAX_READ_BYTES, AskResult, CellResult, CommandResult, FileInfo, workspace_content
+from .session import MAX_READ_BYTES, AskResult, CellResult, CommandResult, FileInfo, check_command_timeout, workspace_content
 
 OPEN_TIMEOUT_S = 600.0  # for a node with room to take the session and start its sandbox
 BUSY_GRACE_S = 20.0  # for a full cluster to free room (a session just closed: Ray frees its actor's cpus after the close)
@@ -137,15 +138,17 @@ class RayOpener:
         self._box: Any = None
         self._box_lock = threading.Lock()  # two first asks at once make one box
 
-    def progress_box(self) -> Any:
-        """The sessions' `ProgressBox` actor, made on the first call. Blocking (a round trip to
-        Ray's control store the first time): called in a thread, never on the event loop."""
+    def progress_box(self) -> tuple[Any, Any]:
+        """The sessions' `ProgressBox` actor, made on the first call, and (a reference to) the
+        token of its `claim`, asked first (`cluster.driver_only`). Blocking (a round trip to Ray's
+        control store the first time): called in a thread, never on the event loop."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         with self._box_lock:
             if self._box is None:
                 here = NodeAffinitySchedulingStrategy(self._ray.get_runtime_context().get_node_id(), soft=False)
-                self._box = self._ray.remote(ProgressBox).options(num_cpus=0, scheduling_strategy=here).remote()
+                box = self._ray.remote(ProgressBox).options(num_cpus=0, scheduling_strategy=here).remote()
+                self._box = (box, claimed(box))
             return self._box
 
     async def __call__(
@@ -407,8 +410,8 @@ class RaySession(Activity):
             return result
         key = self._key
         try:  # the session's place in the box, made before its node can report (R-D2): only while it asks
-            box = await asyncio.wait_for(asyncio.to_thread(self._progress), CALL_S)
-            await asyncio.wait_for(_awaited(box.open.remote(key)), CALL_S)
+            box, token = await asyncio.wait_for(asyncio.to_thread(self._progress), CALL_S)
+            await asyncio.wait_for(_awaited(box.open.remote(key, token)), CALL_S)
         except (TimeoutError, self._ray.exceptions.RayError):  # no box: the ask goes on, unrelayed
             result = await self._call("ask", request)
             return result
@@ -417,7 +420,7 @@ class RaySession(Activity):
             result = await self._call("ask", request, (box, key))
         finally:
             relay.cancel()
-            box.close.remote(key)  # what came after the last relay: forgotten, not awaited
+            box.close.remote(key, token)  # what came after the last relay: forgotten, not awaited
         return result
 
     def _streamed(self, event: Event) -> None:
@@ -439,6 +442,7 @@ class RaySession(Activity):
         return stopped
 
     async def exec(self, command: str, timeout: float | None = None) -> CommandResult:
+        check_command_timeout(timeout)  # before `_deadline` reads it
         result: CommandResult = await self._call("exec", command, timeout)
         return result
 

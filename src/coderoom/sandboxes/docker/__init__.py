@@ -118,7 +118,7 @@ class DockerBackend:
     def prune(self, skipped: list[str] | None = None) -> int:
         from .bindings import prune as prune_bindings
 
-        prune_bindings()  # records only: recovery saved (or named lost) a dead owner's workspace just before
+        prune_bindings(skipped)  # records only: recovery saved (or named lost) a dead owner's workspace just before
         return prune(skipped=skipped)
 
     def abandoned_runs(self, spec: SandboxSpec) -> list[Orphan]:

@@ -27,7 +27,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from .. import records, recovering
+from ...hostile import tree
+from .. import pruning, records
 from ..leases import read_lease, write_lease
 from ..limits import Limits
 from ..orphans import Orphan, WorkspaceLost
@@ -95,18 +96,20 @@ def abandoned_runs(limits: Limits) -> list[Orphan]:
     return found
 
 
-def prune() -> int:
+def prune(skipped: list[str] | None = None) -> int:
     """Remove the bindings whose owner is gone (after recovery has named their loss), but for
-    one another process is recovering now (`recovering`); how many."""
-    removed = 0
-    for folder in Path(tempfile.gettempdir()).glob(f"{PREFIX}*"):
-        owner = read_lease(folder)
-        if owner is not None and not owner.alive() and os.lstat(folder).st_uid == os.getuid():
-            with recovering.held(folder) as mine:
-                if mine:
-                    shutil.rmtree(folder, ignore_errors=True)
-                    removed += 1
-    return removed
+    one another process is recovering now; how many. The step and its "left in place" line in
+    `skipped` are `pruning.remove_held`'s, as for the other backends' folders (attack R-F13)."""
+    return sum(
+        pruning.remove_held(folder, tree.remove_tree, skipped, candidate=_abandoned)
+        for folder in sorted(Path(tempfile.gettempdir()).glob(f"{PREFIX}*"))
+    )
+
+
+def _abandoned(folder: Path) -> bool:
+    """A binding folder of ours whose owner is gone."""
+    owner = read_lease(folder)
+    return owner is not None and not owner.alive() and records.trusted_folder(os.lstat(folder))
 
 
 def _bound(folder: Path) -> tuple[Path, str, str, str] | None:

@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from ...hostile import tree
-from .. import records
+from .. import pruning, records
 from ..leases import abandoned, write_lease
 
 PREFIX = "coderoom-egress-docker-"  # not under bindings.PREFIX, "coderoom-docker-": another record
@@ -78,22 +78,16 @@ def remove(folder: Path) -> None:
 
 def prune(skipped: list[str] | None = None) -> int:
     """Remove the socket folders whose owner is gone (`leases.abandoned`: a folder `make` did
-    not finish too, once past its grace); returns how many."""
-    removed = 0
+    not finish too, once past its grace); returns how many. The step and its "left in place"
+    line in `skipped` are `pruning.remove_held`'s (attack R-F13)."""
     temp = Path(tempfile.gettempdir())
     try:
         entries = [temp / name for name in os.listdir(temp) if name.startswith(PREFIX)]
     except OSError:
         return 0
-    for folder in entries:
-        if not owned(folder) or not abandoned(folder):
-            continue
-        try:
-            tree.remove_tree(folder)
-        except OSError as exc:
-            if skipped is None:
-                raise
-            skipped.append(f"egress folder {folder} left in place: {exc}")
-            continue
-        removed += 1
-    return removed
+    return sum(pruning.remove_held(folder, tree.remove_tree, skipped, candidate=_abandoned) for folder in sorted(entries))
+
+
+def _abandoned(folder: Path) -> bool:
+    """A socket folder of ours whose owner is gone."""
+    return owned(folder) and abandoned(folder)
