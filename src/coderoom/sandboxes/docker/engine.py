@@ -7,13 +7,16 @@ would bring email's parser and ssl, about a tenth of this path's imports) and, f
 connection taken over raw (`Upgrade: tcp`), as the docker CLI does. Paths carry no API version: the engine then speaks
 its own, which is what docker-py's `from_env` negotiates too. Only a local engine is spoken to:
 DOCKER_HOST naming anything but a Unix socket leaves the run to docker-py (`socket_path`).
-Answers are bounded (MAX_ANSWER) before they are parsed.
+Answers are bounded (MAX_ANSWER) before they are parsed, and in time: each is read within the
+Engine's timeout in all (`_Answers.deadline`), not each recv (an engine dribbling bytes, or
+sending 100 Continue without end, held a call for ever).
 """
 
 from __future__ import annotations
 
 import json
 import socket
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -70,6 +73,7 @@ class Engine:
             if self._answers is None:
                 self._answers = _Answers(self._connect())
             answers = self._answers
+            answers.sock.settimeout(self.timeout)  # the last answer's read left its own
             answers.sock.sendall(head.encode() + data)
             self._unread = True
         except BaseException:  # a signal or an error mid-call: the next call (the removal) reconnects
@@ -81,6 +85,7 @@ class Engine:
         try:
             if answers is not self._answers:  # dropped since it was sent
                 raise ConnectionError("the engine connection was closed before its answer was read")
+            answers.deadline = time.monotonic() + self.timeout
             status, headers, raw = answers.read(bodiless=bodiless)
         except BaseException:
             self.close()
@@ -120,6 +125,7 @@ class Engine:
                 "Host: docker\r\nConnection: Upgrade\r\nUpgrade: tcp\r\nContent-Length: 0\r\n\r\n".encode()
             )
             answers = _Answers(raw)
+            answers.deadline = time.monotonic() + self.timeout
             try:
                 status, _ = answers.head()
             except ConnectionError:
@@ -157,11 +163,13 @@ class _Answers:
     """HTTP/1.1 answers read off a kept-alive connection: the status, the headers (names in
     lower case) and the body, by Content-Length, chunked, or to the end of the connection. No
     more than MAX_ANSWER + 1 bytes of a body are kept (the caller refuses such an answer and drops
-    the connection), nor more than MAX_HEAD bytes of headers."""
+    the connection), nor more than MAX_HEAD bytes of headers; no recv waits past `deadline`
+    (TimeoutError)."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.spent = False  # an answer read to the end of the connection: nothing more comes
+        self.deadline: float | None = None  # set by the caller for each answer
         self._buffer = b""
 
     def read(self, *, bodiless: bool = False) -> tuple[int, dict[str, str], bytes]:
@@ -215,9 +223,11 @@ class _Answers:
         while True:
             size_text = self._line().split(b";", 1)[0].strip()
             try:
-                size = int(size_text, 16)
+                size = int(size_text, 16) if size_text.isalnum() else -1  # no sign, no "_"
             except ValueError:
-                raise EngineError(0, f"a bad chunk size {size_text[:40]!r}") from None
+                size = -1
+            if size < 0:
+                raise EngineError(0, f"a bad chunk size {size_text[:40]!r}")
             if size == 0:
                 while self._line():  # trailers, up to the empty line
                     pass
@@ -241,15 +251,23 @@ class _Answers:
     def _to_end(self) -> bytes:
         self.spent = True
         while len(self._buffer) <= MAX_ANSWER:
-            piece = self.sock.recv(65536)
+            piece = self._recv()
             if not piece:
                 break
             self._buffer += piece
         data, self._buffer = self._buffer[: MAX_ANSWER + 1], b""
         return data
 
+    def _recv(self) -> bytes:
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the engine's answer took longer than its call's timeout")
+            self.sock.settimeout(left)
+        return self.sock.recv(65536)
+
     def _fill(self) -> None:
-        piece = self.sock.recv(65536)
+        piece = self._recv()
         if not piece:
             raise ConnectionError("the engine closed the connection mid-answer")
         self._buffer += piece

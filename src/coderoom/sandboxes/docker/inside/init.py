@@ -68,6 +68,8 @@ NO_HOME = "/nonexistent"  # HOME when /tmp is too full for a fresh one: nothing 
 SECCOMP_ENV = "CODEROOM_SECCOMP"
 FORWARDER_ENV = "CODEROOM_FORWARDER"
 FORWARDER_READY_S = 30.0  # how long a starting forwarder may take to listen
+FORWARDER_EXIT_S = 5.0  # how long a killed forwarder may take to exit before a command goes ahead
+PF_EXITING = 0x4  # /proc/PID/stat's flags bit of a task that has begun to exit
 PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS, SECCOMP_MODE_FILTER = 22, 38, 2
 TERMINAL_ROWS, TERMINAL_COLUMNS = 24, 80  # the size a tty job's terminal has
 STDIN_PENDING_MAX = 1 << 20  # input bytes a live job may have waiting for it to read
@@ -283,6 +285,25 @@ def exit_code(job):
     return 1
 
 
+def dying(pid):
+    """Whether `pid` is on its way out: a SIGKILL not yet acted on, an exit begun, or gone (a
+    zombie, or no longer there). The pending signal is read before the flags, so a task between
+    taking its SIGKILL and setting PF_EXITING is seen one way or the other."""
+    try:
+        with open("/proc/%d/status" % pid, "rb") as f:
+            status = f.read()
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return True
+    kill_bit = 1 << (signal.SIGKILL - 1)
+    for line in status.splitlines():
+        name, _, value = line.partition(b":")
+        if name in (b"SigPnd", b"ShdPnd") and int(value.strip() or b"0", 16) & kill_bit:
+            return True
+    return fields[0] in (b"Z", b"X") or int(fields[6]) & PF_EXITING != 0
+
+
 class Forwarder:
     """The egress forwarder (see the module docstring): a child of PID 1, restarted when gone."""
 
@@ -290,8 +311,16 @@ class Forwarder:
         self.argv = [sys.executable, "-I", "-c", source, socket_path, str(port)]
         self.pid = None
 
-    def ensure(self):
-        """Start it if it is not running and wait (FORWARDER_READY_S at most) until it listens."""
+    def ensure(self, reap):
+        """Start it if it is not running and wait (FORWARDER_READY_S at most) until it listens.
+        One that is dying (sandbox code's `kill -9 -1`) keeps its pid until `reap` (PID 1's)
+        collects it, and the kernel may not have ended it yet when the next command comes in:
+        reap until it is gone (FORWARDER_EXIT_S at most), or that command's fetches are refused."""
+        deadline = time.monotonic() + FORWARDER_EXIT_S
+        reap()
+        while self.pid is not None and dying(self.pid) and time.monotonic() < deadline:
+            time.sleep(0.001)
+            reap()
         if self.pid is not None:
             return
         ready_r, ready_w = os.pipe()
@@ -342,7 +371,7 @@ class Server:
 
     def run(self):
         if self.forwarder is not None and not self.refusal:
-            self.forwarder.ensure()
+            self.forwarder.ensure(self.reap)
         sig_r, sig_w = os.pipe()
         for fd in (sig_r, sig_w):
             os.set_blocking(fd, False)
@@ -411,8 +440,7 @@ class Server:
             if self.helper_running():  # nothing may run beside a host helper
                 raise RuntimeError("the host is archiving the workspace")
             if self.forwarder is not None:
-                self.reap()  # a forwarder that died is seen gone before it is checked
-                self.forwarder.ensure()
+                self.forwarder.ensure(self.reap)
             env = {str(k): str(v) for k, v in (req.get("env") or {}).items()}
             argv = [str(a) for a in req["argv"]]
             stdin = base64.b64decode(req["stdin"]) if req.get("stdin") is not None else None
