@@ -27,6 +27,11 @@ class Target:
         return statistics.median(self.ours)
 
     @property
+    def p99(self) -> float:
+        ordered = sorted(self.ours)
+        return ordered[round(0.99 * (len(ordered) - 1))]
+
+    @property
     def anchor_p50(self) -> float | None:
         return statistics.median(self.anchor) if self.anchor else None
 
@@ -52,14 +57,14 @@ def _ms(seconds: float) -> str:
 
 def table(targets: list[Target]) -> str:
     rows = [
-        "| target | runs | p50 ms | anchor (same run) | anchor p50 ms | ratio | target | |",
-        "|---|---|---|---|---|---|---|---|",
+        "| target | runs | p50 ms | p99 ms | anchor (same run) | anchor p50 ms | ratio | target | |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for target in targets:
         base = target.anchor_p50
         verdict = {True: "met", False: "MISSED", None: ""}[target.met]
         rows.append(
-            f"| {target.label} | {len(target.ours)} | {_ms(target.p50)} | {target.anchor_label} | "
+            f"| {target.label} | {len(target.ours)} | {_ms(target.p50)} | {_ms(target.p99)} | {target.anchor_label} | "
             f"{_ms(base) if base is not None else '-'} | {f'{target.p50 / base:.2f}x' if base else '-'} | "
             f"{target.goal} | {verdict} |"
         )
