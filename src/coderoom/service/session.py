@@ -158,14 +158,14 @@ def session_job(
     return job.model_copy(update={"sandbox": job.sandbox.model_copy(update={"backend": sandbox})})
 
 
-
 def check_command_timeout(timeout: float | None) -> None:
     """Refuse a client's command timeout that is not a number of seconds over 0 (NaN too). One
     rule for every session: under `--ray` the driver bounds its wait on the node by it
     (`RaySession._deadline`), so a negative or NaN one must be refused there before the call,
-    or the driver's wait ends at once and the session is lost (attack R-F4)."""
+    or the driver's wait ends at once and the session is lost (attack R-F7)."""
     if timeout is not None and not timeout > 0:
         raise RequestRefused("a command's timeout must be more than 0 seconds")
+
 
 class Session(Activity):
     """A live session; make one with `await Session.open(...)`, end it with `await close()`."""
