@@ -93,10 +93,13 @@ async def recover(
 
 
 async def _recover(orphan: Orphan, limit: int, remove_unsaved: bool) -> Recovery:
-    with recovering.all_held([orphan.where, orphan.run_dir]) as mine:  # the run folder: see `cluster.node_folders`
-        if not mine:  # left to the process that holds it: nothing is ended or removed here
-            return Recovery(orphan.where, orphan.run_dir, problem=recovering.BUSY)
-        return await _recover_held(orphan, limit, remove_unsaved)
+    try:
+        with recovering.all_held([orphan.where, orphan.run_dir]) as mine:  # the run folder: see `cluster.node_folders`
+            if not mine:  # left to the process that holds it: nothing is ended or removed here
+                return Recovery(orphan.where, orphan.run_dir, problem=recovering.BUSY)
+            return await _recover_held(orphan, limit, remove_unsaved)
+    except recovering.CannotTell as exc:  # raised before the block: left as if another process held it
+        return Recovery(orphan.where, orphan.run_dir, problem=str(exc))
 
 
 async def _recover_held(orphan: Orphan, limit: int, remove_unsaved: bool) -> Recovery:

@@ -119,7 +119,7 @@ _PRUNE_OUT_OF_DESCRIPTORS = textwrap.dedent(
     resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
     from coderoom.cluster import node_folders
     skipped = []
-    print(node_folders.prune(skipped), len(skipped))
+    print(node_folders.prune(skipped), len(skipped), *skipped, sep="\\n")
     """
 )
 
@@ -135,10 +135,72 @@ def test_r_f6_a_prune_out_of_descriptors_never_takes_a_run_folder_a_recovery_hol
             [sys.executable, "-c", _PRUNE_OUT_OF_DESCRIPTORS, str(temp)], capture_output=True, text=True, timeout=60
         )
         assert out.returncode == 0, out.stderr
-        assert out.stdout.split() == ["0", "1"]  # left in place and named, not removed (the removal needs descriptors too)
+        removed, count, line = out.stdout.splitlines()
+        assert (removed, count) == ("0", "1")  # left in place and named, not removed
+        assert "cannot tell whether another coderoom process is recovering it" in line and "Too many open files" in line
         assert saving.is_dir()
     assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] > 64  # the limit was the child's alone
     assert os.path.isdir(dead)
+
+
+_HOLD_WITH_NO_DESCRIPTOR_LEFT = textwrap.dedent(
+    """
+    import asyncio, json, os, resource, sys
+    from pathlib import Path
+    from coderoom.recovery import recover
+    from coderoom.sandboxes import pruning
+    from coderoom.sandboxes.orphans import Orphan
+    from coderoom.sandboxes.spec import SandboxSpec
+    folder = Path(sys.argv[1])
+
+    def never(**_):
+        raise AssertionError("reopened a workspace it could not tell free")
+
+    class OneOrphan:
+        name = "local"
+        def unavailable_reason(self, spec): return None
+        def abandoned_runs(self, spec): return [Orphan(folder, folder, "run-1", never)]
+
+    loop = asyncio.new_event_loop()  # its own descriptors made while there are some
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    spent = []
+    while True:
+        try:
+            spent.append(os.open("/dev/null", os.O_RDONLY))
+        except OSError:
+            break
+    skipped = []
+    removed = pruning.remove_held(folder, Path.rmdir, skipped)  # rmdir needs no descriptor: only the hold stops it
+    [recovery] = loop.run_until_complete(recover(SandboxSpec(), backend=OneOrphan()))
+    for fd in spent:
+        os.close(fd)
+    print(json.dumps({"removed": removed, "skipped": skipped, "recovery": recovery.problem}))
+    """
+)
+
+
+def test_r_f6_a_hold_that_cannot_be_told_for_want_of_descriptors_is_read_as_held(tmp_path: Path) -> None:
+    folder = tmp_path / "saving"  # an empty folder a recovery holds: removing it takes no descriptor
+    folder.mkdir()
+    with recovering.held(folder) as mine:
+        assert mine
+        out = subprocess.run(
+            [sys.executable, "-c", _HOLD_WITH_NO_DESCRIPTOR_LEFT, str(folder)], capture_output=True, text=True, timeout=60
+        )
+        assert out.returncode == 0, out.stderr
+        seen = json.loads(out.stdout)
+        assert folder.is_dir() and seen["removed"] is False  # the prune left it
+        [line] = seen["skipped"]  # and said why
+        assert line.startswith(f"'{folder}' left in place: CannotTell: ") and "Too many open files" in line
+        assert "cannot tell" in seen["recovery"] and "Too many open files" in seen["recovery"]  # nor recovered
+
+
+def test_a_folder_that_is_not_there_to_hold_is_nobodys(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    (tmp_path / "link").symlink_to(tmp_path)
+    for gone in ["missing", "file", "link", "file/below"]:  # ENOENT, ENOTDIR, ELOOP, ENOTDIR: no holder can open them either
+        with recovering.held(tmp_path / gone) as mine:
+            assert mine
 
 
 _PRUNE_WITH_A_BIND_MOUNT = textwrap.dedent(

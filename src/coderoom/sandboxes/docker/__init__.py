@@ -148,10 +148,12 @@ def prune(client: Any | None = None, skipped: list[str] | None = None) -> int:
     (`network`: a session's own, when it had network on) and the folders of their egress
     proxies' sockets (`egress`); returns how many containers.
 
-    A live run's container or network is never touched, running or not. One the engine refuses
-    to remove is added to `skipped` (with a list to add to) and the others are still pruned."""
+    A live run's container or network is never touched, running or not, nor one whose binding
+    folders cannot be told free (`recovering.CannotTell`). One left so, or one the engine refuses
+    to remove, is added to `skipped` (with a list to add to) and the others are still pruned."""
     import docker.errors
 
+    from ...hostile.names import shown
     from .. import recovering
     from . import bindings, egress
     from .image import docker_client
@@ -177,6 +179,11 @@ def prune(client: Any | None = None, skipped: list[str] | None = None) -> int:
             if skipped is None:
                 raise
             skipped.append(f"container {container.short_id} left in place: {exc.explanation or exc}")
+            continue
+        except recovering.CannotTell as exc:  # as if another process were saving it: left, and why
+            if skipped is None:
+                raise
+            skipped.append(f"container {container.short_id} left in place: {shown(exc, 300)}")
             continue
         removed += 1
     prune_networks(client, owner_gone, skipped)
