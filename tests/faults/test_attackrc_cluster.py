@@ -100,7 +100,8 @@ async def test_a_node_that_lies_about_its_run_is_answered_as_an_error_not_in_its
         done = await client.call_tool("run_job", {"request": "go"})
         import ray
 
-        forged = [ray.get(jobs._progress.take.remote(key)) for key in ("forged", "mcp-job-guess")]
+        box, _ = jobs._progress()  # the box the job reported to
+        forged = [ray.get(box.take.remote(key)) for key in ("forged", "mcp-job-guess")]
     job = done.structured_content
     assert done.is_error and job["status"] == "error", job
     assert "its node sent back a result whose host, node, tokens is not valid" in job["error"]
@@ -224,3 +225,41 @@ async def test_two_concurrent_run_jobs_keep_their_records_and_progress_apart(joi
     assert len(set(folders)) == 2
     for folder in folders:
         assert (folder / "output/who.txt").read_text() == folder.name
+
+
+def box_attempt(entry: Any, inputs: bytes, run_name: str, environ: Any, log: Any, slots: Any, progress: Any = None) -> Any:
+    """A job that says which progress box it was handed (its actor's id), or that it had none."""
+    import ray
+
+    from coderoom.batch.on_node import NodeResult, Place
+    from coderoom.batch.runner import JobOutcome
+
+    said = "no box" if progress is None else progress._actor_id.hex()
+    place = Place(ray.get_runtime_context().get_node_id(), "127.0.0.1")
+    return NodeResult(JobOutcome(entry.key, run_name, "failed", error=said), place, "a1", None)
+
+
+async def test_a_job_nobody_listens_to_makes_no_progress_box_and_the_jobs_listened_to_share_one(
+    joined: Head, model: OpenAIServer, tmp_path: Path
+) -> None:
+    """`batch --ray` (no listeners) makes no `ProgressBox` actor; MCP `run_job`s make one at the first."""
+    import ray
+
+    from coderoom.batch.cluster import RayJobs
+    from coderoom.batch.manifest import BatchEntry
+    from coderoom.batch.runner import EndOfRun
+    from coderoom.jobs import build_job
+    from coderoom.run import new_run_dir
+
+    jobs = RayJobs(server_environ(model), out=tmp_path / "runs")
+    jobs._task = ray.remote(box_attempt)
+    job = build_job({"name": "mcp-job", "prompt": "go", "model": "", "sandbox": {"backend": "local"}}, source="run_job")
+
+    async def handed(listeners: list[Any]) -> str | None:
+        run_dir = new_run_dir(job, tmp_path / "runs")
+        return (await jobs.run(BatchEntry(run_dir.name, job, "run_job"), run_dir, EndOfRun(), listeners)).error
+
+    assert await handed([]) == "no box"
+    assert jobs._progress._made is None  # nothing made for it
+    first, second = await handed([print]), await handed([print])
+    assert first == second == jobs._progress()[0]._actor_id.hex()

@@ -29,7 +29,7 @@ from pydantic import ValidationError
 
 from ..cluster.connect import first_line, model_environ, room_for
 from ..cluster.driver_only import claimed
-from ..cluster.progress import ProgressBox, relay_reports
+from ..cluster.progress import LazyBox, relay_reports
 from ..cluster.transfer import unpack_run_folder
 from ..errors import UsageError
 from ..hostile.archive import ArchiveError
@@ -103,8 +103,7 @@ class RayJobs:
         if model_concurrency is not None:
             lease_s = lease_seconds(client_settings(environ)[1])
             self._slots = ray.remote(ModelSlots).options(num_cpus=0, scheduling_strategy=here).remote(model_concurrency, lease_s)
-        self._progress: Any = ray.remote(ProgressBox).options(num_cpus=0, scheduling_strategy=here).remote()
-        self._progress_token = claimed(self._progress)
+        self._progress = LazyBox(ray)  # the jobs' box and its token, made at the first run with listeners
         self._task = ray.remote(_attempt)
 
     async def __call__(self, entry: BatchEntry, run_dir: Path, end: EndOfRun) -> JobOutcome:
@@ -120,18 +119,21 @@ class RayJobs:
         except (UsageError, OSError) as exc:
             return JobOutcome(entry.key, run_dir.name, "error", error=bounded_error(str(exc)))
         limits = entry.job.sandbox.limits
+        box: Any = None  # a run nobody listens to sends no progress, and needs no box
+        token: Any = None
         try:  # the job's place in the log and the box, made before its node can begin or report (R-D7, R-D2)
             await self._log.open.remote(entry.key, self._log_token)
             if listeners:
-                await self._progress.open.remote(entry.key, self._progress_token)
+                box, token = await asyncio.to_thread(self._progress)
+                await box.open.remote(entry.key, token)
         except ray.exceptions.RayError as exc:  # the driver's node's actors gone
             return self._failed(entry, run_dir, f"the cluster could not run it ({first_line(exc)})", ())
         ref = self._task.options(
             num_cpus=limits.cpus, memory=limits.memory, max_retries=NODE_RETRIES, retry_exceptions=False
-        ).remote(entry, inputs, run_dir.name, self._environ, self._log, self._slots, self._progress if listeners else None)
+        ).remote(entry, inputs, run_dir.name, self._environ, self._log, self._slots, box)
         relay = None
-        if listeners:
-            relay = asyncio.ensure_future(relay_reports(self._progress, entry.key, listeners, ray.exceptions.RayError))
+        if box is not None:
+            relay = asyncio.ensure_future(relay_reports(box, entry.key, listeners, ray.exceptions.RayError))
         try:
             result = await ref
         except asyncio.CancelledError:
@@ -146,7 +148,7 @@ class RayJobs:
         finally:
             if relay is not None:
                 relay.cancel()
-                self._progress.close.remote(entry.key, self._progress_token)  # what came after the last relay: forgotten, not awaited
+                box.close.remote(entry.key, token)  # what came after the last relay: forgotten, not awaited
         # the job is over on its node: its record and run folder are brought back even if the
         # caller is cancelled meanwhile (a cut `_lost` had taken the attempts, the folder never came: R-D4)
         return await finish_uncancelled(self._brought_back(entry, run_dir, result))

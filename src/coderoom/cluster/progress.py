@@ -15,15 +15,17 @@ most MAX_PENDING reports per job, each at most MAX_REPORT_BYTES, of the jobs the
 flood under made-up keys, is dropped, so it can neither push a running job's reports out nor
 hold the driver's memory (R-D2); the driver reads each as hostile data (`read_report`: its size,
 JSON, then the `ModelStream` model, nothing else) and its listeners render it escaped, as they do
-a local run's (`relay_reports`). Nothing here imports Ray: `batch.cluster` (a job's, for MCP
-`run_job`) and `service.ray_session` (a live session's ask, for the page and MCP) make
-`ProgressBox` an actor and `relay_reports` its reports.
+a local run's (`relay_reports`). Nothing here imports Ray as it loads (a node's `NodeProgress`
+needs none): `batch.cluster` (a job's, for MCP `run_job`) and `service.ray_session` (a live
+session's ask, for the page and MCP) hand in Ray's module to `LazyBox`, which makes the
+`ProgressBox` actor at the first ask, and relay its reports with `relay_reports`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -34,7 +36,7 @@ from pydantic import ValidationError
 from ..models.streaming import MAX_PIECE_CHARS, REPORT_EVERY_S
 from ..record.events import Event, Listener, ModelCall, ModelStart, ModelStream, ToolStart
 from ..record.writer import encode
-from .driver_only import DriverOnly
+from .driver_only import DriverOnly, claimed
 
 MAX_REPORT_BYTES = 64 * 1024  # of one report (MAX_PIECE_CHARS of text, JSON-escaped, and its counts)
 MAX_PENDING = 32  # reports a job's box holds for the driver (it takes them each REPORT_EVERY_S)
@@ -119,6 +121,30 @@ class ProgressBox(DriverOnly):
         reports = list(found)
         found.clear()
         return reports
+
+
+class LazyBox:
+    """The driver's `ProgressBox` actor on its own node, made at the first call, and (a reference
+    to) the token of its `claim`, asked first (`driver_only`). Why at the first call: a server
+    whose sessions never ask, or a batch whose jobs nobody listens to, has no actor to make and
+    keep. Blocking (a round trip to Ray's control store the first time): call it in a thread,
+    never on the event loop. The actor lives as long as the owner's handle does (Ray ends it with
+    its last handle or the driver)."""
+
+    def __init__(self, ray: Any) -> None:
+        self._ray = ray
+        self._made: tuple[Any, Any] | None = None
+        self._lock = threading.Lock()  # two first asks at once make one box
+
+    def __call__(self) -> tuple[Any, Any]:
+        with self._lock:
+            if self._made is None:
+                from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+                here = NodeAffinitySchedulingStrategy(self._ray.get_runtime_context().get_node_id(), soft=False)
+                box = self._ray.remote(ProgressBox).options(num_cpus=0, scheduling_strategy=here).remote()
+                self._made = (box, claimed(box))
+            return self._made
 
 
 REPORTED = {model.model_fields["type"].default: model for model in (ModelStream, *PROGRESS_TYPES)}

@@ -51,7 +51,6 @@ import secrets
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -61,8 +60,7 @@ from pydantic import ValidationError
 
 from ..cluster.connect import busy_for, first_line, model_environ, room_for
 from ..cluster.placement import Reservation, reserve
-from ..cluster.driver_only import claimed
-from ..cluster.progress import ProgressBox, relay_reports
+from ..cluster.progress import LazyBox, relay_reports
 from ..cluster.transfer import unpack_run_folder
 from ..jobs import Job
 from ..lifecycle import SAVE_TIMEOUT_S
@@ -125,7 +123,7 @@ class RayOpener:
     settings of `environ` (`cluster.connect.model_environ`) go to the nodes.
 
     Its sessions' asks share one `ProgressBox` actor on this machine's node, made at the first
-    ask (`progress_box`): a server whose sessions never ask has none. It lives as long as the
+    ask (`progress_box`, a `cluster.progress.LazyBox`): a server whose sessions never ask has none. It lives as long as the
     opener's handle does (the server's life: Ray ends it with its last handle or the driver)."""
 
     def __init__(self, environ: Mapping[str, str]) -> None:
@@ -135,21 +133,7 @@ class RayOpener:
         self._environ = model_environ(environ)
         self._actor: Any = ray.remote(SessionActor)
         self._model_s = client_settings(self._environ)[1]  # the model's deadline per call, as the node reads it
-        self._box: Any = None
-        self._box_lock = threading.Lock()  # two first asks at once make one box
-
-    def progress_box(self) -> tuple[Any, Any]:
-        """The sessions' `ProgressBox` actor, made on the first call, and (a reference to) the
-        token of its `claim`, asked first (`cluster.driver_only`). Blocking (a round trip to Ray's
-        control store the first time): called in a thread, never on the event loop."""
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        with self._box_lock:
-            if self._box is None:
-                here = NodeAffinitySchedulingStrategy(self._ray.get_runtime_context().get_node_id(), soft=False)
-                box = self._ray.remote(ProgressBox).options(num_cpus=0, scheduling_strategy=here).remote()
-                self._box = (box, claimed(box))
-            return self._box
+        self.progress_box = LazyBox(ray)  # the sessions' box and its token, made at the first ask
 
     async def __call__(
         self, *, model: Any = None, sandbox: str = "local", limits: Limits | None = None,
