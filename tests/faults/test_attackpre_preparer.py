@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from backends import require_backend
 from sandbox import test_local_launcher_slots as slots
-from sandbox.hostside import host_processes_with
+from sandbox.hostside import host_processes_with, once_made, seen_running, until
 
 from coderoom.sandboxes import Limits, SandboxSpec
 from coderoom.sandboxes.local.launcher import LAUNCHER_LOST
@@ -37,11 +37,7 @@ async def the_preparer(session) -> tuple[int, int]:  # type: ignore[no-untyped-d
 
 
 async def gone(pid: int, within: float = 5.0) -> bool:
-    for _ in range(int(within / 0.02)):
-        if slots.state(pid) == "":
-            return True
-        await asyncio.sleep(0.02)
-    return slots.state(pid) == ""
+    return await until(lambda: slots.state(pid) == "", within)
 
 
 # every process a command can see, and a SIGKILL to all of them (kill(-1): its whole namespace)
@@ -129,12 +125,7 @@ async def test_s_q3_a_command_filling_the_pids_limit_neither_stops_the_preparer_
     async with open_session(SandboxSpec(backend="local", limits=Limits(pids=24))) as session:
         assert (await session.exec("true")).exit_code == 0
         launcher, preparer = await the_preparer(session)
-        full = session._inner.sandbox.workspace_dir / "full"
-        hog = asyncio.ensure_future(session.exec("python3", "-c", FILL_PIDS, shell=False))
-        for _ in range(500):
-            if full.exists() or hog.done():
-                break
-            await asyncio.sleep(0.02)
+        hog = await once_made(session, FILL_PIDS, "full")
         during = await session.exec("echo", "during", shell=False)
         filled = await hog
         after = [await session.exec("echo after") for _ in range(2)]
@@ -152,12 +143,7 @@ async def test_s_q4_a_preparer_killed_mid_command_ends_that_command_as_lost_and_
     async with open_session(SandboxSpec(backend="local")) as session:
         assert (await session.exec("true")).exit_code == 0
         launcher, preparer = await the_preparer(session)
-        running = asyncio.ensure_future(session.exec(f"sleep 30; : {marker}"))
-        for _ in range(250):
-            if host_processes_with(marker):
-                break
-            await asyncio.sleep(0.02)
-        assert host_processes_with(marker)
+        running = await seen_running(session, f"sleep 30; : {marker}", marker)
         began = time.monotonic()
         os.kill(preparer, signal.SIGKILL)
         lost = await running
@@ -233,12 +219,7 @@ time.sleep(3)
 
 async def test_s_q9_a_command_with_a_full_tmp_leaves_the_next_slot_an_empty_one() -> None:
     async with open_session(SandboxSpec(backend="local", limits=Limits(tmp_size="8M"))) as session:
-        full = session._inner.sandbox.workspace_dir / "full"
-        hog = asyncio.ensure_future(session.exec("python3", "-c", FILL_TMP, shell=False))
-        for _ in range(500):
-            if full.exists() or hog.done():
-                break
-            await asyncio.sleep(0.02)
+        hog = await once_made(session, FILL_TMP, "full")
         during = await session.exec("echo ok > /tmp/a && cat /tmp/a && ls /tmp /dev/shm")
         filled = await hog
     assert filled.stdout.decode().split() == ["/tmp", "28", "/dev/shm", "28"], filled.stderr  # ENOSPC

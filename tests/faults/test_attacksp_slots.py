@@ -13,6 +13,7 @@ import uuid
 
 import pytest
 from backends import require_backend
+from sandbox.hostside import once_made
 
 from coderoom.sandboxes import Limits, SandboxSpec
 from coderoom.sandboxes.session import open_session
@@ -160,13 +161,8 @@ print("listed", sum(len(open(f"/proc/sysvipc/{kind}").read().splitlines()) - 1 f
 
 async def test_s_p10_no_ipc_object_of_a_running_command_reaches_the_slot_made_meanwhile() -> None:
     async with open_session(SandboxSpec(backend="local")) as session:
-        made = session._inner.sandbox.workspace_dir / "made"
-        first = asyncio.ensure_future(session.exec("python3", "-c", IPC_MAKE, shell=False))
-        for _ in range(200):
-            if made.exists() or first.done():
-                break
-            await asyncio.sleep(0.02)
-        assert made.exists(), first.result().stderr if first.done() else "not made"
+        first = await once_made(session, IPC_MAKE, "made")
+        assert not first.done(), first.result().stderr  # so it made them and holds them
         during = await session.exec("python3", "-c", IPC_LOOK, shell=False)
         assert not first.done()
         assert (await first).exit_code == 0

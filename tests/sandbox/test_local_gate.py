@@ -24,7 +24,7 @@ from coderoom.sandboxes.local.sandbox import LocalSandbox
 from coderoom.sandboxes.oneshot import run_once
 from coderoom.sandboxes.session import open_session
 
-from .hostside import host_processes_with
+from .hostside import host_processes_with, seen_running
 
 @pytest.fixture(autouse=True)
 def _local() -> None:
@@ -53,11 +53,7 @@ async def test_the_launcher_and_every_command_run_in_the_session_memory_cgroup()
     marker = f"gate-{uuid.uuid4().hex}"
     async with open_session(SandboxSpec(backend="local")) as session:
         sandbox = session._inner.sandbox
-        command = asyncio.ensure_future(session.exec(f"sh -c 'sleep 30 & sleep 30; : {marker}'"))
-        for _ in range(100):
-            if host_processes_with(marker):
-                break
-            await asyncio.sleep(0.05)
+        command = await seen_running(session, f"sh -c 'sleep 30 & sleep 30; : {marker}'", marker)
         session_cgroup = sandbox._memory.path.name
         bwrap_pid = sandbox._launcher.pid
         pid1 = await sandbox._launcher.sandbox_pid()

@@ -16,7 +16,7 @@ from coderoom.sandboxes import SandboxSpec
 from coderoom.sandboxes.session import open_session
 from coderoom.sandboxes.local.launcher import LAUNCHER_LOST
 
-from .hostside import host_processes_with
+from .hostside import host_processes_with, seen_running
 
 
 @pytest.fixture(autouse=True)
@@ -30,13 +30,7 @@ def inner(session):  # type: ignore[no-untyped-def]
 
 async def running(session, marker: str) -> asyncio.Future:  # type: ignore[no-untyped-def]
     """A 30 s command carrying `marker` in its command line, once the host sees it running."""
-    command = asyncio.ensure_future(session.exec(f"sh -c 'sleep 30; : {marker}'"))
-    for _ in range(100):
-        if host_processes_with(marker):
-            break
-        await asyncio.sleep(0.05)
-    assert host_processes_with(marker)
-    return command
+    return await seen_running(session, f"sh -c 'sleep 30; : {marker}'", marker)
 
 
 async def test_each_command_has_its_own_pid_namespace_and_no_capabilities() -> None:

@@ -18,7 +18,7 @@ from backends import require_backend
 from coderoom.sandboxes import SandboxSpec
 from coderoom.sandboxes.session import open_session
 
-from .hostside import host_processes_with
+from .hostside import host_processes_with, until
 
 
 @pytest.fixture(autouse=True)
@@ -123,11 +123,7 @@ async def test_a_slot_made_while_a_command_runs_is_not_that_command_s() -> None:
     async with open_session(SandboxSpec(backend="local")) as session:
         ready = inner(session).workspace_dir / marker
         first = asyncio.ensure_future(session.exec(leave_behind(marker) + f"; touch {marker}; sleep 2"))
-        for _ in range(200):
-            if ready.exists():
-                break
-            await asyncio.sleep(0.02)
-        assert ready.exists()
+        assert await until(ready.exists, 4)
         during = await session.exec(look_for(marker))
         assert not first.done()  # so `during`'s slot was made before `first` ended
         left = await first
@@ -147,11 +143,7 @@ async def test_a_ready_slot_that_dies_is_replaced_and_leaves_nothing() -> None:
         launcher = await launcher_pid(session)
         dead = await ready_slot(session)
         os.kill(dead, signal.SIGKILL)  # as an OOM kill might
-        for _ in range(250):
-            if state(dead) == "":
-                break
-            await asyncio.sleep(0.02)
-        assert state(dead) == ""  # reaped at once, not left a zombie until the next command
+        assert await until(lambda: state(dead) == "")  # reaped at once, not left a zombie until the next command
         assert await ready_slot(session) != dead
         again = await session.exec("echo still here")
         assert (again.exit_code, again.stdout) == (0, b"still here\n")
