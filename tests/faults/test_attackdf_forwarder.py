@@ -1,9 +1,11 @@
-"""Attack pass D-F (2026-12-07), fault D-F1: after sandbox code's `kill -9 -1`, the next command
+"""Attack pass D-F (2026-12-07), faults D-F1 and D-F11. D-F1: after sandbox code's `kill -9 -1`, the next command
 could come in before the kernel had ended the killed egress forwarder. PID 1's reap found
 nothing to collect, `Forwarder.ensure` saw its pid still set and did not restart it, and that
 command's fetches were refused (the forwarder came back one command later). Now `ensure` reaps
 until a dying forwarder (`dying`: a SIGKILL pending, an exit begun, a zombie) is gone, within
-FORWARDER_EXIT_S, before it decides.
+FORWARDER_EXIT_S, before it decides. D-F11: sandbox code's `kill -STOP -1` left the forwarder
+stopped, and every later fetch of the session hung in its listen queue; now `ensure` kills a
+stopped forwarder, which the same path then collects and starts afresh.
 
 The race is driven deterministically on the host with init.py's own Server and Forwarder: the
 forwarder is a real process, really killed; the one thing held is PID 1's first reap after the
@@ -91,6 +93,19 @@ def test_a_command_right_after_kill_9_finds_a_new_forwarder(server: Any) -> None
     assert not held, "the test's hold was never reached"
     assert server.forwarder.pid not in (None, first), "c1 went ahead with the dead forwarder's pid"
     assert state(server.forwarder.pid) in (b"S", b"R")
+
+
+def test_d_f11_a_command_after_sandbox_code_stopped_the_forwarder_finds_a_new_one(server: Any) -> None:
+    """A stopped forwarder held every later fetch in its listen queue until the session ended."""
+    server.start(command("c0"))
+    first = server.forwarder.pid
+    os.kill(first, signal.SIGSTOP)  # sandbox code's kill -STOP -1, as the forwarder sees it
+    wait_for(lambda: state(first) == b"T")
+    server.start(command("c1"))
+    assert server.forwarder.pid not in (None, first), "c1 went ahead with the stopped forwarder"
+    assert state(server.forwarder.pid) in (b"S", b"R")
+    with pytest.raises(ChildProcessError):  # the stopped one was killed and reaped, not left behind
+        os.waitpid(first, os.WNOHANG)
 
 
 def test_dying_tells_a_killed_or_gone_process_from_a_live_or_stopped_one(init: ModuleType) -> None:

@@ -113,6 +113,14 @@ async def test_the_forwarder_comes_back_after_sandbox_code_kills_it_and_after_an
     assert len(upstream.requests) == 4
 
 
+async def test_the_forwarder_comes_back_after_sandbox_code_stops_it(sandbox: Any, upstream: Any) -> None:
+    """D-F11: a stopped forwarder held every later fetch in its listen queue until the session ended."""
+    assert await fetch(sandbox, upstream.port) == "200"
+    await sandbox.exec(["sh", "-c", "kill -TSTP -1; kill -STOP -1"])  # every process the sandbox's uid may signal
+    assert await fetch(sandbox, upstream.port) == "200"
+    assert len(upstream.requests) == 2
+
+
 HARNESS = """
 import asyncio, sys
 from coderoom.egress.policy import parse_policy

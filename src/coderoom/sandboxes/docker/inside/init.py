@@ -315,7 +315,12 @@ class Forwarder:
         """Start it if it is not running and wait (FORWARDER_READY_S at most) until it listens.
         One that is dying (sandbox code's `kill -9 -1`) keeps its pid until `reap` (PID 1's)
         collects it, and the kernel may not have ended it yet when the next command comes in:
-        reap until it is gone (FORWARDER_EXIT_S at most), or that command's fetches are refused."""
+        reap until it is gone (FORWARDER_EXIT_S at most), or that command's fetches are refused.
+        One that is stopped (sandbox code's `kill -STOP -1`; a SIGTSTP is discarded, its process
+        group being orphaned) would hold every later fetch in its listen queue until the session
+        ends: it is killed, and so collected and started afresh here (attack D-F11)."""
+        if self.pid is not None and task_state("/proc/%d/stat" % self.pid) in (b"T", b"t"):
+            signal_quietly(self.pid, signal.SIGKILL)
         deadline = time.monotonic() + FORWARDER_EXIT_S
         reap()
         while self.pid is not None and dying(self.pid) and time.monotonic() < deadline:
