@@ -69,6 +69,7 @@ SECCOMP_ENV = "CODEROOM_SECCOMP"
 FORWARDER_ENV = "CODEROOM_FORWARDER"
 FORWARDER_READY_S = 30.0  # how long a starting forwarder may take to listen
 FORWARDER_EXIT_S = 5.0  # how long a killed forwarder may take to exit before a command goes ahead
+FORWARDER_POLL_S = 0.05  # how often a starting forwarder is checked for a stop while PID 1 waits for it
 PF_EXITING = 0x4  # /proc/PID/stat's flags bit of a task that has begun to exit
 PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS, SECCOMP_MODE_FILTER = 22, 38, 2
 TERMINAL_ROWS, TERMINAL_COLUMNS = 24, 80  # the size a tty job's terminal has
@@ -318,7 +319,9 @@ class Forwarder:
         reap until it is gone (FORWARDER_EXIT_S at most), or that command's fetches are refused.
         One that is stopped (sandbox code's `kill -STOP -1`; a SIGTSTP is discarded, its process
         group being orphaned) would hold every later fetch in its listen queue until the session
-        ends: it is killed, and so collected and started afresh here (attack D-F11)."""
+        ends: it is killed, and so collected and started afresh here (attack D-F11). One stopped
+        before it listens (sandbox code in a live job stopping every process it can, again and
+        again) is not waited for: PID 1 stalled FORWARDER_READY_S before every command (T-A1)."""
         if self.pid is not None and task_state("/proc/%d/stat" % self.pid) in (b"T", b"t"):
             signal_quietly(self.pid, signal.SIGKILL)
         deadline = time.monotonic() + FORWARDER_EXIT_S
@@ -344,8 +347,12 @@ class Forwarder:
         try:
             while b"ready\n" not in seen:
                 left = deadline - time.monotonic()
-                if left <= 0 or not select.select([ready_r], [], [], left)[0]:
+                if left <= 0:
                     break
+                if not select.select([ready_r], [], [], min(left, FORWARDER_POLL_S))[0]:
+                    if task_state("/proc/%d/stat" % pid) in (b"T", b"t"):
+                        break  # stopped before it listens: the next command's ensure kills it (T-A1)
+                    continue
                 chunk = os.read(ready_r, 64)
                 if not chunk:
                     break
