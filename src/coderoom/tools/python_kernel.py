@@ -355,7 +355,7 @@ class KernelClient:
         return parsed.status == "ok" and not parsed.state_lost
 
     async def _start(self) -> None:
-        command = [self.python, "-I", "-c", kernel_server.BOOT, kernel_source(), "serve"]
+        command = [self.python, "-I", "-S", "-c", kernel_server.BOOT, kernel_source(), "serve"]  # see BOOT
         try:
             self.session.register_persist_workspace_skip_path(KERNEL_DIR)
         except Exception:  # a mount at that path: the FIFOs are simply archived

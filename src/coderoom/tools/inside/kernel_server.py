@@ -21,7 +21,7 @@ Two transports, both always served:
 The request `interrupt ID` (the host's cancel) interrupts cell ID as the deadline does: SIGINT,
 then a kill after GRACE_S. The session's PTY API would cost at least 350 ms per call (its
 minimum yield plus a fixed sleep), so it only starts the supervisor where no channel exists.
-Started as `python3 -I -c BOOT SOURCE serve [channel]`: no file to tamper with, no workspace
+Started as `python3 -I -S -c BOOT SOURCE serve [channel]` (see BOOT): no file to tamper with, no workspace
 module can shadow the standard library. Standard library only; pandas and matplotlib are used
 when the cell has imported them.
 """
@@ -57,15 +57,19 @@ ENV_ALLOWED = {
     "GIT_SSL_CAINFO", "NODE_EXTRA_CA_CERTS",
 }  # fmt: skip
 ENV_CLEAN_MARK = "CODEROOM_KERNEL"
-# `python3 -I -c BOOT SOURCE serve [channel]`: an environment holding anything but ENV_ALLOWED
-# (and the mark) is replaced at once, before SOURCE is compiled and imports its modules (about
-# 40 ms of every kernel start, done twice before); then SOURCE runs, whose `main` checks again.
+# `python3 -I -S -c BOOT SOURCE serve [channel]`: the host's environment for a sandbox command
+# always holds more than ENV_ALLOWED (PWD, PYTHON* variables), so the first process only replaces
+# it: started without `site` (-S: no site-packages, no .pth files to run; ~10 ms where a start
+# with them costs 50-150 ms here), it execs the same command with `site`, without -S, in the
+# clean environment and with the mark. One full interpreter start per kernel, not two; SOURCE
+# is compiled and imports its modules only then, and its `main` checks both again.
 BOOT = (
     "import os,sys\n"
     f"e={{k:v for k,v in os.environ.items() if k in {tuple(sorted(ENV_ALLOWED))!r} or k.startswith('LC_')}}\n"
     f"e[{ENV_CLEAN_MARK!r}]='1'\n"
     "a=getattr(sys,'orig_argv',None)\n"
-    "if a and e!=dict(os.environ):os.execve(sys.executable,a,e)\n"
+    "if a and (sys.flags.no_site or e!=dict(os.environ)):"
+    "i=a.index('-c');os.execve(sys.executable,[o for o in a[:i] if o!='-S']+a[i:],e)\n"
     "exec(compile(sys.argv[1],'kernel_server.py','exec'))"
 )
 GRACE_S = 3.0  # after SIGINT (deadline or the host's interrupt), before the worker is killed
@@ -736,10 +740,11 @@ def clean_environment() -> dict[str, str]:
 
 def main(argv: list[str]) -> None:
     if argv[1:2] != ["serve"] or argv[2:] not in ([], ["channel"]):
-        raise SystemExit("usage: python3 -I -c BOOT SOURCE serve [channel]")
-    if os.environ.get(ENV_CLEAN_MARK) != "1" or set(os.environ) != set(clean_environment()):
+        raise SystemExit("usage: python3 -I -S -c BOOT SOURCE serve [channel]")
+    if os.environ.get(ENV_CLEAN_MARK) != "1" or set(os.environ) != set(clean_environment()) or sys.flags.no_site:
         # Re-exec with only harmless variables, so neither the kernel nor /proc/self/environ
-        # holds anything the host environment leaked into the sandbox.
+        # holds anything the host environment leaked into the sandbox (and with `site`, so
+        # cells can import the sandbox's packages).
         os.execve(sys.executable, [sys.executable, "-I", "-c", BOOT, *argv], clean_environment())
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     Supervisor(os.getcwd()).serve(channel=argv[2:] == ["channel"])
