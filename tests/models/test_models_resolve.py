@@ -187,6 +187,20 @@ def test_plugin_providers_come_from_entry_points(
     assert compatible.label == "openai-compatible:m@http://127.0.0.1:9/v1"
 
 
+def test_a_built_in_provider_is_resolved_without_reading_any_entry_point(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading every installed distribution's entry points costs ~15 ms of each session's open;
+    a built-in is found without it (no plugin may shadow one anyway)."""
+    from coderoom.models import resolve
+
+    def no_scan(**kwargs: object) -> None:
+        raise AssertionError("entry points read for a built-in provider")
+
+    monkeypatch.setattr(resolve, "entry_points", no_scan)
+    assert resolve_model("offline", environ={}).label == "offline"
+    with pytest.raises(AssertionError, match="entry points read"):  # an unknown prefix still looks
+        resolve_model("someplugin:model", environ={})
+
+
 def test_a_key_in_the_base_url_is_refused_without_echoing_it() -> None:
     """Attack A07: `MODEL@http://user:KEY@host` put the key in run.jsonl and on screen."""
     with pytest.raises(ModelSpecError) as error:

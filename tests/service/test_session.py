@@ -16,6 +16,7 @@ from coderoom.record import read_record
 from coderoom.run import DECLINED
 from coderoom.service.session import STOPPED
 from coderoom.sandboxes.limits import Limits
+from coderoom.tools.python_kernel import KernelClient
 
 ROOT = Path(__file__).resolve().parents[2]
 ENERGY = ROOT / "examples/building_energy/data/building_energy.csv"
@@ -287,6 +288,24 @@ async def test_without_the_pool_the_kernel_warms_up_in_the_background_and_the_fi
         run_dir = await session.close()
     cells = [e.cell.number for e in events_of(run_dir) if e.type == "tool_result"]
     assert cells == [1, 2]
+
+
+async def test_a_cell_asked_during_a_warm_up_import_goes_before_the_imports_left(tmp_path: Path) -> None:
+    """The warm-up imports one module a step; a cell asked while a step runs (the kernel is up)
+    waits for that step only and goes ahead of the rest: it is never held behind matplotlib's
+    import, the longest, which a session that does not plot never needs."""
+    session = await Session.open(model="offline", runs_dir=tmp_path)
+    try:
+        state = KernelClient(session._live.session).state
+        async with asyncio.timeout(60):
+            while not (state.started and state.warming):  # the kernel runs, its first import step too
+                await asyncio.sleep(0.005)
+        cell = await session.run_python("import sys\nsorted({'numpy', 'pandas', 'matplotlib.pyplot'} & set(sys.modules))")
+        assert cell.status == "ok" and "'numpy'" in cell.text and "matplotlib" not in cell.text
+        assert await session._warming is False  # it gave way and left the rest undone
+    finally:
+        run_dir = await session.close()
+    assert [e.cell.number for e in events_of(run_dir) if e.type == "tool_result"] == [1]
 
 
 async def test_a_first_cell_during_the_warm_up_waits_only_for_its_step(tmp_path: Path) -> None:

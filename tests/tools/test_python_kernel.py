@@ -249,6 +249,17 @@ async def test_kernel_environment_holds_no_host_secrets(
     assert "[Out 1]\n([], False)" in out
 
 
+async def test_the_kernel_runs_with_site_in_the_clean_environment_after_one_exec(tool: RunPythonTool) -> None:
+    """Its first process (`python3 -I -S`) only clears the environment and execs the kernel
+    without -S: one interpreter start with site-packages, whose packages cells import."""
+    out = await tool.run(
+        "import os, sys\n"
+        "sys.flags.no_site, '-S' in sys.orig_argv, os.environ.get('CODEROOM_KERNEL'), 'PWD' in os.environ"
+    )
+    assert "[Out 1]\n(0, False, '1', False)" in out
+    assert "[cell 2: ok" in await tool.run("import pandas")  # from the sandbox's site-packages
+
+
 async def test_large_cells_go_through_a_file(tool: RunPythonTool) -> None:
     code = "numbers = [" + ",".join(str(i) for i in range(40_000)) + "]\nlen(numbers)"
     assert len(code) > 200_000
