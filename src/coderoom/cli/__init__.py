@@ -47,6 +47,9 @@ def main() -> None:
 def _typer_app() -> Any:
     """The typer app with every command group registered (once: the result is cached)."""
     from ..sandboxes import backend_names, get_backend
+    from .rich_help import load_rich_utils
+
+    load_rich_utils()  # before typer could import it with all it imports (see rich_help)
     from . import batch_cmd, export_cmd, mcp_cmd, models_cmd, run_cmd, sandbox_cmd, serve_cmd, show_cmd  # noqa: F401  (commands register on import)
     from .application import app as typer_app
 
