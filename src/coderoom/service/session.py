@@ -234,21 +234,18 @@ class Session(Activity):
         lifecycle = await _begin_run_folder(job, runs_dir, resolved, hub, tap)
         async with lifecycle.steps(end=False):
             await lifecycle.start_sandbox(pool.claim if pool is not None else None, backend)
-            self = cls(lifecycle, hub, tap)
-            self._warm()
-            written = await lifecycle.stage(self._write_all(staged))
+            warming = _warm(lifecycle)  # first: the kernel starts while the rest of the open runs
+            try:
+                self = cls(lifecycle, hub, tap)
+                self._warming = warming
+                written = await lifecycle.stage(self._write_all(staged))
+            except BaseException:  # no session: its warm-up is not left running on
+                if warming is not None:
+                    warming.cancel()
+                    await asyncio.gather(warming, return_exceptions=True)
+                raise
             lifecycle.recorder.emit("session_open", session_id=self.id, pooled=lifecycle.pooled, files=written)
         return self
-
-    def _warm(self) -> None:
-        """Without a warm pool's sandbox, start the kernel and import WARM_MODULES in it now, in
-        the background, one module a step: while the files are copied in and the model thinks,
-        rather than in the first cell. A first cell that comes sooner waits for the step in
-        progress only (the kernel's start, say), and the cells are unchanged (`KernelClient.warm`)."""
-        session = self._live.session
-        if not self._live.pooled and keeps_processes(session):
-            steps = [warm_imports((module,)) for module in WARM_MODULES]
-            self._warming = asyncio.ensure_future(KernelClient(session).warm(steps, cell_timeout(self.limits.timeout)))
 
     # -- state (`closed`, `busy`, `idle_for`, `subscribe`: see Activity) ----------------
 
@@ -556,6 +553,19 @@ class Session(Activity):
                 "free space there and close it again"
             )
         return f"session {self.id} was closed unsaved: {problem}; its record is in {self.run_dir}"
+
+
+def _warm(lifecycle: RunLifecycle) -> asyncio.Future[bool] | None:
+    """Without a warm pool's sandbox, start the kernel and import WARM_MODULES in it now, in the
+    background, one module a step: while the session is built, the files are copied in and the
+    model thinks, rather than in the first cell. A first cell that comes sooner waits for the
+    step in progress only (the kernel's start, say) and goes ahead of the imports left, and the
+    cells are unchanged (`KernelClient.warm`)."""
+    session = lifecycle.session
+    if lifecycle.pooled or not keeps_processes(session):
+        return None
+    steps = [warm_imports((module,)) for module in WARM_MODULES]
+    return asyncio.ensure_future(KernelClient(session).warm(steps, cell_timeout(lifecycle.job.sandbox.limits.timeout)))
 
 
 async def _begin_run_folder(job: Job, runs_dir: Path, model: ResolvedModel, hub: EventHub,
