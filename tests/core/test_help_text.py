@@ -36,8 +36,9 @@ for path in paths(root, []):
     with contextlib.redirect_stdout(out):
         root.main([*path, "--help"], prog_name="coderoom", standalone_mode=False)
     shown[" ".join(path)] = out.getvalue()
-standing_in = type(rich_utils.Markdown).__name__ == "_Deferred" and type(rich_utils.Traceback).__name__ == "_Deferred"
-print(json.dumps({"standing_in": standing_in, "modules": sorted(m for m in sys.modules if m.startswith(("rich.markdown", "rich.traceback", "markdown_it"))), "help": shown}))
+standing_in = all(type(cls).__name__ == "_Deferred" for cls in (rich_utils.Markdown, rich_utils.Traceback))
+loaded = sorted(m for m in sys.modules if m.startswith(("rich.markdown", "rich.traceback", "markdown_it")))
+print(json.dumps({"standing_in": standing_in, "modules": loaded, "help": shown}))
 """
 
 

@@ -21,8 +21,8 @@ Two transports, both always served:
 The request `interrupt ID` (the host's cancel) interrupts cell ID as the deadline does: SIGINT,
 then a kill after GRACE_S. The session's PTY API would cost at least 350 ms per call (its
 minimum yield plus a fixed sleep), so it only starts the supervisor where no channel exists.
-Started as `python3 -I -S -c BOOT SOURCE serve [channel]` (see BOOT): no file to tamper with, no workspace
-module can shadow the standard library. Standard library only; pandas and matplotlib are used
+Started as `python3 -I -S -c BOOT SOURCE serve [channel]` (see BOOT): no file to tamper with, no
+workspace module can shadow the standard library. Standard library only; pandas and matplotlib are used
 when the cell has imported them.
 """
 
