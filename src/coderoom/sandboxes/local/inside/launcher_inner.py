@@ -227,7 +227,7 @@ class Config:
 
 def _capped(rlimits):
     """[(resource, (soft, hard))]: none above the hard limit the launcher has, which every stub
-    inherits unchanged (a process without CAP_SYS_RESOURCE cannot raise it)."""
+    inherits unchanged (nothing between the launcher and a stub sets one)."""
     capped = []
     for res, soft, hard in rlimits:
         ceiling = resource.getrlimit(res)[1]
@@ -341,8 +341,10 @@ def _first_to_go_at_the_memory_limit():
     (the launcher's), not below: raising needs no privilege, lowering under 0 does. /proc/self
     is writable for a dumpable process only, and nothing of the payload runs yet."""
     _prctl(PR_SET_DUMPABLE, 1)
-    fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY | os.O_CLOEXEC)  # not open(): its text
-    try:  # layers cost a slot more than the write (pages copied from the launcher)
+    # os calls, not open(): its text layers write to more of the pages init shares with the
+    # launcher, each copied at its first write, than the write itself costs
+    fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY | os.O_CLOEXEC)
+    try:
         os.write(fd, b"1000")
     finally:
         os.close(fd)
