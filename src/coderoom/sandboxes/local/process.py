@@ -169,30 +169,50 @@ async def supervise(
     return timed_out, stopped_by
 
 
-async def pump(fd: int, feed: Callable[[bytes], None]) -> None:
-    """Read a pipe to EOF in the event loop, handing each chunk to `feed`; closes `fd`."""
-    loop = asyncio.get_running_loop()
-    eof = loop.create_future()
+class PipeReader:
+    """Reads a pipe to EOF in the event loop's own callbacks, handing each chunk to `feed`.
 
-    def on_readable() -> None:
+    `eof` is done at EOF, with the pipe closed and no longer watched; `close()` stops earlier.
+    It needs no task: a command's two output pipes then cost no task steps and no loop pass
+    between their EOF and the command's result (issue 25)."""
+
+    def __init__(self, fd: int, feed: Callable[[bytes], None]) -> None:
+        self._fd = fd
+        self._feed = feed
+        self._loop = asyncio.get_running_loop()
+        self.eof: asyncio.Future[None] = self._loop.create_future()
+        os.set_blocking(fd, False)
+        self._loop.add_reader(fd, self._on_readable)
+
+    def _on_readable(self) -> None:
         try:
-            chunk = os.read(fd, _CHUNK)
+            chunk = os.read(self._fd, _CHUNK)
         except BlockingIOError:
             return
         except OSError:
             chunk = b""
         if chunk:
-            feed(chunk)
-        elif not eof.done():
-            eof.set_result(None)
+            self._feed(chunk)
+        else:
+            self.close()
 
-    os.set_blocking(fd, False)
-    loop.add_reader(fd, on_readable)
+    def close(self) -> None:
+        """Stop watching and close the pipe (idempotent); `eof` is done from then on."""
+        if self._fd >= 0:
+            self._loop.remove_reader(self._fd)
+            os.close(self._fd)
+            self._fd = -1
+        if not self.eof.done():
+            self.eof.set_result(None)
+
+
+async def pump(fd: int, feed: Callable[[bytes], None]) -> None:
+    """Read a pipe to EOF in the event loop, handing each chunk to `feed`; closes `fd`."""
+    reader = PipeReader(fd, feed)
     try:
-        await eof
+        await reader.eof
     finally:
-        loop.remove_reader(fd)
-        os.close(fd)
+        reader.close()
 
 
 async def write_all(fd: int, data: bytes) -> None:

@@ -82,7 +82,7 @@ from ..stops import named_stop, stop_note
 from . import bwrap, disk, host_dir, network
 from .launcher import LAUNCHER_LOST, Job, Launcher, LauncherError
 from .longlived import LongLived
-from .process import CappedBuffer, pump, supervise, write_all
+from .process import CappedBuffer, PipeReader, pump, supervise, write_all
 from .spawn import BASE_ENV, SandboxPlan, Started, with_library_path
 
 if TYPE_CHECKING:
@@ -298,20 +298,25 @@ class LocalSandbox(SandboxPlan):
         try:
             job = await self._start_job(list(argv), env, stdin=stdin is not None)
             oom_kills = self._memory.oom_kills() if self._memory else 0
-            pumps = [asyncio.ensure_future(pump(job.stdout, out.feed)), asyncio.ensure_future(pump(job.stderr, err.feed))]
+            readers = [PipeReader(job.stdout, out.feed), PipeReader(job.stderr, err.feed)]
+            pending: list[asyncio.Future[None]] = [reader.eof for reader in readers]
             if job.stdin is not None:
-                pumps.append(asyncio.ensure_future(_feed_and_close(job.stdin, stdin or b"")))
+                pending.append(asyncio.ensure_future(_feed_and_close(job.stdin, stdin or b"")))
             try:
                 timed_out, stopped_by = await supervise(
                     job.exited, job.kill, timeout=timeout, watchdog=self.workspace_overrun
                 )
-                # the namespace is gone, so the pipes reach EOF promptly; bound it anyway
-                await asyncio.wait(pumps, timeout=_PIPE_GRACE_S)
+                # the namespace is gone, so the pipes reach EOF promptly (mostly already); bound it anyway
+                pending = [future for future in pending if not future.done()]
+                if pending:
+                    await asyncio.wait(pending, timeout=_PIPE_GRACE_S)
             finally:
                 if not job.exited.done():  # cancelled: never leave a command behind
                     await asyncio.shield(job.kill())
-                for task in pumps:
-                    task.cancel()
+                for reader in readers:
+                    reader.close()
+                for future in pending:
+                    future.cancel()
             if stopped_by is None:  # inline: a thread hop costs more than a usual walk
                 stopped_by = self._workspace_over_limit(held=not self._payload_gone(job))
         finally:

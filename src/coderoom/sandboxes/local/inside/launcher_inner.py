@@ -147,18 +147,26 @@ def _limit_future_capabilities():
     _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient capabilities")
 
 
+_CAPSET_HEADER = struct.pack("Ii", _LINUX_CAPABILITY_VERSION_3, 0)  # this process
+_NO_CAPABILITIES = bytes(2 * 3 * 4)  # two {effective, permitted, inheritable} u32 triples
+
+
 def _drop_capabilities():
-    header = struct.pack("Ii", _LINUX_CAPABILITY_VERSION_3, 0)  # this process
-    empty = bytes(2 * 3 * 4)  # two {effective, permitted, inheritable} u32 triples
-    _check(_libc.capset(header, empty), "capset")
+    _check(_libc.capset(_CAPSET_HEADER, _NO_CAPABILITIES), "capset")
 
 
-def _install_seccomp(program):
-    array_type = type("Program", (_ctypes.Array,), {"_type_": _Char, "_length_": len(program)})
-    buffer = array_type.from_buffer_copy(program)  # kept alive until the kernel has copied it
-    fprog = struct.pack("HxxxxxxQ", len(program) // 8, _ctypes.addressof(buffer))  # sock_fprog
-    _prctl(PR_SET_NO_NEW_PRIVS, 1)
-    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, fprog, 0, 0), "seccomp")
+class _Filter:
+    """The seccomp program as the kernel takes it (a sock_fprog), built once in the launcher: every
+    stub is a copy of it, so the program's buffer is at the same address in each."""
+
+    def __init__(self, program):
+        array_type = type("Program", (_ctypes.Array,), {"_type_": _Char, "_length_": len(program)})
+        self._buffer = array_type.from_buffer_copy(program)  # alive as long as the launcher
+        self.fprog = struct.pack("HxxxxxxQ", len(program) // 8, _ctypes.addressof(self._buffer))
+
+    def install(self):
+        _prctl(PR_SET_NO_NEW_PRIVS, 1)
+        _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, self.fprog, 0, 0), "seccomp")
 
 
 def _resolve(name, env):
@@ -183,6 +191,17 @@ def _recv(sock):
     return data, fds
 
 
+def _read_to_end(fd):
+    """All of a file from its offset, then closed (os.read, not a file object: see `_stub`)."""
+    chunks = []
+    try:
+        while chunk := os.read(fd, _MAX_MESSAGE):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
 def _send_fds(sock, data, fds):
     sock.sendmsg([data], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))])
 
@@ -193,14 +212,29 @@ def _exit_code(status):
 
 
 class Config:
-    """What every command of the session gets."""
+    """What every command of the session gets, made ready once in the launcher: each slot is a
+    copy of it, and work done here is not redone (and its memory not copied) per command."""
 
     def __init__(self, seccomp, settings):
-        self.seccomp = seccomp  # the BPF program, as the host built it
+        self.seccomp = _Filter(seccomp)  # the BPF program, as the host built it
         self.clone_nr = settings["clone_nr"]  # this architecture's clone(2) number
-        self.rlimits = settings["rlimits"]
+        self.rlimits = _capped(settings["rlimits"])
         self.tmp_size = settings["tmp_size"]
         self.workspace = settings["workspace"]  # the sandbox's workspace root
+        for name in ("mount", "capset"):  # resolved here, not in every slot (see `_Libc`)
+            getattr(_libc, name)
+
+
+def _capped(rlimits):
+    """[(resource, (soft, hard))]: none above the hard limit the launcher has, which every stub
+    inherits unchanged (nothing between the launcher and a stub sets one)."""
+    capped = []
+    for res, soft, hard in rlimits:
+        ceiling = resource.getrlimit(res)[1]
+        if ceiling != resource.RLIM_INFINITY:
+            soft, hard = min(soft, ceiling), min(hard, ceiling)
+        capped.append((res, (soft, hard)))
+    return capped
 
 
 def _stub(sock, config):
@@ -211,13 +245,10 @@ def _stub(sock, config):
             signal.signal(sig, signal.SIG_DFL)  # Python ignores some; exec keeps ignored ones
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
         os.umask(0o022)
-        for res, soft, hard in config.rlimits:
-            ceiling = resource.getrlimit(res)[1]
-            if ceiling != resource.RLIM_INFINITY:
-                soft, hard = min(soft, ceiling), min(hard, ceiling)
-            resource.setrlimit(res, (soft, hard))
+        for res, limits in config.rlimits:
+            resource.setrlimit(res, limits)
         _drop_capabilities()
-        _install_seccomp(config.seccomp)
+        config.seccomp.install()
     except OSError as exc:
         sys.stderr.write(f"coderoom: cannot prepare a command: {exc}\n")
         os._exit(_STUB_FAILED)
@@ -227,8 +258,7 @@ def _stub(sock, config):
         fds = []
     if len(fds) != 4:  # the launcher discarded this slot
         os._exit(_STUB_FAILED)
-    with os.fdopen(fds.pop(), "rb") as body:
-        request = marshal.loads(body.read())
+    request = marshal.loads(_read_to_end(fds.pop()))
     for target, fd in enumerate(fds):
         os.dup2(fd, target)  # dup2 clears close-on-exec on the copy
     os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
@@ -311,8 +341,13 @@ def _first_to_go_at_the_memory_limit():
     (the launcher's), not below: raising needs no privilege, lowering under 0 does. /proc/self
     is writable for a dumpable process only, and nothing of the payload runs yet."""
     _prctl(PR_SET_DUMPABLE, 1)
-    with open("/proc/self/oom_score_adj", "w") as handle:
-        handle.write("1000")
+    # os calls, not open(): its text layers write to more of the pages init shares with the
+    # launcher, each copied at its first write, than the write itself costs
+    fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, b"1000")
+    finally:
+        os.close(fd)
     _prctl(PR_SET_DUMPABLE, 0)
 
 
@@ -334,10 +369,10 @@ def _init(sock, config):
     except OSError as exc:
         sys.stderr.write(f"coderoom: cannot set up a command's namespaces: {exc}\n")
         os._exit(_STUB_FAILED)
-    child = os.fork()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # pid 1: signals without a handler are ignored
+    child = os.fork()  # (set before: each page init writes after the fork is copied first)
     if child == 0:
         _stub(sock, config)
-    signal.signal(signal.SIGINT, signal.SIG_DFL)  # pid 1: signals without a handler are ignored
     while True:
         pid, status = os.wait()
         if pid == child:
