@@ -224,14 +224,16 @@ def has_descendant(pid: int, name: str) -> bool:
     return name in descendants(pid).values()
 
 
-def ray_session_manager(runs: Path) -> Any:
+def ray_session_manager(runs: Path, call_s: float | None = None) -> Any:
     """A SessionManager opening each session (cpus = 1, the offline model) as a Ray actor on a
-    node of the joined cluster (`RayOpener`), its run folders coming back into `runs`."""
+    node of the joined cluster (`RayOpener`), its run folders coming back into `runs`; `call_s`:
+    the opener's deadline of a small call (None: the default, `CALL_S`)."""
     from coderoom import SessionManager
     from coderoom.sandboxes.limits import Limits
     from coderoom.service.ray_session import RayOpener
 
-    return SessionManager(model="offline", runs_dir=runs, limits=Limits(cpus=1), opener=RayOpener({}))
+    opener = RayOpener({}) if call_s is None else RayOpener({}, call_s=call_s)
+    return SessionManager(model="offline", runs_dir=runs, limits=Limits(cpus=1), opener=opener)
 
 
 def left_on_the_node(run_name: str) -> list[Path]:
