@@ -105,6 +105,8 @@ def test_a_session_s_small_call_and_heartbeat_deadlines_are_its_opener_s_setting
     assert (short._deadline("interrupt", ()), short._deadline("tail", (0,))) == (20.0, 20.0 + TAIL_WAIT_S)
 
 
-def test_an_opener_refuses_a_small_call_deadline_of_no_time() -> None:
+def test_an_opener_refuses_a_small_call_deadline_of_no_time_and_a_negative_grace() -> None:
     with pytest.raises(ValueError, match="call_s"):
         ray_session.RayOpener({}, call_s=0)
+    with pytest.raises(ValueError, match="busy_grace_s"):
+        ray_session.RayOpener({}, busy_grace_s=-1)

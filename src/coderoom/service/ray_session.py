@@ -126,16 +126,19 @@ class RayOpener:
     opener's handle does (the server's life: Ray ends it with its last handle or the driver).
 
     `call_s`: the deadline of its sessions' small calls (CALL_S by default), so how long an actor
-    that stopped answering goes unnoticed (its tail's deadline is TAIL_WAIT_S more). A setting, not
-    only a constant, so that a test of a stopped actor need not wait out the production bound;
-    shorter than a busy node's answer, it would declare healthy sessions lost."""
+    that stopped answering goes unnoticed (its tail's deadline is TAIL_WAIT_S more); shorter than a
+    busy node's answer, it would declare healthy sessions lost. `busy_grace_s`: how long an open
+    waits for room on a full cluster before it is refused (BUSY_GRACE_S by default); shorter than
+    Ray takes to free a closed session's cpus, an open just after a close would be refused.
+    Settings, not only constants, so that the tests of a stopped actor and of a refused open need
+    not wait out the production bounds."""
 
-    def __init__(self, environ: Mapping[str, str], *, call_s: float = CALL_S) -> None:
-        if not call_s > 0:
-            raise ValueError("a Ray session's call_s must be more than 0 seconds")
+    def __init__(self, environ: Mapping[str, str], *, call_s: float = CALL_S, busy_grace_s: float = BUSY_GRACE_S) -> None:
+        if not (call_s > 0 and busy_grace_s >= 0):
+            raise ValueError("a Ray session's call_s must be more than 0 seconds, its busy_grace_s 0 or more")
         import ray
 
-        self.call_s = call_s
+        self.call_s, self.busy_grace_s = call_s, busy_grace_s
         self._ray = ray
         self._environ = model_environ(environ)
         self._actor: Any = ray.remote(SessionActor)
@@ -187,11 +190,11 @@ class RayOpener:
     async def _room(self, limits: Limits) -> Reservation:
         """Room on some node for a session of `limits`, taken atomically (`placement.reserve`:
         of two opens racing for the last room one is refused, not queued; attack R-B1), waiting
-        up to BUSY_GRACE_S for a full cluster to free some; else SandboxUnavailable."""
+        up to `busy_grace_s` for a full cluster to free some; else SandboxUnavailable."""
         problem = await asyncio.to_thread(room_for, limits)
         if problem is not None:
             raise SandboxUnavailable(f"no node of the Ray cluster can hold this session: it {problem}")
-        room = await reserve(limits, BUSY_GRACE_S)
+        room = await reserve(limits, self.busy_grace_s)
         if room is None:
             busy = await asyncio.to_thread(busy_for, limits)
             raise SandboxUnavailable(
