@@ -224,16 +224,15 @@ def has_descendant(pid: int, name: str) -> bool:
     return name in descendants(pid).values()
 
 
-def ray_session_manager(runs: Path, call_s: float | None = None) -> Any:
+def ray_session_manager(runs: Path, opener: Any = None) -> Any:
     """A SessionManager opening each session (cpus = 1, the offline model) as a Ray actor on a
-    node of the joined cluster (`RayOpener`), its run folders coming back into `runs`; `call_s`:
-    the opener's deadline of a small call (None: the default, `CALL_S`)."""
+    node of the joined cluster through `opener` (a `RayOpener`; None: one with the servers'
+    settings), its run folders coming back into `runs`."""
     from coderoom import SessionManager
     from coderoom.sandboxes.limits import Limits
     from coderoom.service.ray_session import RayOpener
 
-    opener = RayOpener({}) if call_s is None else RayOpener({}, call_s=call_s)
-    return SessionManager(model="offline", runs_dir=runs, limits=Limits(cpus=1), opener=opener)
+    return SessionManager(model="offline", runs_dir=runs, limits=Limits(cpus=1), opener=opener or RayOpener({}))
 
 
 def left_on_the_node(run_name: str) -> list[Path]:

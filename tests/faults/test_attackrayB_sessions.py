@@ -28,7 +28,7 @@ import pytest
 
 from coderoom.errors import SandboxUnavailable, SessionLost
 from coderoom.record import read_record
-from coderoom.service.ray_session import CLOSE_BOUND_S
+from coderoom.service.ray_session import BUSY_GRACE_S, CLOSE_BOUND_S, RayOpener
 from ray_cluster import descendants, left_on_the_node, ray_session_manager
 
 REFUSAL_S = 120  # "at once" on 2 busy cores; the open's own wait for a node is OPEN_TIMEOUT_S (600 s)
@@ -39,6 +39,10 @@ STOPPED_CALL_S = 20.0
 `CALL_S`: what they prove (a stopped actor is found at its tail's deadline, whatever it is, and
 ends every call) does not need the production 60 s waited out twice; a healthy actor on 2 busy
 cores still answers a small call well within it."""
+REFUSED_GRACE_S = 5.0
+"""The refused open's wait for room (`RayOpener`'s `busy_grace_s`), cut from BUSY_GRACE_S (20 s):
+it is refused after its grace, whatever it is; the open after the closes has the servers' grace
+again (Ray frees a closed session's cpus a little after its close)."""
 
 
 RAY_NODES = 2  # two sessions fill the cluster (`ray_sessions_cluster`, tests/conftest.py)
@@ -105,7 +109,8 @@ def remove_what_the_killed_actor_left(run_name: str) -> None:
 
 
 async def test_a_session_opened_when_every_node_is_taken_is_refused_at_once(ray_sessions_cluster, tmp_path: Path) -> None:
-    sessions = ray_session_manager(tmp_path / "runs")
+    opener = RayOpener({}, busy_grace_s=REFUSED_GRACE_S)
+    sessions = ray_session_manager(tmp_path / "runs", opener)
     async with sessions:
         first, second = await sessions.open(), await sessions.open()  # one per node: the cluster is full
         assert first.node != second.node
@@ -116,6 +121,7 @@ async def test_a_session_opened_when_every_node_is_taken_is_refused_at_once(ray_
         assert len(sessions.live) == 2
         await sessions.close(first.id)
         await sessions.close(second.id)
+        opener.busy_grace_s = BUSY_GRACE_S
         after = await sessions.open()  # at once after a close: not refused while Ray frees its cpus
         await sessions.close(after.id)
     assert len(list((tmp_path / "runs").iterdir())) == 3  # the refused one left no run folder
@@ -189,7 +195,7 @@ async def test_sandbox_prune_on_the_node_removes_what_a_killed_actor_left_and_sp
 
 async def test_a_session_whose_actor_stopped_answering_is_lost_at_its_deadline_and_its_actor_ended(ray_sessions_cluster, tmp_path: Path) -> None:
     _, nodes = ray_sessions_cluster
-    sessions = ray_session_manager(tmp_path / "runs", call_s=STOPPED_CALL_S)
+    sessions = ray_session_manager(tmp_path / "runs", RayOpener({}, call_s=STOPPED_CALL_S))
     async with sessions:
         session = await sessions.open()
         assert session.call_s == STOPPED_CALL_S  # the opener's setting reached the session
@@ -216,7 +222,7 @@ async def test_a_session_whose_actor_stopped_answering_is_lost_at_its_deadline_a
 
 async def test_close_all_ends_within_its_bound_with_one_stopped_actor_among_healthy_ones(ray_sessions_cluster, tmp_path: Path) -> None:
     _, nodes = ray_sessions_cluster
-    sessions = ray_session_manager(tmp_path / "runs", call_s=STOPPED_CALL_S)
+    sessions = ray_session_manager(tmp_path / "runs", RayOpener({}, call_s=STOPPED_CALL_S))
     await sessions.__aenter__()
     stopped, healthy = await sessions.open(), await sessions.open()
     worker, _ = sandbox_owner(next(n for n in nodes if n.node_id == stopped.node))
