@@ -7,7 +7,7 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-from .probes import PROBES, Canaries, Probe, render
+from .probes import PROBES, Canaries, render
 
 FAST = [sys.executable, "-c", "from coderoom.cli import main; main()"]
 TYPER = [sys.executable, "-c", "from coderoom.cli import app; app()"]  # the typer app, always
@@ -25,19 +25,12 @@ def both(*args: str) -> tuple[subprocess.CompletedProcess[str], subprocess.Compl
         return fast.result(), full.result()
 
 
-PROBES_AT_ONCE = 3
-"""Probes whose pairs run at the same time. Each command is its own sandbox, as in `both`, so
-none sees another, and each probe keeps its own timeout and verdict. One pair after the other
-spent most of the catalogue's time starting Python and sandboxes: 24 local probes took 182 s and
-112 s one pair at a time, 69 s and 47 s three at once (alternated, load average 12-14 on 2 cores)."""
-
-
 def probe_verdicts_that_differ(backend: str, tokens: dict[str, str]) -> list[tuple[object, ...]]:
     """Each probe of the catalogue as `sandbox run --sandbox BACKEND [--timeout, --limit NAME=VALUE
     flags] -- ARGV` through both paths: the probes either path fails, or on which they disagree
-    (verdict or exit code), in the catalogue's order. No canary may reach either path's output."""
-
-    def verdict(probe: Probe) -> tuple[object, ...] | None:
+    (verdict or exit code). No canary may reach either path's output."""
+    differ: list[tuple[object, ...]] = []
+    for probe in PROBES:
         flags = ["--timeout", str(probe.timeout)]
         for name, value in probe.limits.items():
             flags += ["--limit", f"{name}={value}"]
@@ -46,8 +39,5 @@ def probe_verdicts_that_differ(backend: str, tokens: dict[str, str]) -> list[tup
             assert Canaries.MARK not in done.stdout + done.stderr, (probe.id, name)
         verdicts = (probe.passes(backend, fast.stdout), probe.passes(backend, full.stdout))
         if verdicts != (True, True) or fast.returncode != full.returncode:
-            return (probe.id, verdicts, fast.returncode, full.returncode, fast.stdout[-200:], full.stdout[-200:])
-        return None
-
-    with ThreadPoolExecutor(max_workers=PROBES_AT_ONCE) as pool:
-        return [found for found in pool.map(verdict, PROBES) if found is not None]
+            differ.append((probe.id, verdicts, fast.returncode, full.returncode, fast.stdout[-200:], full.stdout[-200:]))
+    return differ
