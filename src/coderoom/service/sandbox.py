@@ -18,8 +18,22 @@ WARM_MODULES = ("numpy", "pandas", "matplotlib.pyplot")
 
 
 def warm_imports(modules: tuple[str, ...]) -> str:
-    """A cell that imports `modules` and binds no name (see WARM_IMPORTS)."""
-    return f"for _m in {modules!r}:\n    __import__(_m)\ndel _m\n"
+    """A cell that imports `modules` and binds no name (see WARM_IMPORTS), from the sandbox's
+    packages only: the workspace (the kernel's folder, last on sys.path) is off sys.path
+    meanwhile. A workspace module named like an optional dependency these import (pandas looks
+    for bottleneck and numexpr) would otherwise run before any cell, unasked and unseen (F-C1);
+    a cell's own import still finds it."""
+    return (
+        "import os as _o, sys as _s\n"
+        "_p, _m = _s.path[:], None\n"
+        "_s.path[:] = [_d for _d in _p if _d not in ('', '.', _o.getcwd())]\n"
+        "try:\n"
+        f"    for _m in {modules!r}:\n"
+        "        __import__(_m)\n"
+        "finally:\n"
+        "    _s.path[:] = _p\n"
+        "    del _o, _s, _p, _m\n"
+    )
 
 
 WARM_IMPORTS = warm_imports(WARM_MODULES)

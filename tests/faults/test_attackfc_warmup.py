@@ -1,0 +1,90 @@
+"""Attack pass F-C: a live session opened without the pool warms its kernel up (numpy, pandas,
+matplotlib.pyplot, one step each) while the session is built and its files are copied in.
+The warm-up imports the sandbox's packages only: it never runs a workspace module, and
+cells are numbered, answered and cancelled as in a kernel that was not warmed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from coderoom import Session
+from coderoom.service import session as session_module
+from coderoom.tools import python_kernel
+
+pytestmark = pytest.mark.usefixtures("tmpdir_for_sessions")
+
+# optional dependencies pandas looks up when it is imported (installed in no sandbox here), so
+# a workspace module of that name is found through the workspace's place on sys.path
+PLANTED = ("bottleneck", "numexpr")
+CANARY = "FC-CANARY-7f3 a workspace module ran"
+PLANT = (f"__version__ = '99.0'\nprint({CANARY!r})\nopen(__name__ + '.ran', 'w').write('1')\n").encode()
+
+
+async def test_the_warm_up_runs_no_workspace_module(tmp_path: Path) -> None:
+    """F-C1: a workspace file named like an optional dependency of pandas (bottleneck.py) was
+    imported by the warm-up's `import pandas`, before any cell: its code ran unasked, its output
+    went nowhere, and the user's own `import bottleneck` later printed nothing. Now the warm-up
+    imports with the workspace off sys.path; the user's cells still import workspace modules."""
+    files = {f"{name}.py": PLANT for name in PLANTED}
+    session = await Session.open(model="offline", runs_dir=tmp_path, files=files)
+    try:
+        assert await session._warming is True  # every step was done
+        ran = await session.run_python(
+            "import os, sys\n[n for n in " + repr(PLANTED) + " if n in sys.modules or os.path.exists(n + '.ran')]"
+        )
+        assert ran.status == "ok" and "[Out 1]\n[]" in ran.text
+        asked = await session.run_python("import bottleneck")
+        assert asked.status == "ok" and CANARY in asked.text  # the user's import runs it, once, shown
+    finally:
+        await session.close()
+
+
+def _kernels_of(pid: int) -> set[int]:
+    """Processes under `pid` that run with the kernel's clean-environment mark."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+            status = Path(f"/proc/{entry}/status").read_text()
+        except OSError:
+            continue
+        if b"CODEROOM_KERNEL=1" in environ.split(b"\0"):
+            found.add(int(entry))
+    del status
+    return found
+
+
+@pytest.mark.parametrize("after_s", [0.0, 0.4])
+async def test_an_open_cancelled_during_a_warm_up_import_leaves_no_kernel_and_no_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, after_s: float
+) -> None:
+    """F-C2: the open is cancelled (a client gone) while the warm-up's import runs and a file is
+    still being copied in: the open ends cancelled, the warm-up with it, and neither a task on
+    the loop nor a kernel process in the sandbox is left behind."""
+    before = _kernels_of(os.getpid())
+    copying = asyncio.Event()
+    write = session_module.Session._write
+
+    async def slow_write(self: session_module.Session, path: str, data: bytes | Path) -> str:
+        await copying.wait()  # a large file: the copy outlasts the kernel's start
+        return await write(self, path, data)
+
+    monkeypatch.setattr(session_module.Session, "_write", slow_write)
+    opening = asyncio.ensure_future(Session.open(model="offline", runs_dir=tmp_path, files={"big.bin": b"x"}))
+    async with asyncio.timeout(60):
+        while not any(s.started and s.warming for s in list(python_kernel._STATES.values())):
+            await asyncio.sleep(0.005)
+    during = _kernels_of(os.getpid()) - before
+    assert during  # the kernel runs (the check below sees kernels)
+    await asyncio.sleep(after_s)
+    opening.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await opening
+    assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
+    assert not (_kernels_of(os.getpid()) & during)
