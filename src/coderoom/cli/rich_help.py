@@ -21,7 +21,8 @@ DEFERRED = {"rich.markdown": "Markdown", "rich.traceback": "Traceback"}
 
 class _Deferred(type):
     """The metaclass of a stand-in: calling the class or reading an attribute of it (a
-    classmethod such as Traceback.from_exception) imports the real class and uses it."""
+    classmethod such as Traceback.from_exception) imports the real class and uses it;
+    isinstance and issubclass answer as the real class once its module is loaded (F-C5)."""
 
     _module: str
 
@@ -32,6 +33,15 @@ class _Deferred(type):
         if name.startswith("__"):
             raise AttributeError(name)
         return getattr(cls._real(), name)
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        # an instance exists only once the real module was imported: asking never imports it
+        module = sys.modules.get(cls._module)
+        return module is not None and isinstance(obj, getattr(module, cls.__name__))
+
+    def __subclasscheck__(cls, sub: type) -> bool:
+        module = sys.modules.get(cls._module)
+        return module is not None and issubclass(sub, getattr(module, cls.__name__))
 
     def _real(cls) -> Any:
         return getattr(importlib.import_module(cls._module), cls.__name__)
