@@ -43,20 +43,19 @@ async def test_the_warm_up_runs_no_workspace_module(tmp_path: Path) -> None:
         await session.close()
 
 
-def _kernels_of(pid: int) -> set[int]:
-    """Processes under `pid` that run with the kernel's clean-environment mark."""
+def _kernels() -> set[int]:
+    """Running processes with the kernel's clean-environment mark (this machine's, any test's:
+    the checks below compare with the ones seen while this test's kernel ran)."""
     found = set()
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             environ = Path(f"/proc/{entry}/environ").read_bytes()
-            status = Path(f"/proc/{entry}/status").read_text()
         except OSError:
             continue
         if b"CODEROOM_KERNEL=1" in environ.split(b"\0"):
             found.add(int(entry))
-    del status
     return found
 
 
@@ -67,7 +66,7 @@ async def test_an_open_cancelled_during_a_warm_up_import_leaves_no_kernel_and_no
     """F-C2: the open is cancelled (a client gone) while the warm-up's import runs and a file is
     still being copied in: the open ends cancelled, the warm-up with it, and neither a task on
     the loop nor a kernel process in the sandbox is left behind."""
-    before = _kernels_of(os.getpid())
+    before = _kernels()
     copying = asyncio.Event()
     write = session_module.Session._write
 
@@ -80,11 +79,60 @@ async def test_an_open_cancelled_during_a_warm_up_import_leaves_no_kernel_and_no
     async with asyncio.timeout(60):
         while not any(s.started and s.warming for s in list(python_kernel._STATES.values())):
             await asyncio.sleep(0.005)
-    during = _kernels_of(os.getpid()) - before
+    during = _kernels() - before
     assert during  # the kernel runs (the check below sees kernels)
     await asyncio.sleep(after_s)
     opening.cancel()
     with pytest.raises(asyncio.CancelledError):
         await opening
     assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
-    assert not (_kernels_of(os.getpid()) & during)
+    assert not (_kernels() & during)
+
+
+@pytest.mark.parametrize("after_s", [0.0, 0.5])
+async def test_a_close_during_the_warm_up_ends_it_with_the_sandbox(tmp_path: Path, after_s: float) -> None:
+    """F-C3: the session is closed (its client, the idle reaper) while the warm-up's imports
+    run: the close does not wait for them, and no task or kernel is left running after it."""
+    before = _kernels()
+    session = await Session.open(model="offline", runs_dir=tmp_path)
+    state = python_kernel.KernelClient(session._live.session).state
+    async with asyncio.timeout(60):
+        while not (state.started and state.warming):
+            await asyncio.sleep(0.005)
+    during = _kernels() - before
+    assert during
+    await asyncio.sleep(after_s)
+    async with asyncio.timeout(30):
+        run_dir = await session.close()
+    assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
+    assert not (_kernels() & during)
+    assert (run_dir / "run.jsonl").is_file()
+
+
+async def test_site_reads_nothing_a_cell_or_the_workspace_can_plant(tmp_path: Path) -> None:
+    """F-C4: the kernel now starts with `site` (the first, -S, process only cleans the
+    environment). A sitecustomize.py, usercustomize.py or .pth file in the workspace is not
+    read by a fresh kernel's start, and no folder `site` reads (site-packages, the
+    interpreter's folder and its parent where a pyvenv.cfg would be) is writable by a cell."""
+    plant = f"print({CANARY!r})\nopen('/tmp/fc-site-ran', 'w').write('1')\n".encode()
+    files = {"sitecustomize.py": plant, "usercustomize.py": plant, "fc.pth": b"import sitecustomize\n"}
+    session = await Session.open(model="offline", runs_dir=tmp_path, files=files)
+    try:
+        await session._warming
+        started = "open(f'/proc/{__import__(\"os\").getppid()}/stat').read().split()[21]"  # the supervisor's
+        first = await session.run_python(started)
+        # the supervisor killed: the next cell starts a kernel anew, one interpreter start with site
+        await session.run_python("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
+        again = await session.run_python(started)
+        assert first.status == again.status == "ok" and first.text.split()[-1] != again.text.split()[-1]
+        fresh = await session.run_python(
+            "import os, site, sys\n"
+            "reads = site.getsitepackages() + [os.path.dirname(sys.executable), os.path.dirname(os.path.dirname(sys.executable))]\n"
+            "mod = sys.modules.get('sitecustomize')\n"
+            "(os.path.exists('/tmp/fc-site-ran'), getattr(mod, '__file__', '').startswith(os.getcwd()),"
+            " 'usercustomize' in sys.modules, [d for d in reads if os.access(d, os.W_OK)])"
+        )
+        assert fresh.status == "ok" and "(False, False, False, [])" in fresh.text
+        assert CANARY not in fresh.text
+    finally:
+        await session.close()
