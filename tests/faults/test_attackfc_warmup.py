@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from coderoom import Session
+from coderoom.service import SessionManager
 from coderoom.service import session as session_module
 from coderoom.tools import python_kernel
 
@@ -136,3 +137,31 @@ async def test_site_reads_nothing_a_cell_or_the_workspace_can_plant(tmp_path: Pa
         assert CANARY not in fresh.text
     finally:
         await session.close()
+
+
+async def test_a_server_s_open_cancelled_mid_warm_up_frees_its_place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """F-C6: the MCP server and the web page open sessions through SessionManager.open; one
+    cancelled during the warm-up (a client's cancel, a dropped connection) leaves no session,
+    no kernel, and its place under max_sessions free for the next open."""
+    before = _kernels()
+    copying = asyncio.Event()
+    write = session_module.Session._write
+
+    async def slow_write(self: session_module.Session, path: str, data: bytes | Path) -> str:
+        await copying.wait()
+        return await write(self, path, data)
+
+    monkeypatch.setattr(session_module.Session, "_write", slow_write)
+    async with SessionManager(max_sessions=1, model="offline", runs_dir=tmp_path) as manager:
+        opening = asyncio.ensure_future(manager.open(files={"big.bin": b"x"}))
+        async with asyncio.timeout(60):
+            while not any(s.started and s.warming for s in list(python_kernel._STATES.values())):
+                await asyncio.sleep(0.005)
+        during = _kernels() - before
+        opening.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await opening
+        assert manager.live == [] and not (_kernels() & during)
+        copying.set()
+        second = await manager.open()  # the one place is free again
+        assert [s.id for s in manager.live] == [second.id]
