@@ -165,3 +165,42 @@ async def test_a_server_s_open_cancelled_mid_warm_up_frees_its_place(tmp_path: P
         copying.set()
         second = await manager.open()  # the one place is free again
         assert [s.id for s in manager.live] == [second.id]
+
+
+async def test_a_site_package_that_sets_a_variable_does_not_keep_the_kernel_from_starting(tmp_path: Path) -> None:
+    """F-C9: an interpreter whose site-packages holds a .pth file (or sitecustomize) that sets
+    an environment variable, as an installed package may: each start compared the environment
+    after `site` with the clean one, found the package's variable and exec'd again, for ever (a
+    core spun in the sandbox, run_python never answered). The check reads the environment the
+    process was started with (/proc/self/environ), which no .pth changes; the kernel starts,
+    keeps the package's variable, and still holds no host variable."""
+    from coderoom.tools.inside import kernel_server
+    from coderoom.tools.python_kernel import kernel_source
+
+    session = await Session.open(model="offline", runs_dir=tmp_path)
+    try:
+        await session._warming
+        await session.write_file(".fc/boot", kernel_server.BOOT.encode())
+        await session.write_file(".fc/source", kernel_source().encode())
+        await session.write_file(
+            ".fc/probe", b"import os, sys\nprint(os.environ.get('FC_PTH_VAR'), sys.flags.no_site, 'FC_HOST' in open('/proc/self/environ').read())\n"
+        )
+        made = await session.exec(
+            "python3 -m venv --without-pip .fc/venv && "
+            "echo \"import os; os.environ.setdefault('FC_PTH_VAR', 'fc-canary-pth')\" > "
+            "\"$(.fc/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')/fcenv.pth\""
+        )
+        assert made.exit_code == 0, made.stderr
+        # BOOT with a probe for SOURCE: the environment the probe runs in, after one exec
+        probe = await session.exec(
+            "FC_HOST=fc-canary-host timeout 10 .fc/venv/bin/python -I -S -c \"$(cat .fc/boot)\" \"$(cat .fc/probe)\"; echo rc=$?"
+        )
+        assert probe.stdout.split() == ["fc-canary-pth", "0", "False", "rc=0"], probe
+        # the kernel itself: it reaches `serve` (ready), then ends as its channel is closed
+        kernel = await session.exec(
+            "FC_HOST=fc-canary-host timeout 10 .fc/venv/bin/python -I -S -c \"$(cat .fc/boot)\" "
+            "\"$(cat .fc/source)\" serve channel < /dev/null; echo rc=$?"
+        )
+        assert '"ready": true' in kernel.stdout and kernel.stdout.split()[-1] == "rc=0", kernel
+    finally:
+        await session.close()

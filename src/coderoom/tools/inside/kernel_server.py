@@ -62,13 +62,16 @@ ENV_CLEAN_MARK = "CODEROOM_KERNEL"
 # it: started without `site` (-S: no site-packages, no .pth files to run; ~10 ms where a start
 # with them costs 50-150 ms here), it execs the same command with `site`, without -S, in the
 # clean environment and with the mark. One full interpreter start per kernel, not two; SOURCE
-# is compiled and imports its modules only then, and its `main` checks both again.
+# is compiled and imports its modules only then, and its `main` checks both again. With `site`
+# the process is not judged by os.environ: a .pth file or sitecustomize of an installed package
+# may set a variable, and an exec for it found it again after each start, for ever (F-C9);
+# `main` reads the environment it was started with (`started_clean`).
 BOOT = (
     "import os,sys\n"
     f"e={{k:v for k,v in os.environ.items() if k in {tuple(sorted(ENV_ALLOWED))!r} or k.startswith('LC_')}}\n"
     f"e[{ENV_CLEAN_MARK!r}]='1'\n"
     "a=getattr(sys,'orig_argv',None)\n"
-    "if a and (sys.flags.no_site or e!=dict(os.environ)):"
+    f"if a and (sys.flags.no_site or os.environ.get({ENV_CLEAN_MARK!r})!='1'):"
     "i=a.index('-c');os.execve(sys.executable,[o for o in a[:i] if o!='-S']+a[i:],e)\n"
     "exec(compile(sys.argv[1],'kernel_server.py','exec'))"
 )
@@ -732,16 +735,33 @@ def tell(fd: int, message: dict) -> None:
             os._exit(0)
 
 
+def allowed(name: str) -> bool:
+    return name in ENV_ALLOWED or name.startswith("LC_")
+
+
 def clean_environment() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k in ENV_ALLOWED or k.startswith("LC_")}
+    env = {k: v for k, v in os.environ.items() if allowed(k)}
     env[ENV_CLEAN_MARK] = "1"
     return env
+
+
+def started_clean() -> bool:
+    """Whether this process was started with the mark and allowed variables only, read from
+    /proc/self/environ: the environment as exec'd, which what `site` runs does not change
+    (os.environ, which it may, would call for an exec after every start: F-C9)."""
+    try:
+        with open("/proc/self/environ", "rb") as handle:
+            entries = handle.read().split(b"\0")
+    except OSError:  # no /proc: os.environ, as it is
+        return set(os.environ) == set(clean_environment())
+    names = {entry.split(b"=", 1)[0].decode("utf-8", "surrogateescape") for entry in entries if entry}
+    return ENV_CLEAN_MARK in names and all(allowed(name) or name == ENV_CLEAN_MARK for name in names)
 
 
 def main(argv: list[str]) -> None:
     if argv[1:2] != ["serve"] or argv[2:] not in ([], ["channel"]):
         raise SystemExit("usage: python3 -I -S -c BOOT SOURCE serve [channel]")
-    if os.environ.get(ENV_CLEAN_MARK) != "1" or set(os.environ) != set(clean_environment()) or sys.flags.no_site:
+    if os.environ.get(ENV_CLEAN_MARK) != "1" or not started_clean() or sys.flags.no_site:
         # Re-exec with only harmless variables, so neither the kernel nor /proc/self/environ
         # holds anything the host environment leaked into the sandbox (and with `site`, so
         # cells can import the sandbox's packages).
