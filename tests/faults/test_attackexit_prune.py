@@ -20,7 +20,7 @@ from coderoom.sandboxes.local import host_dir, leases
 def test_prune_spares_a_host_process_that_merely_names_the_folder() -> None:
     if os.geteuid() != 0:
         pytest.skip("the attack is on root's prune")
-    folder = host_dir.make(False)
+    folder = host_dir.make()
     viewer = subprocess.Popen(["sh", "-c", "sleep 60", "viewer", f"{folder}/workspace/log.txt"])
     try:
         time.sleep(0.2)

@@ -213,7 +213,7 @@ def test_a_forged_record_never_reaches_another_live_session(
             _forge_as_sandbox_uid(forged, group, live_bwrap)
         else:
             monkeypatch.setattr(tempfile, "tempdir", str(shared_tmp))
-            forged = host_dir.make(False)  # a real session folder, left by a "crashed" run
+            forged = host_dir.make()  # a real session folder, left by a "crashed" run
             records.write(forged, LEASE_FILE, json.dumps(DEAD_OWNER).encode(), replace=True)
             records.write(forged, host_dir.CGROUP_FILE, os.fsencode(group), replace=True)
             records.write(forged, host_dir.BWRAP_FILE, live_bwrap.encode(), replace=True)
@@ -229,7 +229,7 @@ def test_a_forged_record_never_reaches_another_live_session(
 def _unremovable_folder(sessions: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """An abandoned session folder root cannot remove (an immutable file in its workspace)."""
     monkeypatch.setattr(tempfile, "tempdir", str(sessions))
-    folder = host_dir.make(False)
+    folder = host_dir.make()
     records.write(folder, LEASE_FILE, json.dumps(DEAD_OWNER).encode(), replace=True)
     stuck = folder / "workspace" / "stuck\x1b[2J"  # a name that would clear a terminal
     stuck.write_text("")
@@ -251,7 +251,7 @@ def test_a_folder_prune_cannot_remove_is_reported_and_the_rest_are_pruned(
     with _unremovable_folder(shared_tmp, monkeypatch) as hostile:
         others = []
         for _ in range(3):
-            other = host_dir.make(False)
+            other = host_dir.make()
             records.write(other, LEASE_FILE, json.dumps(DEAD_OWNER).encode(), replace=True)
             others.append(other)
         env = {**os.environ, "TMPDIR": str(shared_tmp), "DOCKER_HOST": "unix:///nonexistent"}  # local alone
@@ -381,7 +381,7 @@ def test_prune_kills_only_the_sandbox_side_of_the_processes_that_name_a_folder()
 
     if os.geteuid() != 0:
         pytest.skip("as root, the sandbox's uid is not the user's")
-    folder = host_dir.make(False)
+    folder = host_dir.make()
     log = f"{folder}/workspace/log.txt"
     nested = ["unshare", "--pid", "--fork", "sh", "-c", "sleep 60", "sandboxed", log]
     spared = [

@@ -84,7 +84,7 @@ def test_the_local_backends_and_the_ray_workers_prunes_both_go_through_it(
 ) -> None:
     monkeypatch.setenv("TMPDIR", str(tmpdir_for_sessions))
     monkeypatch.setattr(tempfile, "tempdir", str(tmpdir_for_sessions))
-    session, actor = host_dir.make(False), node_folders.make()
+    session, actor = host_dir.make(), node_folders.make()
     for folder in (session, actor):
         records.write(folder, LEASE_FILE, json.dumps(DEAD_OWNER).encode(), replace=True)
     seen: list[Path] = []

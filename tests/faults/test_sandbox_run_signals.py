@@ -93,7 +93,7 @@ def test_after_a_sigkill_prune_takes_the_folder_and_its_cgroup(entry: str, tmpdi
     _nothing_left(marker, folder, group)
 
 
-@pytest.mark.parametrize("step", ["write_etc", "chown"])
+@pytest.mark.parametrize("step", ["claim", "chown"])
 def test_a_signal_while_the_session_folder_is_made_leaves_no_folder(
     step: str, tmpdir_for_sessions: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -102,13 +102,13 @@ def test_a_signal_while_the_session_folder_is_made_leaves_no_folder(
     root, which `prune` never takes (it takes only folders owned by bwrap's uid): one per such
     signal, for good. Seen in a loop of SIGTERMs 0-100 ms after start (exit 143)."""
     from coderoom.interrupts import Interrupted
-    from coderoom.sandboxes.local import bwrap
+    from coderoom.sandboxes.local import leases
 
     def interrupted(*args: object, **kwargs: object) -> None:
         raise Interrupted(signal.SIGTERM)  # what the handler raises in the main thread
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmpdir_for_sessions))
-    monkeypatch.setattr(bwrap if step == "write_etc" else os, step, interrupted)
+    monkeypatch.setattr(leases if step == "claim" else os, step, interrupted)
     with pytest.raises(Interrupted):
-        host_dir.make(False)
+        host_dir.make()
     assert list(tmpdir_for_sessions.glob(f"{host_dir.PREFIX}*")) == []

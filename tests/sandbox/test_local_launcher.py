@@ -131,3 +131,24 @@ async def test_the_launcher_lets_each_ended_command_s_mount_namespace_go() -> No
             assert (await session.exec("true")).exit_code == 0
         held = mount_namespaces_held(inner(session)._launcher.pid)
     assert held <= 2  # the next slot's, and the last command's if not yet let go (one per command ever run if none were)
+
+
+def test_the_launcher_imports_only_modules_of_c() -> None:
+    """Every module the launcher imports at start is built into Python or a C extension: a module
+    of Python source (os, signal, struct) runs its own imports and code in every session's start
+    (os.py alone was 1.5 ms, issue 25). Terminal commands import theirs when they need them."""
+    import ast
+    import importlib.machinery
+    import importlib.util
+
+    from coderoom.sandboxes.local import spawn
+
+    tree = ast.parse(spawn.LAUNCHER_SOURCE.read_text())
+    names = [alias.name for node in tree.body if isinstance(node, ast.Import) for alias in node.names]
+    assert "posix" in names and "os" not in names
+    for name in names:
+        spec = importlib.util.find_spec(name)
+        assert spec is not None
+        assert spec.loader is importlib.machinery.BuiltinImporter or isinstance(
+            spec.loader, importlib.machinery.ExtensionFileLoader
+        ), f"{name} is no C module ({spec.origin})"

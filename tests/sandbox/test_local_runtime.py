@@ -166,3 +166,28 @@ def test_root_with_a_private_tmpdir(tmp_path: Path) -> None:
         assert not Path(host_dir).exists()  # and deleted on close
     finally:
         shutil.rmtree(private)
+
+
+async def test_the_sandbox_etc_and_venv_are_read_only_files_of_its_own_root_not_of_the_session_folder() -> None:
+    """bwrap writes /etc and the venv's pyvenv.cfg and links into the sandbox's own root, which is
+    read-only once set up; the session folder holds the workspace and the host's records only
+    (as files there they were 13 host-disk entries of every start, issue 25)."""
+    require_backend("local")
+    from coderoom.sandboxes import SandboxSpec
+    from coderoom.sandboxes.session import open_session
+
+    script = (
+        "grep -c sandbox /etc/passwd; cat /etc/hostname; ls /opt/coderoom/venv/pyvenv.cfg; "
+        "python3 -c 'import sys; print(sys.prefix)'; "
+        "for f in /etc/passwd /etc/hosts /opt/coderoom/venv/pyvenv.cfg /opt/coderoom/launcher.pyc; "
+        "do echo x >> $f || echo refused; done; "
+        "for d in /etc /opt/coderoom/venv; do mkdir $d/new 2>&1 | grep -c 'Read-only file system'; done"
+    )
+    async with open_session(SandboxSpec(backend="local")) as session:
+        folder = session._inner.host_dir
+        records = {"workspace", "lease", "session", "cgroup", "bwrap"}
+        assert {p.name for p in folder.iterdir()} <= records | {f"python-{index}" for index in range(4)}
+        done = await session.exec(script)
+    lines = done.stdout.decode().split()
+    assert lines[:4] == ["1", "sandbox", "/opt/coderoom/venv/pyvenv.cfg", "/opt/coderoom/venv"], done.stderr
+    assert lines[4:] == ["refused"] * 4 + ["1"] * 2, (done.stdout, done.stderr)

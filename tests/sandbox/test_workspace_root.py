@@ -115,7 +115,7 @@ def test_sandbox_paths_cover_every_mount_but_the_workspace(tmp_path: Path) -> No
     args = sandbox._bwrap_args()
     takes_dest = {"--ro-bind": 2, "--bind": 2, "--symlink": 2, "--tmpfs": 1, "--proc": 1, "--dev": 1, "--remount-ro": 1}
     dests = [args[i + takes_dest[a]] for i, a in enumerate(args) if a in takes_dest]
-    dests += [spawn.LAUNCHER_PATH, spawn.SECCOMP_PATH, spawn.SETTINGS_PATH]
+    dests += [spawn.LAUNCHER_PATH, spawn.SECCOMP_PATH, spawn.SETTINGS_PATH, *sandbox._root_files()]
     assert "/srv/ws" in dests and "--chdir" in args and args[args.index("--chdir") + 1] == "/srv/ws"
     outside = [
         d for d in dests

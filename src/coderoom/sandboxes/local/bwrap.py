@@ -34,7 +34,7 @@ EGRESS_DIR = f"{OWN_DIR}/egress"  # with an allowlist: the proxy's socket (`egre
 # bwrap must have these; a build without them is refused rather than run with less isolation.
 # (--disable-userns came with --size, in 0.8: required, it is always passed, never cached as a choice.)
 _REQUIRED = (
-    "--size", "--args", "--json-status-fd", "--ro-bind-data", "--new-session", "--cap-add", "--disable-userns",
+    "--size", "--args", "--json-status-fd", "--file", "--perms", "--new-session", "--cap-add", "--disable-userns",
     "--info-fd", "--block-fd",  # the gate (see gate.py)
 )  # fmt: skip
 # When coderoom runs as root, bwrap runs as this host uid/gid instead: the sandbox user maps to
@@ -63,12 +63,13 @@ class Bwrap:
 
 @dataclass(frozen=True)
 class Mounts:
-    """What the sandbox sees, host side."""
+    """What the sandbox sees, host side (its /etc and venv skeleton are files in bwrap's own
+    root: `root_files`, `build_args`)."""
 
-    etc_dir: Path  # synthetic /etc (passwd, group, hostname, hosts)
     workspace_dir: Path  # the only writable host-backed path, bound at `root`
     root: str  # the workspace inside the sandbox, checked by `root_problem`; the commands' cwd
     python: list[tuple[Path, str]]  # read-only binds of the Python runtime (see Runtime, views_namespace)
+    venv: bool  # the sandbox venv's skeleton at VENV_MOUNT (see `Runtime`, `root_files`)
     tmp_size: int
     tls: bool  # the host's CA certificates (network or an allowlist)
     egress_dir: Path | None = None  # with an allowlist: the folder of the proxy's socket, at EGRESS_DIR
@@ -360,23 +361,17 @@ def _system_site_packages(prefix: Path) -> bool:
     return False
 
 
-def write_venv(venv_dir: Path, rt: Runtime, *, packages: bool = False) -> None:
-    """The sandbox venv's skeleton (see `Runtime`): pyvenv.cfg, interpreter links, mount points.
-    With `packages` on a host that is no venv, the skeleton exists only to hold the package
-    environment, and the base's own site-packages stay visible (include-system-site-packages)."""
-    venv_dir.mkdir(mode=0o755)
+def venv_config(rt: Runtime, *, packages: bool = False) -> bytes:
+    """The sandbox venv's pyvenv.cfg (see `Runtime`; its links and mount points are made by
+    bwrap, `build_args`). With `packages` on a host that is no venv, the skeleton exists only to
+    hold the package environment, and the base's own site-packages stay visible
+    (include-system-site-packages)."""
     system = rt.system_site_packages if rt.venv_sites else True
-    (venv_dir / "pyvenv.cfg").write_text(
+    return (
         f"home = {RUNTIME_MOUNT}/bin\n"
         f"include-system-site-packages = {str(system).lower()}\n"
         f"version = {sys.version_info.major}.{sys.version_info.minor}.{sys.version_info.micro}\n"
-    )
-    bin_dir = venv_dir / "bin"
-    bin_dir.mkdir(mode=0o755)
-    for name in ("python", "python3", f"python{rt.version}"):
-        (bin_dir / name).symlink_to(f"{RUNTIME_MOUNT}/{rt.interpreter}")
-    for rel in [rt.site_rel] if packages else [rel for _, rel in rt.venv_sites]:
-        (venv_dir / rel).mkdir(mode=0o755, parents=True, exist_ok=True)
+    ).encode()
 
 
 @functools.lru_cache(maxsize=1)
@@ -395,13 +390,18 @@ def build_args(bw: Bwrap, mounts: Mounts, env: dict[str, str]) -> list[str]:
     args += ["--cap-add", "ALL", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
     args += ["--hostname", "sandbox"]
     args += _system_binds()
-    args += ["--ro-bind", str(mounts.etc_dir), "/etc"]
+    # /etc and the venv skeleton are bwrap's own root (a tmpfs, read-only after --remount-ro /):
+    # `root_files` are written there with --file, the host entries below get mount points there
     for name in host_etc_binds(mounts.tls):
         args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
     if mounts.egress_dir is not None:  # a socket in a read-only bind can still be connected to
         args += ["--ro-bind", str(mounts.egress_dir), EGRESS_DIR]
     for source, dest in mounts.python:
         args += ["--ro-bind", str(source), dest]
+    if mounts.venv:
+        rt = runtime()
+        for name in ("python", "python3", f"python{rt.version}"):
+            args += ["--symlink", rt.sandbox_interpreter, f"{VENV_MOUNT}/bin/{name}"]
     args += ["--proc", "/proc", "--dev", "/dev"]
     args += ["--size", str(mounts.tmp_size), "--tmpfs", "/tmp"]
     args += ["--size", str(mounts.tmp_size), "--tmpfs", "/dev/shm"]
@@ -442,10 +442,13 @@ def host_etc_binds(tls: bool) -> list[str]:
     return [name for name in names if Path("/etc", name).exists()]
 
 
-def write_etc(etc_dir: Path, network: bool, *, tls: bool) -> None:
-    """A synthetic /etc: a sandbox user, hostname `sandbox`, slirp4netns's resolver only with
-    network (an allowlisted sandbox has none: its proxy resolves names), CA certificates with `tls`."""
-    etc_dir.mkdir(mode=0o755)
+@functools.cache
+def etc_files(network: bool) -> dict[str, bytes]:
+    """The synthetic /etc, path -> content: a sandbox user, hostname `sandbox`, slirp4netns's
+    resolver only with network (an allowlisted sandbox has none: its proxy resolves names).
+    bwrap writes them into its own root (`root_files`): no file of a session folder, and made
+    once per process (issue 25: a folder's /etc was seven files and directories on the host
+    disk, about 3 ms of every start)."""
     files = {
         "passwd": f"root:x:0:0:root:/root:/bin/sh\nsandbox:x:{SANDBOX_UID}:{SANDBOX_UID}:"
         "sandbox:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
@@ -456,12 +459,14 @@ def write_etc(etc_dir: Path, network: bool, *, tls: bool) -> None:
     }
     if network:  # slirp4netns's resolver (see network)
         files["resolv.conf"] = "nameserver 10.0.2.3\n"
-    for name, text in files.items():
-        (etc_dir / name).write_text(text)
-    # mount points for host files bound over the read-only /etc (bwrap cannot create them)
-    for name in host_etc_binds(tls):
-        placeholder = etc_dir / name
-        if Path("/etc", name).is_dir():
-            placeholder.mkdir()
-        else:
-            placeholder.touch()
+    return {f"/etc/{name}": text.encode() for name, text in files.items()}
+
+
+def root_files(network: bool, venv: bytes | None) -> dict[str, bytes]:
+    """Sandbox path -> content of the files bwrap writes into its own root with --file (a tmpfs,
+    read-only once set up: `--remount-ro /`): /etc (`etc_files`) and, with a venv, its
+    pyvenv.cfg (`venv_config`)."""
+    files = dict(etc_files(network))
+    if venv is not None:
+        files[f"{VENV_MOUNT}/pyvenv.cfg"] = venv
+    return files

@@ -4,8 +4,7 @@ and reused or deleted only when it is provably one we made.
 Layout of a session folder (prefix `coderoom-local-`, in the temp dir, owned by the user running
 coderoom: mode 0700, or as root 0710 with bwrap's uid's group, so uid 65534 can reach what it
 binds but never add, rename or remove an entry): `workspace/` (bwrap's uid's, bound at the
-sandbox's workspace root, /workspace by default), `etc/` (the synthetic /etc), `venv/` (from a
-venv host), as root `python-N/` mount points for the runtime views (see
+sandbox's workspace root, /workspace by default), as root `python-N/` mount points for the runtime views (see
 `bwrap.views_namespace`), and outside what the sandbox sees, the records (see `records`):
 `lease` (see `leases`), `cgroup` (the memory cgroup's path), `bwrap`, `session` (the SDK
 session id it was made for, see `bind` and `adoptable`) and `run` (the run folder and run id it
@@ -36,24 +35,20 @@ SESSION_FILE = "session"  # the SDK session id the folder belongs to (see `bind`
 SHARED_MODE = 0o710  # as root: searchable by bwrap's uid's group, writable by us alone
 
 
-def make(network: bool, packages: Path | None = None, *, egress: bool = False) -> Path:
-    """A new session folder with its workspace, /etc and venv skeleton; the workspace is bwrap's
-    uid's. `packages`: a package environment's site-packages the sandbox will bind (see
-    `bwrap.Runtime.binds`). With `egress` (an allowlist), `egress/` for the proxy's socket
-    (`EGRESS_SOCKET`)."""
+def make(packages: Path | None = None, *, egress: bool = False) -> Path:
+    """A new session folder with its workspace, which is bwrap's uid's. `packages`: a package
+    environment's site-packages the sandbox will bind (see `bwrap.Runtime.binds`). With `egress`
+    (an allowlist), `egress/` for the proxy's socket (`EGRESS_SOCKET`). The sandbox's /etc and
+    venv skeleton are no files here: bwrap makes them in its own root (`bwrap.root_files`)."""
     host_dir = Path(tempfile.mkdtemp(prefix=PREFIX, dir=parent()))  # ours, mode 0700
     try:
         leases.claim(host_dir)  # `prune` reclaims the folder once this process is gone
         (host_dir / "workspace").mkdir(mode=0o700)
-        bwrap.write_etc(host_dir / "etc", network, tls=network or egress)
         if egress:
             (host_dir / EGRESS_SOCKET).parent.mkdir(mode=0o755)  # bwrap's uid connects to the socket in it
-        rt = bwrap.runtime()
-        if rt.venv_sites or packages is not None:
-            bwrap.write_venv(host_dir / "venv", rt, packages=packages is not None)
         ids = bwrap.host_id()
         if ids is not None:  # bwrap runs as this uid and must reach the workspace
-            for index in range(len(rt.binds(packages))):
+            for index in range(len(bwrap.runtime().binds(packages))):
                 (host_dir / f"python-{index}").mkdir(mode=0o755)  # mount points, see bwrap.views_namespace
             os.chown(host_dir / "workspace", ids, ids)
             os.chown(host_dir, -1, ids)  # bwrap's uid may reach its binds, never write here
@@ -76,8 +71,6 @@ def python_mounts(
     if bwrap.host_id() is not None:
         views = [(source, host_dir / f"python-{index}") for index, (source, _) in enumerate(binds)]
         binds = [(view, dest) for (_, view), (_, dest) in zip(views, binds)]
-    if rt.venv_sites or packages is not None:  # the skeleton on top of nothing, site-packages on top of it
-        binds.insert(1, (host_dir / "venv", bwrap.VENV_MOUNT))
     return binds, views
 
 

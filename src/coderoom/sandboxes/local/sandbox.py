@@ -133,7 +133,7 @@ class LocalSandbox(SandboxPlan):
     @classmethod
     async def create(cls, limits: Limits, bw: bwrap.Bwrap, packages: Path | None = None) -> LocalSandbox:
         """A sandbox in a new host folder; not started (see `start`)."""
-        folder = await asyncio.to_thread(host_dir.make, limits.network, packages, egress=limits.egress is not None)
+        folder = await asyncio.to_thread(host_dir.make, packages, egress=limits.egress is not None)
         return cls(limits, bw, folder, packages=packages)
 
     @classmethod

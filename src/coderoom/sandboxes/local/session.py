@@ -280,7 +280,7 @@ class LocalSandboxClient(BaseSandboxClient[LocalSandboxClientOptions | None]):
         return self._wrap_session(inner)
 
     def _new_folder(self, session_id: uuid.UUID) -> Path:
-        folder = host_dir.make(self._limits.network, self._packages, egress=self._limits.egress is not None)
+        folder = host_dir.make(self._packages, egress=self._limits.egress is not None)
         host_dir.bind(folder, session_id.hex)
         return folder
 

@@ -124,6 +124,8 @@ class SandboxPlan:
         self._clone_nr = arch.table["clone"]
         self.packages = packages
         self._python, self._views = host_dir.python_mounts(folder, packages)
+        rt = bwrap.runtime()
+        self._venv = bwrap.venv_config(rt, packages=packages is not None) if rt.venv_sites or packages is not None else None
         self._launch_cache: bwrap.Launch | None = None
         self._memory: MemoryCgroup | None = None  # made with the launch, removed after it
         self._namespace_fd = -1
@@ -155,16 +157,20 @@ class SandboxPlan:
 
     def _bwrap_args(self) -> list[str]:
         mounts = bwrap.Mounts(
-            etc_dir=self.host_dir / "etc",
             workspace_dir=self.workspace_dir,
             root=self.root,
             python=self._python,
+            venv=self._venv is not None,
             tmp_size=self.limits.tmp_size,
             tls=self.limits.network or self.limits.egress is not None,
             egress_dir=None if self.limits.egress is None else (self.host_dir / host_dir.EGRESS_SOCKET).parent,
         )
         launcher_env = with_library_path({"PATH": BASE_ENV["PATH"], "LANG": "C.UTF-8"})
         return bwrap.build_args(self._bwrap, mounts, launcher_env)
+
+    def _root_files(self) -> dict[str, bytes]:
+        """What bwrap writes into the sandbox's root besides the launcher's files (`bwrap.root_files`)."""
+        return bwrap.root_files(self.limits.network, self._venv)
 
     def _settings(self) -> Settings:
         limits = self.limits
@@ -183,7 +189,9 @@ class SandboxPlan:
     def _spawn(self) -> Started:
         launch = self._launch()
         gate = Gate(self._memory, bwrap.host_id())
-        started = spawn_launcher(launch, self._bwrap_args(), bwrap.runtime().sandbox_interpreter, self._settings(), gate)
+        started = spawn_launcher(
+            launch, self._bwrap_args(), bwrap.runtime().sandbox_interpreter, self._settings(), gate, self._root_files()
+        )
         leases.record_group(self.host_dir / host_dir.BWRAP_FILE, started.popen.pid)  # for `prune` (see `leases`)
         return started
 
@@ -203,7 +211,7 @@ def prestart(limits: Limits, packages: Path | None = None) -> tuple[SandboxPlan,
         if bwrap.host_id() is not None:
             bwrap.nsenter()
     try:
-        folder = host_dir.make(limits.network, packages)
+        folder = host_dir.make(packages)
     except OSError:
         return None
     plan = None
@@ -221,9 +229,13 @@ def prestart(limits: Limits, packages: Path | None = None) -> tuple[SandboxPlan,
         raise
 
 
-def spawn_launcher(launch: bwrap.Launch, args: list[str], python: str, settings: Settings, gate: Gate) -> Started:
-    """Start bwrap with `args` running the launcher under `python`, its files passed as memfds,
-    its pid 1 held at `gate` until admitted (when the gate is needed here)."""
+def spawn_launcher(
+    launch: bwrap.Launch, args: list[str], python: str, settings: Settings, gate: Gate, root_files: dict[str, bytes]
+) -> Started:
+    """Start bwrap with `args` running the launcher under `python`, its pid 1 held at `gate` until
+    admitted (when the gate is needed here). The launcher's files and `root_files` (sandbox path
+    -> content) are passed as memfds that bwrap copies into the sandbox's root (read-only once
+    set up, like the rest of it), with no mount each."""
     pipes = GatePipes() if gate.needed else None
     host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     config = marshal.dumps(
@@ -235,14 +247,11 @@ def spawn_launcher(launch: bwrap.Launch, args: list[str], python: str, settings:
             "admitted": gate.cgroup_line,  # the launcher checks it (bwrap goes on at EOF too, see `gate`)
         }
     )
-    files = {
-        LAUNCHER_PATH: memfd("launcher", _compiled_launcher()),
-        SECCOMP_PATH: memfd("seccomp", settings.seccomp),
-        SETTINGS_PATH: memfd("settings", config),
-    }
+    contents = {LAUNCHER_PATH: _compiled_launcher(), SECCOMP_PATH: settings.seccomp, SETTINGS_PATH: config, **root_files}
+    files = {path: memfd("file", data) for path, data in contents.items()}
     try:
         host_end.setblocking(False)
-        data_binds = [arg for path, fd in files.items() for arg in ("--ro-bind-data", str(fd), path)]
+        data_binds = [arg for path, fd in files.items() for arg in ("--perms", "0444", "--file", str(fd), path)]
         gate_args, gate_fds = (pipes.bwrap_args(), pipes.bwrap_fds()) if pipes else ([], ())
         argv = [python, "-I", "-S", LAUNCHER_PATH, str(child_end.fileno()), SECCOMP_PATH, SETTINGS_PATH]
         popen, status_r, err_r = gate.spawn(
