@@ -1,5 +1,5 @@
 """Local sandbox's faster start attack pass (attackls, 2026-12-07), the sandbox's own root:
-L-S1, L-S2.
+L-S1, L-S2, L-S7.
 
 The sandbox's /etc, its venv skeleton (pyvenv.cfg, the interpreter links) and the launcher's own
 files (launcher.pyc, seccomp.bpf, launcher.settings) are files bwrap writes with --file into its
@@ -10,9 +10,9 @@ reach a process of the sandbox."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import resource
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +20,7 @@ from backends import require_backend
 from sandbox import test_local_launcher_slots as slots
 
 from coderoom.sandboxes import SandboxSpec
+from coderoom.sandboxes.local import spawn
 from coderoom.sandboxes.session import open_session
 
 
@@ -152,3 +153,16 @@ async def test_l_s2_a_host_with_many_files_open_hands_no_sandbox_process_a_root_
     high = {pid: [fd for fd in files if fd >= 512] for pid, files in tree.items()}
     assert high.pop(launcher) == [control]
     assert set(map(tuple, high.values())) == {()}, high  # its control socket only, held by none below it
+
+
+async def test_l_s7_the_root_s_files_name_nothing_of_the_host() -> None:
+    """What any command may read of the sandbox's own root: /etc, the venv skeleton and the
+    launcher's program and settings hold no host path (its Python, this checkout, the session
+    folder), so they tell the payload nothing the host keeps to itself."""
+    dump = "import sys; [sys.stdout.buffer.write(open(p, 'rb').read()) for p in sys.argv[1].split(',')]"
+    async with open_session(SandboxSpec(backend="local")) as session:
+        folder = str(session._inner.sandbox.host_dir)
+        read = await session.exec("python3", "-c", dump, ",".join(ROOT_FILES), shell=False)
+    assert read.exit_code == 0 and b"sandbox:x:1000" in read.stdout, read.stderr
+    host = {folder, sys.prefix, sys.base_prefix, str(spawn.LAUNCHER_SOURCE.parent), str(Path.cwd())}
+    assert [path for path in host if path.encode() in read.stdout] == []
