@@ -1,4 +1,5 @@
-"""Local sandbox's faster start attack pass (attackls, 2026-12-07), a start that fails: L-S6.
+"""Local sandbox's faster start attack pass (attackls, 2026-12-07), a start that fails: L-S6,
+L-S10.
 
 A sandbox's start now makes about twenty fds in the host process before bwrap runs (the gate's
 pipes, the control socket, a memfd for each file bwrap writes into the sandbox's root, bwrap's
@@ -10,6 +11,9 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -78,3 +82,29 @@ def test_l_s6_a_start_failing_for_want_of_fds_at_any_step_leaves_no_fd_process_o
             break
     assert started is not None, "no start within 80 fds"
     assert len(failed_at) > 10 and set(failed_at) == {24}, failed_at  # EMFILE, at every step before
+
+
+# in a private mount namespace: every temp dir Python would use is a full tmpfs of its own
+FULL_TEMP = """
+for dir in /tmp /var/tmp /dev/shm; do
+    mount -t tmpfs -o size=8k,mode=1777 tmpfs $dir && head -c 8192 /dev/zero > $dir/filler 2>/dev/null
+done
+cd /tmp && "$0" -m coderoom sandbox run -- echo ran
+echo "exit $?" >&2
+for dir in /tmp /var/tmp /dev/shm; do ls -A $dir >&2; done
+"""
+
+
+def test_l_s10_a_start_with_no_room_for_its_host_folder_says_so_and_leaves_nothing() -> None:
+    unshare = shutil.which("unshare")
+    if os.geteuid() != 0 or unshare is None:
+        pytest.skip("needs root and util-linux unshare for a private full /tmp")
+    done = subprocess.run(
+        [unshare, "--mount", "--propagation", "private", "sh", "-c", FULL_TEMP, sys.executable],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    said = done.stderr.splitlines()
+    assert done.stdout == "" and "Traceback" not in done.stderr, done.stderr
+    assert said[0].startswith("coderoom: error: cannot make the sandbox's host folder:"), said
+    assert said[1] == "exit 1", said
+    assert said[2:] == ["filler"] * 3, said  # no session folder, nothing else
