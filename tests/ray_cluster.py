@@ -224,14 +224,15 @@ def has_descendant(pid: int, name: str) -> bool:
     return name in descendants(pid).values()
 
 
-def ray_session_manager(runs: Path) -> Any:
+def ray_session_manager(runs: Path, opener: Any = None) -> Any:
     """A SessionManager opening each session (cpus = 1, the offline model) as a Ray actor on a
-    node of the joined cluster (`RayOpener`), its run folders coming back into `runs`."""
+    node of the joined cluster through `opener` (a `RayOpener`; None: one with the servers'
+    settings), its run folders coming back into `runs`."""
     from coderoom import SessionManager
     from coderoom.sandboxes.limits import Limits
     from coderoom.service.ray_session import RayOpener
 
-    return SessionManager(model="offline", runs_dir=runs, limits=Limits(cpus=1), opener=RayOpener({}))
+    return SessionManager(model="offline", runs_dir=runs, limits=Limits(cpus=1), opener=opener or RayOpener({}))
 
 
 def left_on_the_node(run_name: str) -> list[Path]:

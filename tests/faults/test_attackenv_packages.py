@@ -23,16 +23,37 @@ from coderoom.sandboxes.spec import EnvironmentSpec, SandboxSpec
 
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty environment cache of the test's own."""
     folder = tmp_path / "cache"
     monkeypatch.setenv(packages.CACHE_VARIABLE, str(folder))
     return folder
 
 
-@pytest.fixture
-def wheels(tmp_path: Path) -> Path:
-    folder = tmp_path / "wheels"
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The module's one find-links folder with crtiny: its listing is part of an environment's
+    key, so the tests that build crtiny from it find the same environment (`built_cache`)."""
+    folder = tmp_path_factory.mktemp("wheels")
     make_wheel(folder, "crtiny", "1.2.3", "VALUE = 42\n")
     return folder
+
+
+@pytest.fixture(scope="module")
+def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("envs") / "cache"
+
+
+@pytest.fixture
+def built_cache(shared_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The module's one environment cache, crtiny built in it by the first test that asks (a
+    build, a venv and pip, took 10-15 s per test on 2 busy cores; what these tests prove is about
+    a built environment, not its building, which `cache`'s tests and tests/sandbox cover). Each
+    test gets it as this user's own 0755 folder again, whatever modes the test before gave it."""
+    monkeypatch.setenv(packages.CACHE_VARIABLE, str(shared_cache))
+    if shared_cache.exists():
+        os.chown(shared_cache, os.geteuid(), os.getegid())
+        shared_cache.chmod(0o755)
+    return shared_cache
 
 
 def fingerprint(folder: Path) -> str:
@@ -70,7 +91,7 @@ ATTEMPTS = {
 }
 
 
-async def test_the_sandbox_cannot_change_its_package_environment_by_any_path(cache: Path, wheels: Path) -> None:
+async def test_the_sandbox_cannot_change_its_package_environment_by_any_path(built_cache: Path, wheels: Path) -> None:
     """P1: each attempt fails, the module still imports with its value, and the built folder on
     the host is unchanged, byte for byte and in its modes and times."""
     require_backend("local")
@@ -144,7 +165,7 @@ def test_an_index_url_without_credentials_is_kept() -> None:
 
 
 @pytest.mark.parametrize("how", ["writable by others", "owned by another user"])
-def test_a_cache_that_another_user_can_write_is_refused(cache: Path, wheels: Path, how: str) -> None:
+def test_a_cache_that_another_user_can_write_is_refused(built_cache: Path, wheels: Path, how: str) -> None:
     """P4: a planted KEY folder (the key is computable from the declaration and the runtime) in a
     cache another user can write, say CODEROOM_ENV_CACHE=/tmp/envs made by them first, would be
     bound into every sandbox that declares those packages."""
@@ -154,24 +175,24 @@ def test_a_cache_that_another_user_can_write_is_refused(cache: Path, wheels: Pat
     built = packages.ensure(spec)
     assert built is not None
     if how == "writable by others":
-        cache.chmod(0o777)
+        built_cache.chmod(0o777)
     else:
         if os.geteuid() != 0:
             pytest.skip("needs root to give the folder away")
-        os.chown(cache, 65534, 65534)
+        os.chown(built_cache, 65534, 65534)
     with pytest.raises(EnvironmentBuildError, match="owned by another user or writable by others"):
         packages.ensure(spec)
-    cache.chmod(0o755)
-    os.chown(cache, os.geteuid(), os.getegid())
+    built_cache.chmod(0o755)
+    os.chown(built_cache, os.geteuid(), os.getegid())
     assert packages.ensure(spec) == built
 
 
-def test_a_cache_writable_by_the_users_own_group_is_kept(cache: Path, wheels: Path) -> None:
+def test_a_cache_writable_by_the_users_own_group_is_kept(built_cache: Path, wheels: Path) -> None:
     """A umask of 002 (a user private group) makes the cache group-writable by that group only."""
     spec = EnvironmentSpec(packages=["crtiny"], find_links=[str(wheels)])
     built = packages.ensure(spec)
-    os.chown(cache, os.geteuid(), os.getegid())
-    cache.chmod(0o775)
+    os.chown(built_cache, os.geteuid(), os.getegid())
+    built_cache.chmod(0o775)
     assert packages.ensure(spec) == built
 
 

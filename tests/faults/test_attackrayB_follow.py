@@ -91,3 +91,22 @@ def test_a_run_folder_name_already_taken_on_the_driver_is_not_reused(tmp_path) -
     with pytest.raises(RunFolderUnavailable, match="File exists"):
         ray_session._host_folder(tmp_path / "runs", "session-20261206-000000-abcdef")
     assert ray_session._host_folder(tmp_path / "runs", "web-20261206-000000-abcdef").is_dir()
+
+
+def test_a_session_s_small_call_and_heartbeat_deadlines_are_its_opener_s_setting_60_and_65_s_by_default(tmp_path: Path) -> None:
+    from coderoom.service.on_node import TAIL_WAIT_S
+
+    default = _session(tmp_path)
+    assert (default._deadline("interrupt", ()), default._deadline("tail", (0,))) == (60.0, 65.0)
+    assert default.tail_s == TAIL_WAIT_S + ray_session.CALL_S
+    run_dir = tmp_path / "runs" / "session-y"
+    run_dir.mkdir()
+    short = RaySession(NO_ACTOR, None, run_dir, Limits(), ("node", "127.0.0.1"), lambda: None, call_s=20.0)
+    assert (short._deadline("interrupt", ()), short._deadline("tail", (0,))) == (20.0, 20.0 + TAIL_WAIT_S)
+
+
+def test_an_opener_refuses_a_small_call_deadline_of_no_time_and_a_negative_grace() -> None:
+    with pytest.raises(ValueError, match="call_s"):
+        ray_session.RayOpener({}, call_s=0)
+    with pytest.raises(ValueError, match="busy_grace_s"):
+        ray_session.RayOpener({}, busy_grace_s=-1)

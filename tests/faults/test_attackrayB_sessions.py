@@ -28,12 +28,21 @@ import pytest
 
 from coderoom.errors import SandboxUnavailable, SessionLost
 from coderoom.record import read_record
-from coderoom.service.ray_session import CLOSE_BOUND_S, TAIL_S
+from coderoom.service.ray_session import BUSY_GRACE_S, CLOSE_BOUND_S, RayOpener
 from ray_cluster import descendants, left_on_the_node, ray_session_manager
 
 REFUSAL_S = 120  # "at once" on 2 busy cores; the open's own wait for a node is OPEN_TIMEOUT_S (600 s)
 LOSS_DEADLINE_S = 180
 SLACK_S = 60  # for 2 busy cores, over a bound the code names
+STOPPED_CALL_S = 20.0
+"""The small call's deadline (`RayOpener`'s `call_s`) of the stopped-actor tests, a third of
+`CALL_S`: what they prove (a stopped actor is found at its tail's deadline, whatever it is, and
+ends every call) does not need the production 60 s waited out twice; a healthy actor on 2 busy
+cores still answers a small call well within it."""
+REFUSED_GRACE_S = 5.0
+"""The refused open's wait for room (`RayOpener`'s `busy_grace_s`), cut from BUSY_GRACE_S (20 s):
+it is refused after its grace, whatever it is; the open after the closes has the servers' grace
+again (Ray frees a closed session's cpus a little after its close)."""
 
 
 RAY_NODES = 2  # two sessions fill the cluster (`ray_sessions_cluster`, tests/conftest.py)
@@ -100,7 +109,8 @@ def remove_what_the_killed_actor_left(run_name: str) -> None:
 
 
 async def test_a_session_opened_when_every_node_is_taken_is_refused_at_once(ray_sessions_cluster, tmp_path: Path) -> None:
-    sessions = ray_session_manager(tmp_path / "runs")
+    opener = RayOpener({}, busy_grace_s=REFUSED_GRACE_S)
+    sessions = ray_session_manager(tmp_path / "runs", opener)
     async with sessions:
         first, second = await sessions.open(), await sessions.open()  # one per node: the cluster is full
         assert first.node != second.node
@@ -111,6 +121,7 @@ async def test_a_session_opened_when_every_node_is_taken_is_refused_at_once(ray_
         assert len(sessions.live) == 2
         await sessions.close(first.id)
         await sessions.close(second.id)
+        opener.busy_grace_s = BUSY_GRACE_S
         after = await sessions.open()  # at once after a close: not refused while Ray frees its cpus
         await sessions.close(after.id)
     assert len(list((tmp_path / "runs").iterdir())) == 3  # the refused one left no run folder
@@ -184,16 +195,17 @@ async def test_sandbox_prune_on_the_node_removes_what_a_killed_actor_left_and_sp
 
 async def test_a_session_whose_actor_stopped_answering_is_lost_at_its_deadline_and_its_actor_ended(ray_sessions_cluster, tmp_path: Path) -> None:
     _, nodes = ray_sessions_cluster
-    sessions = ray_session_manager(tmp_path / "runs")
+    sessions = ray_session_manager(tmp_path / "runs", RayOpener({}, call_s=STOPPED_CALL_S))
     async with sessions:
         session = await sessions.open()
+        assert session.call_s == STOPPED_CALL_S  # the opener's setting reached the session
         worker, _ = sandbox_owner(next(n for n in nodes if n.node_id == session.node))
         os.kill(worker, signal.SIGSTOP)  # alive to Ray, answering nothing
         try:
             started = time.monotonic()
-            with pytest.raises(SessionLost, match="no answer within"):  # was: no answer for ever
-                await asyncio.wait_for(session.files(), TAIL_S + SLACK_S)  # the follower's heartbeat found it
-            assert time.monotonic() - started < TAIL_S + SLACK_S
+            with pytest.raises(SessionLost, match=f"no answer within {session.tail_s:g} s"):  # was: no answer for ever
+                await asyncio.wait_for(session.files(), session.tail_s + SLACK_S)  # the follower's heartbeat found it
+            assert time.monotonic() - started < session.tail_s + SLACK_S
             with pytest.raises(SessionLost):  # the close, and the reaper behind it, do not wait
                 await asyncio.wait_for(sessions.close(session.id), 1)
             deadline = time.monotonic() + LOSS_DEADLINE_S
@@ -210,7 +222,7 @@ async def test_a_session_whose_actor_stopped_answering_is_lost_at_its_deadline_a
 
 async def test_close_all_ends_within_its_bound_with_one_stopped_actor_among_healthy_ones(ray_sessions_cluster, tmp_path: Path) -> None:
     _, nodes = ray_sessions_cluster
-    sessions = ray_session_manager(tmp_path / "runs")
+    sessions = ray_session_manager(tmp_path / "runs", RayOpener({}, call_s=STOPPED_CALL_S))
     await sessions.__aenter__()
     stopped, healthy = await sessions.open(), await sessions.open()
     worker, _ = sandbox_owner(next(n for n in nodes if n.node_id == stopped.node))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import signal
 import socket
 import sys
 import subprocess
@@ -327,8 +328,9 @@ class Canaries:
         threading.Thread(target=_serve, args=(server, stop), daemon=True).start()
         self._undo += [stop.set, server.close, abstract.close]
 
-        holder = subprocess.Popen(["sh", "-c", "sleep 600", "sk-canary-CMDLINE"])
-        self._undo.append(lambda: (holder.kill(), holder.wait()))
+        # its sh keeps the canary in its cmdline; killed as a group, or its `sleep` outlived it 600 s
+        holder = subprocess.Popen(["sh", "-c", "sleep 600", "sk-canary-CMDLINE"], start_new_session=True)
+        self._undo.append(lambda: (os.killpg(holder.pid, signal.SIGKILL), holder.wait()))
 
         libc = ctypes.CDLL(None, use_errno=True)
         shm_key = 0xC0DE0000 | (os.getpid() & 0xFFFF)

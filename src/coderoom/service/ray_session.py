@@ -17,8 +17,9 @@ and a close waiting for ever held up the idle reaper behind it (one close at a t
 `close_all` at shutdown (attack R-B9, docs/security.md). So each call waits at most its bound (a
 cell's timeout, a save's, a small call's, plus `MARGIN_S`; `RaySession._deadline`), and one
 past it declares the session lost ("no answer within N s"), its actor killed. The follower's
-`tail` is a heartbeat: it is called all the time, so a stopped actor is found within `TAIL_S`
-even while nobody calls the session. Nothing here blocks the event loop on Ray: results are
+`tail` is a heartbeat: it is called all the time, so a stopped actor is found within its deadline
+(`RaySession.tail_s`: TAIL_WAIT_S plus `RayOpener`'s `call_s`, 65 s by default) even while
+nobody calls the session. Nothing here blocks the event loop on Ray: results are
 awaited, and `ray.kill` (a round trip to Ray's control store) runs in a thread.
 
 Why asks and cells are queued here: the node runs a session's asks one at a time, and its cells
@@ -96,9 +97,7 @@ actor's own time around it on a busy node (its event loop, Ray's scheduling, the
 back). Too short, and a healthy but slow session would be declared lost."""
 CALL_S = 60.0
 """The deadline of a small call, one that waits on nothing in the sandbox (interrupt, stop, where
-the actor runs), and of a tail beyond its own wait."""
-TAIL_S = TAIL_WAIT_S + CALL_S
-"""A tail's deadline: the follower's heartbeat (see the module's docstring)."""
+the actor runs), and of a tail beyond its own wait: `RayOpener`'s `call_s` by default."""
 PACK_S = 120.0
 """For the node to pack a run folder of up to `transfer.MAX_RUN_FOLDER_BYTES` (1 GiB) and hand it
 to the object store after its save."""
@@ -124,11 +123,22 @@ class RayOpener:
 
     Its sessions' asks share one `ProgressBox` actor on this machine's node, made at the first
     ask (`progress_box`, a `cluster.progress.LazyBox`): a server whose sessions never ask has none. It lives as long as the
-    opener's handle does (the server's life: Ray ends it with its last handle or the driver)."""
+    opener's handle does (the server's life: Ray ends it with its last handle or the driver).
 
-    def __init__(self, environ: Mapping[str, str]) -> None:
+    `call_s`: the deadline of its sessions' small calls (CALL_S by default), so how long an actor
+    that stopped answering goes unnoticed (its tail's deadline is TAIL_WAIT_S more); shorter than a
+    busy node's answer, it would declare healthy sessions lost. `busy_grace_s`: how long an open
+    waits for room on a full cluster before it is refused (BUSY_GRACE_S by default); shorter than
+    Ray takes to free a closed session's cpus, an open just after a close would be refused.
+    Settings, not only constants, so that the tests of a stopped actor and of a refused open need
+    not wait out the production bounds."""
+
+    def __init__(self, environ: Mapping[str, str], *, call_s: float = CALL_S, busy_grace_s: float = BUSY_GRACE_S) -> None:
+        if not (call_s > 0 and busy_grace_s >= 0):
+            raise ValueError("a Ray session's call_s must be more than 0 seconds, its busy_grace_s 0 or more")
         import ray
 
+        self.call_s, self.busy_grace_s = call_s, busy_grace_s
         self._ray = ray
         self._environ = model_environ(environ)
         self._actor: Any = ray.remote(SessionActor)
@@ -162,13 +172,13 @@ class RayOpener:
             actor = self._actor.options(**room.options(limits), max_restarts=0, max_task_retries=0).remote()
         try:
             run_name = await asyncio.wait_for(_awaited(actor.open.remote(settings)), OPEN_TIMEOUT_S)
-            place = await asyncio.wait_for(_awaited(actor.place.remote()), CALL_S)
+            place = await asyncio.wait_for(_awaited(actor.place.remote()), self.call_s)
             run_dir = _host_folder(runs_dir, run_name)
         except BaseException as exc:
             await asyncio.shield(asyncio.to_thread(_end, self._ray, actor, room.release))
-            raise _opening_error(self._ray, exc) from None
+            raise _opening_error(self._ray, exc, self.call_s) from None
         session = RaySession(self._ray, actor, run_dir, limits, (str(place[0]), str(place[1])), room.release,
-                             model_s=self._model_s, progress=self.progress_box)  # fmt: skip
+                             model_s=self._model_s, progress=self.progress_box, call_s=self.call_s)  # fmt: skip
         try:
             await session.follow()
         except BaseException:
@@ -180,11 +190,11 @@ class RayOpener:
     async def _room(self, limits: Limits) -> Reservation:
         """Room on some node for a session of `limits`, taken atomically (`placement.reserve`:
         of two opens racing for the last room one is refused, not queued; attack R-B1), waiting
-        up to BUSY_GRACE_S for a full cluster to free some; else SandboxUnavailable."""
+        up to `busy_grace_s` for a full cluster to free some; else SandboxUnavailable."""
         problem = await asyncio.to_thread(room_for, limits)
         if problem is not None:
             raise SandboxUnavailable(f"no node of the Ray cluster can hold this session: it {problem}")
-        room = await reserve(limits, BUSY_GRACE_S)
+        room = await reserve(limits, self.busy_grace_s)
         if room is None:
             busy = await asyncio.to_thread(busy_for, limits)
             raise SandboxUnavailable(
@@ -212,14 +222,14 @@ def _end(ray: Any, actor: Any, release: Callable[[], None]) -> None:
     release()
 
 
-def _opening_error(ray: Any, exc: BaseException) -> BaseException:
+def _opening_error(ray: Any, exc: BaseException, call_s: float) -> BaseException:
     """What a failed open is to the caller: the node's own error (a bad model spec, a backend
     that cannot run there, an unsafe file name), or why the cluster could not hold it."""
     if isinstance(exc, ray.exceptions.RayTaskError) and isinstance(exc.cause, Exception):
         return exc.cause
     if isinstance(exc, TimeoutError):
         return SandboxUnavailable(f"no node of the Ray cluster took the session within {OPEN_TIMEOUT_S:g} s "
-                                  f"or answered within {CALL_S:g} s (all busy?)")  # fmt: skip
+                                  f"or answered within {call_s:g} s (all busy?)")  # fmt: skip
     if isinstance(exc, ray.exceptions.RayError):
         return SandboxFailed(f"the session could not be opened on the cluster ({first_line(exc)})")
     return exc
@@ -247,11 +257,12 @@ class RaySession(Activity):
 
     def __init__(
         self, ray: Any, actor: Any, run_dir: Path, limits: Limits, place: tuple[str, str], release: Callable[[], None],
-        *, model_s: float = DEFAULT_TIMEOUT_S, progress: Callable[[], Any] | None = None,
+        *, model_s: float = DEFAULT_TIMEOUT_S, progress: Callable[[], Any] | None = None, call_s: float = CALL_S,
     ) -> None:
         """`release`: gives the actor's room on its node back, once the actor is ended.
         `progress`: gives the `ProgressBox` actor its node sends its replies' progress to
-        (`RayOpener.progress_box`: blocking, made at the first ask); none: no progress."""
+        (`RayOpener.progress_box`: blocking, made at the first ask); none: no progress.
+        `call_s`: a small call's deadline (`RayOpener`'s)."""
         super().__init__(EventHub())
         self._release = release
         self.id = secrets.token_urlsafe(16)
@@ -260,6 +271,8 @@ class RaySession(Activity):
         self.node, self.host = place
         self.lost: str | None = None
         self._model_s = model_s  # the node's deadline on one model call (`models.base.client_settings`)
+        self.call_s = call_s
+        self.tail_s = TAIL_WAIT_S + call_s  # the follower's heartbeat: a stopped actor is found within it
         self._ray = ray
         self._actor = actor
         self._offset = 0  # of the node's record, read so far
@@ -302,7 +315,7 @@ class RaySession(Activity):
 
     def _deadline(self, method: str, args: tuple[Any, ...]) -> float:
         """How long a call to `method` (with `args`) may take before the session counts as lost:
-        the bound the node keeps itself plus MARGIN_S, or CALL_S for a call that waits on no
+        the bound the node keeps itself plus MARGIN_S, or `call_s` for a call that waits on no
         sandbox. Only the asked method's bound is worked out: another's may not fit these args."""
         timeout = self.limits.timeout  # one command in the sandbox
         match method:
@@ -318,11 +331,11 @@ class RaySession(Activity):
             case "read_file" | "write_file":
                 return timeout + MARGIN_S
             case "tail":
-                return TAIL_S
+                return self.tail_s
             case "close":
                 return CLOSE_S
             case _:
-                return CALL_S
+                return self.call_s
 
     def _cell_s(self) -> float:
         """A cell's own bound on the node: its timeout, a kernel restarted first."""
@@ -394,8 +407,8 @@ class RaySession(Activity):
             return result
         key = self._key
         try:  # the session's place in the box, made before its node can report (R-D2): only while it asks
-            box, token = await asyncio.wait_for(asyncio.to_thread(self._progress), CALL_S)
-            await asyncio.wait_for(_awaited(box.open.remote(key, token)), CALL_S)
+            box, token = await asyncio.wait_for(asyncio.to_thread(self._progress), self.call_s)
+            await asyncio.wait_for(_awaited(box.open.remote(key, token)), self.call_s)
         except (TimeoutError, self._ray.exceptions.RayError):  # no box: the ask goes on, unrelayed
             result = await self._call("ask", request)
             return result
