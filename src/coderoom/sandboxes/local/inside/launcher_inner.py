@@ -23,8 +23,8 @@ costs about 2, because the launcher prepares the next command's sandbox before i
   before the launcher starts another command.
 * stub: drops every capability (effective, permitted, inheritable; the launcher has already
   emptied the bounding and ambient sets), sets the rlimits, installs the seccomp filter, starts
-  a new session with no signal blocked or ignored, then waits on its socket. Given a command, it takes the stdio pipes, closes
-  everything else and executes the command.
+  a new session with no signal blocked or ignored, then waits on its socket. Given a command, it
+  takes the stdio pipes, closes everything else and executes the command.
 * terminal (a request with "tty"): the stub opens a pseudo-terminal of the command's own devpts
   instance (init mounts a fresh one on /dev/pts for every command, so no other command, and
   nothing of the host, has a terminal it can open), forks the command onto it as the terminal's
