@@ -176,14 +176,20 @@ class MemoryCgroup:
             return start()
 
         def inside() -> T:
-            os.write(self._procs_fd, b"0")  # this thread only: no global lock, no RCU wait
+            # the way back is opened first: a `start` that failed for want of fds (L-S6) left the
+            # thread in this cgroup, which then could not be removed
+            back = os.open(self.path.parent / "tasks", os.O_WRONLY | os.O_CLOEXEC)
             try:
-                return start()
+                os.write(self._procs_fd, b"0")  # this thread only: no global lock, no RCU wait
+                try:
+                    return start()
+                finally:
+                    # back where the process is; should that fail, the next spawn moves the thread
+                    # again, and `_kill_leftovers` never signals this process
+                    with contextlib.suppress(OSError):
+                        os.write(back, b"0")
             finally:
-                # back where the process is; should that fail, the next spawn moves the thread
-                # again, and `_kill_leftovers` never signals this process
-                with contextlib.suppress(OSError):
-                    (self.path.parent / "tasks").write_bytes(b"0")
+                os.close(back)
 
         return _spawner.run(inside)
 

@@ -82,7 +82,12 @@ class GatePipes:
 
     def __init__(self) -> None:
         self.info_r, self.info_w = os.pipe2(os.O_CLOEXEC)
-        self.block_r, self.block_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            self.block_r, self.block_w = os.pipe2(os.O_CLOEXEC)
+        except BaseException:  # out of fds (L-S6): none kept of a start that failed
+            os.close(self.info_r)
+            os.close(self.info_w)
+            raise
 
     def bwrap_args(self) -> list[str]:
         return ["--info-fd", str(self.info_w), "--block-fd", str(self.block_r)]

@@ -133,7 +133,10 @@ class LocalSandbox(SandboxPlan):
     @classmethod
     async def create(cls, limits: Limits, bw: bwrap.Bwrap, packages: Path | None = None) -> LocalSandbox:
         """A sandbox in a new host folder; not started (see `start`)."""
-        folder = await asyncio.to_thread(host_dir.make, packages, egress=limits.egress is not None)
+        try:
+            folder = await asyncio.to_thread(host_dir.make, packages, egress=limits.egress is not None)
+        except OSError as exc:  # no temp dir has room (L-S10): said as any failed start, no traceback
+            raise SandboxFailed(f"cannot make the sandbox's host folder: {exc}") from exc
         return cls(limits, bw, folder, packages=packages)
 
     @classmethod

@@ -236,8 +236,6 @@ def spawn_launcher(
     admitted (when the gate is needed here). The launcher's files and `root_files` (sandbox path
     -> content) are passed as memfds that bwrap copies into the sandbox's root (read-only once
     set up, like the rest of it), with no mount each."""
-    pipes = GatePipes() if gate.needed else None
-    host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     config = marshal.dumps(
         {
             "clone_nr": settings.clone_nr,
@@ -248,8 +246,14 @@ def spawn_launcher(
         }
     )
     contents = {LAUNCHER_PATH: _compiled_launcher(), SECCOMP_PATH: settings.seccomp, SETTINGS_PATH: config, **root_files}
-    files = {path: memfd("file", data) for path, data in contents.items()}
+    # each fd made is closed if a later one cannot be (a host out of fds, L-S6): none kept
+    pipes = GatePipes() if gate.needed else None
+    host_end = child_end = None
+    files: dict[str, int] = {}
     try:
+        host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        for path, data in contents.items():
+            files[path] = memfd("file", data)
         host_end.setblocking(False)
         data_binds = [arg for path, fd in files.items() for arg in ("--perms", "0444", "--file", str(fd), path)]
         gate_args, gate_fds = (pipes.bwrap_args(), pipes.bwrap_fds()) if pipes else ([], ())
@@ -260,12 +264,14 @@ def spawn_launcher(
             )
         )
     except BaseException:
-        host_end.close()
+        if host_end is not None:
+            host_end.close()
         if pipes:
             pipes.close_all()
         raise
     finally:
-        child_end.close()
+        if child_end is not None:
+            child_end.close()
         for fd in files.values():
             os.close(fd)
     admission = None
@@ -281,11 +287,18 @@ def start_bwrap(
     """`bwrap --args FD <command>` started with a plain `subprocess.Popen` (Python can vfork()
     it); its stdin and stdout are /dev/null. The process, and the read ends of its status and
     stderr pipes."""
-    status_r, status_w = os.pipe2(os.O_CLOEXEC)
-    err_r, err_w = os.pipe2(os.O_CLOEXEC)
-    full = ["--json-status-fd", str(status_w), *args]
-    args_fd = memfd("args", b"\0".join(a.encode() for a in full) + b"\0")
+    ours: list[int] = []  # the read ends returned, closed if the start fails
+    theirs: list[int] = []  # bwrap's ends, closed here once it has them or has failed to start
     try:
+        status_r, status_w = os.pipe2(os.O_CLOEXEC)
+        ours.append(status_r)
+        theirs.append(status_w)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        ours.append(err_r)
+        theirs.append(err_w)
+        full = ["--json-status-fd", str(status_w), *args]
+        args_fd = memfd("args", b"\0".join(a.encode() for a in full) + b"\0")
+        theirs.append(args_fd)
         popen = subprocess.Popen(
             [*launch.argv, "--args", str(args_fd), *command],
             stdin=subprocess.DEVNULL,
@@ -298,11 +311,11 @@ def start_bwrap(
             process_group=0,  # bwrap leads a group its pid 1 is in until set up: see kill_sandbox
         )
     except BaseException:
-        os.close(status_r)
-        os.close(err_r)
+        for fd in ours:
+            os.close(fd)
         raise
     finally:
-        for fd in (status_w, args_fd, err_w):
+        for fd in theirs:
             os.close(fd)
     return popen, status_r, err_r
 
@@ -350,8 +363,12 @@ def _kill_pid(pid: int) -> None:
 def memfd(name: str, data: bytes) -> int:
     """An anonymous in-memory file holding `data`, positioned at its start (close-on-exec)."""
     fd = os.memfd_create(name, os.MFD_CLOEXEC)
-    os.write(fd, data)
-    os.lseek(fd, 0, os.SEEK_SET)
+    try:
+        os.write(fd, data)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
     return fd
 
 

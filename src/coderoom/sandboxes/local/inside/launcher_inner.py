@@ -23,8 +23,8 @@ costs about 2, because the launcher prepares the next command's sandbox before i
   before the launcher starts another command.
 * stub: drops every capability (effective, permitted, inheritable; the launcher has already
   emptied the bounding and ambient sets), sets the rlimits, installs the seccomp filter, starts
-  a new session, then waits on its socket. Given a command, it takes the stdio pipes, closes
-  everything else and executes the command.
+  a new session with no signal blocked or ignored, then waits on its socket. Given a command, it
+  takes the stdio pipes, closes everything else and executes the command.
 * terminal (a request with "tty"): the stub opens a pseudo-terminal of the command's own devpts
   instance (init mounts a fresh one on /dev/pts for every command, so no other command, and
   nothing of the host, has a terminal it can open), forks the command onto it as the terminal's
@@ -113,6 +113,7 @@ _DEVPTS_OPTIONS = "newinstance,ptmxmode=0666,mode=0620"  # a command's own termi
 TERMINAL_ROWS, TERMINAL_COLUMNS = 24, 80  # the size a terminal command sees
 _RELAY_CHUNK = 65536
 _RELAY_DRAIN_S = 0.2  # after the command exits, how long its terminal's last output may take
+_RELAY_DRAIN_MAX_S = 1.0  # and all of it: a process left writing on the terminal ends the drain
 # how long a request waits for the slot it needs (about 1 ms to clone): a preparer silent this
 # long is stopped or stuck, and the launcher stops rather than leave every command waiting
 _PREPARER_WAIT_S = 10.0
@@ -227,10 +228,19 @@ class Config:
         self.seccomp = _Filter(seccomp)  # the BPF program, as the host built it
         self.clone_nr = settings["clone_nr"]  # this architecture's clone(2) number
         self.rlimits = _capped(settings["rlimits"])
+        self.default_signals = _set_to_default()
         self.tmp_size = settings["tmp_size"]
         self.workspace = settings["workspace"]  # the sandbox's workspace root
         for name in ("mount", "capset"):  # resolved here, not in every slot (see `_Libc`)
             getattr(_libc, name)
+
+
+def _set_to_default():
+    """The signals a stub sets back to SIG_DFL for its command, which execve would leave ignored:
+    those Python ignores or handles, and every one the launcher was started with ignored (the
+    host's, through bwrap: a server run under nohup gave every command SIGHUP ignored, L-S4)."""
+    ignored = {sig for sig in signal.valid_signals() if signal.getsignal(sig) == signal.SIG_IGN}
+    return sorted(ignored | {signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM})
 
 
 def _capped(rlimits):
@@ -249,8 +259,8 @@ def _stub(sock, config):
     """Become the command's process, ready but for the command itself; then wait for it."""
     try:
         os.setsid()
-        for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, signal.SIG_DFL)  # Python ignores some; exec keeps ignored ones
+        for sig in config.default_signals:
+            signal.signal(sig, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
         os.umask(0o022)
         for res, limits in config.rlimits:
@@ -298,6 +308,7 @@ def _relay_terminal(argv, env):
     """
     import fcntl  # C modules, only for terminal commands
     import termios
+    import time
 
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", TERMINAL_ROWS, TERMINAL_COLUMNS, 0, 0))
@@ -323,8 +334,10 @@ def _relay_terminal(argv, env):
             inputs.remove(master)  # EIO: nothing holds the terminal any more
         if 0 in readable and not _copy(0, master):
             inputs.remove(0)  # the host closed stdin; the terminal stays open
-    while select.select([master], [], [], _RELAY_DRAIN_S)[0] and _copy(master, 1):
-        pass
+    deadline = time.monotonic() + _RELAY_DRAIN_MAX_S  # each wait for more output is bounded, and so
+    while (left := deadline - time.monotonic()) > 0:  # are all of them (L-S5: a writer it left behind)
+        if not (select.select([master], [], [], min(left, _RELAY_DRAIN_S))[0] and _copy(master, 1)):
+            break
     return _exit_code(status)
 
 
