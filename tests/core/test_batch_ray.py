@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -159,6 +160,27 @@ def test_the_loopback_head_listens_on_loopback_only(head: Head) -> None:
     listening6 = [line.split() for line in Path("/proc/net/tcp6").read_text().splitlines()[1:]]
     addresses6 = {fields[1].split(":")[0] for fields in listening6 if fields[3] == "0A" and fields[9] in inodes}
     assert addresses6 <= {"0000000000000000FFFF00000100007F"}  # ::ffff:127.0.0.1
+
+
+JOIN_AFTER_IMPORT = """
+import sys
+import ray  # imported before joining, as a program using the Python API may have done
+from coderoom.cluster.connect import connect
+connect(sys.argv[1])
+print(ray._private.worker.global_worker.node.gcs_address)
+ray.shutdown()
+"""
+
+
+def test_a_process_that_imported_ray_first_still_joins_a_loopback_head_on_loopback(head: Head) -> None:
+    """Ray reads its "keep loopback" setting once, at import: `connect` must hold it for a process
+    that imported ray before joining, or the driver dials the machine's network address (where
+    this head does not listen) and waits there."""
+    done = subprocess.run(
+        [sys.executable, "-c", JOIN_AFTER_IMPORT, head.address], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == head.address
 
 
 def _group(pgid: int) -> list[int]:

@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import socket
+import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,15 +30,26 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 CONNECT_TIMEOUT_S = 10.0  # for the head's port to answer at all
 
 
+def _stay_on_loopback() -> None:
+    """Ray turns a loopback address into this machine's network address (so that other machines
+    could join) unless RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER is 0; a cluster kept on loopback is
+    reached only on loopback. Ray reads that variable once, when `ray._private.ray_constants` is
+    first imported (and `services.get_node_ip_address` reads the constant at each call), so a
+    process that imported ray before joining gets the constant set too: without it, such a driver
+    dialled the machine's network address and never reached a head listening on 127.0.0.1."""
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    constants = sys.modules.get("ray._private.ray_constants")
+    if constants is not None:
+        constants.ENABLE_RAY_CLUSTER = False  # type: ignore[attr-defined]
+
+
 def connect(address: str) -> None:
     """Join the running cluster at `address` (HOST:PORT of its head, or `auto`); usage errors."""
     target = _resolved(address)
     host = target.rpartition(":")[0].strip("[]")
     os.environ.pop("RAY_ADDRESS", None)  # Ray would prefer it to the address given
     if host in LOOPBACK:
-        # Ray turns a loopback address into this machine's network address (so that other
-        # machines could join); a cluster kept on loopback is reached only on loopback.
-        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+        _stay_on_loopback()
     if not _installed("ray"):
         raise UsageError(missing_extra("--ray", "ray", "ray"))
     _answers(address, target)
