@@ -242,14 +242,17 @@ def left_on_the_node(run_name: str) -> list[Path]:
 
 
 @contextmanager
-def joined(address: str) -> Iterator[None]:
+def joined(address: str, by_value: str | None = None) -> Iterator[None]:
     """This process joined to the cluster at `address` as `serve --ray` joins it
-    (`cluster.connect`), left afterwards: for a test module's fixture."""
+    (`cluster.connect`), left afterwards: for a test module's fixture. `by_value` names a test
+    module whose stand-ins run on the node (pickled by value: nodes cannot import tests/)."""
     import ray
 
     from coderoom.cluster.connect import connect
 
     connect(address)
+    if by_value is not None:
+        ray.cloudpickle.register_pickle_by_value(sys.modules[by_value])
     try:
         yield
     finally:

@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import io
 import json
-import sys
 import tarfile
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -22,22 +21,15 @@ import pytest
 from mcp import Client
 
 from openai_server import OpenAIServer, server_environ
+import ray_cluster
 from ray_cluster import Head
 
 
 @pytest.fixture(scope="module")
 def joined(shared_ray_head: Head) -> Iterator[Head]:
     """The shared head (tests/conftest.py), this process joined to it as `coderoom mcp --ray` joins it."""
-    from coderoom.cluster.connect import connect
-
-    connect(shared_ray_head.address)
-    import ray
-
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the stand-ins run on the node
-    try:
+    with ray_cluster.joined(shared_ray_head.address, by_value=__name__):
         yield shared_ray_head
-    finally:
-        ray.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -26,13 +26,6 @@ from coderoom.sandboxes.leases import LEASE_FILE
 DEAD_OWNER = {"boot": "a boot long gone", "pid": 2, "start": 0, "pidns": 0}  # what a crashed process leaves
 
 
-@pytest.fixture
-def temp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A temp dir of the test's own, where the node folders' prune looks."""
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    return tmp_path
-
 
 def _dead(folder: Path) -> Path:
     records.write(folder, LEASE_FILE, json.dumps(DEAD_OWNER).encode(), replace=True)

@@ -10,28 +10,20 @@ Run against the shared Ray head (tests/conftest.py), this process joined as `cod
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
+import ray_cluster
 from ray_cluster import Head, live_actors
 
 
 @pytest.fixture(scope="module")
 def joined(shared_ray_head: Head) -> Iterator[Head]:
-    from coderoom.cluster.connect import connect
-
-    connect(shared_ray_head.address)
-    import ray
-
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the stand-in runs on the node
-    try:
+    with ray_cluster.joined(shared_ray_head.address, by_value=__name__):
         yield shared_ray_head
-    finally:
-        ray.shutdown()
 
 
 def hostile_node(box: Any) -> list[Any]:

@@ -15,7 +15,6 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 import textwrap
 from pathlib import Path
 
@@ -38,13 +37,6 @@ _HOLD_EACH = textwrap.dedent(
     """
 )
 
-
-@pytest.fixture
-def temp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A temp dir of the test's own, where the node folders' prune looks."""
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    return tmp_path
 
 
 def test_t_a5_a_fifo_or_socket_where_a_folder_is_held_is_nobodys_at_once(tmp_path: Path) -> None:

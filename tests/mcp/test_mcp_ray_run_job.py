@@ -29,6 +29,7 @@ from coderoom.cluster import node_folders
 from coderoom.hostile.exits import LEFT_OUT_NOTE
 from coderoom.record import read_record
 from openai_server import OpenAIServer, Trickle, call, say, server_environ
+import ray_cluster
 from ray_cluster import Head, has_descendant
 
 WORDS = " ".join(f"word{n}" for n in range(12))
@@ -49,15 +50,8 @@ def model() -> Iterator[OpenAIServer]:
 @pytest.fixture(scope="module")
 def joined(head: Head) -> Iterator[Head]:
     """This process joined to the head as `coderoom mcp --ray` joins it (`cluster.connect`)."""
-    from coderoom.cluster.connect import connect
-
-    connect(head.address)
-    import ray
-
-    try:
+    with ray_cluster.joined(head.address):
         yield head
-    finally:
-        ray.shutdown()
 
 
 @contextlib.asynccontextmanager
