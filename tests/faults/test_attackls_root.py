@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import resource
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -121,6 +122,24 @@ def open_files(pid: int) -> dict[int, str]:
     return {int(fd): os.readlink(folder / fd) for fd in os.listdir(folder)}
 
 
+def settled_files(launcher: int) -> dict[int, dict[int, str]]:
+    """Every process under the launcher and its open files, read once the tree holds still (two
+    reads alike): a command's init reports its exit before it exits, so right after a command
+    its fds, or the process itself, may go while they are read."""
+    deadline = time.monotonic() + 10
+    last: dict[int, dict[int, str]] | None = None
+    while True:
+        try:
+            tree: dict[int, dict[int, str]] | None = {pid: open_files(pid) for pid in launcher_tree(launcher)}
+        except OSError:  # a process or one of its fds went while read
+            tree = None
+        if tree is not None and tree == last:
+            return tree
+        assert time.monotonic() < deadline, "the launcher's tree never held still"
+        last = tree
+        time.sleep(0.05)
+
+
 FDS = "import os; print(sorted(int(fd) for fd in os.listdir('/proc/self/fd')))"
 
 
@@ -138,7 +157,7 @@ async def test_l_s2_a_host_with_many_files_open_hands_no_sandbox_process_a_root_
         async with open_session(SandboxSpec(backend="local")) as session:
             first = await session.exec("python3", "-c", FDS, shell=False)
             launcher = await slots.launcher_pid(session)
-            tree = {pid: open_files(pid) for pid in launcher_tree(launcher)}
+            tree = settled_files(launcher)
             control = int(Path(f"/proc/{launcher}/cmdline").read_bytes().split(b"\0")[4])  # its argv[1]
             second = await session.exec("python3", "-c", FDS, shell=False)
     finally:
