@@ -123,7 +123,12 @@ async def test_site_reads_nothing_a_cell_or_the_workspace_can_plant(tmp_path: Pa
         started = "open(f'/proc/{__import__(\"os\").getppid()}/stat').read().split()[21]"  # the supervisor's
         first = await session.run_python(started)
         # the supervisor killed: the next cell starts a kernel anew, one interpreter start with site
-        await session.run_python("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
+        # (and waits until it is gone: a kill returns before its target has died)
+        await session.run_python(
+            "import os, signal, time\nparent = os.getppid()\nos.kill(parent, signal.SIGKILL)\n"
+            "deadline = time.monotonic() + 5\nwhile os.getppid() == parent and time.monotonic() < deadline:\n"
+            "    time.sleep(0.01)\n"
+        )
         again = await session.run_python(started)
         assert first.status == again.status == "ok" and first.text.split()[-1] != again.text.split()[-1]
         fresh = await session.run_python(
