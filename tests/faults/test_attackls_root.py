@@ -152,13 +152,12 @@ async def test_l_s2_a_host_with_many_files_open_hands_no_sandbox_process_a_root_
     if hard < 2048:
         pytest.skip("needs 2048 open files")
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), hard))
-    held = [os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC) for _ in range(1000)]
+    held = [os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC) for _ in range(1100)]  # past select's 1024
     try:
         async with open_session(SandboxSpec(backend="local")) as session:
             first = await session.exec("python3", "-c", FDS, shell=False)
             launcher = await slots.launcher_pid(session)
             tree = settled_files(launcher)
-            control = int(Path(f"/proc/{launcher}/cmdline").read_bytes().split(b"\0")[4])  # its argv[1]
             second = await session.exec("python3", "-c", FDS, shell=False)
     finally:
         for fd in held:
@@ -170,8 +169,7 @@ async def test_l_s2_a_host_with_many_files_open_hands_no_sandbox_process_a_root_
     assert kinds <= {"/dev/null", "pipe", "socket", "mnt", "anon_inode"}, kinds
     assert not [target for files in tree.values() for target in files.values() if "memfd" in target]
     high = {pid: [fd for fd in files if fd >= 512] for pid, files in tree.items()}
-    assert high.pop(launcher) == [control]
-    assert set(map(tuple, high.values())) == {()}, high  # its control socket only, held by none below it
+    assert set(map(tuple, high.values())) == {()}, high  # the launcher's control socket moved low too
 
 
 async def test_l_s7_the_root_s_files_name_nothing_of_the_host() -> None:

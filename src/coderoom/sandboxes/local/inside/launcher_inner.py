@@ -735,8 +735,11 @@ def main():
     if settings.get("admitted") is not None and _own_cgroup(settings["admitted"]) in (None, "/"):
         sys.stderr.write("coderoom: the sandbox was not admitted to its memory cgroup\n")
         os._exit(_STUB_FAILED)
-    fd = int(sys.argv[1])
-    os.set_inheritable(fd, False)
+    # The host's number for the control socket is 1024 or more on a busy host (a server with many
+    # sessions open), out of select's range (FD_SETSIZE): the launcher then died at its first
+    # select. It moves to the lowest free number (dup's copy is not inheritable).
+    fd = os.dup(int(sys.argv[1]))
+    os.close(int(sys.argv[1]))
     Launcher(_socket.socket(fileno=fd), Config(seccomp, settings)).serve()
 
 
