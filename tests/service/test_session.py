@@ -205,6 +205,13 @@ async def test_a_refused_file_at_open_leaves_no_run_folder(tmp_path: Path) -> No
     assert not (tmp_path / "runs").exists()
 
 
+async def test_the_runs_folder_may_be_named_by_a_string(tmp_path: Path) -> None:
+    # a Python API caller's plain `runs_dir="runs"` (it failed with AttributeError on .mkdir)
+    session = await Session.open(model="offline", runs_dir=str(tmp_path / "runs"))
+    run_dir = await session.close()
+    assert run_dir.parent == tmp_path / "runs" and (run_dir / "run.jsonl").is_file()
+
+
 async def test_a_session_that_fails_to_open_records_the_error(tmp_path: Path) -> None:
     # W09: a write the sandbox refuses half way (here a file where a folder must go) is a clear
     # refusal, and the record's run_end says error and why, not ok

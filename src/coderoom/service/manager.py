@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -48,7 +49,7 @@ class SessionManager:
         environment: EnvironmentSpec | None = None,
         sandbox: str = "local",
         model: str | None = None,
-        runs_dir: Path = Path("runs"),
+        runs_dir: str | os.PathLike[str] = "runs",
         pool: Pool | None = None,
         instructions: str = "",
         backend: SandboxBackend | None = None,
@@ -64,7 +65,7 @@ class SessionManager:
         self.max_sessions = max_sessions
         self.idle_timeout_s = idle_timeout_s
         self.defaults: dict[str, Any] = {
-            "limits": limits or Limits(), "environment": environment, "sandbox": sandbox, "model": model, "runs_dir": runs_dir,
+            "limits": limits or Limits(), "environment": environment, "sandbox": sandbox, "model": model, "runs_dir": Path(runs_dir),
             "pool": pool, "instructions": instructions, "backend": backend,
         }
         self.pool = pool

@@ -201,7 +201,7 @@ class Session(Activity):
         limits: Limits | None = None,
         environment: EnvironmentSpec | None = None,
         files: Mapping[str, bytes | Path] | None = None,
-        runs_dir: Path = Path("runs"),
+        runs_dir: str | os.PathLike[str] = "runs",
         name: str = "session",
         pool: Claims | None = None,
         instructions: str = "",
@@ -231,7 +231,7 @@ class Session(Activity):
             await resolved.aclose()
             raise
         hub, tap = EventHub(), ConnectionTap()
-        lifecycle = await _begin_run_folder(job, runs_dir, resolved, hub, tap)
+        lifecycle = await _begin_run_folder(job, Path(runs_dir), resolved, hub, tap)
         async with lifecycle.steps(end=False):
             await lifecycle.start_sandbox(pool.claim if pool is not None else None, backend)
             warming = _warm(lifecycle)  # first: the kernel starts while the rest of the open runs
