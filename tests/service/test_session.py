@@ -212,6 +212,13 @@ async def test_the_runs_folder_may_be_named_by_a_string(tmp_path: Path) -> None:
     assert run_dir.parent == tmp_path / "runs" and (run_dir / "run.jsonl").is_file()
 
 
+async def test_a_file_given_as_a_string_is_refused_before_the_run_folder(tmp_path: Path) -> None:
+    # text or a host path? Neither is guessed: it failed deep in the write, after the folder was made
+    with pytest.raises(TypeError, match="bytes or a host file as a pathlib.Path"):
+        await Session.open(model="offline", runs_dir=tmp_path / "runs", files={"input/a.txt": "hello"})
+    assert not (tmp_path / "runs").exists()
+
+
 async def test_a_session_that_fails_to_open_records_the_error(tmp_path: Path) -> None:
     # W09: a write the sandbox refuses half way (here a file where a folder must go) is a clear
     # refusal, and the record's run_end says error and why, not ok

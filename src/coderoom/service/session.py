@@ -595,7 +595,12 @@ def _workspace_name(path: str) -> PurePosixPath:
 def workspace_content(name: str, data: bytes | Path, limits: Limits) -> bytes:
     """A file's bytes for the workspace, at most MAX_UPLOAD_BYTES and the file_size limit."""
     cap = min(MAX_UPLOAD_BYTES, limits.file_size)
-    content = _read_host_file(data, cap) if isinstance(data, Path) else data
+    if isinstance(data, Path):
+        content = _read_host_file(data, cap)
+    elif isinstance(data, bytes):
+        content = data
+    else:  # a str would be ambiguous: the text to write, or a host path to read?
+        raise TypeError(f"{name[:200]}: give the content as bytes or a host file as a pathlib.Path, not {type(data).__name__}")
     if len(content) > cap:
         raise RequestRefused(f"{name[:200]}: {len(content):,} bytes, over the {cap:,} byte limit for one file")
     return content
