@@ -1,12 +1,13 @@
 """Local sandbox's faster start attack pass (attackls, 2026-12-07), the sandbox's own root:
 L-S1, L-S2, L-S7.
 
-The sandbox's /etc, its venv skeleton (pyvenv.cfg, the interpreter links) and the launcher's own
-files (launcher.pyc, seccomp.bpf, launcher.settings) are files bwrap writes with --file into its
-root, a tmpfs made read-only before the launcher starts (issue 25). They belong to the sandbox
-user, the uid every command runs as, so their modes are no guard: the read-only mount is. No
-command may change them for the next one by any path, and nothing bwrap was handed for them may
-reach a process of the sandbox."""
+The sandbox's /etc, its venv skeleton (pyvenv.cfg and the interpreter links, made only when the
+host's Python is a venv) and the launcher's own files (launcher.pyc, seccomp.bpf,
+launcher.settings) are files bwrap writes with --file into its root, a tmpfs made read-only before
+the launcher starts (issue 25); the merged-/usr links (/bin -> usr/bin) stand there too. They
+belong to the sandbox user, the uid every command runs as, so their modes are no guard: the
+read-only mount is. No command may change them for the next one by any path, and nothing bwrap
+was handed for them may reach a process of the sandbox."""
 
 from __future__ import annotations
 
@@ -39,13 +40,19 @@ _ROOT_DIRS = ("/", "/etc", "/opt", "/opt/coderoom", "/opt/coderoom/venv", "/opt/
 _HAS_VENV = bool(bwrap.runtime().venv_sites)
 ROOT_FILES = tuple(path for path in _ROOT_FILES if _HAS_VENV or "/venv" not in path)
 ROOT_DIRS = tuple(path for path in _ROOT_DIRS if _HAS_VENV or "/venv" not in path)
+# the links bwrap makes in its root, and where each leads: the venv's python3 (with a venv) and
+# the merged-/usr links of a host that has them (`bwrap.build_args`)
+ROOT_LINKS = {
+    **({f"{bwrap.VENV_MOUNT}/bin/python3": bwrap.runtime().sandbox_interpreter} if _HAS_VENV else {}),
+    **{f"/{name}": os.readlink(f"/{name}") for name in ("bin", "sbin", "lib", "lib64") if os.path.islink(f"/{name}")},
+}
 
 # every way a command of the owning uid might change a root file or folder: each prints the
 # errno's name, or DONE; then the root mount's options
 TAMPER = r"""
 import ctypes, errno, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
-files, dirs = sys.argv[1].split(","), sys.argv[2].split(",")
+files, dirs, links = (sys.argv[index].split(",") for index in (1, 2, 3))
 def attempt(name, action):
     try:
         action()
@@ -82,26 +89,29 @@ for path in dirs:
     attempt(f"chmod {path}", lambda: os.chmod(path, 0o777))
     if path != "/":
         attempt(f"rename {path}", lambda: os.rename(path, path + "-old"))
-attempt("unlink the venv's python3", lambda: os.unlink("/opt/coderoom/venv/bin/python3"))
+for path in links:
+    attempt(f"unlink {path}", lambda: os.unlink(path))
 attempt("remount / read-write", lambda: checked(libc.mount(None, b"/", None, 0x20 | 0x1000, None)))
 attempt("mount a tmpfs over /etc", lambda: checked(libc.mount(b"t", b"/etc", b"tmpfs", 0, None)))
 print("root", [line.split()[5] for line in open("/proc/self/mountinfo") if line.split()[4] == "/"])
 """
-# what the next command reads of the same files, and where the venv's python3 leads
+# what the next command reads of the same files, and where the links lead
 READ_BACK = (
-    "import hashlib, os, sys; print(os.readlink('/opt/coderoom/venv/bin/python3')); "
+    "import hashlib, os, sys; [print(p, os.readlink(p)) for p in sys.argv[2].split(',')]; "
     "[print(p, oct(os.stat(p).st_mode), hashlib.sha256(open(p, 'rb').read()).hexdigest()) for p in sys.argv[1].split(',')]"
 )
 
 
-@pytest.mark.skipif(not _HAS_VENV, reason="its tamper list and read-back include the venv skeleton, made only when the host's Python is a venv")
 async def test_l_s1_no_command_changes_the_root_s_files_for_the_next_by_any_path() -> None:
+    files, dirs, links = ",".join(ROOT_FILES), ",".join(ROOT_DIRS), ",".join(ROOT_LINKS)
+    assert ROOT_LINKS, "no link in the root to tamper with"
     async with open_session(SandboxSpec(backend="local")) as session:
-        before = await session.exec("python3", "-c", READ_BACK, ",".join(ROOT_FILES), shell=False)
-        tried = await session.exec("python3", "-c", TAMPER, ",".join(ROOT_FILES), ",".join(ROOT_DIRS), shell=False)
-        after = await session.exec("python3", "-c", READ_BACK, ",".join(ROOT_FILES), shell=False)
+        before = await session.exec("python3", "-c", READ_BACK, files, links, shell=False)
+        tried = await session.exec("python3", "-c", TAMPER, files, dirs, links, shell=False)
+        after = await session.exec("python3", "-c", READ_BACK, files, links, shell=False)
     lines = tried.stdout.decode().splitlines()
-    assert tried.exit_code == 0 and len(lines) == 12 * len(ROOT_FILES) + 5 * len(ROOT_DIRS) - 1 + 4, tried.stderr
+    expected = 12 * len(ROOT_FILES) + 5 * len(ROOT_DIRS) - 1 + len(ROOT_LINKS) + 3
+    assert tried.exit_code == 0 and len(lines) == expected, tried.stderr
     assert [line for line in lines if line.startswith("DONE")] == []
     # the owner's own changes stop at the mount, not at the mode
     changes = [line for line in lines if line.split()[1] in ("chmod", "chown", "utime", "setxattr", "rename", "unlink")]
@@ -109,7 +119,8 @@ async def test_l_s1_no_command_changes_the_root_s_files_for_the_next_by_any_path
     assert {line.split()[0] for line in lines if line.split()[1] == "mkdir"} == {"EROFS"}
     assert lines[-1].startswith("root ['ro,"), lines[-1]
     assert before.exit_code == 0 and before.stdout == after.stdout, (before.stdout, after.stdout)
-    assert before.stdout.startswith(b"/opt/coderoom/python/bin/python3"), before.stdout
+    read_links = before.stdout.decode().splitlines()[: len(ROOT_LINKS)]
+    assert read_links == [f"{path} {target}" for path, target in ROOT_LINKS.items()], before.stdout
 
 
 def launcher_tree(launcher: int) -> list[int]:
