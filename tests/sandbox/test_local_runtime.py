@@ -169,22 +169,24 @@ def test_root_with_a_private_tmpdir(tmp_path: Path) -> None:
 
 
 async def test_the_sandbox_etc_and_venv_are_read_only_files_of_its_own_root_not_of_the_session_folder() -> None:
-    """bwrap writes /etc and the venv's pyvenv.cfg and links into the sandbox's own root, which is
-    read-only once set up; the session folder holds the workspace and the host's records only
-    (as files there they were 13 host-disk entries of every start, issue 25)."""
+    """bwrap writes /etc, the launcher's files and (when the host's Python is a venv) the venv's
+    pyvenv.cfg and links into the sandbox's own root, which is read-only once set up; the session
+    folder holds the workspace and the host's records only (as files there they were 13 host-disk
+    entries of every start, issue 25)."""
     require_backend("local")
     from coderoom.sandboxes import SandboxSpec
     from coderoom.sandboxes.local import bwrap
     from coderoom.sandboxes.session import open_session
 
-    if not bwrap.runtime().venv_sites:
-        pytest.skip("the venv skeleton is made only when the host's Python is a venv")
+    venv = bool(bwrap.runtime().venv_sites)  # the venv skeleton is made only then
+    files = ["/etc/passwd", "/etc/hosts", *([f"{bwrap.VENV_MOUNT}/pyvenv.cfg"] if venv else [])]
+    files.append(f"{bwrap.OWN_DIR}/launcher.pyc")
+    dirs = ["/etc", bwrap.OWN_DIR, *([bwrap.VENV_MOUNT] if venv else [])]
     script = (
-        "grep -c sandbox /etc/passwd; cat /etc/hostname; ls /opt/coderoom/venv/pyvenv.cfg; "
+        f"grep -c sandbox /etc/passwd; cat /etc/hostname; for f in {' '.join(files)}; do ls $f; done; "
         "python3 -c 'import sys; print(sys.prefix)'; "
-        "for f in /etc/passwd /etc/hosts /opt/coderoom/venv/pyvenv.cfg /opt/coderoom/launcher.pyc; "
-        "do echo x >> $f || echo refused; done; "
-        "for d in /etc /opt/coderoom/venv; do mkdir $d/new 2>&1 | grep -c 'Read-only file system'; done"
+        f"for f in {' '.join(files)}; do echo x >> $f || echo refused; done; "
+        f"for d in {' '.join(dirs)}; do mkdir $d/new 2>&1 | grep -c 'Read-only file system'; done"
     )
     async with open_session(SandboxSpec(backend="local")) as session:
         folder = session._inner.host_dir
@@ -192,5 +194,6 @@ async def test_the_sandbox_etc_and_venv_are_read_only_files_of_its_own_root_not_
         assert {p.name for p in folder.iterdir()} <= records | {f"python-{index}" for index in range(4)}
         done = await session.exec(script)
     lines = done.stdout.decode().split()
-    assert lines[:4] == ["1", "sandbox", "/opt/coderoom/venv/pyvenv.cfg", "/opt/coderoom/venv"], done.stderr
-    assert lines[4:] == ["refused"] * 4 + ["1"] * 2, (done.stdout, done.stderr)
+    prefix = bwrap.VENV_MOUNT if venv else bwrap.RUNTIME_MOUNT
+    assert lines[: 3 + len(files)] == ["1", "sandbox", *files, prefix], done.stderr
+    assert lines[3 + len(files) :] == ["refused"] * len(files) + ["1"] * len(dirs), (done.stdout, done.stderr)
