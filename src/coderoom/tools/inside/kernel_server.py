@@ -41,6 +41,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any, TypeGuard
 
 KERNEL_DIR = ".coderoom/kernel"
@@ -57,18 +58,22 @@ ENV_ALLOWED = {
     "GIT_SSL_CAINFO", "NODE_EXTRA_CA_CERTS",
 }  # fmt: skip
 ENV_CLEAN_MARK = "CODEROOM_KERNEL"
+# The one rule for which variables a kernel keeps, as the text of an expression of a name `k`:
+# BOOT filters with this text before the kernel's source is compiled (none of this module's
+# functions exists then), and `allowed` is the same text compiled, so the two cannot differ.
+ENV_RULE = f"k in {tuple(sorted(ENV_ALLOWED))!r} or k.startswith('LC_')"
 # `python3 -I -S -c BOOT SOURCE serve [channel]`: the host's environment for a sandbox command
 # always holds more than ENV_ALLOWED (PWD, PYTHON* variables), so the first process only replaces
 # it: started without `site` (-S: no site-packages, no .pth files to run; ~10 ms where a start
 # with them costs 50-150 ms here), it execs the same command with `site`, without -S, in the
 # clean environment and with the mark. One full interpreter start per kernel, not two; SOURCE
-# is compiled and imports its modules only then, and its `main` checks both again. With `site`
-# the process is not judged by os.environ: a .pth file or sitecustomize of an installed package
-# may set a variable, and an exec for it found it again after each start, for ever (F-C9);
-# `main` reads the environment it was started with (`started_clean`).
+# is compiled and imports its modules only then, and its `main` checks the environment again.
+# With `site` the process is not judged by os.environ: a .pth file or sitecustomize of an
+# installed package may set a variable, and an exec for it found it again after each start, for
+# ever (F-C9); `main` reads the environment it was started with (`started_clean`).
 BOOT = (
     "import os,sys\n"
-    f"e={{k:v for k,v in os.environ.items() if k in {tuple(sorted(ENV_ALLOWED))!r} or k.startswith('LC_')}}\n"
+    f"e={{k:v for k,v in os.environ.items() if {ENV_RULE}}}\n"
     f"e[{ENV_CLEAN_MARK!r}]='1'\n"
     "a=getattr(sys,'orig_argv',None)\n"
     f"if a and (sys.flags.no_site or os.environ.get({ENV_CLEAN_MARK!r})!='1'):"
@@ -735,8 +740,8 @@ def tell(fd: int, message: dict) -> None:
             os._exit(0)
 
 
-def allowed(name: str) -> bool:
-    return name in ENV_ALLOWED or name.startswith("LC_")
+# ENV_RULE compiled: this module's own constant text, never anything read from outside
+allowed: Callable[[str], bool] = eval(f"lambda k: {ENV_RULE}")
 
 
 def clean_environment() -> dict[str, str]:
@@ -746,22 +751,25 @@ def clean_environment() -> dict[str, str]:
 
 
 def started_clean() -> bool:
-    """Whether this process was started with the mark and allowed variables only, read from
-    /proc/self/environ: the environment as exec'd, which what `site` runs does not change
+    """Whether this process was started with the mark set to 1 and allowed variables only, read
+    from /proc/self/environ: the environment as exec'd, which what `site` runs does not change
     (os.environ, which it may, would call for an exec after every start: F-C9)."""
+    started: dict[str, str] = {}
     try:
         with open("/proc/self/environ", "rb") as handle:
-            entries = handle.read().split(b"\0")
+            for entry in handle.read().split(b"\0"):
+                if entry:  # a name given twice counts as os.environ counts it: the first
+                    name, _, value = entry.decode("utf-8", "surrogateescape").partition("=")
+                    started.setdefault(name, value)
     except OSError:  # no /proc: os.environ, as it is
-        return set(os.environ) == set(clean_environment())
-    names = {entry.split(b"=", 1)[0].decode("utf-8", "surrogateescape") for entry in entries if entry}
-    return ENV_CLEAN_MARK in names and all(allowed(name) or name == ENV_CLEAN_MARK for name in names)
+        started = dict(os.environ)
+    return started.get(ENV_CLEAN_MARK) == "1" and all(allowed(name) or name == ENV_CLEAN_MARK for name in started)
 
 
 def main(argv: list[str]) -> None:
     if argv[1:2] != ["serve"] or argv[2:] not in ([], ["channel"]):
         raise SystemExit("usage: python3 -I -S -c BOOT SOURCE serve [channel]")
-    if os.environ.get(ENV_CLEAN_MARK) != "1" or not started_clean() or sys.flags.no_site:
+    if not started_clean() or sys.flags.no_site:
         # Re-exec with only harmless variables, so neither the kernel nor /proc/self/environ
         # holds anything the host environment leaked into the sandbox (and with `site`, so
         # cells can import the sandbox's packages).
