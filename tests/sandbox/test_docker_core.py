@@ -12,7 +12,7 @@ import sys
 import tarfile
 import time
 from collections.abc import AsyncIterator
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
@@ -40,6 +40,12 @@ async def sandbox() -> AsyncIterator[Any]:
         yield box
     finally:
         await box.close()
+
+
+def _empty(folder: Path) -> Path:
+    """A new folder for one step's host temp files (`host_temp_peak`)."""
+    folder.mkdir()
+    return folder
 
 
 def _names(archive: Any) -> dict[str, bytes | None]:
@@ -106,18 +112,26 @@ async def test_archive_and_hydrate_round_trip(sandbox: Any) -> None:
 # -- class 4: archiving is bounded ---------------------------------------------------------------
 
 
-async def test_a_sparse_50g_file_is_refused_at_once_without_host_disk(sandbox: Any) -> None:
+async def test_a_sparse_50g_file_is_refused_at_once_without_host_disk(sandbox: Any, tmp_path: Path) -> None:
+    """The host's temp files are counted in a folder of the test's own (`host_temp_peak`), so
+    nothing else this process or the machine holds in /tmp counts; a real archive afterwards
+    shows that the measure sees the step's temp file."""
     made = await sandbox.exec(["sh", "-c", "echo kept > small && truncate -s 50G sparse && stat -c '%s %b' sparse"])
     assert made.stdout == b"53687091200 0\n", made.stderr  # 50 GB apparent, no block allocated
     started = time.monotonic()
-    with host_temp_peak() as peak, pytest.raises(SandboxLimitExceeded) as refused:
+    with host_temp_peak(_empty(tmp_path / "refused")) as peak, pytest.raises(SandboxLimitExceeded) as refused:
         await sandbox.archive()
     took = time.monotonic() - started
     message = str(refused.value)
     assert "'sparse' is 53687091200 bytes (0 allocated)" in message and "workspace_size limit of 67108864" in message
     assert took < 5  # the sandbox-side check comes before a byte is read (measured: ~0.05 s)
     assert peak[0] < 1 << 20  # no host temp file holds the zeros (measured: 0)
-    assert (await sandbox.exec(["echo", "alive"])).stdout == b"alive\n"
+    assert (await sandbox.exec(["rm", "sparse"])).exit_code == 0  # commands run after the refusal
+    with host_temp_peak(_empty(tmp_path / "kept")) as kept:
+        archive = await sandbox.archive()
+    with archive:
+        assert _names(archive) == {"small": b"kept\n"}
+    assert kept[0] >= tarfile.RECORDSIZE  # the clean tar, a host temp file, was seen
 
 
 async def test_hard_links_count_once_per_name(sandbox: Any) -> None:
@@ -127,7 +141,7 @@ async def test_hard_links_count_once_per_name(sandbox: Any) -> None:
         await sandbox.archive()
 
 
-async def test_the_host_stops_reading_at_its_budget(sandbox: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_host_stops_reading_at_its_budget(sandbox: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Whatever the container sends, the host keeps at most the stream budget: here an archiver
     that writes zeros forever, against a 64 MB workspace with a 10-entry allowance."""
     from coderoom.sandboxes.docker import container
@@ -135,7 +149,7 @@ async def test_the_host_stops_reading_at_its_budget(sandbox: Any, monkeypatch: p
     monkeypatch.setattr(container, "ARCHIVER_SOURCE", "import os\nwhile True: os.write(1, bytes(1 << 16))")
     monkeypatch.setattr(container, "MAX_ENTRIES", 10)
     started = time.monotonic()
-    with host_temp_peak() as peak, pytest.raises(SandboxLimitExceeded, match="byte limit"):
+    with host_temp_peak(_empty(tmp_path / "host-temp")) as peak, pytest.raises(SandboxLimitExceeded, match="byte limit"):
         await sandbox.archive()
     assert time.monotonic() - started < 30
     assert peak[0] < 1 << 20  # the zeros are no tar: nothing reached the output file
