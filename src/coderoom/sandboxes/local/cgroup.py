@@ -19,8 +19,8 @@ Where it comes from, first that works (`Mode`):
   refused by seccomp (`seccomp.NO_CGROUP_DENIED`), and `coderoom sandbox info` says that several
   processes can each take the limit.
 
-How a sandbox gets into it: on cgroup v1, bwrap is born in it (`spawn_inside`): a thread of
-this process kept for spawning (`_Spawner`) moves itself alone into the cgroup and starts bwrap,
+How a sandbox gets into it: on cgroup v1, bwrap is born in it (`spawn_inside`): the thread
+this process keeps for spawning (`spawner`) moves itself alone into the cgroup and starts bwrap,
 which inherits the thread's cgroup, then moves back. Moving a process by pid takes the kernel's global
 cgroup_threadgroup_rwsem and waits for an RCU grace period (7-18 ms here, measured); a thread
 writing "0" to `tasks` moves only itself and skips that lock (kernel/cgroup/cgroup.c,
@@ -40,15 +40,14 @@ import contextlib
 import functools
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from _queue import SimpleQueue
 from typing import TypeVar
 
 from .. import records
+from .spawner import spawner
 
 
 _V1_ROOT = Path("/sys/fs/cgroup/memory")
@@ -191,7 +190,7 @@ class MemoryCgroup:
             finally:
                 os.close(back)
 
-        return _spawner.run(inside)
+        return spawner.run(inside)
 
     def holds(self, pid: int) -> bool:
         """Whether process `pid` is in this cgroup (as /proc/PID/cgroup shows it to us)."""
@@ -294,66 +293,6 @@ class MemoryCgroup:
             return {int(word) for word in (self.path / "cgroup.procs").read_text().split()}
         except (OSError, ValueError):
             return set()
-
-
-class _Spawner:
-    """One thread, for the life of the process, that runs what must spawn from a thread of its own
-    (`MemoryCgroup.spawn_inside`). Not a thread per spawn: bwrap's --die-with-parent takes the
-    spawning *thread* as its parent (PR_SET_PDEATHSIG fires when that thread exits)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._requests: SimpleQueue[tuple[Callable[[], None], threading.Event]] | None = None
-        os.register_at_fork(after_in_child=self._forget)  # a forked child has no such thread
-
-    def _forget(self) -> None:
-        self._lock = threading.Lock()
-        self._requests = None
-
-    def run(self, job: Callable[[], T]) -> T:
-        """`job()` in the spawner thread; what it returns or raises. The caller returns only once
-        the job is done, even when a signal raises in it meanwhile (re-raised then): the job spawns
-        with the caller's descriptors, which its cleanup would otherwise close, or let another file
-        reuse, under it."""
-        with self._lock:
-            if self._requests is None:
-                self._requests = SimpleQueue()
-                threading.Thread(target=self._serve, args=(self._requests,), name="coderoom-spawner", daemon=True).start()
-            requests = self._requests
-        outcome: list[T] = []
-        failed: list[BaseException] = []
-
-        def call() -> None:
-            try:
-                outcome.append(job())
-            except BaseException as exc:  # re-raised in the caller's thread
-                failed.append(exc)
-
-        done = threading.Event()
-        requests.put((call, done))
-        interrupted: BaseException | None = None
-        while not done.is_set():
-            try:
-                done.wait()
-            except BaseException as exc:  # a signal's handler raised here (KeyboardInterrupt): the job
-                interrupted = interrupted or exc  # still uses the caller's descriptors, so it ends first
-        if interrupted is not None:
-            raise interrupted
-        if failed:
-            raise failed[0]
-        return outcome[0]
-
-    @staticmethod
-    def _serve(requests: SimpleQueue[tuple[Callable[[], None], threading.Event]]) -> None:
-        while True:
-            call, done = requests.get()
-            try:
-                call()
-            finally:
-                done.set()
-
-
-_spawner = _Spawner()
 
 
 def name_for(folder: Path) -> str:

@@ -23,8 +23,8 @@ it is ready, which it can only do after the gate, and only once this thread has 
 (`passed`, checked by `Launcher.wait_ready`: a gate opened by EOF in a living host runs nothing).
 On v2 the launcher also stops by itself if it finds itself outside the cgroup (`cgroup_line`).
 
-The uid check makes the nsenter answer safe to cache (`bwrap.nsenter`): a wrong answer fails
-the start instead of running the sandbox as host root.
+The uid check backs the spawner thread's switch to uid 65534 (`unprivileged`): a switch that
+did not hold fails the start instead of running the sandbox as host root.
 """
 from __future__ import annotations
 

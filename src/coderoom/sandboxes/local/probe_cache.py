@@ -13,10 +13,6 @@ forged or stale answer is therefore at worst a bwrap that cannot build the sandb
 then fails to start (SandboxFailed), and is never run with less isolation, because coderoom
 passes every option it relies on and bwrap refuses options it lacks rather than ignore them.
 
-As root, the nsenter check (`bwrap.nsenter`: does this nsenter drop to uid 65534?) is kept the
-same way in `nsenter-probe.json`, keyed by nsenter's identity. It decides which uid bwrap runs
-as, so it is not trusted either: the gate checks the uid bwrap and its pid 1 really run as
-before anything starts in the sandbox (`gate`), and a wrong answer fails the start.
 A file that is not a small regular file of the expected shape is ignored and replaced.
 """
 
@@ -30,7 +26,7 @@ from pathlib import Path
 
 MAX_BYTES = 65536  # far more than an entry takes
 _FORMAT = 1
-BWRAP, NSENTER = "bwrap-probe", "nsenter-probe"  # the two answers kept, one file each
+BWRAP = "bwrap-probe"  # the answer kept, one file
 _SYSCTLS = (
     "/proc/sys/user/max_user_namespaces",
     "/proc/sys/kernel/unprivileged_userns_clone",
@@ -39,9 +35,9 @@ _SYSCTLS = (
 )
 
 
-def cache_file(name: str = BWRAP) -> Path:
+def cache_file() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base, "coderoom", f"{name}.json")
+    return Path(base, "coderoom", f"{BWRAP}.json")
 
 
 def key(candidates: list[str], required: tuple[str, ...]) -> list[object]:
@@ -64,10 +60,10 @@ def key(candidates: list[str], required: tuple[str, ...]) -> list[object]:
     return [_FORMAT, identities, machine, list(required)]
 
 
-def load(candidates: list[str], required: tuple[str, ...], name: str = BWRAP) -> str | None:
+def load(candidates: list[str], required: tuple[str, ...]) -> str | None:
     """The candidate that passed under the current key, or None (no entry, stale, or not ours)."""
     try:
-        fd = os.open(cache_file(name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(cache_file(), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as handle:
@@ -86,9 +82,9 @@ def load(candidates: list[str], required: tuple[str, ...], name: str = BWRAP) ->
     return path if isinstance(path, str) and path in candidates else None
 
 
-def store(candidates: list[str], required: tuple[str, ...], path: str, name: str = BWRAP) -> None:
+def store(candidates: list[str], required: tuple[str, ...], path: str) -> None:
     """Record that `path` passed; best effort (a read-only home just means probing each time)."""
-    target = cache_file(name)
+    target = cache_file()
     text = json.dumps({"key": key(candidates, required), "path": path})
     temp = target.with_name(f".{target.name}.{os.getpid()}")
     try:

@@ -208,8 +208,6 @@ def prestart(limits: Limits, packages: Path | None = None) -> tuple[SandboxPlan,
         bw, _ = bwrap.probe()
         if bw is None or limits.network or limits.egress is not None:
             return None
-        if bwrap.host_id() is not None:
-            bwrap.nsenter()
     try:
         folder = host_dir.make(packages)
     except OSError:
@@ -299,16 +297,19 @@ def start_bwrap(
         full = ["--json-status-fd", str(status_w), *args]
         args_fd = memfd("args", b"\0".join(a.encode() for a in full) + b"\0")
         theirs.append(args_fd)
-        popen = subprocess.Popen(
-            [*launch.argv, "--args", str(args_fd), *command],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=err_w,
-            env=launch.env,  # bwrap's own pid 1 keeps it, readable from inside (catalogue §3.1)
-            pass_fds=(status_w, args_fd, *pass_fds),
-            executable=launch.executable,
-            preexec_fn=launch.preexec,
-            process_group=0,  # bwrap leads a group its pid 1 is in until set up: see kill_sandbox
+        argv = ["bwrap", "--args", str(args_fd), *command]  # argv[0], in /proc/1/cmdline: no host path
+        fds = (status_w, args_fd, *pass_fds)
+        popen = launch.spawn(
+            lambda: subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err_w,
+                env={},  # bwrap's own pid 1 keeps it, readable from inside (catalogue §3.1)
+                pass_fds=fds,
+                executable=launch.executable,
+                process_group=0,  # bwrap leads a group its pid 1 is in until set up: see kill_sandbox
+            )
         )
     except BaseException:
         for fd in ours:
