@@ -183,9 +183,9 @@ async def main() -> None:
         "namespaces, a fresh /proc, /tmp and /dev/shm, no capabilities, seccomp and rlimits. "
         "Targets for coderoom local (issue 25): start p50 <= 25, exec p50 <= 3, close p50 <= 10. "
         + (
-            "This run was as root: the session's bwrap then starts as uid 65534 through `nsenter` "
-            "into a per-session mount namespace that makes the runtime reachable "
-            "(bwrap.views_namespace), one exec more per session than as a normal user. "
+            "This run was as root: the session's bwrap then starts as uid 65534, spawned by a "
+            "host thread that takes that uid and enters a per-session mount namespace that makes "
+            "the runtime reachable for itself alone (local/unprivileged.py, bwrap.views_namespace). "
             if os.geteuid() == 0
             else ""
         )

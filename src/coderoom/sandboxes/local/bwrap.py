@@ -14,7 +14,6 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
