@@ -15,12 +15,15 @@ pid 1 run as before anything runs in the sandbox (`gate`). If anything taken can
 back, the thread is retired for good (`spawner.Poisoned`) and nothing else runs in it.
 
 Changing the effective ids makes the kernel set the process non-dumpable (the dumpable flag is
-the whole process's): it is put back as it was once the ids are.
+the whole process's): it is put back as it was once the ids are. While the ids are switched the
+thread runs `subprocess.Popen` and nothing else: automatic garbage collection is off meanwhile
+(a collection runs the finalizers of any object, in whichever thread triggers it).
 """
 
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 from collections.abc import Callable
 from typing import TypeVar
@@ -72,18 +75,24 @@ def _as(uid: int, start: Callable[[], T]) -> T:
     _call(_libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "cannot clear ambient capabilities")
     uids, gids, groups = os.getresuid(), os.getresgid(), os.getgroups()  # this thread's
     dumpable = _libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0)
+    collecting = gc.isenabled()
+    gc.disable()  # no collection's finalizers (host code of any kind) run here with these ids
     try:
         _call(_libc.syscall(setgroups, 0, None), "cannot drop the supplementary groups")
         _call(_libc.syscall(setresgid, uid, uid, -1), f"cannot take gid {uid}")
         _call(_libc.syscall(setresuid, uid, uid, -1), f"cannot take uid {uid}")
         return start()
     finally:
-        _give_back(
-            lambda: _libc.syscall(setresuid, *uids),
-            lambda: _libc.syscall(setresgid, *gids),
-            lambda: _libc.syscall(setgroups, len(groups), (ctypes.c_uint * len(groups))(*groups)),
-            lambda: _libc.prctl(_PR_SET_DUMPABLE, dumpable, 0, 0, 0) if dumpable in (0, 1) else 0,
-        )
+        try:
+            _give_back(
+                lambda: _libc.syscall(setresuid, *uids),
+                lambda: _libc.syscall(setresgid, *gids),
+                lambda: _libc.syscall(setgroups, len(groups), (ctypes.c_uint * len(groups))(*groups)),
+                lambda: _libc.prctl(_PR_SET_DUMPABLE, dumpable, 0, 0, 0) if dumpable in (0, 1) else 0,
+            )
+        finally:
+            if collecting:
+                gc.enable()
 
 
 def _call(result: int, what: str) -> None:
