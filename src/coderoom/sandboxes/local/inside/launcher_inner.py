@@ -10,9 +10,7 @@ costs about 2, because the launcher prepares the next command's sandbox before i
 
 * preparer (`Preparer`): a copy of the launcher that clones each init on the launcher's request,
   so the one-threaded launcher is never busy cloning when a command's exit or the next request
-  comes in; with CLONE_PARENT each init is the launcher's own child, reaped and held by it. The
-  first slot only is cloned by the launcher itself, at its start, before the preparer exists
-  (`Launcher.serve`).
+  comes in; with CLONE_PARENT each init is the launcher's own child, reaped and held by it.
 
 * init: pid 1 of the command's namespace; mounts /proc, /tmp, /dev/shm, forks the stub, reaps
   orphans and, once the command has exited, kills everything left in the namespace, reaps it
@@ -51,7 +49,7 @@ data (the host is trusted here; marshal and the C socket module keep start-up sh
                             a memfd with {"argv": [...], "env": {...}, "tty": bool}
     {"op": "kill", "id": N}
 Launcher to host, plain text the host parses strictly:
-    b"ready"                once past the gate, before its first slot is made (`Launcher.serve`)
+    b"ready"                once past the gate, its first slot asked for (`Launcher.serve`)
     b"exit N CODE"
 The host closing the socket stops the launcher, which kills every running command first.
 """
@@ -455,18 +453,16 @@ class Slot:
         os.close(self.mounts)
 
 
-def _clone_init(config, own_sock, parent=CLONE_PARENT):
-    """Clone an init straight into new PID, mount, IPC and cgroup namespaces (fork() plus flags)
-    as the launcher's child: its pid and the socket to it. In the preparer (CLONE_PARENT), or for
-    the first slot in the launcher itself (`parent` 0). `own_sock` is the cloner's one socket
-    (the preparer's to the launcher, or the launcher's to the host): the init closes its copy."""
+def _clone_init(config, preparer_sock):
+    """In the preparer: clone an init straight into new PID, mount, IPC and cgroup namespaces
+    (fork() plus flags) as the launcher's child: its pid and the socket to it."""
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
     # a cgroup namespace of its own too, rooted at the session's memory cgroup, which bwrap's pid 1
     # joined after bwrap had made the session's one (at the gate: see the host's gate.py)
-    flags = parent | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWCGROUP | signal.SIGCHLD
+    flags = CLONE_PARENT | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWCGROUP | signal.SIGCHLD
     pid = _libc.syscall(config.clone_nr, flags, 0, 0, 0, 0)
     if pid == 0:
-        own_sock.close()
+        preparer_sock.close()
         ours.close()
         _init(theirs, config)
     theirs.close()
@@ -495,25 +491,20 @@ class Preparer:
 
     Each init is cloned with CLONE_PARENT, so it is the launcher's child exactly as if the
     launcher had cloned it: the launcher reaps it, holds its pidfd and mount namespace, and its
-    parent-death signal follows the launcher. The preparer is a copy of the launcher made once
-    the first slot exists (`first`, whose fds it closes at once: it holds none of the launcher's),
-    is outside every command's namespaces, like the launcher, and holds nothing a command hands
-    over; it is as deep under bwrap as a command's
+    parent-death signal follows the launcher. The preparer is a copy of the launcher made before
+    any slot (holding none of its fds), is outside every command's namespaces, like the
+    launcher, and holds nothing a command hands over; it is as deep under bwrap as a command's
     init (`disk.LAUNCHER_DEPTH`). Protocol on its socketpair: the launcher sends b"p"; the
     preparer answers the init's pid with the slot's socket (SCM_RIGHTS), or b"-ERRNO" when the
     kernel refuses the clone (process limits), and exits when the launcher's end closes."""
 
-    def __init__(self, config, launcher_sock, first=None):
+    def __init__(self, config, launcher_sock):
         self.sock, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
         self.asked = False  # a slot is asked for and not yet received
         self.pid = os.fork()
         if self.pid == 0:
             launcher_sock.close()
             self.sock.close()
-            if first is not None:
-                first.sock.close()
-                os.close(first.pidfd)
-                first.release()
             try:
                 _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
                 self._serve(theirs, config)
@@ -579,16 +570,15 @@ class Launcher:
         self.preparer = None
 
     def serve(self):
-        """Say "ready" first, then make the first slot here and then the preparer: the host's
-        first request travels while the slot is cloned (it waits for it if need be), and the
-        slot is not held up by the preparer's fork and a round trip to it. On a loaded machine
-        that took 4-6 ms off a session's start (issue 25). A first slot the kernel refuses is
-        asked of the preparer, and if it refuses too, the first command fails as any refused
+        """Say "ready" as soon as the first slot is asked for, not once it is made: the host's
+        first request then travels while the preparer clones it (its request waits for the
+        slot in `_take_ready`), which took 4-6 ms off a session's start on a loaded machine
+        (issue 25). A first slot the kernel refuses fails the first command as any refused
         slot does (`_start`)."""
+        self.preparer = Preparer(self.config, self.sock)  # before any slot: it holds none
         try:
+            self.preparer.ask()
             self.sock.send(b"ready")
-            self.ready = self._first_slot()
-            self.preparer = Preparer(self.config, self.sock, self.ready)
             self._loop()
         finally:
             self._stop_all()
@@ -617,14 +607,6 @@ class Launcher:
                     self._reap(watched[fd])
                 elif watched[fd].sock is not None:
                     self._on_report(watched[fd])
-
-    def _first_slot(self):
-        try:
-            pid, sock = _clone_init(self.config, self.sock, parent=0)
-            return _adopt(pid, sock)
-        except OSError as exc:
-            sys.stderr.write(f"coderoom: {exc}\n")
-            return None
 
     def _watched(self):
         """fd -> Slot: every started slot's pidfd, and its socket until init has reported; the
