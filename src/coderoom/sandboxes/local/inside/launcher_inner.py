@@ -49,7 +49,7 @@ data (the host is trusted here; marshal and the C socket module keep start-up sh
                             a memfd with {"argv": [...], "env": {...}, "tty": bool}
     {"op": "kill", "id": N}
 Launcher to host, plain text the host parses strictly:
-    b"ready"                once past the gate, its first slot asked for (`Launcher.serve`)
+    b"ready"
     b"exit N CODE"
 The host closing the socket stops the launcher, which kills every running command first.
 """
@@ -570,14 +570,11 @@ class Launcher:
         self.preparer = None
 
     def serve(self):
-        """Say "ready" as soon as the first slot is asked for, not once it is made: the host's
-        first request then travels while the preparer clones it (its request waits for the
-        slot in `_take_ready`), which took 4-6 ms off a session's start on a loaded machine
-        (issue 25). A first slot the kernel refuses fails the first command as any refused
-        slot does (`_start`)."""
         self.preparer = Preparer(self.config, self.sock)  # before any slot: it holds none
         try:
-            self.preparer.ask()
+            self.ready = self._take_ready()
+            if self.ready is None:
+                raise OSError("cannot create the first command's namespaces")
             self.sock.send(b"ready")
             self._loop()
         finally:
