@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 from backends import require_backend
 
-from coderoom.sandboxes import SandboxSpec
+from coderoom.errors import SandboxFailed
+from coderoom.sandboxes import Limits, SandboxSpec
 from coderoom.sandboxes.local import bwrap, unprivileged
+from coderoom.sandboxes.local.sandbox import LocalSandbox
 from coderoom.sandboxes.local.spawner import Poisoned, spawner
 from coderoom.sandboxes.session import open_session
 
@@ -69,3 +71,43 @@ def test_a_spawner_thread_that_cannot_take_its_state_back_runs_nothing_again() -
     after = spawner.run(threading.get_ident)
     assert after != before
     assert before in {thread.ident for thread in threading.enumerate()}
+
+
+async def test_a_spawner_that_cannot_take_its_state_back_after_spawning_leaves_no_bwrap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The ids' undo fails once bwrap is spawned (injected after the real undo, so the thread is
+    in fact restored): the start fails, saying why, and the bwrap it spawned is killed and
+    reaped, not left waiting at its gate."""
+    real = unprivileged._give_back
+
+    def fails(*steps):  # type: ignore[no-untyped-def]
+        real(*steps)
+        if len(steps) == 4:  # the ids' undo (uid, gid, groups, dumpable), not the namespace's
+            spawner.retire()
+            raise Poisoned("canary: the ids could not be taken back")
+
+    found, _ = bwrap.probe()
+    assert found is not None
+    sandbox = await LocalSandbox.create(Limits(), found)
+    try:
+        monkeypatch.setattr(unprivileged, "_give_back", fails)
+        with pytest.raises(SandboxFailed, match="canary: the ids could not be taken back"):
+            await sandbox.exec(["true"])
+        monkeypatch.undo()
+        assert bwraps_of_this_process() == []
+        assert (await sandbox.exec(["true"])).exit_code == 0  # the next start, on a new spawner thread
+    finally:
+        await sandbox.close()
+
+
+def bwraps_of_this_process() -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fields = status(f"/proc/{pid}")
+        except OSError:
+            continue
+        if fields.get("Name") == ["bwrap"] and fields.get("PPid") == [str(os.getpid())]:
+            found.append(int(pid))
+    return found

@@ -299,26 +299,36 @@ def start_bwrap(
         theirs.append(args_fd)
         argv = ["bwrap", "--args", str(args_fd), *command]  # argv[0], in /proc/1/cmdline: no host path
         fds = (status_w, args_fd, *pass_fds)
-        popen = launch.spawn(
-            lambda: subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=err_w,
-                env={},  # bwrap's own pid 1 keeps it, readable from inside (catalogue §3.1)
-                pass_fds=fds,
-                executable=launch.executable,
-                process_group=0,  # bwrap leads a group its pid 1 is in until set up: see kill_sandbox
+        spawned: list[subprocess.Popen[bytes]] = []
+
+        def popen() -> subprocess.Popen[bytes]:
+            spawned.append(
+                subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=err_w,
+                    env={},  # bwrap's own pid 1 keeps it, readable from inside (catalogue §3.1)
+                    pass_fds=fds,
+                    executable=launch.executable,
+                    process_group=0,  # bwrap leads a group its pid 1 is in until set up: see kill_sandbox
+                )
             )
-        )
+            return spawned[-1]
+
+        started = launch.spawn(popen)
     except BaseException:
         for fd in ours:
             os.close(fd)
+        for process in spawned:  # spawned, and then its spawner failed (`unprivileged`): not kept
+            kill_sandbox(process, None)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(KILL_WAIT_S)
         raise
     finally:
         for fd in theirs:
             os.close(fd)
-    return popen, status_r, err_r
+    return started, status_r, err_r
 
 
 def kill_sandbox(popen: subprocess.Popen[bytes], child: int | None) -> None:

@@ -25,9 +25,10 @@ T = TypeVar("T")
 _Request = tuple[Callable[[], None], list[BaseException], threading.Event]
 
 
-class Poisoned(RuntimeError):
+class Poisoned(OSError):
     """A job could not undo a change to the spawner thread's own state (its mount namespace, its
-    credentials): the thread must never run host code again."""
+    credentials): the thread must never run host code again. An OSError, so a start that meets
+    it fails as any start bwrap could not make (SandboxFailed)."""
 
 
 class _Spawner:
