@@ -287,6 +287,7 @@ def start_bwrap(
     stderr pipes."""
     ours: list[int] = []  # the read ends returned, closed if the start fails
     theirs: list[int] = []  # bwrap's ends, closed here once it has them or has failed to start
+    spawned: list[subprocess.Popen[bytes]] = []  # bwrap, once spawned (see the cleanup below)
     try:
         status_r, status_w = os.pipe2(os.O_CLOEXEC)
         ours.append(status_r)
@@ -299,7 +300,6 @@ def start_bwrap(
         theirs.append(args_fd)
         argv = ["bwrap", "--args", str(args_fd), *command]  # argv[0], in /proc/1/cmdline: no host path
         fds = (status_w, args_fd, *pass_fds)
-        spawned: list[subprocess.Popen[bytes]] = []
 
         def popen() -> subprocess.Popen[bytes]:
             spawned.append(

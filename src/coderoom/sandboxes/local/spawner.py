@@ -5,8 +5,9 @@ Two things need it. On cgroup v1 the thread moves itself alone into the session'
 so that bwrap is born there (`cgroup.MemoryCgroup.spawn_inside`). As root it enters the
 session's views namespace and takes uid/gid 65534 for the spawn, per thread (`unprivileged`).
 Not a thread per spawn: bwrap's --die-with-parent takes the spawning *thread* as its parent
-(PR_SET_PDEATHSIG fires when that thread exits). Nothing but these spawns ever runs in it, so
-the namespace and the credentials it takes for a moment are never another thread's.
+(PR_SET_PDEATHSIG fires when that thread exits). Nothing but these spawns, and the making of
+the views namespaces (`bwrap.views_namespace`), ever runs in it, so the namespaces and the
+credentials it takes for a moment are never another thread's.
 
 A job that could not give back what it took retires the thread (`retire`, then `Poisoned`):
 it runs no job again, failing any still queued to it, and never exits (the sandboxes it
