@@ -23,6 +23,7 @@ thread runs `subprocess.Popen` and nothing else: automatic garbage collection is
 from __future__ import annotations
 
 import ctypes
+import errno
 import gc
 import os
 from collections.abc import Callable
@@ -35,7 +36,8 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _CLONE_FS, _CLONE_NEWNS = 0x200, 0x20000
 _PR_GET_DUMPABLE, _PR_SET_DUMPABLE, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 3, 4, 47, 4
 # (setgroups, setresgid, setresuid) by machine: the raw calls, not glibc's (see the docstring)
-_SYSCALLS = {"x86_64": (116, 119, 117), "aarch64": (159, 149, 147)}
+_SYSCALLS = {"x86_64": (116, 119, 117), "aarch64": (159, 149, 147), "riscv64": (159, 149, 147),
+             "ppc64le": (81, 169, 164), "s390x": (206, 210, 208)}
 
 
 def spawn(namespace_fd: int, uid: int, start: Callable[[], T]) -> T:
@@ -71,7 +73,10 @@ def _switched(namespace_fd: int, uid: int, start: Callable[[], T]) -> T:
 
 def _as(uid: int, start: Callable[[], T]) -> T:
     """`start()` with the spawner thread as uid = gid `uid`, no groups, no ambient capabilities."""
-    setgroups, setresgid, setresuid = _SYSCALLS[os.uname().machine]
+    machine = os.uname().machine
+    if machine not in _SYSCALLS:
+        raise OSError(errno.ENOSYS, f"as root on {machine}, coderoom cannot start the sandbox as uid {uid}: run it as a normal user")
+    setgroups, setresgid, setresuid = _SYSCALLS[machine]
     _call(_libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "cannot clear ambient capabilities")
     uids, gids, groups = os.getresuid(), os.getresgid(), os.getgroups()  # this thread's
     dumpable = _libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0)
