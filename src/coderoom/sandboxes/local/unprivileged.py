@@ -16,17 +16,19 @@ back, the thread is retired for good (`spawner.Poisoned`) and nothing else runs 
 
 Changing the effective ids makes the kernel set the process non-dumpable (the dumpable flag is
 the whole process's): it is put back as it was once the ids are. While the ids are switched the
-thread runs `subprocess.Popen` and nothing else: automatic garbage collection is off meanwhile
-(a collection runs the finalizers of any object, in whichever thread triggers it).
+thread runs `subprocess.Popen` and nothing else: automatic garbage collection is paused meanwhile
+(a collection runs the finalizers of any object, in whichever thread triggers it), see
+`_collection_paused`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import gc
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 from .spawner import Poisoned, spawner
@@ -80,24 +82,51 @@ def _as(uid: int, start: Callable[[], T]) -> T:
     _call(_libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "cannot clear ambient capabilities")
     uids, gids, groups = os.getresuid(), os.getresgid(), os.getgroups()  # this thread's
     dumpable = _libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0)
-    collecting = gc.isenabled()
-    gc.disable()  # no collection's finalizers (host code of any kind) run here with these ids
-    try:
-        _call(_libc.syscall(setgroups, 0, None), "cannot drop the supplementary groups")
-        _call(_libc.syscall(setresgid, uid, uid, -1), f"cannot take gid {uid}")
-        _call(_libc.syscall(setresuid, uid, uid, -1), f"cannot take uid {uid}")
-        return start()
-    finally:
+    with _collection_paused():  # no collection's finalizers (host code of any kind) run here with these ids
         try:
+            _call(_libc.syscall(setgroups, 0, None), "cannot drop the supplementary groups")
+            _call(_libc.syscall(setresgid, uid, uid, -1), f"cannot take gid {uid}")
+            _call(_libc.syscall(setresuid, uid, uid, -1), f"cannot take uid {uid}")
+            return start()
+        finally:
             _give_back(
                 lambda: _libc.syscall(setresuid, *uids),
                 lambda: _libc.syscall(setresgid, *gids),
                 lambda: _libc.syscall(setgroups, len(groups), (ctypes.c_uint * len(groups))(*groups)),
                 lambda: _libc.prctl(_PR_SET_DUMPABLE, dumpable, 0, 0, 0) if dumpable in (0, 1) else 0,
             )
-        finally:
-            if collecting:
-                gc.enable()
+
+
+_paused: tuple[bool, tuple[int, int, int]] | None = None  # collection's state before `_collection_paused`
+
+
+@contextlib.contextmanager
+def _collection_paused() -> Iterator[None]:
+    """No automatic collection: off, and the first generation's threshold 0. Another thread may
+    turn collection back on meanwhile (CPython's subprocess does, after forking a program with a
+    pre-exec hook it began to fork before this: S-T1); the threshold still holds it. A process
+    forked meanwhile, by another thread, gets collection back (`_resume` at fork: S-T2)."""
+    global _paused
+    _paused = gc.isenabled(), gc.get_threshold()
+    gc.disable()
+    gc.set_threshold(0)
+    try:
+        yield
+    finally:
+        _resume()
+
+
+def _resume() -> None:
+    global _paused
+    if _paused is not None:
+        collecting, thresholds = _paused
+        _paused = None
+        gc.set_threshold(*thresholds)
+        if collecting:
+            gc.enable()
+
+
+os.register_at_fork(after_in_child=_resume)  # the pause is the spawner thread's, which a child has not
 
 
 def _call(result: int, what: str) -> None:
