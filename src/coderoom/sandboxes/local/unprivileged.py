@@ -18,7 +18,7 @@ Changing the effective ids makes the kernel set the process non-dumpable (the du
 the whole process's): it is put back as it was once the ids are. While the ids are switched the
 thread runs `subprocess.Popen` and nothing else: automatic garbage collection is paused meanwhile
 (a collection runs the finalizers of any object, in whichever thread triggers it), see
-`_collection_paused`.
+`_collection_paused`, and the Popen reaps none of the host's abandoned programs (`_no_reaping`).
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ import ctypes
 import errno
 import gc
 import os
+import subprocess
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from .spawner import Poisoned, spawner
 
@@ -82,7 +83,7 @@ def _as(uid: int, start: Callable[[], T]) -> T:
     _call(_libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "cannot clear ambient capabilities")
     uids, gids, groups = os.getresuid(), os.getresgid(), os.getgroups()  # this thread's
     dumpable = _libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0)
-    with _collection_paused():  # no collection's finalizers (host code of any kind) run here with these ids
+    with _collection_paused(), _no_reaping():  # no collection's finalizers (host code of any kind) run here with these ids
         try:
             _call(_libc.syscall(setgroups, 0, None), "cannot drop the supplementary groups")
             _call(_libc.syscall(setresgid, uid, uid, -1), f"cannot take gid {uid}")
@@ -114,6 +115,30 @@ def _collection_paused() -> Iterator[None]:
         yield
     finally:
         _resume()
+
+
+class _Unreaped(list[object]):
+    """subprocess's list of programs to reap while the spawner thread is switched: it takes in
+    the programs other threads drop meanwhile, and its copy, which every Popen reaps from
+    first (`subprocess._cleanup`), is empty."""
+
+    def __getitem__(self, index: Any) -> Any:
+        return [] if isinstance(index, slice) else super().__getitem__(index)
+
+
+@contextlib.contextmanager
+def _no_reaping() -> Iterator[None]:
+    """Every Popen first reaps the host's programs dropped unreaped and drops them, with all that
+    only they held: finalizers of host objects, run by reference counting in this thread (S-T6).
+    Meanwhile the list is an `_Unreaped`; what it took in is moved back after."""
+    held: list[object] = getattr(subprocess, "_active")
+    setattr(subprocess, "_active", _Unreaped())
+    try:
+        yield
+    finally:
+        added = list.copy(getattr(subprocess, "_active"))
+        setattr(subprocess, "_active", held)
+        held.extend(added)
 
 
 def _resume() -> None:
