@@ -17,8 +17,8 @@ back, the thread is retired for good (`spawner.Poisoned`) and nothing else runs 
 Changing the effective ids makes the kernel set the process non-dumpable (the dumpable flag is
 the whole process's): it is put back as it was once the ids are. While the ids are switched the
 thread runs `subprocess.Popen` and nothing else: automatic garbage collection is paused meanwhile
-(a collection runs the finalizers of any object, in whichever thread triggers it), see
-`_collection_paused`, and the Popen reaps none of the host's abandoned programs (`_no_reaping`).
+(a collection runs the finalizers of any object, in whichever thread triggers it) and the Popen
+reaps none of the host's abandoned programs (`_host_code_held`).
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def _as(uid: int, start: Callable[[], T]) -> T:
     _call(_libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "cannot clear ambient capabilities")
     uids, gids, groups = os.getresuid(), os.getresgid(), os.getgroups()  # this thread's
     dumpable = _libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0)
-    with _collection_paused(), _no_reaping():  # no collection's finalizers (host code of any kind) run here with these ids
+    with _host_code_held():  # no host code but the spawn runs here with these ids
         try:
             _call(_libc.syscall(setgroups, 0, None), "cannot drop the supplementary groups")
             _call(_libc.syscall(setresgid, uid, uid, -1), f"cannot take gid {uid}")
@@ -98,25 +98,6 @@ def _as(uid: int, start: Callable[[], T]) -> T:
             )
 
 
-_paused: tuple[bool, tuple[int, int, int]] | None = None  # collection's state before `_collection_paused`
-
-
-@contextlib.contextmanager
-def _collection_paused() -> Iterator[None]:
-    """No automatic collection: off, and the first generation's threshold 0. Another thread may
-    turn collection back on meanwhile (CPython's subprocess does, after forking a program with a
-    pre-exec hook it began to fork before this: S-T1); the threshold still holds it. A process
-    forked meanwhile, by another thread, gets collection back (`_resume` at fork: S-T2)."""
-    global _paused
-    _paused = gc.isenabled(), gc.get_threshold()
-    gc.disable()
-    gc.set_threshold(0)
-    try:
-        yield
-    finally:
-        _resume()
-
-
 class _Unreaped(list[object]):
     """subprocess's list of programs to reap while the spawner thread is switched: it takes in
     the programs other threads drop meanwhile, and its copy, which every Popen reaps from
@@ -126,32 +107,44 @@ class _Unreaped(list[object]):
         return [] if isinstance(index, slice) else super().__getitem__(index)
 
 
+_held: tuple[bool, tuple[int, int, int], list[object]] | None = None  # what `_host_code_held` changed
+
+
 @contextlib.contextmanager
-def _no_reaping() -> Iterator[None]:
-    """Every Popen first reaps the host's programs dropped unreaped and drops them, with all that
-    only they held: finalizers of host objects, run by reference counting in this thread (S-T6).
-    Meanwhile the list is an `_Unreaped`; what it took in is moved back after."""
-    held: list[object] = getattr(subprocess, "_active")
+def _host_code_held() -> Iterator[None]:
+    """No host code runs in this thread meanwhile but the spawn's own:
+    - automatic collection is paused (it runs any object's finalizer): off, and the first
+      generation's threshold 0, which holds when another thread turns collection back on
+      (CPython's subprocess does after forking a program with a pre-exec hook: S-T1);
+    - the Popen reaps none of the host's programs dropped unreaped, which it would then drop
+      with all that only they held (finalizers run by reference counting: S-T6): subprocess's
+      list of them is an `_Unreaped`, and what it took in is moved back after.
+    A process forked meanwhile by another thread gets both back (`_release` at fork: S-T2)."""
+    global _held
+    _held = gc.isenabled(), gc.get_threshold(), getattr(subprocess, "_active")
+    gc.disable()
+    gc.set_threshold(0)
     setattr(subprocess, "_active", _Unreaped())
     try:
         yield
     finally:
+        _release()
+
+
+def _release() -> None:
+    global _held
+    if _held is not None:
+        collecting, thresholds, active = _held
+        _held = None
         added = list.copy(getattr(subprocess, "_active"))
-        setattr(subprocess, "_active", held)
-        held.extend(added)
-
-
-def _resume() -> None:
-    global _paused
-    if _paused is not None:
-        collecting, thresholds = _paused
-        _paused = None
+        setattr(subprocess, "_active", active)
+        active.extend(added)
         gc.set_threshold(*thresholds)
         if collecting:
             gc.enable()
 
 
-os.register_at_fork(after_in_child=_resume)  # the pause is the spawner thread's, which a child has not
+os.register_at_fork(after_in_child=_release)  # what is held is the spawner thread's, which a child has not
 
 
 def _call(result: int, what: str) -> None:
