@@ -1,4 +1,4 @@
-"""Spawner thread as root attack pass (attackst, 2026-12-07): S-T1..S-T5.
+"""Spawner thread as root attack pass (attackst, 2026-12-07): S-T1..S-T7 (S-T8..S-T12 in docs/security.md).
 
 As root the spawner thread takes uid 65534 and a session's views namespace for itself alone
 while it spawns bwrap (`local/unprivileged.py`). No other host code may ever run with them:
@@ -324,3 +324,30 @@ def test_s_t6_the_spawn_reaps_no_abandoned_host_program_and_so_finalizes_nothing
     assert finalized == []
     subprocess.Popen(["true"]).wait()  # the host's own next Popen reaps both
     assert finalized == [identity()] * 2
+
+
+async def test_s_t7_signal_handlers_and_loop_callbacks_from_the_switched_window_run_as_the_host(views: int) -> None:
+    """A signal arriving while the spawner has uid 65534 (sent to the spawner thread itself) and
+    a callback it schedules on the host's loop: the handler runs in the main thread and the
+    callback in the loop's, each as the host, never in the spawner thread."""
+    ran: list[tuple[str, tuple[int, str]]] = []
+    loop = asyncio.get_running_loop()
+    called = asyncio.Event()
+    previous = signal.signal(signal.SIGUSR1, lambda *_: ran.append(("handler", identity())))
+
+    def start() -> None:
+        signal.pthread_kill(threading.get_ident(), signal.SIGUSR1)
+        loop.call_soon_threadsafe(lambda: (ran.append(("callback", identity())), called.set()))
+        assert identity()[0] == NOBODY
+        sum(range(10000))  # bytecode enough for a pending handler to be run here, if it could be
+
+    try:
+        await asyncio.to_thread(unprivileged.spawn, views, NOBODY, start)
+        await asyncio.wait_for(called.wait(), 10)
+        for _ in range(100):  # the main thread runs the handler at its next bytecode
+            if len(ran) == 2:
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert sorted(ran) == [("callback", identity()), ("handler", identity())]
