@@ -137,8 +137,9 @@ class Canary(Exception):
 
 
 def test_s_t3_a_spawn_failing_half_way_leaves_the_thread_as_it_was(views: int, tmp_path: Path) -> None:
-    """start() raising, bwrap's executable missing, or one uid 65534 may not run: each fails the
-    spawn with its own error, and the same spawner thread is then the host's again (not retired)."""
+    """start() raising, bwrap's executable missing, or one uid 65534 may not run, and a views
+    namespace whose bind fails: each fails with its own error, and the same spawner thread is
+    then the host's again (not retired)."""
     hidden = tmp_path / "hidden"
     hidden.mkdir(mode=0o700)
     shutil.copy("/bin/true", hidden / "true")  # runnable by root, not reachable by uid 65534
@@ -159,6 +160,9 @@ def test_s_t3_a_spawn_failing_half_way_leaves_the_thread_as_it_was(views: int, t
             unprivileged.spawn(views, NOBODY, start)
         assert spawner.run(host_state) == host
         assert spawner.run(threading.get_ident) == thread
+    with pytest.raises(OSError, match="cannot bind"):  # a views namespace failing half way
+        bwrap.views_namespace([(Path("/no-such-dir-s-t3"), tmp_path)])
+    assert spawner.run(host_state) == host
     assert host_state()[3:] == host[3:]
 
 
