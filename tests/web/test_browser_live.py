@@ -76,6 +76,8 @@ def test_progress_stop_and_a_follow_up_in_the_same_kernel(page: Any, server: Ser
     # the record says what happened; past runs show the request, not an internal string
     page.click("#close")
     page.wait_for_selector(".event-run_end", timeout=ANSWER_TIMEOUT_MS)
+    # (the live view shows run_end too, before the page opens the past run: wait for that view)
+    page.wait_for_function("() => document.querySelector('#status').textContent === 'past run (read-only)'")
     run_name = page.inner_text("#session-title").removeprefix("Run ")
     ends = [json.loads(line) for line in (server.runs_dir / run_name / "run.jsonl").read_text().splitlines()]
     assert [e["status"] for e in ends if e["type"] == "ask_end"] == ["stopped", "ok"]
