@@ -240,8 +240,10 @@ def test_sigint_to_the_driver_stops_the_jobs_on_the_cluster_and_keeps_their_reco
     for line in ends(lines).values():
         assert line["status"] == "interrupted" and "stopped" in line["error"]
     folders = [out / line["run_dir"] for line in ends(lines).values()]
-    # the job in its sandbox has its record so far (one still starting on its worker has none yet)
+    # the job in its sandbox has its record so far; one still starting on its worker has none
+    # yet, and no empty record file either (CI once saw one: the log's attempt had no line yet)
     partials = [read_record(folder).events for folder in folders if (folder / "run.jsonl").exists()]
+    assert all(partials), "an empty run.jsonl was kept for an attempt that had written nothing"
     assert any(events[0].type == "run_start" and events[-1].type != "run_end" for events in partials)
     _no_sandbox_left(head)  # and its sandbox is gone from the node
 

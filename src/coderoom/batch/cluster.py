@@ -192,11 +192,12 @@ class RayJobs:
 
     async def _keep_partial(self, entry: BatchEntry, run_dir: Path) -> None:
         """A cancelled job's record so far, into its own run folder (the last attempt's), if
-        the log answers within CANCEL_WAIT_S."""
+        the log answers within CANCEL_WAIT_S. An attempt that had written no line yet (still
+        starting on its node) leaves no record file: an empty one is no record."""
         try:
             attempts = await asyncio.wait_for(self._log.take.remote(entry.key), CANCEL_WAIT_S)
         except (TimeoutError, self._ray.exceptions.RayError):
             return
-        if attempts:
-            last = list(attempts.values())[-1]
-            (run_dir / RECORD_FILE).write_text("".join(last.lines), encoding="ascii")
+        lines = list(attempts.values())[-1].lines if attempts else ()
+        if lines:
+            (run_dir / RECORD_FILE).write_text("".join(lines), encoding="ascii")
