@@ -1,6 +1,7 @@
 """`coderoom sandbox run --sandbox docker`'s fast path (`sandboxes.docker.plain`: the engine's
 socket, no docker-py, no asyncio) is the full path's sandbox: the same create request, the same
-verdict on every probe of the attack catalogue, the same exit codes, nothing left behind, and a
+sandbox asked for by every probe of the attack catalogue (each of which it passes, and a probe of
+each category both paths: see `both_paths`), the same exit codes, nothing left behind, and a
 signal ends it with 128+N once the container is gone. Forms it does not run the same way are the
 full path's before anything is made."""
 
@@ -25,8 +26,8 @@ from coderoom.sandboxes.docker.frames import Lines, frames, line_bound
 from coderoom.sandboxes.docker.labels import CREATED_LABEL, HOST_PID_LABEL, LABEL
 from coderoom.sandboxes.limits import Limits
 
-from .both_paths import FAST, TYPER, cli, probe_verdicts_that_differ
-from .probes import Canaries
+from .both_paths import FAST, TYPER, Asked, cli, fast_path_failures, probe_argv, probe_verdicts_that_differ, seam_calls
+from .probes import PROBES, Canaries, Probe, render
 
 DOCKER_RUN = ["sandbox", "run", "--sandbox", "docker"]
 
@@ -253,8 +254,37 @@ def tokens(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
         yield planted
 
 
+@pytest.mark.parametrize("probe", PROBES, ids=[probe.id for probe in PROBES])
+def test_each_probe_asks_both_paths_for_the_sandbox_the_catalogue_proves(
+    probe: Probe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probe's command line (`--sandbox docker --timeout T`, its limits as `--limit NAME=VALUE`,
+    `-- ARGV`), in this process with the seam replaced (`both_paths.seam_calls`: nothing is made):
+    the fast path decides to run it with `run_plain`, the typer path with `execute` (the full
+    session), and both ask for the same sandbox: the limits `run_probe` gives the probe in
+    test_attack_catalogue, its argv whole, no workspace. The canaries' values do not matter here:
+    everything after `--` is the command, compared whole."""
+    fast, full = seam_calls(probe_argv("docker", probe, {}), monkeypatch)
+    assert (fast.seam, full.seam) == ("run_plain", "execute")
+    catalogue = Asked("docker", Limits(timeout=probe.timeout, **probe.limits), (), tuple(render(probe, {})), None, False)  # type: ignore[arg-type]
+    assert fast.asked == full.asked == catalogue
+
+
 @pytest.mark.slow
-def test_every_probe_has_the_same_verdict_on_both_paths(tokens: dict[str, str]) -> None:
-    """Each probe of the catalogue, as `sandbox run --sandbox docker -- ARGV` through both entry
-    points, with the probe's limits as `--limit NAME=VALUE` flags: both paths pass every probe."""
+def test_every_probe_passes_through_the_fast_path(tokens: dict[str, str]) -> None:
+    """Each probe of the catalogue for real as `sandbox run --sandbox docker -- ARGV` with its
+    limits as flags, through the entry point users take (`cli.main`: `run_plain`, which must be
+    able to run here, or every probe would quietly go to the full path). The typer path asks for
+    the same sandbox (the test above); what it runs for real on its own is the next test's."""
+    assert plain.run_plain(Limits(), ["true"]) is not None, "the fast path hands everything to the full path here"
+    assert fast_path_failures("docker", tokens) == []
+
+
+@pytest.mark.slow
+def test_a_probe_of_each_category_has_the_same_verdict_on_both_paths(tokens: dict[str, str]) -> None:
+    """`both_paths.REPRESENTATIVES` (one per category of the catalogue, by the rule in its
+    docstring) for real through both entry points: the typer path's full docker session reached
+    from the CLI, its output and exit code. Not all 65: the typer path asks for the same sandbox
+    as the fast path for every probe, and each probe's full session is proved from the Python API
+    by test_attack_catalogue."""
     assert probe_verdicts_that_differ("docker", tokens) == []

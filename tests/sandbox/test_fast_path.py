@@ -1,6 +1,7 @@
 """`coderoom sandbox run`'s fast path (no typer, rich or pydantic) is the typer command with the
-same sandbox: the same limits from the same flags, the same verdict on every probe of the attack
-catalogue, the same exit codes, and the same words for usage errors (an option's are typer's:
+same sandbox: the same limits from the same flags, the same sandbox asked for by every probe of
+the attack catalogue (each of which the fast path passes, and a probe of each category both
+paths: see `both_paths`), the same exit codes, and the same words for usage errors (an option's are typer's:
 the fast path steps aside for any form it does not take exactly as typer would; a limit's are
 the one parser's, `sandboxes.limits.parse_limits`, on both paths)."""
 
@@ -15,9 +16,10 @@ from backends import require_backend
 from coderoom.cli.sandbox_cmd import _spec
 from coderoom.cli.sandbox_run import OPTIONS, parse_plain, plain_spec
 from coderoom.errors import UsageError
+from coderoom.sandboxes.limits import Limits
 
-from .both_paths import FAST, TYPER, cli, probe_verdicts_that_differ
-from .probes import Canaries
+from .both_paths import FAST, TYPER, Asked, cli, fast_path_failures, probe_argv, probe_verdicts_that_differ, seam_calls
+from .probes import PROBES, Canaries, Probe, render
 
 
 
@@ -122,10 +124,38 @@ def tokens(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
         yield planted
 
 
+@pytest.mark.parametrize("probe", PROBES, ids=[probe.id for probe in PROBES])
+def test_each_probe_asks_both_paths_for_the_sandbox_the_catalogue_proves(
+    probe: Probe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probe's command line (`--timeout`, its limits as `--limit NAME=VALUE`, `-- ARGV`) reaches
+    `execute` with the same sandbox through both entry points, in this process with `execute`
+    replaced (`both_paths.seam_calls`: nothing is started, so every probe costs milliseconds): the
+    limits `run_probe` gives the probe in test_attack_catalogue, its argv whole, no workspace;
+    and the fast path hands over the local backend's prestart. The canaries' values do not matter
+    here: everything after `--` is the command, compared whole."""
+    fast, full = seam_calls(probe_argv("local", probe, {}), monkeypatch)
+    assert (fast.seam, fast.prestart, full.seam) == ("execute", True, "execute")
+    catalogue = Asked("local", Limits(timeout=probe.timeout, **probe.limits), (), tuple(render(probe, {})), None, False)  # type: ignore[arg-type]
+    assert fast.asked == full.asked == catalogue
+
+
 @pytest.mark.slow
-def test_every_probe_has_the_same_verdict_on_both_paths(tokens: dict[str, str]) -> None:
-    """Each probe of the catalogue, as `sandbox run -- ARGV` through both entry points, with the
-    probe's limits as `--limit NAME=VALUE` flags: both paths must pass every probe."""
+def test_every_probe_passes_through_the_fast_path(tokens: dict[str, str]) -> None:
+    """Each probe of the catalogue for real as `sandbox run -- ARGV` with its limits as flags,
+    through the entry point users take (`cli.main`: the fast path, its prestarted sandbox
+    included). The typer path asks `execute` for the same sandbox (the test above); what it runs
+    for real on its own is the next test's."""
+    assert fast_path_failures("local", tokens) == []
+
+
+@pytest.mark.slow
+def test_a_probe_of_each_category_has_the_same_verdict_on_both_paths(tokens: dict[str, str]) -> None:
+    """`both_paths.REPRESENTATIVES` (one per category of the catalogue, by the rule in its
+    docstring) for real through both entry points: the typer path's own sandbox start (no
+    prestart) from the CLI, its output and exit code. Not all 65: the typer path asks for the same
+    sandbox as the fast path for every probe, and each probe's sandbox is proved on the session
+    path by test_attack_catalogue."""
     assert probe_verdicts_that_differ("local", tokens) == []
 
 
