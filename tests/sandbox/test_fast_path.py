@@ -1,9 +1,9 @@
 """`coderoom sandbox run`'s fast path (no typer, rich or pydantic) is the typer command with the
 same sandbox: the same limits from the same flags, the same sandbox asked for by every probe of
 the attack catalogue (each of which the fast path passes, and a probe of each category both
-paths: see `both_paths`), the same exit codes, and the same words for usage errors (an option's are typer's:
-the fast path steps aside for any form it does not take exactly as typer would; a limit's are
-the one parser's, `sandboxes.limits.parse_limits`, on both paths)."""
+paths: see `both_paths`), the same exit codes, and the same words for usage errors (an option's
+are typer's: the fast path steps aside for any form it does not take exactly as typer would; a
+limit's are the one parser's, `sandboxes.limits.parse_limits`, on both paths)."""
 
 from __future__ import annotations
 
