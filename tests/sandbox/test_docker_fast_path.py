@@ -266,8 +266,8 @@ def test_each_probe_asks_both_paths_for_the_sandbox_the_catalogue_proves(
     everything after `--` is the command, compared whole."""
     fast, full = seam_calls(probe_argv("docker", probe, {}), monkeypatch)
     assert (fast.seam, full.seam) == ("run_plain", "execute")
-    catalogue = Asked("docker", Limits(timeout=probe.timeout, **probe.limits), (), tuple(render(probe, {})), None, False)  # type: ignore[arg-type]
-    assert fast.asked == full.asked == catalogue
+    limits = Limits(timeout=probe.timeout, **probe.limits)  # type: ignore[arg-type]
+    assert fast.asked == full.asked == Asked("docker", limits, (), tuple(render(probe, {})), None, False)
 
 
 @pytest.mark.slow

@@ -136,8 +136,8 @@ def test_each_probe_asks_both_paths_for_the_sandbox_the_catalogue_proves(
     here: everything after `--` is the command, compared whole."""
     fast, full = seam_calls(probe_argv("local", probe, {}), monkeypatch)
     assert (fast.seam, fast.prestart, full.seam) == ("execute", True, "execute")
-    catalogue = Asked("local", Limits(timeout=probe.timeout, **probe.limits), (), tuple(render(probe, {})), None, False)  # type: ignore[arg-type]
-    assert fast.asked == full.asked == catalogue
+    limits = Limits(timeout=probe.timeout, **probe.limits)  # type: ignore[arg-type]
+    assert fast.asked == full.asked == Asked("local", limits, (), tuple(render(probe, {})), None, False)
 
 
 @pytest.mark.slow
