@@ -7,9 +7,9 @@ proved on them in three parts, where running all of it through two whole process
 cost twice the sandboxes and the typer app's imports each time:
 - `seam_calls`, in-process and without a sandbox: a probe's command line asks the seam for the
   same sandbox (backend, limits, command, workspace, copy-back) on both paths;
-- `fast_path_failures`: every probe for real through the fast path, the one users take;
-- `probe_verdicts_that_differ` over `REPRESENTATIVES`: a few for real through both paths, for
-  what only the typer path runs from the CLI (on docker, the full session rather than `run_plain`).
+- `run_catalogue`: every probe for real through the fast path, the one users take, and
+  `REPRESENTATIVES` for real through the typer path too, for what only it runs from the CLI (no
+  prestart; on docker, the full session rather than `run_plain`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import subprocess
 import sys
-from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,14 +36,6 @@ def cli(entry: list[str], *args: str, timeout: float = 180) -> subprocess.Comple
     return subprocess.run([*entry, *args], capture_output=True, text=True, timeout=timeout)
 
 
-def both(*args: str) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
-    """The same command through both paths at once: each is its own sandbox, so neither sees the
-    other, and the pair takes the time of one."""
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        fast, full = pool.submit(cli, FAST, *args), pool.submit(cli, TYPER, *args)
-        return fast.result(), full.result()
-
-
 def probe_argv(backend: str, probe: Probe, tokens: dict[str, str]) -> list[str]:
     """`sandbox run --sandbox BACKEND --timeout T [--limit NAME=VALUE ...] -- ARGV` for `probe`."""
     flags = ["--timeout", str(probe.timeout)]
@@ -53,51 +44,72 @@ def probe_argv(backend: str, probe: Probe, tokens: dict[str, str]) -> list[str]:
     return ["sandbox", "run", "--sandbox", backend, *flags, "--", *render(probe, tokens)]
 
 
+CATEGORIES = ("SEC", "FS", "NET", "PROC", "RES", "KERN", "DEV", "TIME")  # the sandbox's properties
+
+
 def _representatives() -> list[Probe]:
-    """One probe per category of the catalogue (its id's prefix: SEC, FS, NET, PROC, RES, ART, PI,
-    AST, KERN, DEV, TIME): the first in catalogue order, or, in a category with probes that set
-    limits, the first of those (so `--limit` flags the typer path converts reach a real sandbox)."""
+    """One probe of each category of sandbox property in the catalogue (`CATEGORIES`, its id's
+    prefix; ART, PI and AST are attacks that those properties contain): the first in catalogue
+    order, or, in a category with probes that set limits, the first of those (so `--limit` flags
+    that the typer path converts reach a real sandbox)."""
     chosen: dict[str, Probe] = {}
     for probe in PROBES:
         category = probe.id.split("-")[0]
-        if category not in chosen or (probe.limits and not chosen[category].limits):
+        if category in CATEGORIES and (category not in chosen or (probe.limits and not chosen[category].limits)):
             chosen[category] = probe
     return list(chosen.values())
 
 
 REPRESENTATIVES = _representatives()
+Runs = dict[str, subprocess.CompletedProcess[str]]  # by probe id
 
 
-def probe_verdicts_that_differ(
-    backend: str, tokens: dict[str, str], probes: Iterable[Probe] = REPRESENTATIVES
-) -> list[tuple[object, ...]]:
-    """Each of `probes` as `probe_argv` through both paths: the probes either path fails, or on
-    which they disagree (verdict or exit code). No canary may reach either path's output."""
-    differ: list[tuple[object, ...]] = []
-    for probe in probes:
-        fast, full = both(*probe_argv(backend, probe, tokens))
-        for name, done in (("fast", fast), ("typer", full)):
-            assert Canaries.MARK not in done.stdout + done.stderr, (probe.id, name)
-        verdicts = (probe.passes(backend, fast.stdout), probe.passes(backend, full.stdout))
-        if verdicts != (True, True) or fast.returncode != full.returncode:
-            differ.append((probe.id, verdicts, fast.returncode, full.returncode, fast.stdout[-200:], full.stdout[-200:]))
-    return differ
+@dataclass(frozen=True)
+class CatalogueRuns:
+    """The catalogue for real from the command line (`run_catalogue`)."""
+
+    backend: str
+    fast: Runs  # every probe, through the fast path
+    typer: Runs  # `REPRESENTATIVES`, through the typer app
+
+    def fast_failures(self) -> list[tuple[object, ...]]:
+        """The probes the fast path fails."""
+        runs = [(probe, self.fast[probe.id]) for probe in PROBES]
+        return [
+            (probe.id, done.returncode, done.stdout[-200:], done.stderr[-300:])
+            for probe, done in runs
+            if not probe.passes(self.backend, done.stdout)
+        ]
+
+    def typer_differences(self) -> list[tuple[object, ...]]:
+        """The representatives the typer path fails, or ends with another exit code than the fast path."""
+        runs = [(probe, self.typer[probe.id], self.fast[probe.id]) for probe in REPRESENTATIVES]
+        return [
+            (probe.id, full.returncode, fast.returncode, full.stdout[-200:], full.stderr[-300:])
+            for probe, full, fast in runs
+            if not probe.passes(self.backend, full.stdout) or full.returncode != fast.returncode
+        ]
 
 
-def fast_path_failures(backend: str, tokens: dict[str, str]) -> list[tuple[object, ...]]:
-    """Every probe of the catalogue as `probe_argv` through the fast path, two at a time (each its
-    own sandbox, as `both` runs its pair): the probes it fails. No canary may reach its output."""
+def run_catalogue(backend: str, tokens: dict[str, str]) -> CatalogueRuns:
+    """Every probe as `probe_argv` through the fast path, and `REPRESENTATIVES` through the typer
+    app, as whole processes two at a time (each is its own sandbox, so none sees another; the
+    typer ones, the longest, first). No canary may reach any of their outputs."""
+    jobs = [(TYPER, probe) for probe in REPRESENTATIVES] + [(FAST, probe) for probe in PROBES]
 
-    def run(probe: Probe) -> tuple[Probe, subprocess.CompletedProcess[str]]:
-        return probe, cli(FAST, *probe_argv(backend, probe, tokens))
+    def run(job: tuple[list[str], Probe]) -> subprocess.CompletedProcess[str]:
+        entry, probe = job
+        done = cli(entry, *probe_argv(backend, probe, tokens))
+        assert Canaries.MARK not in done.stdout + done.stderr, (probe.id, "fast" if entry is FAST else "typer")
+        return done
 
-    failed: list[tuple[object, ...]] = []
     with ThreadPoolExecutor(max_workers=2) as pool:
-        for probe, done in pool.map(run, PROBES):
-            assert Canaries.MARK not in done.stdout + done.stderr, probe.id
-            if not probe.passes(backend, done.stdout):
-                failed.append((probe.id, done.returncode, done.stdout[-200:], done.stderr[-300:]))
-    return failed
+        finished = list(pool.map(run, jobs))
+    fast: Runs = {}
+    typer: Runs = {}
+    for (entry, probe), done in zip(jobs, finished):
+        (fast if entry is FAST else typer)[probe.id] = done
+    return CatalogueRuns(backend, fast, typer)
 
 
 @dataclass(frozen=True)

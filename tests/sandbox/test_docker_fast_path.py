@@ -26,7 +26,7 @@ from coderoom.sandboxes.docker.frames import Lines, frames, line_bound
 from coderoom.sandboxes.docker.labels import CREATED_LABEL, HOST_PID_LABEL, LABEL
 from coderoom.sandboxes.limits import Limits
 
-from .both_paths import FAST, TYPER, Asked, cli, fast_path_failures, probe_argv, probe_verdicts_that_differ, seam_calls
+from .both_paths import FAST, TYPER, Asked, CatalogueRuns, cli, probe_argv, run_catalogue, seam_calls
 from .probes import PROBES, Canaries, Probe, render
 
 DOCKER_RUN = ["sandbox", "run", "--sandbox", "docker"]
@@ -270,21 +270,30 @@ def test_each_probe_asks_both_paths_for_the_sandbox_the_catalogue_proves(
     assert fast.asked == full.asked == Asked("docker", limits, (), tuple(render(probe, {})), None, False)
 
 
+@pytest.fixture(scope="module")
+def catalogue(tokens: dict[str, str]) -> CatalogueRuns:
+    """Every probe for real through the fast path and a probe of each category through the typer
+    path too, in one go (`both_paths.run_catalogue`)."""
+    return run_catalogue("docker", tokens)
+
+
 @pytest.mark.slow
-def test_every_probe_passes_through_the_fast_path(tokens: dict[str, str]) -> None:
+def test_every_probe_passes_through_the_fast_path(catalogue: CatalogueRuns) -> None:
     """Each probe of the catalogue for real as `sandbox run --sandbox docker -- ARGV` with its
     limits as flags, through the entry point users take (`cli.main`: `run_plain`, which must be
-    able to run here, or every probe would quietly go to the full path). The typer path asks for
-    the same sandbox (the test above); what it runs for real on its own is the next test's."""
+    able to run here, or every probe would quietly have gone to the full path). The typer path
+    asks for the same sandbox (the test above); what it runs for real on its own is the next test's."""
     assert plain.run_plain(Limits(), ["true"]) is not None, "the fast path hands everything to the full path here"
-    assert fast_path_failures("docker", tokens) == []
+    assert catalogue.fast_failures() == []
 
 
 @pytest.mark.slow
-def test_a_probe_of_each_category_has_the_same_verdict_on_both_paths(tokens: dict[str, str]) -> None:
-    """`both_paths.REPRESENTATIVES` (one per category of the catalogue, by the rule in its
-    docstring) for real through both entry points: the typer path's full docker session reached
-    from the CLI, its output and exit code. Not all 65: the typer path asks for the same sandbox
-    as the fast path for every probe, and each probe's full session is proved from the Python API
-    by test_attack_catalogue."""
-    assert probe_verdicts_that_differ("docker", tokens) == []
+def test_a_probe_of_each_category_has_the_same_verdict_and_exit_code_on_the_typer_path(
+    catalogue: CatalogueRuns,
+) -> None:
+    """`both_paths.REPRESENTATIVES` (one per category of sandbox property, by the rule in its
+    docstring) for real through the typer app as well: the full docker session reached from the
+    CLI, its output and exit code. Not all 65 (each paid the typer app's imports): the typer path
+    asks for the same sandbox as the fast path for every probe (the test above), and each probe's
+    full session is proved from the Python API by test_attack_catalogue."""
+    assert catalogue.typer_differences() == []
