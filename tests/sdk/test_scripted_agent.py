@@ -1,6 +1,7 @@
 """Issue 12's scripted scenario: a SandboxAgent with the SDK's DEFAULT capabilities, run with
 `SandboxRunConfig(client=<the backend's client>)`, driven by `agents.testing`'s ScriptedModel
-through exec_command, a 15-second command polled with write_stdin, an interactive tty program,
+through exec_command, a command that outlives its yield_time_ms (4 s against 1 s: the model's
+own setting, not the SDK's 10 s default) polled with write_stdin, an interactive tty program,
 apply_patch, view_image, and a pause on approval resumed from RunState JSON. Every step must
 pass on coderoom's backends as it does on the SDK's UnixLocal, the baseline.
 
@@ -66,7 +67,7 @@ def publish(summary: str) -> str:
 def steps() -> list[Any]:
     return [
         [function_call("exec_command", {"cmd": "echo hello from $(id -un)"}, call_id="c1")],
-        [function_call("exec_command", {"cmd": "echo started; sleep 15; echo finished"}, call_id="c2")],
+        [function_call("exec_command", {"cmd": "echo started; sleep 4; echo finished", "yield_time_ms": 1000}, call_id="c2")],
         poll("c3", chars="", yield_time_ms=30_000),
         [function_call("exec_command", {"cmd": PROMPT, "tty": True, "yield_time_ms": 3000}, call_id="c4")],
         poll("c5", chars="Ada\n", yield_time_ms=3000),
