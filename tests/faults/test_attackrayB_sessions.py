@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from coderoom.artifacts import PARTIAL_SUFFIX, WORKSPACE_ARCHIVE
 from coderoom.errors import SandboxUnavailable, SessionLost
 from coderoom.record import read_record
 from coderoom.service.ray_session import BUSY_GRACE_S, CLOSE_BOUND_S, RayOpener
@@ -34,15 +35,16 @@ from ray_cluster import descendants, left_on_the_node, ray_session_manager
 REFUSAL_S = 120  # "at once" on 2 busy cores; the open's own wait for a node is OPEN_TIMEOUT_S (600 s)
 LOSS_DEADLINE_S = 180
 SLACK_S = 60  # for 2 busy cores, over a bound the code names
-STOPPED_CALL_S = 20.0
-"""The small call's deadline (`RayOpener`'s `call_s`) of the stopped-actor tests, a third of
+STOPPED_CALL_S = 10.0
+"""The small call's deadline (`RayOpener`'s `call_s`) of the stopped-actor tests, a sixth of
 `CALL_S`: what they prove (a stopped actor is found at its tail's deadline, whatever it is, and
 ends every call) does not need the production 60 s waited out twice; a healthy actor on 2 busy
-cores still answers a small call well within it."""
-REFUSED_GRACE_S = 5.0
+cores still answers a small call well within it (the open, the one call that starts a worker
+process, has its own OPEN_TIMEOUT_S; a call to a running actor takes well under a second)."""
+REFUSED_GRACE_S = 1.0
 """The refused open's wait for room (`RayOpener`'s `busy_grace_s`), cut from BUSY_GRACE_S (20 s):
-it is refused after its grace, whatever it is; the open after the closes has the servers' grace
-again (Ray frees a closed session's cpus a little after its close)."""
+it is refused after its grace, whatever it is (1 s: still a wait, not none); the open after the
+closes has the servers' grace again (Ray frees a closed session's cpus a little after its close)."""
 
 
 RAY_NODES = 2  # two sessions fill the cluster (`ray_sessions_cluster`, tests/conftest.py)
@@ -131,10 +133,15 @@ async def test_a_close_whose_caller_is_cancelled_still_saves_the_session_and_end
     sessions = ray_session_manager(tmp_path / "runs")
     async with sessions:
         session = await sessions.open()
-        # a workspace that takes the node a while to save: the cancel lands while the node closes
-        assert (await session.exec("mkdir -p output && head -c 300M /dev/urandom > output/kept.bin")).exit_code == 0
+        # a workspace that takes the node a while to save: the cancel lands while the node writes its archive
+        assert (await session.exec("mkdir -p output && head -c 100M /dev/urandom > output/kept.bin")).exit_code == 0
+        [node_copy] = left_on_the_node(session.run_dir.name)
+        saving = node_copy / session.run_dir.name / (WORKSPACE_ARCHIVE + PARTIAL_SUFFIX)  # the archive until whole
         closing = asyncio.ensure_future(sessions.close(session.id))
-        await asyncio.sleep(0.5)  # the close is on its way to the node
+        deadline = time.monotonic() + LOSS_DEADLINE_S
+        while not saving.exists():  # the close is on the node, saving: seen, not guessed from a fixed wait
+            assert not closing.done() and time.monotonic() < deadline, "the close ended before its save was seen"
+            await asyncio.sleep(0.01)
         closing.cancel()  # an MCP client's cancel of its close_session, the reaper at shutdown
         deadline = time.monotonic() + LOSS_DEADLINE_S
         while left_on_the_node(session.run_dir.name):  # was: the actor lived on, its node's cpu held
