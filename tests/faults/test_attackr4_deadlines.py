@@ -27,8 +27,8 @@ from coderoom.record import read_record
 from coderoom.sandboxes.limits import Limits
 
 RAY_NODES = 1  # one one-CPU node (`ray_sessions_cluster`, tests/conftest.py)
-TIMEOUT_S = 20.0  # the session's limit: a cell may take cell_timeout(20) = 16 s
-CELL_S = 11  # each cell's own time, well within it
+TIMEOUT_S = 14.0  # the session's limit: a cell may take cell_timeout(14) = 10 s
+CELL_S = 8  # each cell's own time, well within it (7 s to spare on its 15 s deadline)
 SLACK_S = 120
 
 
@@ -40,12 +40,12 @@ async def test_a_cell_queued_behind_another_on_its_node_is_not_declared_lost(ray
     try:
         assert (await session.run_python("started = True")).status == "ok"  # the kernel up, before the margins are cut
         monkeypatch.setattr(ray_session, "START_WAIT_S", 0.0)
-        monkeypatch.setattr(ray_session, "MARGIN_S", 5.0)  # each cell's deadline: 16 + 0 + 5 = 21 s > CELL_S
+        monkeypatch.setattr(ray_session, "MARGIN_S", 5.0)  # each cell's deadline: 10 + 0 + 5 = 15 s > CELL_S
         cell = f"import time; time.sleep({CELL_S}); 'done'"
         first, second = await asyncio.wait_for(
             asyncio.gather(session.run_python(cell), session.run_python(cell), return_exceptions=True), 4 * CELL_S + SLACK_S
-        )  # the second waits on the node for the first: ~22 s from its sending, within its own 11 s
-        assert session.lost is None, session.lost  # was: "gave no answer within 21 s (to run_python)"
+        )  # the second waits on the node for the first: ~16 s from its sending, within its own 8 s
+        assert session.lost is None, session.lost  # was: "gave no answer within 15 s (to run_python)"
         assert [getattr(result, "status", result) for result in (first, second)] == ["ok", "ok"]
         assert (await session.run_python("started")).status == "ok"  # the kernel and its variables kept
     finally:
