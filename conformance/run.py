@@ -5,8 +5,9 @@
 1. Fetch the sdist of the installed openai-agents (`sdist.fetch`) into a temporary folder.
 2. Baseline: run its `tests/sandbox` unchanged, on the SDK's UnixLocal. The tests in scope are
    those that built a real UnixLocal client or session there (`coderoom_conformance` records it).
-3. For each backend: run the tests in scope with UnixLocal's construction swapped for the
-   backend's (`coderoom_conformance`), then `backend.prune()` what they left behind.
+3. Every backend at once, one pytest process each: run the tests in scope with UnixLocal's
+   construction swapped for the backend's (`coderoom_conformance`); once all have ended,
+   `backend.prune()` what they left behind, and one summary per backend, in the order asked.
 4. Verdict per backend, against `not_applicable.toml`: a test in scope that does not pass and is
    not listed is a real failure; a listed test that passes, or that is no longer in scope, is a
    stale entry. Either makes the exit code 1; 0 when every test passes or is listed.
@@ -17,6 +18,16 @@ a path inside the sandbox for coderoom. Each command of coderoom's local sandbox
 folders under BASETEMP_PARENT instead (made 0700 and removed after the run), which makes those
 roots legal on every backend.
 
+Why the backends run at once, and only after the baseline: the scope is the baseline's finding,
+and a backend's run waits mostly on its sandboxes (containers starting, the SDK's own sleeps), so
+running them side by side costs the longest one, not their sum. They share nothing: each has its
+own --basetemp and TMPDIR folders, report and log; neither backend binds a host port (exposed
+ports are refused); and no prune runs before every run has ended (a prune removes only what a dead
+process owned, `sandboxes.leases`, so a live run's sandboxes are safe from it anyway). pytest's
+tracebacks are `--tb=native`: its default long ones render source and arguments at about 0.2 s
+of CPU per failure, and a backend's run has some 160 expected failures (its not-applicable tests).
+A backend's failing tests have their part of its log shown (`excerpts`).
+
 Exit codes: 0 ok; 1 a real failure or a problem with the list; 2 the sdist, a backend or a
 module the SDK's tests import is not available here (configuration), or bad arguments; 124 a
 pytest run took over RUN_TIMEOUT_S. Limits: `RUN_TIMEOUT_S` per pytest run.
@@ -26,6 +37,7 @@ The pytest runs get a minimal environment (no keys or tokens of this process).
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -40,6 +52,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+import excerpts
 import not_applicable
 import sdist
 import table
@@ -100,7 +113,7 @@ def run_pytest(
     }
     command = [
         sys.executable, "-m", "pytest", "-p", "coderoom_conformance", "-p", "no:cacheprovider",
-        "-q", "--no-header", "-o", "addopts=", f"--basetemp={basetemp / name}", f"@{args_file}",
+        "-q", "--no-header", "--tb=native", "-o", "addopts=", f"--basetemp={basetemp / name}", f"@{args_file}",
     ]  # fmt: skip
     start = time.monotonic()
     with (work / f"{name}.log").open("w") as log:
@@ -192,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         scope = sorted(test for test, got in base.items() if got.built)
         print(f"baseline (SDK UnixLocal): {len(base)} tests in tests/sandbox, {len(scope)} build a UnixLocal client or session ({base_seconds:.0f} s)")
         try:
-            results = [_run_backend(name, source, scope, base, na, work, basetemp) for name in backends]
+            results = _run_backends(backends, source, scope, base, na, work, basetemp)
         except subprocess.TimeoutExpired as exc:
             print(f"a conformance run took over RUN_TIMEOUT_S = {RUN_TIMEOUT_S} s: {exc.cmd[-1]}")
             return EXIT_TIMEOUT
@@ -212,13 +225,25 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if all(r.ok for r in results) else 1
 
 
-def _run_backend(
-    name: str, source: Path, scope: list[str], base: dict[str, Outcome], na: not_applicable.NotApplicable,
+def _run_backends(
+    names: list[str], source: Path, scope: list[str], base: dict[str, Outcome], na: not_applicable.NotApplicable,
     work: Path, basetemp: Path,
+) -> list[BackendResult]:  # fmt: skip
+    """Every backend's run of the tests in scope at once (module docstring); once all have ended,
+    in the order of `names`, each one's verdict, prune and summary. A run that timed out or wrote
+    no report raises (TimeoutExpired, RuntimeError) after the others have ended."""
+    with concurrent.futures.ThreadPoolExecutor(len(names)) as pool:
+        runs = [pool.submit(run_pytest, source, name, scope, work, basetemp) for name in names]
+        concurrent.futures.wait(runs)
+    return [_finish_backend(name, *run.result(), scope, base, na, work) for name, run in zip(names, runs)]
+
+
+def _finish_backend(
+    name: str, outcomes: dict[str, Outcome], seconds: float, scope: list[str], base: dict[str, Outcome],
+    na: not_applicable.NotApplicable, work: Path,
 ) -> BackendResult:  # fmt: skip
     from coderoom.sandboxes.registry import get_backend
 
-    outcomes, seconds = run_pytest(source, name, scope, work, basetemp)
     result = verdict(name, outcomes, scope, base, na.for_backend(name), seconds)
     try:
         result.leftovers = get_backend(name).prune()
@@ -236,6 +261,8 @@ def _run_backend(
         print(f"  LIST {test}: {why}")
     if result.prune_error:
         print(f"  PRUNE failed: {result.prune_error}")
+    if result.failed:
+        print(excerpts.of_tests((work / f"{name}.log").read_text(errors="replace"), sorted(result.failed)), end="")
     return result
 
 

@@ -48,7 +48,8 @@ def render(summary: dict) -> str:
         "fakes that subclass them, and tests that build only a state or options object, are not). Each "
         "backend then runs those tests with one thing swapped: where a test builds a UnixLocal client or "
         "session, `conformance/coderoom_conformance.py` hands it the backend's (`backend.client(spec)`, "
-        "default limits); no test and no assertion is changed.",
+        "default limits); no test and no assertion is changed. The backends run at once, each its own pytest "
+        "process with its own folders, and `backend.prune()` runs once all have ended.",
         "",
         "| backend | collected | passed | not applicable | failed | skipped (as on UnixLocal) | seconds | sandboxes left, pruned |",
         "|---|---|---|---|---|---|---|---|",

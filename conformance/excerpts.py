@@ -1,0 +1,40 @@
+"""The parts of a pytest log that belong to given tests: what the conformance runner shows of a
+backend's log when tests fail there (`run.py`). The whole log is too long to show (a backend's
+run has some 160 expected failures, its not-applicable tests), and a first line is too short to
+act on; each failing test's own section (its traceback and captured output) is what a reader needs.
+"""
+
+from __future__ import annotations
+
+import re
+
+EXCERPT_CHARS = 6000  # of one test's section; its end is kept (the exception, then captured output)
+
+# pytest's per-test section headers ("____ test_x[p] ____", "____ ERROR at setup of Cls.test_x ____")
+# and its summary headers ("==== FAILURES ====", "==== short test summary info ====")
+_HEADER = re.compile(r"^_{3,} (.+?) _{3,}$|^={3,} .* ={3,}$", re.MULTILINE)
+_ERROR_AT = re.compile(r"ERROR at \w+ of ")
+
+
+def of_tests(log: str, tests: list[str], limit: int = EXCERPT_CHARS) -> str:
+    """Each of `tests` (node ids) with its sections of `log` (at most `limit` characters, the end
+    kept), indented under a `LOG node-id` line; a test with no section (it did not run) gets the
+    log's last `limit` characters instead, which say why the run ended."""
+    sections: dict[str, list[str]] = {}
+    headers = list(_HEADER.finditer(log))
+    for header, following in zip(headers, [*headers[1:], None]):
+        if header.group(1) is not None:
+            title = _ERROR_AT.sub("", header.group(1), count=1)
+            sections.setdefault(title, []).append(log[header.start() : following.start() if following else len(log)])
+    shown = []
+    for test in tests:
+        found = sections.get(_title(test))
+        text = "".join(found) if found else "(no section for this test in the log, which ends:)\n" + log[-limit:]
+        text = text if len(text) <= limit else "[...]" + text[-limit:]
+        shown.append(f"  LOG {test}\n" + "".join(f"    {line}\n" for line in text.rstrip("\n").splitlines()))
+    return "".join(shown)
+
+
+def _title(test: str) -> str:
+    """pytest's section title for a node id: its class and function, dot-joined (no file)."""
+    return ".".join(test.split("::")[1:])
