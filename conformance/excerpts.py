@@ -28,9 +28,11 @@ def of_tests(log: str, tests: list[str], limit: int = EXCERPT_CHARS) -> str:
             sections.setdefault(title, []).append(log[header.start() : following.start() if following else len(log)])
     shown = []
     for test in tests:
-        found = sections.get(_title(test))
-        text = "".join(found) if found else "(no section for this test in the log, which ends:)\n" + log[-limit:]
-        text = text if len(text) <= limit else "[...]" + text[-limit:]
+        found = "".join(sections.get(_title(test), []))
+        if not found:
+            text = "(no section for this test in the log, which ends:)\n" + log[-limit:]
+        else:
+            text = found if len(found) <= limit else "[...]" + found[-limit:]
         shown.append(f"  LOG {test}\n" + "".join(f"    {line}\n" for line in text.rstrip("\n").splitlines()))
     return "".join(shown)
 
