@@ -11,8 +11,9 @@ import re
 EXCERPT_CHARS = 6000  # of one test's section; its end is kept (the exception, then captured output)
 
 # pytest's per-test section headers ("____ test_x[p] ____", "____ ERROR at setup of Cls.test_x ____")
-# and its summary headers ("==== FAILURES ====", "==== short test summary info ====")
-_HEADER = re.compile(r"^_{3,} (.+?) _{3,}$|^={3,} .* ={3,}$", re.MULTILINE)
+# and its summary headers ("==== FAILURES ====", "==== short test summary info ===="); a title
+# longer than the line gets a single "_" or "=" on each side
+_HEADER = re.compile(r"^_+ (.+?) _+$|^=+ .* =+$", re.MULTILINE)
 _ERROR_AT = re.compile(r"ERROR at \w+ of ")
 
 
@@ -32,7 +33,7 @@ def of_tests(log: str, tests: list[str], limit: int = EXCERPT_CHARS) -> str:
         if not found:
             text = "(no section for this test in the log, which ends:)\n" + log[-limit:]
         else:
-            text = found if len(found) <= limit else "[...]" + found[-limit:]
+            text = found if len(found) <= limit else "[...]\n" + found[-limit:].split("\n", 1)[-1]  # whole lines
         shown.append(f"  LOG {test}\n" + "".join(f"    {line}\n" for line in text.rstrip("\n").splitlines()))
     return "".join(shown)
 

@@ -26,7 +26,8 @@ _SPEC.loader.exec_module(excerpts)
 @pytest.fixture(scope="module")
 def log(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A real pytest log, run as run.py runs the SDK's tests: a plain test and a method failing,
-    one failing in its fixture's setup, one passing, one failing as a listed test would."""
+    one failing in its fixture's setup, one passing, one failing as a listed test would, and one
+    whose name is too long for pytest's 80-column section header."""
     folder = tmp_path_factory.mktemp("sdk")
     (folder / "test_sdk.py").write_text(textwrap.dedent("""
         import pytest
@@ -47,6 +48,9 @@ def log(tmp_path_factory: pytest.TempPathFactory) -> str:
 
         def test_passes():
             pass
+
+        def test_whose_name_is_longer_than_the_line_pytest_draws_around_the_title_of_its_section():
+            raise OSError("long-canary")
 
         class TestGroup:
             @pytest.mark.parametrize("x", ["a"])
@@ -72,6 +76,12 @@ def test_a_setup_error_and_a_class_method_are_found_by_their_node_ids(log: str) 
     shown = excerpts.of_tests(log, ["test_sdk.py::test_in_setup", "test_sdk.py::TestGroup::test_method[a]"])
     assert "fixture-canary-setup" in shown and "method-canary" in shown
     assert "real-canary-call" not in shown and "listed-canary" not in shown
+
+
+def test_a_test_whose_name_outgrows_its_header_line_is_found_and_ends_its_neighbours_section(log: str) -> None:
+    long_name = "test_sdk.py::test_whose_name_is_longer_than_the_line_pytest_draws_around_the_title_of_its_section"
+    assert "long-canary" in excerpts.of_tests(log, [long_name])
+    assert "long-canary" not in excerpts.of_tests(log, ["test_sdk.py::test_expected_failure"])
 
 
 def test_a_test_without_a_section_gets_the_end_of_the_log(log: str) -> None:
