@@ -29,13 +29,23 @@ def of_tests(log: str, tests: list[str], limit: int = EXCERPT_CHARS) -> str:
             sections.setdefault(title, []).append(log[header.start() : following.start() if following else len(log)])
     shown = []
     for test in tests:
-        found = "".join(sections.get(_title(test), []))
+        found = "".join(_own(sections.get(_title(test), []), test))
         if not found:
             text = "(no section for this test in the log, which ends:)\n" + log[-limit:]
         else:
             text = found if len(found) <= limit else "[...]\n" + found[-limit:].split("\n", 1)[-1]  # whole lines
         shown.append(f"  LOG {test}\n" + "".join(f"    {line}\n" for line in text.rstrip("\n").splitlines()))
     return "".join(shown)
+
+
+def _own(sections: list[str], test: str) -> list[str]:
+    """Of the sections titled as `test`, its own: a test of the same name in another file has the
+    same title (pytest's headers name no file), and its section shown here would push this one's
+    out of the limit. A native traceback names each frame's file by its path, so the sections that
+    name the test's file are its own; when none does (an error in a conftest fixture's setup), all."""
+    path = test.split("::")[0]
+    mine = [section for section in sections if f'/{path}", line ' in section]
+    return mine or sections
 
 
 def _title(test: str) -> str:

@@ -26,8 +26,9 @@ _SPEC.loader.exec_module(excerpts)
 @pytest.fixture(scope="module")
 def log(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A real pytest log, run as run.py runs the SDK's tests: a plain test and a method failing,
-    one failing in its fixture's setup, one passing, one failing as a listed test would, and one
-    whose name is too long for pytest's 80-column section header."""
+    one failing in its fixture's setup, one passing, one failing as a listed test would, one
+    whose name is too long for pytest's 80-column section header, and, in another file, a long
+    failure of a test with the same name as the first."""
     folder = tmp_path_factory.mktemp("sdk")
     (folder / "test_sdk.py").write_text(textwrap.dedent("""
         import pytest
@@ -57,8 +58,14 @@ def log(tmp_path_factory: pytest.TempPathFactory) -> str:
             def test_method(self, x):
                 raise ValueError("method-canary")
     """))
+    (folder / "other").mkdir()
+    (folder / "other" / "test_namesake.py").write_text(textwrap.dedent("""
+        def test_real_failure():  # the name of a test in test_sdk.py: the same section title
+            raise PermissionError("long\\n" * 2000 + "namesake-canary")
+    """))
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "--no-header", "--tb=native", "-p", "no:cacheprovider", "-o", "addopts=", "test_sdk.py"],
+        [sys.executable, "-m", "pytest", "-q", "--no-header", "--tb=native", "-p", "no:cacheprovider", "-o", "addopts=",
+         "test_sdk.py", "other/test_namesake.py"],
         cwd=folder, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 1, done.stdout
@@ -70,6 +77,13 @@ def test_each_failing_test_gets_its_own_traceback_and_output(log: str) -> None:
     assert shown.startswith("  LOG test_sdk.py::test_real_failure\n")
     assert "real-canary-call" in shown and "captured-canary" in shown
     assert "listed-canary" not in shown and "fixture-canary-setup" not in shown and "method-canary" not in shown
+
+
+def test_a_test_of_the_same_name_in_another_file_is_not_shown_as_this_ones(log: str) -> None:
+    shown = excerpts.of_tests(log, ["test_sdk.py::test_real_failure"])
+    assert "real-canary-call" in shown and "namesake-canary" not in shown
+    namesake = excerpts.of_tests(log, ["other/test_namesake.py::test_real_failure"])
+    assert "namesake-canary" in namesake and "real-canary-call" not in namesake
 
 
 def test_a_setup_error_and_a_class_method_are_found_by_their_node_ids(log: str) -> None:
