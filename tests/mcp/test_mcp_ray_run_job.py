@@ -220,6 +220,15 @@ def test_a_client_that_drops_its_run_job_leaves_nothing_running_on_the_node(head
         time.sleep(0.5)
     assert not has_descendant(head.pid, "bwrap"), "the job's sandbox still runs on the node"
     [folder] = [p for p in (tmp_path / "runs").iterdir() if p.name.startswith("mcp-job-")]
+    # the server keeps the record so far once the dropped call's cancel reaches it (the cluster's
+    # log answering within CANCEL_WAIT_S): the node's sandbox may be gone first (CI once read the
+    # folder before then). The record appears whole, so a reader never sees part of it.
+    from coderoom.batch.cluster import CANCEL_WAIT_S
+
+    deadline = time.monotonic() + CANCEL_WAIT_S + 60
+    while not (folder / "run.jsonl").exists():
+        assert time.monotonic() < deadline, "the job's record so far was never kept"
+        time.sleep(0.2)
     events = read_record(folder).events
     assert events[0].type == "run_start" and any(e.type == "tool_start" for e in events)
     # a forced cancel kills the job's worker, which leaves its folder on the node (R-C5): `sandbox prune` judges it dead

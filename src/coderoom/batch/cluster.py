@@ -19,6 +19,7 @@ driver's whole environment.
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -68,6 +69,14 @@ def _attempt(entry: BatchEntry, inputs: bytes, run_name: str, environ: Mapping[s
     attempt = secrets.token_hex(8)
     ray.get(log.begin.remote(entry.key, attempt, place))
     return run_on_node(entry, inputs, run_name, environ, log, place, attempt, slots, progress)
+
+
+def _write_record(run_dir: Path, lines: Sequence[str]) -> None:
+    """An attempt's record lines as `run_dir`'s record, which appears whole: a reader (a page,
+    `show`, a test) that looks while it is written sees no record or all of it, never a part."""
+    partial = run_dir / f"{RECORD_FILE}.partial"
+    partial.write_text("".join(lines), encoding="ascii")
+    os.replace(partial, run_dir / RECORD_FILE)
 
 
 def _problem(result: NodeResult) -> str | None:
@@ -186,7 +195,7 @@ class RayJobs:
             if attempt_id == final:
                 continue
             folder = new_run_dir(entry.job, base=self._out)
-            (folder / RECORD_FILE).write_text("".join(attempt.lines), encoding="ascii")
+            _write_record(folder, attempt.lines)
             lost.append(LostAttempt(folder.name, attempt.place.node, attempt.place.host))
         return tuple(lost)
 
@@ -200,4 +209,4 @@ class RayJobs:
             return
         lines = list(attempts.values())[-1].lines if attempts else ()
         if lines:
-            (run_dir / RECORD_FILE).write_text("".join(lines), encoding="ascii")
+            _write_record(run_dir, lines)
