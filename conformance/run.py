@@ -60,6 +60,7 @@ from coderoom.errors import EXIT_TIMEOUT
 
 HERE = Path(__file__).resolve().parent
 RUN_TIMEOUT_S = 1800  # one pytest run; the docker run of the tests in scope takes minutes
+PYTEST_RAN = (0, 1)  # its tests all passed, or some failed; else interrupted, an internal or usage error, none collected
 BASELINE = "unix_local"
 BASETEMP_PARENT = Path(table.BASETEMP_PARENT)  # pytest's --basetemp goes here: not under /tmp (see above)
 _PASSING = {"passed", "xfailed"}
@@ -119,9 +120,9 @@ def run_pytest(
     with (work / f"{name}.log").open("w") as log:
         completed = subprocess.run(command, cwd=source, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=RUN_TIMEOUT_S)
     seconds = time.monotonic() - start
-    if not report.exists():
+    if not report.exists() or completed.returncode not in PYTEST_RAN:
         tail = (work / f"{name}.log").read_text()[-3000:]
-        raise RuntimeError(f"pytest on {name} wrote no report (exit {completed.returncode}):\n{tail}")
+        raise RuntimeError(f"pytest on {name} did not run its tests through (exit {completed.returncode}):\n{tail}")
     tests = json.loads(report.read_text())["tests"]
     return {nodeid: Outcome(**value) for nodeid, value in tests.items()}, seconds
 

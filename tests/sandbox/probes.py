@@ -121,8 +121,9 @@ PROBES: list[Probe] = [
     Probe("FS-01", "overwrite a host file",
           'print(tr(lambda: open("@HOME@/victim.txt", "a").write("pwned")))', "(ENOENT|EROFS)",
           baseline=True),
+    # the unconfined baseline really writes the .pth: removed at once, so no host Python runs it
     Probe("FS-02", "persistence the host executes",
-          'import site\nprint(tr(lambda: open(site.getsitepackages()[0] + "/x.pth", "w")),'
+          'import site\nprint(tr(lambda: os.remove(open(site.getsitepackages()[0] + "/cr-@NONCE@.pth", "w").name)),'
           ' tr(lambda: open("@HOME@/.bashrc", "a")))', "(EROFS|EACCES) ENOENT", baseline=True),
     Probe("FS-03", "/tmp and /dev/shm are private",
           'print(tr(lambda: open("/tmp/cr-@NONCE@", "w").write("x")),'

@@ -273,17 +273,18 @@ def test_each_probe_asks_both_paths_for_the_sandbox_the_catalogue_proves(
 @pytest.fixture(scope="module")
 def catalogue(tokens: dict[str, str]) -> CatalogueRuns:
     """Every probe for real through the fast path and a probe of each category through the typer
-    path too, in one go (`both_paths.run_catalogue`)."""
+    path too, in one go (`both_paths.run_catalogue`), once `run_plain` is seen to run here: were
+    it to hand everything to the full path, the probes would all quietly have gone there."""
+    assert plain.run_plain(Limits(), ["true"]) is not None, "the fast path hands everything to the full path here"
     return run_catalogue("docker", tokens)
 
 
 @pytest.mark.slow
 def test_every_probe_passes_through_the_fast_path(catalogue: CatalogueRuns) -> None:
     """Each probe of the catalogue for real as `sandbox run --sandbox docker -- ARGV` with its
-    limits as flags, through the entry point users take (`cli.main`: `run_plain`, which must be
-    able to run here, or every probe would quietly have gone to the full path). The typer path
-    asks for the same sandbox (the test above); what it runs for real on its own is the next test's."""
-    assert plain.run_plain(Limits(), ["true"]) is not None, "the fast path hands everything to the full path here"
+    limits as flags, through the entry point users take (`cli.main`: `run_plain`, seen to run here
+    before the catalogue ran). The typer path asks for the same sandbox (the test above); what it
+    runs for real on its own is the next test's."""
     assert catalogue.fast_failures() == []
 
 

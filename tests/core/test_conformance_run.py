@@ -1,0 +1,59 @@
+"""How the conformance runner (conformance/run.py) takes one pytest run of the SDK's tests: a run
+whose tests all ran gives their outcomes, failures included (most of a backend's are expected);
+a run that did not go through, though it wrote its report, fails the step rather than counting
+the tests it never reached as whatever the list says of them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+CONFORMANCE = Path(__file__).resolve().parents[2] / "conformance"
+sys.path.insert(0, str(CONFORMANCE))  # run.py imports its sibling modules as scripts do
+_SPEC = importlib.util.spec_from_file_location("conformance_run", CONFORMANCE / "run.py")
+assert _SPEC is not None and _SPEC.loader is not None
+run = sys.modules["conformance_run"] = importlib.util.module_from_spec(_SPEC)  # its dataclasses look it up
+_SPEC.loader.exec_module(run)
+
+SDK_TESTS = """
+    def test_passes():
+        pass
+
+    def test_fails():
+        assert False, "fails-canary"
+"""
+
+
+def run_sdk_tests(folder: Path, source: str, targets: list[str]) -> dict[str, object]:
+    (folder / "sdk").mkdir()
+    (folder / "sdk" / "test_sdk.py").write_text(textwrap.dedent(source))
+    (folder / "work").mkdir()
+    (folder / "tmp").mkdir()
+    outcomes, _ = run.run_pytest(folder / "sdk", None, targets, folder / "work", folder / "tmp")
+    return {test: outcome.outcome for test, outcome in outcomes.items()}
+
+
+def test_a_run_whose_tests_all_ran_gives_each_outcome_failures_included(tmp_path: Path) -> None:
+    outcomes = run_sdk_tests(tmp_path, SDK_TESTS, ["test_sdk.py"])
+    assert outcomes == {"test_sdk.py::test_passes": "passed", "test_sdk.py::test_fails": "failed"}
+
+
+def test_a_run_stopped_before_its_last_test_fails_the_step_though_its_report_was_written(tmp_path: Path) -> None:
+    stopped = SDK_TESTS + """
+    def test_stops_the_run():
+        import pytest
+        pytest.exit("stopped-canary", returncode=3)
+
+    def test_never_reached():
+        pass
+"""
+    with pytest.raises(RuntimeError, match=r"did not run its tests through \(exit 3\)") as raised:
+        run_sdk_tests(tmp_path, stopped, ["test_sdk.py"])
+    assert "stopped-canary" in str(raised.value)  # the log's end says why
+    assert (tmp_path / "work" / "unix_local.json").exists()  # written, and still not taken
+
