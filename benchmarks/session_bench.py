@@ -5,7 +5,9 @@ kernels) running cells at once; and memory per session.
 
 A session without the pool starts its kernel and imports in the background at once; so its first
 cell is also timed alone when asked `--think` seconds after the open, as a model's first call
-comes. A last table puts issue 25's targets beside their anchors (Jupyter), with the load average.
+comes. Beside them, the floor no session can beat on this runtime: an interpreter's start in a
+started sandbox, and the first cell's code as one fresh process there. A last table puts issue
+25's targets beside their anchors (Jupyter), with the load average.
 
 Every trial measures the three one after another, with the pool refilled (and idle) before the
 next measurement, so they share the machine's load. The cell is the same everywhere: import
@@ -99,6 +101,28 @@ async def cell_after_thinking(runs: Path, think_s: float) -> float:
     return took
 
 
+async def floor(n: int) -> tuple[list[float], list[float]]:
+    """What no session can beat on this runtime, in a started local sandbox: `python3 -c pass`
+    (an interpreter's start with its site-packages, .pth files included), and the first cell's
+    code as one fresh `python3` (that start, the imports, read_csv and the groupby), `n` each, in
+    seconds: a session without the pool starts its kernel and does the same imports."""
+    from agents.sandbox import Manifest
+    from agents.sandbox.entries import File
+
+    from coderoom.sandboxes.session import open_session
+
+    manifest = Manifest(entries={name: File(content=data) for name, data in FILES.items()})
+    starts, cells = [], []
+    async with open_session(SandboxSpec(backend="local"), manifest) as sandbox:
+        for argv, samples in ((["python3", "-c", "pass"], starts), (["python3", "-c", FIRST], cells)):
+            for _ in range(n):
+                began = time.perf_counter()
+                result = await sandbox.exec(*argv, shell=False)
+                samples.append(time.perf_counter() - began)
+                assert result.exit_code == 0, result.stderr
+    return starts, cells
+
+
 async def warm_cells(session: Session, n: int) -> list[float]:
     samples = []
     for _ in range(n):
@@ -158,6 +182,8 @@ async def measure(trials: int, warm_runs: int, sessions: int, concurrent: int, c
     cold_cell: list[float] = []
     thought: list[float] = []  # the first cell alone, asked `think_s` after the open
     warm_pooled, warm_cold, warm_jupyter = [], [], []
+    python_start: list[float] = []  # `floor`: an interpreter's start in the sandbox
+    one_process: list[float] = []  # `floor`: the first cell's code as one fresh python3 there
     try:
         for _ in range(trials):
             await pool.wait_ready(300)
@@ -188,6 +214,10 @@ async def measure(trials: int, warm_runs: int, sessions: int, concurrent: int, c
                 warm_jupyter.append(time.perf_counter() - started)
             client.stop_channels()
             manager.shutdown_kernel(now=True)
+            await asyncio.sleep(0.5)
+            starts, cells = await floor(3)
+            python_start += starts
+            one_process += cells
         await pool.close()
         pool = None  # type: ignore[assignment]
         together = await concurrent_sessions(runs, concurrent, concurrent_runs)
@@ -214,6 +244,9 @@ async def measure(trials: int, warm_runs: int, sessions: int, concurrent: int, c
         Target("first cell, new session without the pool", cold, fresh_label, fresh, limit_s=FIRST_CELL_TARGET_S),
         Target(f"the first cell alone, without the pool, {think_s:g} s after the open", thought, fresh_label, fresh,
                limit_s=FIRST_CELL_TARGET_S),
+        Target("floor: the first cell's code as one fresh python3 in a started sandbox", one_process, fresh_label,
+               fresh, limit_s=FIRST_CELL_TARGET_S),
+        Target("floor: `python3 -c pass` in a started sandbox", python_start, fresh_label, fresh),
         Target("warm cell, session (from the pool)", warm_pooled, "warm cell, Jupyter kernel", warm_jupyter, ratio=1.0),
         Target(f"warm cell, {concurrent} sessions at once", together, f"warm cell, {concurrent} Jupyter kernels at once",
                together_jupyter),
@@ -224,6 +257,8 @@ async def measure(trials: int, warm_runs: int, sessions: int, concurrent: int, c
         f"| first cell, new session from the warm pool (local sandbox) | {len(pooled)} | {ms(pooled)} |",
         f"| first cell, new session without the pool (local sandbox) | {len(cold)} | {ms(cold)} |",
         f"| first cell, fresh Jupyter kernel (no sandbox) | {len(fresh)} | {ms(fresh)} |",
+        f"| floor: the first cell's code as one fresh python3 in a started sandbox | {len(one_process)} | {ms(one_process)} |",
+        f"| floor: `python3 -c pass` in a started sandbox | {len(python_start)} | {ms(python_start)} |",
         f"| the first cell alone, from the pool (read_csv + groupby; imports done) | {len(pooled_cell)} | {ms(pooled_cell)} |",
         f"| the first cell alone, without the pool (kernel start + imports + read_csv + groupby) | {len(cold_cell)} | {ms(cold_cell)} |",
         f"| the first cell alone, without the pool, asked {think_s:g} s after the open (a model thinking) | {len(thought)} | {ms(thought)} |",

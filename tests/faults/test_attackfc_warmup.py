@@ -14,6 +14,7 @@ import pytest
 from coderoom import Session
 from coderoom.service import SessionManager
 from coderoom.service import session as session_module
+from coderoom.service.sandbox import warm_imports
 from coderoom.tools import python_kernel
 
 pytestmark = pytest.mark.usefixtures("tmpdir_for_sessions")
@@ -40,6 +41,22 @@ async def test_the_warm_up_runs_no_workspace_module(tmp_path: Path) -> None:
         assert ran.status == "ok" and "[Out 1]\n[]" in ran.text
         asked = await session.run_python("import bottleneck")
         assert asked.status == "ok" and CANARY in asked.text  # the user's import runs it, once, shown
+    finally:
+        await session.close()
+
+
+async def test_the_warm_up_leaves_the_garbage_collector_as_it_was_and_binds_no_name(tmp_path: Path) -> None:
+    """The warm-up pauses the cyclic collector while it imports (`warm_imports`): after it, the
+    collector runs as in a kernel that was not warmed, and a step run where a cell had turned it
+    off (a step's code, asked as a cell here) leaves it off; none of the step's names is left."""
+    session = await Session.open(model="offline", runs_dir=tmp_path)
+    try:
+        assert await session._warming is True
+        seen = "import gc\n(gc.isenabled(), [n for n in ('_g', '_o', '_s', '_p', '_m', '_e') if n in globals()])"
+        warmed = await session.run_python(seen)
+        assert warmed.status == "ok" and "[Out 1]\n(True, [])" in warmed.text, warmed.text
+        off = await session.run_python("gc.disable()\n" + warm_imports(("json",)) + seen.split("\n")[1])
+        assert off.status == "ok" and "[Out 2]\n(False, [])" in off.text, off.text
     finally:
         await session.close()
 
