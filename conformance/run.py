@@ -51,6 +51,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import excerpts
 import not_applicable
@@ -65,6 +66,11 @@ BASELINE = "unix_local"
 BASETEMP_PARENT = Path(table.BASETEMP_PARENT)  # pytest's --basetemp goes here: not under /tmp (see above)
 _PASSING = {"passed", "xfailed"}
 _KEPT_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "DOCKER_HOST", "DOCKER_CONFIG", "DOCKER_CERT_PATH", "DOCKER_TLS_VERIFY")
+
+
+class TestsDoNotImport(Exception):
+    """SDK test modules that do not import here (pytest stops at collection, exit 2, with none
+    run): configuration, named module by module, not a crash of the runner."""
 
 
 @dataclass
@@ -120,10 +126,16 @@ def run_pytest(
     with (work / f"{name}.log").open("w") as log:
         completed = subprocess.run(command, cwd=source, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=RUN_TIMEOUT_S)
     seconds = time.monotonic() - start
-    if not report.exists() or completed.returncode not in PYTEST_RAN:
+    try:
+        tests: dict[str, dict[str, Any]] | None = json.loads(report.read_text())["tests"]
+    except (OSError, ValueError, KeyError):  # none written, or cut short
+        tests = None
+    broken = sorted(test for test, got in (tests or {}).items() if got["outcome"] == "collect-error")
+    if tests and broken:  # a module that does not import would otherwise shrink the scope unseen, or stop the run
+        raise TestsDoNotImport("\n".join(f"  {test}: {tests[test]['message']}" for test in broken))
+    if tests is None or completed.returncode not in PYTEST_RAN:
         tail = (work / f"{name}.log").read_text()[-3000:]
         raise RuntimeError(f"pytest on {name} did not run its tests through (exit {completed.returncode}):\n{tail}")
-    tests = json.loads(report.read_text())["tests"]
     return {nodeid: Outcome(**value) for nodeid, value in tests.items()}, seconds
 
 
@@ -195,18 +207,12 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         try:
             base, base_seconds = run_pytest(source, None, ["tests/sandbox"], work, basetemp)
-        except subprocess.TimeoutExpired:
-            print(f"the baseline run took over RUN_TIMEOUT_S = {RUN_TIMEOUT_S} s")
-            return EXIT_TIMEOUT
-        broken = sorted(test for test, got in base.items() if got.outcome == "collect-error")
-        if broken:  # a test module that does not import would shrink the scope unseen
-            print("SDK test modules that do not import (pip install -e '.[conformance]'?):")
-            print("\n".join(f"  {test}: {base[test].message}" for test in broken))
-            return 2
-        scope = sorted(test for test, got in base.items() if got.built)
-        print(f"baseline (SDK UnixLocal): {len(base)} tests in tests/sandbox, {len(scope)} build a UnixLocal client or session ({base_seconds:.0f} s)")
-        try:
+            scope = sorted(test for test, got in base.items() if got.built)
+            print(f"baseline (SDK UnixLocal): {len(base)} tests in tests/sandbox, {len(scope)} build a UnixLocal client or session ({base_seconds:.0f} s)")
             results = _run_backends(backends, source, scope, base, na, work, basetemp)
+        except TestsDoNotImport as exc:
+            print(f"SDK test modules that do not import (pip install -e '.[conformance]'?):\n{exc}")
+            return 2
         except subprocess.TimeoutExpired as exc:
             print(f"a conformance run took over RUN_TIMEOUT_S = {RUN_TIMEOUT_S} s: {exc.cmd[-1]}")
             return EXIT_TIMEOUT
@@ -231,8 +237,9 @@ def _run_backends(
     work: Path, basetemp: Path,
 ) -> list[BackendResult]:  # fmt: skip
     """Every backend's run of the tests in scope at once (module docstring); once all have ended,
-    in the order of `names`, each one's verdict, prune and summary. A run that timed out or wrote
-    no report raises (TimeoutExpired, RuntimeError) after the others have ended."""
+    in the order of `names`, each one's verdict, prune and summary. A run that timed out, did not
+    run its tests through or met a module that does not import raises (TimeoutExpired,
+    RuntimeError, TestsDoNotImport) after the others have ended."""
     with concurrent.futures.ThreadPoolExecutor(len(names)) as pool:
         runs = [pool.submit(run_pytest, source, name, scope, work, basetemp) for name in names]
         concurrent.futures.wait(runs)

@@ -57,3 +57,14 @@ def test_a_run_stopped_before_its_last_test_fails_the_step_though_its_report_was
     assert "stopped-canary" in str(raised.value)  # the log's end says why
     assert (tmp_path / "work" / "unix_local.json").exists()  # written, and still not taken
 
+
+def test_a_test_module_that_does_not_import_is_named_as_configuration_not_a_crash(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """pytest stops with exit 2 when a module does not import (no test runs): the runner names the
+    module and ends as a configuration problem (its exit 2), whichever run met it."""
+    (tmp_path / "sdk" / "tests" / "sandbox").mkdir(parents=True)
+    (tmp_path / "sdk" / "tests" / "sandbox" / "test_sdk.py").write_text("import no_such_module_canary\n" + SDK_TESTS)
+    assert run.main(["--sdk-source", str(tmp_path / "sdk"), "--backend", "local"]) == 2
+    said = capsys.readouterr().out
+    assert "SDK test modules that do not import" in said and "  tests/sandbox/test_sdk.py: " in said, said
