@@ -9,7 +9,7 @@
    construction swapped for the backend's (`coderoom_conformance`); once all have ended,
    `backend.prune()` what they left behind, and one summary per backend, in the order asked.
 4. Verdict per backend, against `not_applicable.toml`: a test in scope that does not pass and is
-   not listed is a real failure; a listed test that passes, or that is no longer in scope, is a
+   not listed, or that never ran, is a real failure; a listed test that passes, or that is no longer in scope, is a
    stale entry. Either makes the exit code 1; 0 when every test passes or is listed.
 
 The SDK's tests give their pytest tmp_path (or a tempfile.mkdtemp() folder) as Manifest.root,
@@ -154,7 +154,7 @@ def verdict(
                 result.stale[test] = f"listed as not applicable ({entry.category}) but passes: remove it"
         elif got.outcome == "skipped" and baseline[test].outcome == "skipped":
             result.skipped.append(test)
-        elif entry is not None:
+        elif entry is not None and test in outcomes:  # listed: excused once it ran, never unrun
             result.not_applicable[test] = entry.category
         else:
             result.failed[test] = got.message if got.outcome == "failed" else f"{got.outcome}: {got.message}"

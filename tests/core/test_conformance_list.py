@@ -115,3 +115,14 @@ def test_the_verdict_names_real_failures_stale_entries_and_unknown_ids() -> None
     assert result.failed == {"tests/sandbox/a.py::real": "AssertionError", "tests/sandbox/a.py::skip_here": "skipped: only here"}
     assert set(result.stale) == {"tests/sandbox/a.py::fixed", "tests/sandbox/a.py::gone"}
     assert not result.ok
+
+
+def test_a_listed_test_that_never_ran_is_a_failure_not_counted_as_not_applicable() -> None:
+    """The list excuses a test that ran and failed on a backend; one missing from the run's report
+    (never reached) says nothing of the backend, listed or not."""
+    run = _runner()
+    test = "tests/sandbox/a.py::na"
+    result = run.verdict("local", {}, [test], {test: run.Outcome("passed")},
+                         {test: not_applicable.Entry(test, "local", "c", "r")}, 1.0)  # fmt: skip
+    assert result.not_applicable == {} and result.failed == {test: "not run: the test did not run"}
+    assert not result.ok
