@@ -9,8 +9,8 @@
    construction swapped for the backend's (`coderoom_conformance`); once all have ended,
    `backend.prune()` what they left behind, and one summary per backend, in the order asked.
 4. Verdict per backend, against `not_applicable.toml`: a test in scope that does not pass and is
-   not listed, or that never ran, is a real failure; a listed test that passes, or that is no longer in scope, is a
-   stale entry. Either makes the exit code 1; 0 when every test passes or is listed.
+   not listed, or that never ran, is a real failure; a listed test that passes, or that is no
+   longer in scope, is a stale entry. Either makes the exit code 1; 0 when every test passes or is listed.
 
 The SDK's tests give their pytest tmp_path (or a tempfile.mkdtemp() folder) as Manifest.root,
 a path inside the sandbox for coderoom. Each command of coderoom's local sandbox has a private
