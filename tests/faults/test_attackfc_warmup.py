@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -59,6 +62,28 @@ async def test_the_warm_up_leaves_the_garbage_collector_as_it_was_and_binds_no_n
         assert off.status == "ok" and "[Out 2]\n(False, [])" in off.text, off.text
     finally:
         await session.close()
+
+
+def test_the_warm_up_imports_with_the_collector_paused_and_restores_it_when_an_import_fails(tmp_path: Path) -> None:
+    """What the pause is for, seen from a module the warm-up imports: the collector is off while
+    it is imported. An import that fails (the warm-up's cell then fails) still leaves the
+    collector on and sys.path whole. One fresh interpreter, as the kernel's worker is."""
+    packages, workspace = tmp_path / "packages", tmp_path / "workspace"
+    packages.mkdir()
+    workspace.mkdir()
+    (packages / "gc_seen.py").write_text("import gc\nSEEN = gc.isenabled()\n")
+    code = f"import gc, sys\nsys.path.append({str(packages)!r})\npath = sys.path[:]\n" + textwrap.dedent("""
+        try:
+            exec(WARM)
+        except ImportError as failed:
+            print(failed.name)
+        print(sys.modules['gc_seen'].SEEN, gc.isenabled(), sys.path == path)
+    """)
+    warm = warm_imports(("gc_seen", "no_such_module_for_the_warm_up"))
+    done = subprocess.run([sys.executable, "-I", "-c", f"WARM = {warm!r}\n" + code], cwd=workspace,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["no_such_module_for_the_warm_up", "False", "True", "True"]
 
 
 def _kernels() -> set[int]:
