@@ -30,9 +30,9 @@ def warm_imports(modules: tuple[str, ...]) -> str:
     return (
         "import gc as _g, os as _o, sys as _s\n"
         "_p, _m, _e = _s.path[:], None, _g.isenabled()\n"
-        "_s.path[:] = [_d for _d in _p if _d not in ('', '.', _o.getcwd())]\n"
-        "_g.disable()\n"
         "try:\n"
+        "    _s.path[:] = [_d for _d in _p if _d not in ('', '.', _o.getcwd())]\n"
+        "    _g.disable()\n"
         f"    for _m in {modules!r}:\n"
         "        __import__(_m)\n"
         "finally:\n"
