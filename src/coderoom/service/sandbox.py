@@ -26,7 +26,9 @@ def warm_imports(modules: tuple[str, ...]) -> str:
 
     The cyclic garbage collector is paused meanwhile and then left as it was (a cell may have
     turned it off): importing numpy, pandas and matplotlib.pyplot makes few cycles but hundreds
-    of thousands of objects, and the collections they trigger cost about 8% of the imports."""
+    of thousands of objects, and the collections they trigger cost about 8% of the imports in a
+    plain process here; a session's whole warm-up (open, kernel start, imports) took 2.5% less,
+    paired in one run (1,154 ms against 1,183 ms p50)."""
     return (
         "import gc as _g, os as _o, sys as _s\n"
         "_p, _m, _e = _s.path[:], None, _g.isenabled()\n"
