@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conformance_scripts import runner
 
 # Loaded by path: conformance/ is not a package and not on sys.path (its modules are scripts).
 _SPEC = importlib.util.spec_from_file_location(
@@ -81,20 +82,8 @@ def test_a_base_id_covers_its_parametrizations_only() -> None:
     ]
 
 
-def _runner():  # conformance/run.py imports its siblings by name, as a script does
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "conformance"))
-    try:
-        import run
-
-        return run
-    finally:
-        sys.path.pop(0)
-        for name in ("run", "sdist", "table"):  # generic names: leave none behind for other tests
-            sys.modules.pop(name, None)
-
-
 def test_the_verdict_names_real_failures_stale_entries_and_unknown_ids() -> None:
-    run = _runner()
+    run = runner()
     entry = lambda test: not_applicable.Entry(test, "local", "c", "r")  # noqa: E731
     listed = {t: entry(t) for t in ("tests/sandbox/a.py::na", "tests/sandbox/a.py::fixed", "tests/sandbox/a.py::gone")}
     scope = ["tests/sandbox/a.py::ok", "tests/sandbox/a.py::na", "tests/sandbox/a.py::fixed",
@@ -120,7 +109,7 @@ def test_the_verdict_names_real_failures_stale_entries_and_unknown_ids() -> None
 def test_a_listed_test_that_never_ran_is_a_failure_not_counted_as_not_applicable() -> None:
     """The list excuses a test that ran and failed on a backend; one missing from the run's report
     (never reached) says nothing of the backend, listed or not."""
-    run = _runner()
+    run = runner()
     test = "tests/sandbox/a.py::na"
     result = run.verdict("local", {}, [test], {test: run.Outcome("passed")},
                          {test: not_applicable.Entry(test, "local", "c", "r")}, 1.0)  # fmt: skip

@@ -6,19 +6,13 @@ the tests it never reached as whatever the list says of them.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from conformance_scripts import runner
 
-CONFORMANCE = Path(__file__).resolve().parents[2] / "conformance"
-sys.path.insert(0, str(CONFORMANCE))  # run.py imports its sibling modules as scripts do
-_SPEC = importlib.util.spec_from_file_location("conformance_run", CONFORMANCE / "run.py")
-assert _SPEC is not None and _SPEC.loader is not None
-run = sys.modules["conformance_run"] = importlib.util.module_from_spec(_SPEC)  # its dataclasses look it up
-_SPEC.loader.exec_module(run)
+run = runner()
 
 SDK_TESTS = """
     def test_passes():
