@@ -131,7 +131,7 @@ def run_pytest(
     except (OSError, ValueError, KeyError):  # none written, or cut short
         tests = None
     broken = sorted(test for test, got in (tests or {}).items() if got["outcome"] == "collect-error")
-    if tests and broken:  # a module that does not import would otherwise shrink the scope unseen, or stop the run
+    if broken:  # a module that does not import would otherwise shrink the scope unseen, or stop the run
         raise TestsDoNotImport("\n".join(f"  {test}: {tests[test]['message']}" for test in broken))
     if tests is None or completed.returncode not in PYTEST_RAN:
         tail = (work / f"{name}.log").read_text()[-3000:]
